@@ -1,0 +1,1 @@
+"""Streamlit workbench for domain experts (a thin shell over the workbench library)."""

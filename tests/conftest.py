@@ -1,0 +1,51 @@
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def bundled_model():
+    """The real bundled SmolLM2 (converted once to safetensors, then cached on disk)."""
+    from workbench.models import load_model
+
+    return load_model("default", batch_size=8)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 120.0, proc: subprocess.Popen | None = None) -> None:
+    import httpx
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(url)
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True,
+                          text=True, env=e, cwd=cwd or REPO, timeout=timeout)

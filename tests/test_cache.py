@@ -1,0 +1,121 @@
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from workbench.models import GenerationParams, load_model
+from workbench.models.cache import CachedModel, CallCache, generation_key
+
+PROMPTS = [[{"role": "user", "content": f"prompt number {i}"}] for i in range(100)]
+
+JOB = textwrap.dedent("""
+    import json, sys
+    from workbench.models import load_model, GenerationParams
+    from workbench.models.cache import CachedModel, CallCache
+    die = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    inner = load_model("fake", die_after=die)
+    model = CachedModel(inner, CallCache(sys.argv[1]), chunk_size=10)
+    prompts = [[{"role": "user", "content": f"prompt number {i}"}] for i in range(100)]
+    gens = model.generate(prompts, GenerationParams(max_tokens=50))
+    print(json.dumps({"calls": inner.calls, "texts": [g.text for g in gens]}))
+""")
+
+
+def run_job(tmp_path, db, die=None):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    args = [sys.executable, str(script), str(db)] + ([str(die)] if die is not None else [])
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+
+def test_killed_after_60_rerun_makes_exactly_40_calls(tmp_path):
+    clean = run_job(tmp_path, tmp_path / "clean.sqlite")
+    assert clean.returncode == 0, clean.stderr
+    reference = json.loads(clean.stdout)
+    assert reference["calls"] == 100
+
+    killed = run_job(tmp_path, tmp_path / "resume.sqlite", die=60)
+    assert killed.returncode == 137 and killed.stdout == ""
+    rerun = run_job(tmp_path, tmp_path / "resume.sqlite")
+    out = json.loads(rerun.stdout)
+    assert out["calls"] == 40
+    assert out["texts"] == reference["texts"]
+
+
+def test_key_sensitivity_and_batch_independence(tmp_path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    base = load_model("fake")
+    p = GenerationParams(max_tokens=20, temperature=0.7, seed=1)
+    CachedModel(base, cache, chunk_size=4).generate(PROMPTS[:20], p)
+    for chunk in (1, 7, 20):  # other batch sizes: all hits
+        m = CachedModel(load_model("fake"), cache, chunk_size=chunk)
+        m.generate(PROMPTS[:20], p)
+        assert m.calls_made == 0
+    variants = [
+        (load_model("fake", name="other-model"), p),
+        (load_model("fake"), p.model_copy(update={"temperature": 0.8})),
+        (load_model("fake"), p.model_copy(update={"seed": 2})),
+        (load_model("fake"), p.model_copy(update={"max_tokens": 21})),
+        (load_model("fake"), p.model_copy(update={"stop": ("x",)})),
+    ]
+    for inner, params in variants:
+        m = CachedModel(inner, cache)
+        m.generate(PROMPTS[:20], params)
+        assert m.calls_made == 20
+    changed = [[{"role": "user", "content": c[0]["content"] + "!"}] for c in PROMPTS[:20]]
+    m = CachedModel(load_model("fake"), cache)
+    m.generate(changed, p)
+    assert m.calls_made == 20
+    keys = {generation_key("fake:fake", c, p) for c in PROMPTS}
+    assert len(keys) == 100
+
+
+def test_failures_are_stored_but_never_served(tmp_path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    flaky = load_model("fake", fail_every=5)
+    m = CachedModel(flaky, cache)
+    gens = m.generate(PROMPTS[:20])
+    assert sum(not g.ok for g in gens) == 4
+    assert cache.stats() == {"ok": 16, "failed": 4}
+    healthy = load_model("fake")
+    m2 = CachedModel(healthy, cache)
+    gens = m2.generate(PROMPTS[:20])
+    assert m2.calls_made == 4 and all(g.ok for g in gens)
+    assert cache.stats() == {"ok": 20, "failed": 0}
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from workbench.models import load_model, GenerationParams
+    from workbench.models.cache import CachedModel, CallCache
+    w = int(sys.argv[2])
+    model = CachedModel(load_model("fake"), CallCache(sys.argv[1]), chunk_size=1)
+    prompts = [[{"role": "user", "content": f"writer {w} prompt {i}"}] for i in range(250)]
+    model.generate(prompts)
+""")
+
+
+def test_concurrent_writers(tmp_path):
+    script = tmp_path / "w.py"
+    script.write_text(WRITER)
+    db = tmp_path / "c.sqlite"
+    CallCache(db)
+    procs = [subprocess.Popen([sys.executable, str(script), str(db), str(w)]) for w in range(4)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0, 0]
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("SELECT COUNT(*), COUNT(DISTINCT key) FROM calls").fetchone() == (1000,
+                                                                                          1000)
+    for (value,) in conn.execute("SELECT value FROM calls"):
+        assert json.loads(value)["text"].startswith("echo: writer")
+
+
+@pytest.mark.parametrize("dup", [True])
+def test_duplicate_prompts_in_one_batch_call_once(tmp_path, dup):
+    m = CachedModel(load_model("fake"), CallCache(tmp_path / "c.sqlite"))
+    gens = m.generate([PROMPTS[0], PROMPTS[1], PROMPTS[0]])
+    assert m.calls_made == 2 and gens[0].text == gens[2].text

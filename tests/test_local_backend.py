@@ -1,0 +1,75 @@
+"""The real bundled model through the local backend: generation, stop strings, scoring."""
+
+import math
+
+import pytest
+
+from workbench.models import GenerationParams, ScoreRequest
+
+pytestmark = pytest.mark.slow
+
+Q = [[{"role": "user", "content": "What is the capital of France?"}],
+     [{"role": "user", "content": "Say hello."}],
+     [{"role": "system", "content": "Answer in one word."},
+      {"role": "user", "content": "What colour is the sky on a clear day?"}]]
+
+
+def test_greedy_generation_is_batch_independent(bundled_model):
+    p = GenerationParams(max_tokens=16)
+    batched = bundled_model.generate(Q, p)
+    single = [bundled_model.generate([q], p)[0] for q in Q]
+    assert [g.text for g in batched] == [g.text for g in single]
+    assert "Paris" in batched[0].text
+    assert all(g.prompt_tokens > 0 and 0 < g.completion_tokens <= 16 for g in batched)
+
+
+def test_stop_strings_max_tokens_and_seed(bundled_model):
+    g = bundled_model.generate([Q[0]], GenerationParams(max_tokens=4))[0]
+    assert g.completion_tokens <= 4 and g.finish_reason == "length"
+    g = bundled_model.generate([Q[0]], GenerationParams(max_tokens=30, stop=("France",)))[0]
+    assert "France" not in g.text and g.finish_reason == "stop"
+    p = GenerationParams(max_tokens=12, temperature=1.0, seed=7)
+    a = bundled_model.generate([Q[1]], p)[0].text
+    b = bundled_model.generate([Q[1]], p)[0].text
+    assert a == b
+
+
+def test_scoring_matches_manual_logprobs(bundled_model):
+    import torch
+
+    tok, model = bundled_model.tokenizer, bundled_model.model
+    prompt, conts = "The capital of France is", [" Paris", " London", " a city in Europe"]
+    scores = bundled_model.score([ScoreRequest(prompt, conts)])[0]
+    assert scores[0].logprob > scores[1].logprob and scores[0].is_greedy
+    for cont, sc in zip(conts, scores):
+        ids = tok(prompt + cont, add_special_tokens=False)["input_ids"]
+        n_ctx = len(tok(prompt, add_special_tokens=False)["input_ids"])
+        with torch.no_grad():
+            lp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+        manual = sum(lp[i - 1, ids[i]].item() for i in range(n_ctx, len(ids)))
+        assert math.isclose(sc.logprob, manual, abs_tol=1e-4)
+        assert sc.n_tokens == len(ids) - n_ctx
+
+
+def test_chat_prompt_scoring(bundled_model):
+    conv = [{"role": "user", "content": "Which is a colour: (A) seven or (B) blue? "
+                                        "Answer with the letter."}]
+    (a, b), = bundled_model.score([ScoreRequest(conv, ["A", "B"])])
+    # lm-eval's convention moves the template's trailing newline into the continuation
+    assert a.n_tokens == b.n_tokens == 2 and a.n_chars == 1
+    assert math.isfinite(a.logprob) and math.isfinite(b.logprob)
+
+
+def test_stream_yields_same_text_as_generate(bundled_model):
+    p = GenerationParams(max_tokens=16)
+    pieces = list(bundled_model.stream(Q[0], p))
+    assert len(pieces) > 1
+    assert "".join(pieces).strip() == bundled_model.generate([Q[0]], p)[0].text.strip()
+
+
+def test_converted_cache_is_used(bundled_model):
+    from workbench.models.local import _gguf_cache_dir
+
+    folder = _gguf_cache_dir(bundled_model.source)
+    assert (folder / "model.safetensors").exists()
+    assert not any(folder.parent.glob(".*.tmp-*"))

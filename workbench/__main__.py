@@ -1,0 +1,3 @@
+from workbench.cli.main import entry
+
+entry()

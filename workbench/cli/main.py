@@ -1,0 +1,184 @@
+"""`workbench` CLI. Each command parses input, calls one library function and prints.
+
+Heavy libraries are imported inside the commands, so `--help` stays fast. User errors
+(WorkbenchError) print one line and exit non-zero: 2 usage/config, 3 data, 1 other.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(
+    name="workbench",
+    help="Domain-Agent Workbench: distil domain knowledge into QTSA data, retrieval indexes "
+         "and fine-tuned small models, and measure what each step buys.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+models_app = typer.Typer(help="List and resolve models (bundled, local, GGUF, hub cache, "
+                              "OpenAI-compatible URL).", no_args_is_help=True)
+data_app = typer.Typer(help="Validate and convert SFT datasets (messages, ShareGPT, Alpaca).",
+                       no_args_is_help=True)
+app.add_typer(models_app, name="models")
+app.add_typer(data_app, name="data")
+
+ConfigArg = Annotated[Optional[Path], typer.Argument(help="Experiment YAML config.",
+                                                     show_default=False)]
+SetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", "-s", help="Override a config key, e.g. -s models.chat.spec=/models/qwen "
+                        "(repeatable).")]
+
+
+def echo_err(msg: str) -> None:
+    typer.echo(msg, err=True)
+
+
+# --- smoke --------------------------------------------------------------------------------
+
+@app.command()
+def smoke(config: ConfigArg = None, set_: SetOpt = None,
+          json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False):
+    """Load the default chat model and embedder, answer one question about a dataset file,
+    print the answer and the timings."""
+    from workbench.config import load_config
+    from workbench.progress import quiet_libraries
+    from workbench.smoke import run_smoke
+
+    quiet_libraries()
+    cfg = load_config(config, set_)
+    res = run_smoke(cfg)
+    if json_out:
+        typer.echo(json.dumps(res.__dict__, indent=2))
+        return
+    typer.echo(f"model     {res.model}\nembedder  {res.embedder}")
+    typer.echo(f"context   {', '.join(res.context_sources)}")
+    typer.echo(f"question  {res.question}\nanswer    {res.answer}")
+    typer.echo("timings   " + "  ".join(f"{k}={v:.2f}" for k, v in res.timings.items()))
+
+
+# --- models -------------------------------------------------------------------------------
+
+@models_app.command("list")
+def models_list():
+    """Show the bundled default models and where they resolve on this machine."""
+    from workbench.models.inventory import bundled_inventory
+
+    for row in bundled_inventory():
+        typer.echo(f"{row['name']:<24} {row['role']:<9} {row['status']:<14} {row['where']}")
+
+
+@models_app.command("resolve")
+def models_resolve(spec: Annotated[str, typer.Argument(help="Model spec to resolve.")]):
+    """Say what a model spec points at (nothing is loaded or downloaded)."""
+    from workbench.models.resolve import resolve_chat_model
+
+    typer.echo(resolve_chat_model(spec).describe())
+
+
+# --- serve --------------------------------------------------------------------------------
+
+@app.command()
+def serve(
+    model: Annotated[str, typer.Option(help="Model spec (default: the bundled chat model).")]
+    = "default",
+    adapter: Annotated[Optional[Path], typer.Option(help="PEFT LoRA adapter folder to "
+                                                         "attach (safetensors only).")] = None,
+    host: Annotated[str, typer.Option(help="Interface to bind; 0.0.0.0 exposes the server "
+                                           "to the network.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    name: Annotated[Optional[str], typer.Option(help="Model name clients send "
+                                                     "(default: the spec).")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+):
+    """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/models,
+    /health, and /v1/completions for prompt scoring)."""
+    from workbench.models import load_model
+    from workbench.progress import quiet_libraries
+    from workbench.serve import serve as run_server
+
+    quiet_libraries()
+    opts = {"device": device}
+    if adapter:
+        opts["adapter"] = str(adapter)
+    m = load_model(model, **opts)
+    served = name or ("smollm2-135m-instruct" if model == "default" else model)
+    echo_err(f"serving {m.identity} as {served!r} on http://{host}:{port}/v1")
+    run_server(m, served, host=host, port=port)
+
+
+# --- data ---------------------------------------------------------------------------------
+
+FormatOpt = Annotated[str, typer.Option("--format", "-f",
+                                        help="messages, sharegpt, alpaca or auto.")]
+
+
+@data_app.command("validate")
+def data_validate(file: Annotated[Path, typer.Argument(help="JSONL dataset file.")],
+                  fmt: FormatOpt = "auto",
+                  show: Annotated[int, typer.Option(help="Problems to list.")] = 20):
+    """Check every line of a dataset; list problems with their line numbers (exit 3 if any)."""
+    from collections import Counter
+
+    from workbench.formats import validate_dataset
+
+    good, problems = validate_dataset(file, fmt)
+    for p in problems[:show]:
+        echo_err(f"{p} [{p.code}]")
+    if len(problems) > show:
+        echo_err(f"... and {len(problems) - show} more")
+    counts = Counter(p.code for p in problems)
+    summary = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+    typer.echo(f"{file}: {good} valid, {len(problems)} invalid" + (f" ({summary})" if summary
+                                                                   else ""))
+    if problems:
+        raise typer.Exit(3)
+
+
+@data_app.command("convert")
+def data_convert(src: Annotated[Path, typer.Argument(help="Input JSONL.")],
+                 dst: Annotated[Path, typer.Argument(help="Output JSONL (written atomically).")],
+                 from_: Annotated[str, typer.Option("--from", help="Input format or auto.")]
+                 = "auto",
+                 to: Annotated[str, typer.Option("--to", help="messages, sharegpt or alpaca.")]
+                 = "messages"):
+    """Convert a dataset between formats; nothing is written unless every line is valid."""
+    from workbench.formats import read_dataset, write_dataset
+
+    examples = read_dataset(src, from_)
+    n = write_dataset(dst, examples, to)
+    typer.echo(f"wrote {n} records to {dst} ({to})")
+
+
+# --- entry point --------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    import click
+
+    from workbench.errors import WorkbenchError
+
+    try:
+        rc = app(args=argv, standalone_mode=False)
+    except WorkbenchError as e:
+        echo_err(f"error: {e}")
+        return e.exit_code
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Abort:
+        echo_err("aborted")
+        return 130
+    except KeyboardInterrupt:
+        echo_err("interrupted")
+        return 130
+    return rc if isinstance(rc, int) else 0
+
+
+def entry() -> None:
+    sys.exit(main())

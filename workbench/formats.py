@@ -1,0 +1,235 @@
+"""SFT dataset formats: OpenAI `messages`, ShareGPT and Alpaca, converted losslessly.
+
+`messages` is the native form (`ChatExample`). ShareGPT maps `human`/`gpt`/`system`/
+`observation` to `user`/`assistant`/`system`/`tool`; TRL's `maybe_convert_to_chatml` renames
+keys only and keeps `human`/`gpt` as roles, which chat templates then reject. Alpaca holds the
+last exchange in `instruction`/`input`/`output`, earlier turns in `history` (LLaMA-Factory's
+layout) and the system prompt in `system`. Reasoning travels inside `<think>` tags in formats
+that have no field for it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from workbench.errors import DataError
+from workbench.io import iter_jsonl_raw, write_jsonl
+from workbench.records import ChatExample, Message, RecordError
+
+Format = Literal["messages", "sharegpt", "alpaca"]
+FORMATS: tuple[str, ...] = ("messages", "sharegpt", "alpaca")
+
+SHAREGPT_TO_ROLE = {"human": "user", "gpt": "assistant", "system": "system",
+                    "observation": "tool"}
+ROLE_TO_SHAREGPT = {v: k for k, v in SHAREGPT_TO_ROLE.items()}
+
+_THINK = re.compile(r"\A<think>\n(.*?)\n</think>\n\n(.*)\Z", re.DOTALL)
+
+
+def join_reasoning(reasoning: str | None, content: str) -> str:
+    """Put reasoning into the content as a `<think>` block (the form thinking models emit)."""
+    return content if reasoning is None else f"<think>\n{reasoning}\n</think>\n\n{content}"
+
+
+def split_reasoning(text: str) -> tuple[str | None, str]:
+    """Inverse of `join_reasoning`: (reasoning or None, content)."""
+    m = _THINK.match(text)
+    return (m.group(1), m.group(2)) if m else (None, text)
+
+
+def detect_format(obj: Any) -> Format:
+    if isinstance(obj, dict):
+        if "messages" in obj:
+            return "messages"
+        if "conversations" in obj:
+            return "sharegpt"
+        if "instruction" in obj and "output" in obj:
+            return "alpaca"
+    raise RecordError("cannot tell the format: expected a 'messages', 'conversations' or "
+                      "'instruction'+'output' key", "unknown_format")
+
+
+def _need_str(obj: dict, key: str, where: str) -> str:
+    if key not in obj:
+        raise RecordError(f"{where}{key}: missing field", "missing_field")
+    v = obj[key]
+    if not isinstance(v, str):
+        raise RecordError(f"{where}{key}: expected a string, got {type(v).__name__}",
+                          "wrong_type")
+    return v
+
+
+def from_sharegpt(obj: Any) -> ChatExample:
+    if not isinstance(obj, dict):
+        raise RecordError("expected a JSON object", "wrong_type")
+    turns = obj.get("conversations")
+    if not isinstance(turns, list):
+        raise RecordError("conversations: expected a list", "wrong_type")
+    messages = []
+    system = obj.get("system")
+    if system is not None:
+        if not isinstance(system, str):
+            raise RecordError("system: expected a string", "wrong_type")
+        messages.append(Message(role="system", content=system))
+    for i, t in enumerate(turns):
+        if not isinstance(t, dict):
+            raise RecordError(f"conversations.{i}: expected an object", "wrong_type")
+        who = _need_str(t, "from", f"conversations.{i}.")
+        if who not in SHAREGPT_TO_ROLE:
+            raise RecordError(f"conversations.{i}.from: unknown ShareGPT role {who!r} "
+                              f"(expected one of {', '.join(SHAREGPT_TO_ROLE)})", "unknown_role")
+        role = SHAREGPT_TO_ROLE[who]
+        value = _need_str(t, "value", f"conversations.{i}.")
+        reasoning, content = split_reasoning(value) if role == "assistant" else (None, value)
+        messages.append(Message(role=role, content=content, reasoning_content=reasoning))
+    extra = {k: v for k, v in obj.items() if k not in ("conversations", "system", "id")}
+    return ChatExample(messages=messages, id=obj.get("id"), metadata=extra or None)
+
+
+def to_sharegpt(ex: ChatExample) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if ex.id is not None:
+        out["id"] = ex.id
+    msgs = ex.messages
+    if msgs and msgs[0].role == "system":
+        out["system"] = msgs[0].content
+        msgs = msgs[1:]
+    out["conversations"] = [
+        {"from": ROLE_TO_SHAREGPT[m.role], "value": join_reasoning(m.reasoning_content, m.content)}
+        for m in msgs
+    ]
+    out.update(ex.metadata or {})
+    return out
+
+
+def from_alpaca(obj: Any) -> ChatExample:
+    if not isinstance(obj, dict):
+        raise RecordError("expected a JSON object", "wrong_type")
+    instruction = _need_str(obj, "instruction", "")
+    output = _need_str(obj, "output", "")
+    inp = obj.get("input", "")
+    if not isinstance(inp, str):
+        raise RecordError("input: expected a string", "wrong_type")
+    messages: list[Message] = []
+    system = obj.get("system")
+    if system is not None:
+        if not isinstance(system, str):
+            raise RecordError("system: expected a string", "wrong_type")
+        messages.append(Message(role="system", content=system))
+    history = obj.get("history") or []
+    if not isinstance(history, list):
+        raise RecordError("history: expected a list of [user, assistant] pairs", "wrong_type")
+    for i, pair in enumerate(history):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise RecordError(f"history.{i}: expected [user, assistant] strings", "wrong_type")
+        r, c = split_reasoning(pair[1])
+        messages += [Message(role="user", content=pair[0]),
+                     Message(role="assistant", content=c, reasoning_content=r)]
+    user = f"{instruction}\n\n{inp}" if inp else instruction
+    r, c = split_reasoning(output)
+    messages += [Message(role="user", content=user),
+                 Message(role="assistant", content=c, reasoning_content=r)]
+    extra = {k: v for k, v in obj.items()
+             if k not in ("instruction", "input", "output", "system", "history", "id")}
+    return ChatExample(messages=messages, id=obj.get("id"), metadata=extra or None)
+
+
+def to_alpaca(ex: ChatExample) -> dict[str, Any]:
+    msgs = list(ex.messages)
+    out: dict[str, Any] = {}
+    if ex.id is not None:
+        out["id"] = ex.id
+    if msgs[0].role == "system":
+        out["system"] = msgs.pop(0).content
+    if any(m.role == "tool" for m in msgs):
+        raise RecordError("Alpaca cannot hold tool turns; export as messages or sharegpt",
+                          "unsupported")
+    roles = [m.role for m in msgs]
+    if roles != ["user", "assistant"] * (len(msgs) // 2) or len(msgs) % 2:
+        raise RecordError("Alpaca needs alternating user/assistant turns", "unsupported")
+    pairs = [(msgs[i], msgs[i + 1]) for i in range(0, len(msgs), 2)]
+    *hist, (u, a) = pairs
+    out["instruction"] = u.content
+    out["input"] = ""
+    out["output"] = join_reasoning(a.reasoning_content, a.content)
+    if hist:
+        out["history"] = [[q.content, join_reasoning(r.reasoning_content, r.content)]
+                          for q, r in hist]
+    out.update(ex.metadata or {})
+    return out
+
+
+def from_messages(obj: Any) -> ChatExample:
+    if not isinstance(obj, dict):
+        raise RecordError("expected a JSON object", "wrong_type")
+    return ChatExample.model_validate(obj)
+
+
+def to_messages(ex: ChatExample) -> dict[str, Any]:
+    return ex.to_json()
+
+
+READERS = {"messages": from_messages, "sharegpt": from_sharegpt, "alpaca": from_alpaca}
+WRITERS = {"messages": to_messages, "sharegpt": to_sharegpt, "alpaca": to_alpaca}
+
+
+def parse_example(obj: Any, fmt: str = "auto") -> ChatExample:
+    fmt = detect_format(obj) if fmt == "auto" else fmt
+    if fmt not in READERS:
+        raise RecordError(f"unknown format {fmt!r} (expected {', '.join(FORMATS)} or auto)",
+                          "unknown_format")
+    return READERS[fmt](obj)
+
+
+def read_dataset(path: str | Path, fmt: str = "auto") -> list[ChatExample]:
+    """Read a whole dataset file; the first bad line raises a DataError with its line."""
+    from workbench.io import describe_validation_error
+
+    out = []
+    for lineno, obj in iter_jsonl_raw(path):
+        try:
+            out.append(parse_example(obj, fmt))
+        except RecordError as e:
+            raise DataError(str(e), path=str(path), line=lineno, code=e.code) from None
+        except ValueError as e:
+            from workbench.io import _error_code
+
+            raise DataError(describe_validation_error(e), path=str(path), line=lineno,
+                            code=_error_code(e)) from None
+    return out
+
+
+def validate_dataset(path: str | Path, fmt: str = "auto") -> tuple[int, list[DataError]]:
+    """Check every line; return (good count, every problem found) instead of stopping at one."""
+    from workbench.io import _error_code, describe_validation_error
+
+    good, problems = 0, []
+    for lineno, obj in iter_jsonl_raw(path, collect=True):
+        if isinstance(obj, DataError):
+            problems.append(obj)
+            continue
+        try:
+            parse_example(obj, fmt)
+            good += 1
+        except RecordError as e:
+            problems.append(DataError(str(e), path=str(path), line=lineno, code=e.code))
+        except ValueError as e:
+            problems.append(DataError(describe_validation_error(e), path=str(path),
+                                      line=lineno, code=_error_code(e)))
+    return good, problems
+
+
+def write_dataset(path: str | Path, examples: Iterable[ChatExample], fmt: str = "messages") -> int:
+    if fmt not in WRITERS:
+        raise DataError(f"unknown format {fmt!r} (expected {', '.join(FORMATS)})")
+    writer = WRITERS[fmt]
+    rows = []
+    for i, ex in enumerate(examples, start=1):
+        try:
+            rows.append(writer(ex))
+        except RecordError as e:
+            raise DataError(f"record {i}: {e}", path=str(path), code=e.code) from None
+    return write_jsonl(path, rows)

@@ -1,0 +1,190 @@
+"""Atomic file writes and strict JSONL reading with line-numbered errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from workbench.errors import DataError
+
+T = TypeVar("T")
+
+# A JSONL line longer than this is refused: a runaway generation or a binary file, not a record.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path next to `path`; on success it replaces `path` in one rename.
+
+    On any exception the temporary file is removed and `path` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f"{suffix}.tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> int:
+    """Write rows (dicts or pydantic models) as JSONL, atomically. Returns the row count."""
+    n = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        for row in rows:
+            if hasattr(row, "model_dump"):
+                row = row.model_dump(mode="json", exclude_none=True)
+            fh.write(json.dumps(row, ensure_ascii=False))
+            fh.write("\n")
+            n += 1
+    return n
+
+
+def iter_jsonl_raw(path: str | os.PathLike, *, collect: bool = False
+                   ) -> Iterator[tuple[int, Any]]:
+    """Yield (1-based line number, parsed JSON) for each non-blank line.
+
+    Accepts a UTF-8 BOM and CRLF line ends. Bad UTF-8, bad JSON or an over-long line raise a
+    DataError naming the file and line (and the column for bad JSON); with `collect=True` the
+    DataError is yielded in place of the value and reading goes on.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError("file not found", path=str(path), code="not_found")
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            value = _parse_line(raw, lineno, str(path))
+            if value is _BLANK:
+                continue
+            if isinstance(value, DataError) and not collect:
+                raise value
+            yield lineno, value
+
+
+_BLANK = object()
+
+
+def _parse_line(raw: bytes, lineno: int, path: str) -> Any:
+    if len(raw) > MAX_LINE_BYTES:
+        return DataError(f"line is {len(raw)} bytes, over the {MAX_LINE_BYTES}-byte cap",
+                         path=path, line=lineno, code="line_too_long")
+    if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as e:
+        return DataError(f"invalid UTF-8 byte at column {e.start + 1}", path=path, line=lineno,
+                         code="bad_encoding")
+    if not text:
+        return _BLANK
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        return DataError(f"bad JSON at column {e.colno}: {e.msg}", path=path, line=lineno,
+                         code="bad_json")
+
+
+def read_jsonl(path: str | os.PathLike, parse: Callable[[Any], T] | None = None) -> list[T]:
+    """Read a whole JSONL file, converting each row with `parse`.
+
+    `parse` may raise ValueError (or pydantic's ValidationError); it becomes a DataError with
+    the file and line. The file is read completely before anything is returned, so a caller
+    that writes only after reading never writes on bad input.
+    """
+    out: list[T] = []
+    for lineno, obj in iter_jsonl_raw(path):
+        if parse is None:
+            out.append(obj)
+            continue
+        try:
+            out.append(parse(obj))
+        except DataError as e:
+            raise DataError(_strip_where(e), path=str(path), line=lineno, code=e.code) from None
+        except ValueError as e:
+            raise DataError(describe_validation_error(e), path=str(path), line=lineno,
+                            code=_error_code(e)) from None
+    return out
+
+
+def _strip_where(e: DataError) -> str:
+    return str(e.args[0]) if e.path is None else str(e).split(": ", 1)[-1]
+
+
+def describe_validation_error(e: Exception) -> str:
+    """One line from a pydantic ValidationError (every problem, field path first)."""
+    errors = getattr(e, "errors", None)
+    if not callable(errors):
+        return str(e)
+    parts = []
+    for err in errors():
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "missing":
+            msg = "missing field"
+        elif "input" in err and err.get("type") != "value_error":
+            msg = f"{msg} (got {json.dumps(err['input'], default=str)[:60]})"
+        msg = msg.removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def _error_code(e: Exception) -> str:
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        for err in errors():
+            ctx = err.get("ctx") or {}
+            inner = ctx.get("error")
+            if isinstance(inner, DataError):
+                return inner.code
+            code = getattr(inner, "code", None)
+            if code:
+                return code
+            if err.get("type") == "missing":
+                return "missing_field"
+            if err.get("type", "").endswith("_type") or err.get("type") == "string_type":
+                return "wrong_type"
+        return "invalid"
+    return getattr(e, "code", "invalid")
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

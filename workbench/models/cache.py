@@ -1,0 +1,175 @@
+"""A persistent cache of model calls (SQLite in WAL mode).
+
+The key is the model's identity + the conversation + the generation parameters, hashed; batch
+size and concurrency are not part of it, so re-batching a job never misses. Failures are
+stored as failures: they are never served as hits, and the next run retries them. Safe for
+several processes writing at once (WAL + busy timeout; one row per key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from workbench.models.base import (
+    ChatModel,
+    ContinuationScore,
+    Conversation,
+    Generation,
+    GenerationParams,
+    ScoreRequest,
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    model TEXT NOT NULL,
+    ok INTEGER NOT NULL,
+    value TEXT NOT NULL,
+    created REAL NOT NULL
+);
+"""
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def generation_key(model: str, conversation: Conversation, params: GenerationParams) -> str:
+    msgs = [{k: m[k] for k in ("role", "content", "reasoning_content") if m.get(k) is not None}
+            for m in conversation]
+    payload = {"kind": "generate", "model": model, "messages": msgs,
+               "params": params.model_dump(mode="json")}
+    return hashlib.sha256(_canonical(payload).encode()).hexdigest()
+
+
+def score_key(model: str, prompt: str | Conversation, continuation: str) -> str:
+    payload = {"kind": "score", "model": model, "prompt": prompt, "continuation": continuation}
+    return hashlib.sha256(_canonical(payload).encode()).hexdigest()
+
+
+class CallCache:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        with self._conn() as c:
+            c.executescript(SCHEMA)
+        self.hits = self.misses = 0
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=60000")
+            self._local.conn = conn
+        return conn
+
+    def get(self, key: str) -> Any | None:
+        """The stored value of a successful call, or None (absent or failed)."""
+        row = self._conn().execute("SELECT ok, value FROM calls WHERE key=?", (key,)).fetchone()
+        if row is None or not row[0]:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return json.loads(row[1])
+
+    def put(self, key: str, kind: str, model: str, value: Any, ok: bool = True) -> None:
+        self._conn().execute(
+            "INSERT OR REPLACE INTO calls (key, kind, model, ok, value, created) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (key, kind, model, int(ok), _canonical(value), time.time()))
+
+    def stats(self) -> dict[str, int]:
+        rows = self._conn().execute(
+            "SELECT ok, COUNT(*) FROM calls GROUP BY ok").fetchall()
+        counts = dict(rows)
+        return {"ok": counts.get(1, 0), "failed": counts.get(0, 0)}
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+class CachedModel(ChatModel):
+    """Wraps any backend: answers from the cache, calls the backend only for misses, and
+    stores each chunk of results as soon as it is back (a kill loses at most one chunk)."""
+
+    def __init__(self, model: ChatModel, cache: CallCache, *, chunk_size: int | None = None):
+        self.inner = model
+        self.cache = cache
+        self.chunk_size = chunk_size or getattr(getattr(model, "opts", None), "batch_size", 8)
+        self.backend_name = model.backend_name
+        self.calls_made = 0
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    def generate(self, conversations: Sequence[Conversation],
+                 params: GenerationParams | None = None) -> list[Generation]:
+        params = params or GenerationParams()
+        keys = [generation_key(self.identity, c, params) for c in conversations]
+        out: list[Generation | None] = []
+        for k in keys:
+            hit = self.cache.get(k)
+            out.append(Generation.from_json(hit, cached=True) if hit is not None else None)
+        todo = [i for i, g in enumerate(out) if g is None]
+        # identical prompts in one batch are generated once
+        unique: dict[str, list[int]] = {}
+        for i in todo:
+            unique.setdefault(keys[i], []).append(i)
+        firsts = [idxs[0] for idxs in unique.values()]
+        for s in range(0, len(firsts), self.chunk_size):
+            part = firsts[s:s + self.chunk_size]
+            gens = self.inner.generate([conversations[i] for i in part], params)
+            self.calls_made += len(part)
+            for i, g in zip(part, gens, strict=True):
+                self.cache.put(keys[i], "generate", self.identity, g.to_json(), ok=g.ok)
+                for j in unique[keys[i]]:
+                    out[j] = g
+        return [g for g in out if g is not None]
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
+        results: list[list[ContinuationScore | None]] = []
+        missing: list[tuple[int, int, str]] = []
+        for ri, req in enumerate(requests):
+            row: list[ContinuationScore | None] = []
+            for ci, cont in enumerate(req.continuations):
+                key = score_key(self.identity, req.prompt, cont)
+                hit = self.cache.get(key)
+                row.append(ContinuationScore(**hit) if hit is not None else None)
+                if hit is None:
+                    missing.append((ri, ci, key))
+            results.append(row)
+        if missing:
+            sub = [ScoreRequest(requests[ri].prompt, [requests[ri].continuations[ci]])
+                   for ri, ci, _ in missing]
+            scored = self.inner.score(sub)
+            self.calls_made += len(sub)
+            for (ri, ci, key), (sc,) in zip(missing, scored, strict=True):
+                self.cache.put(key, "score", self.identity,
+                               {"logprob": sc.logprob, "n_tokens": sc.n_tokens,
+                                "n_chars": sc.n_chars, "is_greedy": sc.is_greedy})
+                results[ri][ci] = sc
+        return [[s for s in row if s is not None] for row in results]
+
+    def stream(self, conversation, params=None):
+        return self.inner.stream(conversation, params)
+
+    def info(self):
+        return self.inner.info()
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,390 @@
+"""Local transformers backend: fp32 on CPU, bf16 on a GPU that supports it.
+
+GGUF files (the bundled SmolLM2 among them) are converted once into a safetensors folder under
+`workbench_home()/models`: transformers dequantises a GGUF on every load (~30 s for the 135M
+model here) and refuses `save_pretrained` on it, so we rebuild the model from its config,
+copy the weights and save that; later loads read the safetensors in well under a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.errors import BackendError, WorkbenchError
+from workbench.models.base import (
+    ChatModel,
+    ContinuationScore,
+    Conversation,
+    Generation,
+    GenerationParams,
+    ScoreRequest,
+)
+from workbench.models.registry import register_backend
+from workbench.models.resolve import ModelSource, workbench_home
+
+log = logging.getLogger(__name__)
+
+
+class LocalOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device: str = Field("auto", description="auto, cpu, cuda, cuda:N or mps.")
+    dtype: str = Field("auto", description="auto (fp32 on CPU, bf16 on GPU), float32, "
+                                           "bfloat16 or float16.")
+    adapter: str | None = Field(None, description="Folder of a PEFT LoRA adapter to attach.")
+    merge_adapter: bool = Field(False, description="Merge the adapter (faster generation).")
+    batch_size: int = Field(8, ge=1, description="Conversations per forward pass.")
+    chat_template: str | None = Field(None, description="Jinja template when the tokenizer "
+                                                        "has none.")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads.")
+
+
+def pick_device(device: str = "auto") -> str:
+    import torch
+
+    if device != "auto":
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def pick_dtype(device: str, dtype: str = "auto"):
+    import torch
+
+    if dtype != "auto":
+        return getattr(torch, dtype)
+    if device.startswith("cuda") and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32  # bf16 on this kind of CPU runs at ~1 GFLOP/s: never use it here
+
+
+def _gguf_cache_dir(source: ModelSource) -> Path:
+    gguf = source.path / source.gguf_file
+    st = gguf.stat()
+    import hashlib
+
+    tag = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()
+    return workbench_home() / "models" / f"{Path(source.gguf_file).stem}-{tag[:12]}"
+
+
+def convert_gguf(source: ModelSource, *, force: bool = False) -> Path:
+    """Convert a GGUF model once into a safetensors folder; return that folder.
+
+    The folder appears under its final name only when complete (temp dir + rename), so a
+    conversion killed half-way is redone, never half-loaded.
+    """
+    target = _gguf_cache_dir(source)
+    if (target / "model.safetensors").exists() and not force:
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.perf_counter()
+    log.info("converting %s to safetensors (once)", source.gguf_file)
+    tok = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+    quantised = AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file,
+                                                     dtype=torch.float32)
+    config = quantised.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = fresh.load_state_dict(quantised.state_dict(), strict=False)
+    real_missing = [k for k in missing if "lm_head" not in k]  # tied to the embeddings
+    if real_missing or unexpected:
+        raise BackendError(f"converting {source.gguf_file}: weights do not match "
+                           f"(missing {real_missing[:3]}, unexpected {unexpected[:3]})")
+    fresh.tie_weights()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    fresh.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    (tmp / "workbench-source.json").write_text(json.dumps(
+        {"gguf": str(source.path / source.gguf_file), "seconds": time.perf_counter() - t0}))
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+    return target
+
+
+def model_folder(source: ModelSource) -> Path:
+    if source.kind in ("bundled-gguf", "gguf"):
+        return convert_gguf(source)
+    return source.path
+
+
+def check_adapter_dir(adapter: str | Path) -> Path:
+    """Accept only safetensors adapters: a pickle (`.bin`) adapter can run code on load."""
+    path = Path(adapter)
+    if not (path / "adapter_config.json").exists():
+        raise WorkbenchError(f"{path}: not a PEFT adapter folder (no adapter_config.json)")
+    if not (path / "adapter_model.safetensors").exists():
+        pickles = [p.name for p in path.glob("*.bin")] + [p.name for p in path.glob("*.pt")]
+        hint = f" (found {', '.join(pickles)}: pickle files are refused)" if pickles else ""
+        raise WorkbenchError(f"{path}: no adapter_model.safetensors{hint}")
+    return path
+
+
+@register_backend("local")
+class LocalChatModel(ChatModel):
+    def __init__(self, source: ModelSource, **options: Any):
+        self.opts = LocalOptions(**options)
+        self.source = source
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if self.opts.threads:
+            torch.set_num_threads(self.opts.threads)
+        self.device = pick_device(self.opts.device)
+        self.dtype = pick_dtype(self.device, self.opts.dtype)
+        t0 = time.perf_counter()
+        folder = model_folder(source)
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
+        self._adapter_id = ""
+        if self.opts.adapter:
+            from peft import PeftModel
+
+            adapter = check_adapter_dir(self.opts.adapter)
+            model = PeftModel.from_pretrained(model, adapter)
+            if self.opts.merge_adapter:
+                model = model.merge_and_unload()
+            from workbench.io import sha256_file
+
+            self._adapter_id = "+adapter:" + sha256_file(
+                adapter / "adapter_model.safetensors")[:16]
+        self.model = model.to(self.device).eval()
+        self.load_seconds = time.perf_counter() - t0
+        if self.opts.chat_template:
+            self.tokenizer.chat_template = self.opts.chat_template
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self._lock = threading.Lock()
+        self._identity = f"local:{source.name}{self._adapter_id}"
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    @property
+    def max_positions(self) -> int | None:
+        return getattr(self.model.config, "max_position_embeddings", None)
+
+    # --- prompts ---------------------------------------------------------------------------
+
+    def render(self, conversation: Conversation) -> str:
+        """The prompt text for a conversation, ending with the assistant header."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise WorkbenchError(f"{self.source.name} has no chat template; pass the "
+                                 "`chat_template` option")
+        return self.tokenizer.apply_chat_template(
+            [_plain(m) for m in conversation], add_generation_prompt=True, tokenize=False)
+
+    # --- generation ------------------------------------------------------------------------
+
+    def generate(self, conversations: Sequence[Conversation],
+                 params: GenerationParams | None = None) -> list[Generation]:
+        params = params or GenerationParams()
+        out: list[Generation] = []
+        bs = self.opts.batch_size
+        for i in range(0, len(conversations), bs):
+            out.extend(self._generate_batch(conversations[i:i + bs], params))
+        return out
+
+    def _gen_kwargs(self, params: GenerationParams) -> dict[str, Any]:
+        kw: dict[str, Any] = {"max_new_tokens": params.max_tokens,
+                              "pad_token_id": self.tokenizer.pad_token_id}
+        if params.greedy:
+            kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kw.update(do_sample=True, temperature=params.temperature, top_p=params.top_p,
+                      top_k=params.top_k or 0)
+        if params.repetition_penalty:
+            kw["repetition_penalty"] = params.repetition_penalty
+        if params.stop:
+            kw.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
+        return kw
+
+    def _generate_batch(self, convs: Sequence[Conversation],
+                        params: GenerationParams) -> list[Generation]:
+        import torch
+
+        prompts = [self.render(c) for c in convs]
+        tok = self.tokenizer
+        tok.padding_side = "left"
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        with self._lock, torch.inference_mode():
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            seqs = self.model.generate(**enc, **self._gen_kwargs(params))
+        new = seqs[:, enc["input_ids"].shape[1]:]
+        eos_ids = _eos_ids(self.model, tok)
+        gens = []
+        for row, mask in zip(new.tolist(), enc["attention_mask"].tolist(), strict=True):
+            n = len(row)
+            while n and row[n - 1] == tok.pad_token_id:
+                n -= 1
+            ended_eos = n < len(row) or (n and row[n - 1] in eos_ids)
+            text = tok.decode(row[:n], skip_special_tokens=True)
+            text, hit_stop = _cut_at_stop(text, params.stop)
+            finish = "stop" if (ended_eos or hit_stop) else "length"
+            if finish == "length" and n < params.max_tokens:
+                finish = "stop"
+            gens.append(Generation(text=text, finish_reason=finish,
+                                   prompt_tokens=int(sum(mask)), completion_tokens=n))
+        return gens
+
+    def stream(self, conversation: Conversation,
+               params: GenerationParams | None = None) -> Iterator[str]:
+        import torch
+        from transformers import TextIteratorStreamer
+
+        params = params or GenerationParams()
+        enc = self.tokenizer([self.render(conversation)], return_tensors="pt",
+                             add_special_tokens=False).to(self.device)
+        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True,
+                                        skip_special_tokens=True)
+        errors: list[BaseException] = []
+
+        def run():
+            try:
+                with self._lock, torch.inference_mode():
+                    if params.seed is not None:
+                        torch.manual_seed(params.seed)
+                    self.model.generate(**enc, streamer=streamer, **self._gen_kwargs(params))
+            except BaseException as e:  # surfaced to the consumer below
+                errors.append(e)
+                streamer.end()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        emitted = ""
+        for piece in streamer:
+            emitted += piece
+            cut, hit = _cut_at_stop(emitted, params.stop)
+            if hit:
+                yield cut[len(emitted) - len(piece):] if len(cut) > len(emitted) - len(piece) else ""
+                break
+            yield piece
+        thread.join()
+        if errors:
+            raise BackendError(f"generation failed: {errors[0]}")
+
+    # --- scoring ---------------------------------------------------------------------------
+
+    def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        # lm-evaluation-harness's convention: trailing spaces of the context move into the
+        # continuation, and the continuation's tokens are the tail of the joint encoding.
+        n_space = len(context) - len(context.rstrip())
+        if n_space:
+            continuation = context[-n_space:] + continuation
+            context = context[:-n_space]
+        whole = self.tokenizer(context + continuation, add_special_tokens=False)["input_ids"]
+        ctx = self.tokenizer(context, add_special_tokens=False)["input_ids"]
+        return ctx, whole[len(ctx):]
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
+        import torch
+
+        flat: list[tuple[int, list[int], list[int], int]] = []
+        for ri, req in enumerate(requests):
+            prompt = req.prompt if isinstance(req.prompt, str) else self.render(req.prompt)
+            for cont in req.continuations:
+                ctx, cont_ids = self._encode_pair(prompt, cont)
+                if not cont_ids:
+                    raise BackendError(f"continuation {cont!r} encodes to no tokens")
+                if not ctx:  # score from the BOS/EOS token like lm-eval does
+                    ctx = [self.tokenizer.bos_token_id or self.tokenizer.eos_token_id]
+                flat.append((ri, ctx, cont_ids, len(cont)))
+        results: list[ContinuationScore] = []
+        bs = self.opts.batch_size
+        pad = self.tokenizer.pad_token_id
+        for i in range(0, len(flat), bs):
+            chunk = flat[i:i + bs]
+            seqs = [(ctx + cont)[:-1] for _, ctx, cont, _ in chunk]
+            width = max(len(s) for s in seqs)
+            ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(seqs), width), dtype=torch.long)
+            for j, s in enumerate(seqs):
+                ids[j, :len(s)] = torch.tensor(s)
+                mask[j, :len(s)] = 1
+            with self._lock, torch.inference_mode():
+                logits = self.model(input_ids=ids.to(self.device),
+                                    attention_mask=mask.to(self.device)).logits
+            logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
+            for j, (_, ctx, cont, nchar) in enumerate(chunk):
+                start = len(ctx) - 1
+                lp = logprobs[j, start:start + len(cont)]
+                target = torch.tensor(cont)
+                total = lp.gather(1, target[:, None]).sum().item()
+                greedy = bool((lp.argmax(-1) == target).all())
+                results.append(ContinuationScore(logprob=total, n_tokens=len(cont),
+                                                 n_chars=nchar, is_greedy=greedy))
+        grouped: list[list[ContinuationScore]] = [[] for _ in requests]
+        for (ri, *_), res in zip(flat, results, strict=True):
+            grouped[ri].append(res)
+        return grouped
+
+    def token_logprobs(self, text: str) -> tuple[list[str], list[int], list[float | None]]:
+        """Per-token (text, char offset, logprob) of `text`; the first token has None.
+        Serves `/v1/completions` with `echo` + `logprobs` (prompt scoring over HTTP)."""
+        import torch
+
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = enc["input_ids"]
+        offsets = [a for a, _ in enc["offset_mapping"]]
+        tokens = [self.tokenizer.decode([t]) for t in ids]
+        if not ids:
+            return [], [], []
+        with self._lock, torch.inference_mode():
+            logits = self.model(input_ids=torch.tensor([ids], device=self.device)).logits
+        lp = torch.log_softmax(logits.float()[0], dim=-1).cpu()
+        values: list[float | None] = [None]
+        for k in range(1, len(ids)):
+            values.append(lp[k - 1, ids[k]].item())
+        return tokens, offsets, values
+
+    def info(self):
+        info = super().info()
+        info.details.update(device=self.device, dtype=str(self.dtype).removeprefix("torch."),
+                            source=self.source.describe(), load_seconds=self.load_seconds)
+        return info
+
+
+def _plain(m: dict[str, Any]) -> dict[str, Any]:
+    out = {"role": m["role"], "content": m["content"]}
+    if m.get("reasoning_content") is not None:
+        out["reasoning_content"] = m["reasoning_content"]
+    return out
+
+
+def _eos_ids(model, tok) -> set[int]:
+    ids = model.generation_config.eos_token_id if model.generation_config else None
+    ids = ids if isinstance(ids, list) else [ids]
+    return {i for i in [*ids, tok.eos_token_id] if i is not None}
+
+
+def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    cut = len(text)
+    for s in stops:
+        k = text.find(s)
+        if k != -1:
+            cut = min(cut, k)
+    return text[:cut], cut < len(text)
+
+
+with contextlib.suppress(Exception):
+    logging.getLogger("transformers").setLevel(logging.ERROR)

@@ -1,0 +1,60 @@
+"""One registry for every backend; the built-in ones register like a plugin would."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.models.base import ChatModel
+
+_BACKENDS: dict[str, Callable[..., ChatModel]] = {}
+# Built-ins are imported on first use so that `import workbench.models` does not pull torch.
+_BUILTIN = {
+    "local": "workbench.models.local",
+    "openai": "workbench.models.openai_compat",
+    "fake": "workbench.models.fake",
+}
+
+
+def register_backend(name: str):
+    """Class decorator: `@register_backend("mybackend")` makes `backend: mybackend` loadable."""
+
+    def deco(cls):
+        cls.backend_name = name
+        _BACKENDS[name] = cls
+        return cls
+
+    return deco
+
+
+def _backend(name: str) -> Callable[..., ChatModel]:
+    if name not in _BACKENDS and name in _BUILTIN:
+        importlib.import_module(_BUILTIN[name])
+    if name not in _BACKENDS:
+        raise WorkbenchError(f"unknown model backend {name!r}; available: "
+                             f"{', '.join(available_backends())}")
+    return _BACKENDS[name]
+
+
+def available_backends() -> list[str]:
+    return sorted(set(_BACKENDS) | set(_BUILTIN))
+
+
+def load_model(spec: str = "default", *, backend: str | None = None,
+               **options: Any) -> ChatModel:
+    """Resolve a model spec and build its backend.
+
+    `spec` is a bundled short name, a local HF folder, a .gguf file, a hub id already in the
+    local HF cache, or the URL of an OpenAI-compatible server (optionally `URL#model`).
+    `backend` overrides the choice (e.g. "fake" for tests). `options` go to the backend,
+    which rejects unknown ones.
+    """
+    from workbench.models.resolve import resolve_chat_model
+
+    if backend == "fake" or spec.startswith("fake"):
+        return _backend("fake")(spec=spec, **options)
+    source = resolve_chat_model(spec)
+    name = backend or ("openai" if source.kind == "openai" else "local")
+    return _backend(name)(source=source, **options)

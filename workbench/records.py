@@ -1,0 +1,281 @@
+"""Typed records that the pipelines exchange through JSONL files.
+
+Every record rejects unknown fields and mistyped values (`content: 5` is an error, not a
+string), so a typo in a data file surfaces at read time with its line number.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import field_validator, model_validator
+
+from workbench.io import read_jsonl, sha256_text, write_jsonl
+
+ROLES = ("system", "user", "assistant", "tool")
+LETTERS = "ABCDEFGHIJ"
+
+
+class RecordError(ValueError):
+    """A record-level problem with a stable code (used in error counts and exit messages)."""
+
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+# --- chat -------------------------------------------------------------------------------------
+
+class Message(Record):
+    role: StrictStr
+    content: StrictStr
+    # Reasoning kept apart from the answer (the `<think>` channel of thinking models); the name
+    # follows the OpenAI-compatible servers (vLLM, DeepSeek) and Qwen-style chat templates.
+    reasoning_content: StrictStr | None = None
+
+    @field_validator("role")
+    @classmethod
+    def _known_role(cls, v: str) -> str:
+        if v not in ROLES:
+            raise RecordError(f"unknown role {v!r} (expected one of {', '.join(ROLES)})",
+                              "unknown_role")
+        return v
+
+
+class ChatExample(Record):
+    """One training conversation in OpenAI `messages` form."""
+
+    messages: list[Message]
+    id: StrictStr | None = None
+    metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> ChatExample:
+        msgs = self.messages
+        if not msgs:
+            raise RecordError("messages is empty", "empty_messages")
+        for i, m in enumerate(msgs):
+            if m.role == "system" and i != 0:
+                raise RecordError(f"messages.{i}: system message must come first",
+                                  "system_not_first")
+        if not any(m.role == "assistant" for m in msgs):
+            raise RecordError("no assistant turn", "no_assistant")
+        if msgs[-1].role != "assistant":
+            raise RecordError("last turn is not an assistant turn", "last_not_assistant")
+        return self
+
+
+# --- corpus -----------------------------------------------------------------------------------
+
+class Document(Record):
+    id: StrictStr
+    source: StrictStr
+    title: StrictStr = ""
+    format: StrictStr = "md"
+    content_hash: StrictStr
+    n_sections: StrictInt = 0
+
+
+class Section(Record):
+    """A titled span of a document: the unit of distillation and the parent of RAG chunks."""
+
+    id: StrictStr
+    doc_id: StrictStr
+    source: StrictStr
+    heading_path: list[StrictStr] = Field(default_factory=list)
+    text: StrictStr
+    content_hash: StrictStr
+    order: StrictInt = 0
+    metadata: dict[str, Any] | None = None
+
+    @staticmethod
+    def make_id(doc_id: str, heading_path: list[str], order: int) -> str:
+        """Deterministic id: same document, same headings, same position -> same id."""
+        return "sec-" + sha256_text(f"{doc_id}\x1f{' > '.join(heading_path)}\x1f{order}")[:16]
+
+    @property
+    def title(self) -> str:
+        return " > ".join(self.heading_path)
+
+
+# --- distillation -----------------------------------------------------------------------------
+
+class Provenance(Record):
+    """Where a generated record came from: every score traces back to the text behind it."""
+
+    section_id: StrictStr
+    span_hash: StrictStr
+    doc_id: StrictStr | None = None
+    perspective: StrictStr | None = None
+    models: dict[str, StrictStr] = Field(default_factory=dict)  # agent -> model identity
+    prompt_version: StrictStr | None = None
+    domain: StrictStr | None = None
+
+
+def normalise_letters(answer: str, n_options: int = 4) -> str:
+    """'b, a' -> 'AB'. Raises RecordError when a letter is outside the options."""
+    letters = sorted(set(re.findall(r"[A-Za-z]", answer.upper())))
+    valid = LETTERS[:n_options]
+    if not letters or any(ch not in valid for ch in letters):
+        raise RecordError(f"answer {answer!r} is not option letter(s) among {valid}",
+                          "bad_answer")
+    return "".join(letters)
+
+
+class QTSASample(Record):
+    """Question-Thinking-Solution-Answer; `kind` mc has four options and a letter answer."""
+
+    id: StrictStr
+    kind: Literal["mc", "nd"]
+    question: StrictStr
+    options: list[StrictStr] | None = None
+    thinking: StrictStr
+    solution: StrictStr
+    answer: StrictStr
+    difficulty: StrictInt | None = None
+    provenance: Provenance
+    flags: list[StrictStr] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _mc_consistent(self) -> QTSASample:
+        if self.kind == "mc":
+            if not self.options or len(self.options) != 4:
+                raise RecordError("multiple-choice sample needs exactly 4 options",
+                                  "bad_options")
+            self.answer = normalise_letters(self.answer, len(self.options))
+        return self
+
+
+class MCItem(Record):
+    """A multiple-choice benchmark item."""
+
+    id: StrictStr
+    question: StrictStr
+    options: list[StrictStr]
+    answer: StrictStr
+    difficulty: StrictInt | None = None
+    provenance: Provenance | None = None
+
+    @model_validator(mode="after")
+    def _answer_in_options(self) -> MCItem:
+        if len(self.options) < 2:
+            raise RecordError("needs at least 2 options", "bad_options")
+        self.answer = normalise_letters(self.answer, len(self.options))
+        return self
+
+
+# --- retrieval and evaluation -----------------------------------------------------------------
+
+class RetrievalHit(Record):
+    rank: StrictInt
+    chunk_id: StrictStr
+    score: float
+    section_id: StrictStr
+    doc_id: StrictStr
+    heading_path: list[StrictStr] = Field(default_factory=list)
+    text: StrictStr = ""
+    retriever: StrictStr = ""
+
+
+class EvalResult(Record):
+    """One example's outcome under one condition (model x retrieval x scoring method)."""
+
+    example_id: StrictStr
+    condition: StrictStr
+    model: StrictStr
+    prediction: StrictStr | None = None
+    gold: StrictStr | None = None
+    correct: StrictBool | None = None
+    score: float | None = None
+    scores: dict[str, float] = Field(default_factory=dict)
+    latency_s: float | None = None
+    error: StrictStr | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+# --- trajectories and federated knowledge -----------------------------------------------------
+
+class Step(Record):
+    """One agent step; a model's mistake is recorded here and the loop goes on."""
+
+    index: StrictInt
+    thought: StrictStr = ""
+    action: StrictStr = ""
+    action_input: Any = None
+    observation: StrictStr = ""
+    error: StrictStr | None = None
+    reward: float | None = None
+
+
+class Trajectory(Record):
+    id: StrictStr
+    task: StrictStr
+    steps: list[Step] = Field(default_factory=list)
+    final_answer: StrictStr | None = None
+    verified: StrictBool = False
+    reward: float | None = None
+    environment: StrictStr | None = None
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+
+class KnowledgeUnit(Record):
+    """A unit of shared know-how distilled at a site: safe to send, holds no raw data."""
+
+    id: StrictStr
+    kind: StrictStr  # e.g. "tip", "pitfall", "pattern"
+    content: StrictStr
+    site: StrictStr | None = None
+    support: StrictInt = 1
+    score: float | None = None
+    round: StrictInt | None = None
+
+
+class RunManifest(Record):
+    """What a run did: config, the hashes of its inputs, library versions and seed."""
+
+    run_id: StrictStr
+    kind: StrictStr
+    created: float = Field(default_factory=time.time)
+    config: dict[str, Any] = Field(default_factory=dict)
+    input_hashes: dict[str, StrictStr] = Field(default_factory=dict)
+    versions: dict[str, StrictStr] = Field(default_factory=dict)
+    seed: StrictInt | None = None
+    status: StrictStr = "running"
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+def library_versions(*names: str) -> dict[str, str]:
+    """Installed versions of the given distributions (and ours), without importing them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from workbench import __version__
+
+    out = {"workbench": __version__}
+    for name in names or ("torch", "transformers", "peft", "sentence-transformers"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    import platform
+
+    out["python"] = platform.python_version()
+    return out
+
+
+def read_records(path: str | Path, cls: type[Record]) -> list:
+    return read_jsonl(path, cls.model_validate)
+
+
+def write_records(path: str | Path, records) -> int:
+    return write_jsonl(path, records)

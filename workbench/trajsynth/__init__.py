@@ -1,0 +1,1 @@
+"""Trajectory synthesis: verified data-agent trajectories by Monte Carlo tree search."""
