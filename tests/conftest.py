@@ -49,3 +49,27 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None,
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True,
                           text=True, env=e, cwd=cwd or REPO, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from workbench.models.embed import load_embedder
+
+    return load_embedder("minilm", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def rf_sections():
+    from workbench.rag.ingest import ingest
+
+    return ingest(REPO / "datasets" / "rf").sections
+
+
+@pytest.fixture(scope="session")
+def rf_index(tmp_path_factory, rf_sections, embedder):
+    from workbench.rag.index import RagConfig, RagIndex
+
+    out = tmp_path_factory.mktemp("idx") / "rf"
+    RagIndex.build(rf_sections, out, config=RagConfig(chunk_size=96, chunk_overlap=16),
+                   embedder=embedder)
+    return out

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workbench.errors import ConfigError
 from workbench.models.base import GenerationParams
+from workbench.rag.index import RagConfig
 
 
 class Section(BaseModel):
@@ -62,6 +63,7 @@ class ExperimentConfig(Section):
     generation: GenerationParams = Field(default_factory=GenerationParams)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     smoke: SmokeConfig = Field(default_factory=SmokeConfig)
+    rag: RagConfig = Field(default_factory=RagConfig)
 
     @property
     def run_dir(self) -> Path:

@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 from workbench.errors import DataError
 
 T = TypeVar("T")
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 # A JSONL line longer than this is refused: a runaway generation or a binary file, not a record.
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -29,6 +31,7 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f"{suffix}.tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp makes 0600; keep the usual permissions
     try:
         yield tmp_path
         with open(tmp_path, "rb") as fh:

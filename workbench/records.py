@@ -109,6 +109,19 @@ class Section(Record):
         return " > ".join(self.heading_path)
 
 
+class Chunk(Record):
+    """A retrieval unit cut from a section (token-aware size, with overlap)."""
+
+    id: StrictStr
+    section_id: StrictStr
+    doc_id: StrictStr
+    source: StrictStr
+    heading_path: list[StrictStr] = Field(default_factory=list)
+    text: StrictStr
+    content_hash: StrictStr
+    order: StrictInt = 0  # position of the chunk in its section
+
+
 # --- distillation -----------------------------------------------------------------------------
 
 class Provenance(Record):

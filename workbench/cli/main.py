@@ -24,8 +24,11 @@ models_app = typer.Typer(help="List and resolve models (bundled, local, GGUF, hu
                               "OpenAI-compatible URL).", no_args_is_help=True)
 data_app = typer.Typer(help="Validate and convert SFT datasets (messages, ShareGPT, Alpaca).",
                        no_args_is_help=True)
+rag_app = typer.Typer(help="Retrieval: build keyword/semantic/hybrid indexes, query them, "
+                           "evaluate them against qrels.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(data_app, name="data")
+app.add_typer(rag_app, name="rag")
 
 ConfigArg = Annotated[Optional[Path], typer.Argument(help="Experiment YAML config.",
                                                      show_default=False)]
@@ -152,6 +155,110 @@ def data_convert(src: Annotated[Path, typer.Argument(help="Input JSONL.")],
     examples = read_dataset(src, from_)
     n = write_dataset(dst, examples, to)
     typer.echo(f"wrote {n} records to {dst} ({to})")
+
+
+@data_app.command("ingest")
+def data_ingest(corpus: Annotated[Path, typer.Argument(help="Folder or file (md, txt, html, "
+                                                            "pdf).")],
+                out: Annotated[Path, typer.Option("--out", "-o", help="Section JSONL to "
+                                                                     "write.")],
+                on_error: Annotated[str, typer.Option(help="skip bad files (reported) or "
+                                                           "fail.")] = "skip"):
+    """Read a corpus into Section records that keep each heading path."""
+    from workbench.io import write_jsonl
+    from workbench.rag.ingest import ingest
+
+    report = ingest(corpus, on_error=on_error)
+    for f, why in report.skipped:
+        echo_err(f"skipped {f}: {why}")
+    n = write_jsonl(out, report.sections)
+    typer.echo(f"{report.summary()}; wrote {n} sections to {out}")
+
+
+# --- rag ----------------------------------------------------------------------------------
+
+RetrieverOpt = Annotated[str, typer.Option("--retriever", "-r",
+                                           help="keyword, semantic or hybrid.")]
+
+
+@rag_app.command("build")
+def rag_build(corpus: Annotated[Path, typer.Argument(help="Corpus folder/file, or Section "
+                                                          "JSONL.")],
+              out: Annotated[Path, typer.Option("--out", "-o", help="Index folder to write.")],
+              config: Annotated[Optional[Path], typer.Option(
+                  "--config", "-c", help="Experiment YAML with a `rag:` section.")] = None,
+              set_: SetOpt = None):
+    """Chunk a corpus and build the keyword (BM25), semantic (FAISS) and hybrid indexes."""
+    from workbench.progress import quiet_libraries
+    from workbench.rag.api import build_index
+
+    quiet_libraries()
+    cfg = _rag_config(config, set_)
+    index, _ = build_index(corpus, out, cfg, log=echo_err)
+    m = index.manifest
+    typer.echo(f"built {out}: {m['n_chunks']} chunks from {m['n_sections']} sections, "
+               f"embedder {m['embedder']['identity']}, corpus {m['corpus_hash']}")
+
+
+def _rag_config(config, overrides):
+    from workbench.config import load_config
+    from workbench.rag.index import RagConfig
+
+    return load_config(config, overrides).rag if (config or overrides) else RagConfig()
+
+
+@rag_app.command("query")
+def rag_query(index: Annotated[Path, typer.Argument(help="Index folder.")],
+              text: Annotated[str, typer.Argument(help="The query.")],
+              retriever: RetrieverOpt = "hybrid",
+              k: Annotated[int, typer.Option("-k", help="Hits to return.")] = 10,
+              doc: Annotated[Optional[list[str]], typer.Option(
+                  help="Only these documents (id or source path; repeatable).")] = None,
+              heading: Annotated[Optional[str], typer.Option(
+                  help="Only under this heading path, e.g. 'Reflection > VSWR'.")] = None,
+              json_out: Annotated[bool, typer.Option("--json", help="One JSON object per "
+                                                                    "hit.")] = False):
+    """Query an index; prints rank, score, chunk, section, document and heading path."""
+    from workbench.progress import quiet_libraries
+    from workbench.rag.api import query_index
+
+    quiet_libraries()
+    prefix = tuple(h.strip() for h in heading.split(">")) if heading else ()
+    hits = query_index(index, text, retriever=retriever, k=k, documents=tuple(doc or ()),
+                       heading_prefix=prefix)
+    for h in hits:
+        if json_out:
+            typer.echo(json.dumps({"rank": h.rank, "chunk_id": h.chunk_id, "score": h.score,
+                                   "section_id": h.section_id, "document": h.doc_id,
+                                   "heading_path": h.heading_path}))
+        else:
+            typer.echo(f"{h.rank:>3} {h.score:9.4f}  {' > '.join(h.heading_path)}  "
+                       f"[{h.chunk_id}]")
+
+
+@rag_app.command("eval")
+def rag_eval(index: Annotated[Path, typer.Argument(help="Index folder.")],
+             qrels: Annotated[Path, typer.Option(help="Qrels: JSONL, or TREC with --queries.")],
+             queries: Annotated[Optional[Path], typer.Option(
+                 help="Query texts for TREC qrels (TSV id<TAB>text or JSONL).")] = None,
+             level: Annotated[str, typer.Option(help="Relevance level: chunk, section or "
+                                                     "doc.")] = "chunk",
+             out: Annotated[Optional[Path], typer.Option(help="Write summary and per-query "
+                                                              "JSON here.")] = None):
+    """Hit@k, Recall@k, MRR and nDCG@k of the three retrievers side by side."""
+    from workbench.io import atomic_write_json
+    from workbench.progress import quiet_libraries
+    from workbench.rag.evaluate import evaluate_retrievers, format_table, read_qrels
+    from workbench.rag.index import RagIndex
+
+    quiet_libraries()
+    qs = read_qrels(qrels, queries)
+    idx = RagIndex.load(index)
+    summary = evaluate_retrievers({n: idx.retriever(n) for n in ("keyword", "semantic",
+                                                                  "hybrid")}, qs, level=level)
+    typer.echo(f"{len(qs)} queries, relevance at {level} level\n" + format_table(summary))
+    if out:
+        atomic_write_json(out, summary)
 
 
 # --- entry point --------------------------------------------------------------------------

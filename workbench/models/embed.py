@@ -17,7 +17,9 @@ class Embedder:
 
     @property
     def dim(self) -> int:
-        return int(self.model.get_sentence_embedding_dimension())
+        fn = getattr(self.model, "get_embedding_dimension", None) or \
+            self.model.get_sentence_embedding_dimension
+        return int(fn())
 
     def embed(self, texts: Sequence[str], *, show_progress: bool | None = None):
         """float32 array (n, dim), L2-normalised."""

@@ -1,0 +1,228 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from workbench.errors import DataError, WorkbenchError
+from workbench.rag.base import ChunkStore, Filters
+from workbench.rag.hybrid import HybridRetriever, relative_score_fuse, rrf_fuse
+from workbench.rag.index import RagConfig, RagIndex
+from workbench.records import Chunk
+
+QUERIES = [
+    "characteristic impedance of a coaxial cable", "VSWR for reflection coefficient 0.2",
+    "skin depth in copper at 1 GHz", "quarter-wave transformer", "return loss 20 dB",
+    "open-circuited stub", "mismatch loss", "isolator protects the power amplifier",
+    "microstrip width on FR-4", "telegrapher's equations", "phase velocity in polyethylene",
+    "slotted line measurement", "why 50 ohms", "attenuation in nepers", "standing wave",
+]
+
+
+def make_queries(n=50):
+    base = QUERIES * (n // len(QUERIES) + 1)
+    return [f"{q}" if i < len(QUERIES) else f"{q} {i}" for i, q in enumerate(base[:n])]
+
+
+def test_persist_and_reload_identical_results(rf_index, embedder):
+    a = RagIndex.load(rf_index, embedder=embedder)
+    b = RagIndex.load(rf_index, embedder=embedder)
+    assert a.semantic.index.ntotal == len(a.store) == a.manifest["n_chunks"]
+    qs = make_queries(50)
+    for name in ("keyword", "semantic", "hybrid"):
+        ra, rb = a.retriever(name), b.retriever(name)
+        for q in qs:
+            ha, hb = ra.retrieve(q, 10), rb.retrieve(q, 10)
+            assert [(h.chunk_id, h.score) for h in ha] == [(h.chunk_id, h.score) for h in hb]
+    names = {p.name for p in rf_index.iterdir()}
+    assert not any(n.endswith((".pkl", ".pickle", ".bin")) for n in names)
+
+
+def test_built_in_memory_equals_loaded(rf_sections, rf_index, embedder):
+    built = RagIndex.build(rf_sections, None, config=RagConfig(chunk_size=96, chunk_overlap=16),
+                           embedder=embedder)
+    loaded = RagIndex.load(rf_index, embedder=embedder)
+    assert [c.id for c in built.store.chunks] == [c.id for c in loaded.store.chunks]
+    for q in QUERIES:
+        for name in ("keyword", "semantic", "hybrid"):
+            x = built.retriever(name).retrieve(q, 5)
+            y = loaded.retriever(name).retrieve(q, 5)
+            assert [h.chunk_id for h in x] == [h.chunk_id for h in y]
+            assert np.allclose([h.score for h in x], [h.score for h in y], atol=1e-6)
+
+
+def test_rankings_make_sense(rf_index, embedder):
+    idx = RagIndex.load(rf_index, embedder=embedder)
+    for name in ("keyword", "semantic", "hybrid"):
+        top = idx.retriever(name).retrieve("Voltage standing wave ratio VSWR", 3)
+        assert any("Standing Wave" in " ".join(h.heading_path) for h in top), name
+
+
+def test_truncated_and_tampered_files_are_refused(rf_index, tmp_path, embedder):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(rf_index, broken)
+    f = broken / "faiss.index"
+    f.write_bytes(f.read_bytes()[:100])
+    with pytest.raises(DataError) as e:
+        RagIndex.load(broken, embedder=embedder)
+    assert "faiss.index" in str(e.value) and "truncated" in str(e.value)
+    shutil.rmtree(broken)
+    shutil.copytree(rf_index, broken)
+    data = bytearray((broken / "bm25_data.npy").read_bytes())
+    data[-1] ^= 0xFF
+    (broken / "bm25_data.npy").write_bytes(bytes(data))
+    with pytest.raises(DataError, match="bm25_data.npy.*hash"):
+        RagIndex.load(broken, embedder=embedder)
+    (broken / "manifest.json").unlink()
+    with pytest.raises(WorkbenchError, match="not a complete index"):
+        RagIndex.load(broken, embedder=embedder)
+
+
+class OtherEmbedder:
+    identity, dim, batch_size = "someone/else", 384, 8
+
+
+def test_other_embedder_is_refused(rf_index):
+    with pytest.raises(WorkbenchError, match="built with embedder .*MiniLM"):
+        RagIndex.load(rf_index, embedder=OtherEmbedder())
+    # keyword-only loading needs no embedder at all
+    idx = RagIndex.load(rf_index, semantic=False)
+    assert idx.retriever("keyword").retrieve("skin depth", 1)
+
+
+def test_failed_build_leaves_nothing_loadable(rf_sections, tmp_path, embedder, monkeypatch):
+    from workbench.rag import semantic
+
+    def boom(self, folder):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(semantic.SemanticRetriever, "save", boom)
+    out = tmp_path / "idx"
+    with pytest.raises(RuntimeError):
+        RagIndex.build(rf_sections, out, embedder=embedder)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+KILL = """
+import sys, time
+from workbench.rag import semantic
+orig = semantic.SemanticRetriever.save
+def slow(self, folder):
+    orig(self, folder)
+    print("SAVING", flush=True)
+    time.sleep(60)
+semantic.SemanticRetriever.save = slow
+from workbench.rag.api import build_index
+build_index(sys.argv[1], sys.argv[2], log=lambda m: None)
+"""
+
+
+def test_sigkill_mid_build_keeps_previous_index(rf_index, tmp_path, embedder):
+    import shutil
+
+    out = tmp_path / "idx"
+    shutil.copytree(rf_index, out)
+    before = (out / "manifest.json").read_bytes()
+    p = subprocess.Popen([sys.executable, "-c", KILL, str(REPO / "datasets" / "rf"), str(out)],
+                         stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert p.stdout.readline().strip() == "SAVING"
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert (out / "manifest.json").read_bytes() == before
+    RagIndex.load(out, embedder=embedder)  # the previous index still loads
+    assert list(tmp_path.glob(".idx.building-*"))  # the killed build's leftovers ...
+    RagIndex.load(out, embedder=embedder).save(out)
+    assert not list(tmp_path.glob(".idx.building-*"))  # ... go at the next build
+
+
+def _store(n):
+    return ChunkStore([Chunk(id=f"c{i}", section_id=f"s{i}", doc_id="d", source="x",
+                             text=f"t{i}", content_hash="h") for i in range(n)])
+
+
+class Fixed:
+    """A retriever stub with a fixed ranked list (fusion maths only)."""
+
+    def __init__(self, store, idx, scores):
+        self.store, self.idx, self.scores = store, np.array(idx), np.array(scores, float)
+
+    def _search(self, q, k, mask):
+        return self.idx[:k], self.scores[:k]
+
+    def _search_batch(self, qs, k, mask):
+        return [self._search(q, k, mask) for q in qs]
+
+
+def test_rrf_with_weights_hand_computed():
+    a = (np.array([0, 1, 2]), np.array([9.0, 5.0, 1.0]))
+    b = (np.array([2, 0, 3]), np.array([0.9, 0.8, 0.1]))
+    fused = rrf_fuse([a, b], [2.0, 1.0], k=60)
+    assert fused[0] == pytest.approx(2 / 61 + 1 / 62)
+    assert fused[1] == pytest.approx(2 / 62)
+    assert fused[2] == pytest.approx(2 / 63 + 1 / 61)
+    assert fused[3] == pytest.approx(1 / 63)
+    store = _store(4)
+    h = HybridRetriever(store, {"kw": Fixed(store, *a), "sem": Fixed(store, *b)},
+                        weights={"kw": 2.0, "sem": 1.0})
+    assert [x.chunk_id for x in h.retrieve("q", 4)] == ["c0", "c2", "c1", "c3"]
+    h2 = HybridRetriever(store, {"kw": Fixed(store, *a), "sem": Fixed(store, *b)},
+                         weights={"kw": 1.0, "sem": 3.0})
+    # weights change the order: with sem weighted 3x, c2 (sem rank 1) wins
+    assert [x.chunk_id for x in h2.retrieve("q", 2)] == ["c2", "c0"]
+
+
+def test_relative_score_fusion_hand_computed():
+    a = (np.array([0, 1, 2]), np.array([9.0, 5.0, 1.0]))
+    b = (np.array([2, 0]), np.array([0.9, 0.5]))
+    fused = relative_score_fuse([a, b], [1.0, 0.5])
+    assert fused[0] == pytest.approx(1.0 + 0.5 * 0.0)
+    assert fused[1] == pytest.approx(0.5)
+    assert fused[2] == pytest.approx(0.0 + 0.5 * 1.0)
+
+
+def test_ties_are_deterministic_and_reranker_applies():
+    store = _store(4)
+    a = (np.array([3, 1]), np.array([1.0, 1.0]))
+    b = (np.array([1, 3]), np.array([1.0, 1.0]))
+    h = HybridRetriever(store, {"a": Fixed(store, *a), "b": Fixed(store, *b)})
+    orders = {tuple(x.chunk_id for x in h.retrieve("q", 2)) for _ in range(3)}
+    assert orders == {("c1", "c3")}  # equal RRF scores: chunk position decides
+    rr = HybridRetriever(store, {"a": Fixed(store, *a), "b": Fixed(store, *b)},
+                         reranker=lambda q, ps: [len(p) + (p == "t3") for p in ps])
+    assert [x.chunk_id for x in rr.retrieve("q", 2)] == ["c3", "c1"]
+
+
+def test_filters_on_all_three_retrievers(rf_index, embedder):
+    idx = RagIndex.load(rf_index, embedder=embedder)
+    docs = sorted({c.doc_id for c in idx.store.chunks})
+    tl = [c for c in idx.store.chunks if c.heading_path[0] == "Transmission Lines"][0]
+    for name in ("keyword", "semantic", "hybrid"):
+        r = idx.retriever(name)
+        hits = r.retrieve("reflection impedance line", 10, Filters(documents=(tl.doc_id,)))
+        assert hits and all(h.doc_id == tl.doc_id for h in hits), name
+        hits = r.retrieve("reflection impedance line", 10,
+                          Filters(heading_prefix=("Reflection and Standing Waves", "VSWR")))
+        assert hits == [], name  # no such heading
+        hits = r.retrieve("impedance", 10, Filters(heading_prefix=(
+            "Reflection and Standing Waves", "Voltage Standing Wave Ratio")))
+        assert hits and all(h.heading_path[1] == "Voltage Standing Wave Ratio" for h in hits)
+    assert len(docs) >= 2
+
+
+def test_hnsw_and_ivf_selectable(rf_sections, embedder, tmp_path):
+    for kind in ("hnsw", "ivf"):
+        idx = RagIndex.build(rf_sections, tmp_path / kind, embedder=embedder,
+                             config=RagConfig(index_type=kind, chunk_size=96, chunk_overlap=16))
+        again = RagIndex.load(tmp_path / kind, embedder=embedder)
+        q = "characteristic impedance"
+        assert [h.chunk_id for h in idx.retriever("semantic").retrieve(q, 3)] == \
+            [h.chunk_id for h in again.retriever("semantic").retrieve(q, 3)]
+        assert json.loads((tmp_path / kind / "manifest.json").read_text())["config"][
+            "index_type"] == kind

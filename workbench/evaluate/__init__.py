@@ -1,0 +1,1 @@
+"""Evaluation core: metrics as plain functions, benchmark runners, reports."""

@@ -1,0 +1,117 @@
+"""The retriever interface: a concrete `retrieve`, an abstract scoring step.
+
+Every retriever works over a `ChunkStore` (the chunks in a fixed order, so an integer index
+names a chunk). `retrieve` applies metadata filters, asks the subclass for scored candidates,
+breaks ties by chunk position (deterministic) and returns `RetrievalHit` records.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.records import Chunk, RetrievalHit
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Metadata filters: keep chunks of these documents (ids or source paths) and/or whose
+    heading path starts with `heading_prefix`."""
+
+    documents: tuple[str, ...] = ()
+    heading_prefix: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.documents or self.heading_prefix)
+
+
+class ChunkStore:
+    def __init__(self, chunks: Sequence[Chunk]):
+        self.chunks = list(chunks)
+        self.index_of = {c.id: i for i, c in enumerate(self.chunks)}
+        if len(self.index_of) != len(self.chunks):
+            raise ValueError("duplicate chunk ids in the store")
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def mask(self, filters: Filters | None) -> np.ndarray | None:
+        """Boolean array of allowed chunks, or None for no filtering."""
+        if not filters:
+            return None
+        docs = set(filters.documents)
+        prefix = list(filters.heading_prefix)
+        keep = np.ones(len(self.chunks), dtype=bool)
+        for i, c in enumerate(self.chunks):
+            if docs and c.doc_id not in docs and c.source not in docs:
+                keep[i] = False
+            elif prefix and c.heading_path[:len(prefix)] != prefix:
+                keep[i] = False
+        return keep
+
+    def hits(self, order: np.ndarray, scores: np.ndarray, retriever: str) -> list[RetrievalHit]:
+        out = []
+        for rank, (i, s) in enumerate(zip(order.tolist(), scores.tolist(), strict=True),
+                                      start=1):
+            c = self.chunks[i]
+            out.append(RetrievalHit(rank=rank, chunk_id=c.id, score=float(s),
+                                    section_id=c.section_id, doc_id=c.doc_id,
+                                    heading_path=c.heading_path, text=c.text,
+                                    retriever=retriever))
+        return out
+
+
+def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None,
+          candidates: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Indices and scores of the k best, best first; equal scores in index order.
+
+    `candidates` restricts the search to those indices (scores then has the same length).
+    """
+    idx = np.arange(len(scores)) if candidates is None else np.asarray(candidates)
+    s = np.asarray(scores, dtype=np.float64)
+    if mask is not None:
+        keep = mask[idx]
+        idx, s = idx[keep], s[keep]
+    k = min(k, len(s))
+    if k <= 0:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    if k < len(s):
+        # take everything tied with the k-th best, then order exactly
+        part = np.argpartition(-s, k - 1)[:k]
+        kth = s[part].min()
+        sel = np.flatnonzero(s >= kth)
+    else:
+        sel = np.arange(len(s))
+    order = sel[np.lexsort((idx[sel], -s[sel]))][:k]
+    return idx[order], s[order]
+
+
+class BaseRetriever(abc.ABC):
+    name = "base"
+
+    def __init__(self, store: ChunkStore):
+        self.store = store
+
+    def retrieve(self, query: str, k: int = 10,
+                 filters: Filters | None = None) -> list[RetrievalHit]:
+        if not query.strip():
+            return []
+        mask = self.store.mask(filters)
+        order, scores = self._search(query, k, mask)
+        return self.store.hits(order, scores, self.name)
+
+    def retrieve_batch(self, queries: Sequence[str], k: int = 10,
+                       filters: Filters | None = None) -> list[list[RetrievalHit]]:
+        mask = self.store.mask(filters)
+        return [self.store.hits(*r, self.name) for r in self._search_batch(queries, k, mask)]
+
+    @abc.abstractmethod
+    def _search(self, query: str, k: int, mask: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk indices, scores), best first, at most k, honouring `mask`."""
+
+    def _search_batch(self, queries: Sequence[str], k: int, mask: np.ndarray | None):
+        return [self._search(q, k, mask) for q in queries]
