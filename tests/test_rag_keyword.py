@@ -87,3 +87,18 @@ def test_keyword_retrieval_on_cjk_text():
                               content_hash="h") for i, t in enumerate(texts)])
     hits = KeywordRetriever(store).retrieve("噪声系数", 3)
     assert hits[0].chunk_id == "c1"
+
+
+def test_top_k_matches_a_full_sort_with_ties():
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(1, 5000))
+        s = rng.integers(0, int(rng.integers(1, 50)), size=n).astype(float)  # many ties
+        if trial % 3 == 0:
+            s = rng.normal(size=n)
+        k = int(rng.integers(1, 40))
+        mask = rng.random(n) < 0.5 if trial % 4 == 0 else None
+        idx, sc = top_k(s, k, mask)
+        allowed = np.arange(n) if mask is None else np.flatnonzero(mask)
+        ref = allowed[np.lexsort((allowed, -s[allowed]))][:k]
+        assert idx.tolist() == ref.tolist() and sc.tolist() == s[ref].tolist()

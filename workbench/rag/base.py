@@ -70,23 +70,33 @@ def top_k(scores: np.ndarray, k: int, mask: np.ndarray | None = None,
 
     `candidates` restricts the search to those indices (scores then has the same length).
     """
-    idx = np.arange(len(scores)) if candidates is None else np.asarray(candidates)
     s = np.asarray(scores, dtype=np.float64)
-    if mask is not None:
-        keep = mask[idx]
-        idx, s = idx[keep], s[keep]
-    k = min(k, len(s))
+    if candidates is None and mask is None:
+        idx = None
+    else:
+        idx = np.arange(len(s)) if candidates is None else np.asarray(candidates)
+        if mask is not None:
+            keep = mask[idx]
+            idx, s = idx[keep], s[keep]
+    n = len(s)
+    k = min(k, n)
     if k <= 0:
         return np.empty(0, dtype=np.int64), np.empty(0)
-    if k < len(s):
-        # take everything tied with the k-th best, then order exactly
-        part = np.argpartition(-s, k - 1)[:k]
-        kth = s[part].min()
+    if k < n:
+        # Any k scores bound the k-th best from below: the k-th best of a strided sample
+        # gives a threshold that keeps ~n/(32k)*k candidates, all ties included; then sort those.
+        sample = s[:: max(1, n // max(32 * k, 1024))]
+        kth = np.partition(sample, len(sample) - k)[len(sample) - k] if len(sample) > k \
+            else -np.inf
         sel = np.flatnonzero(s >= kth)
+        if len(sel) > max(n // 16, 256 * k):  # flat scores (many ties): select exactly
+            part = np.argpartition(-s, k - 1)[:k]
+            sel = np.flatnonzero(s >= s[part].min())
     else:
-        sel = np.arange(len(s))
-    order = sel[np.lexsort((idx[sel], -s[sel]))][:k]
-    return idx[order], s[order]
+        sel = np.arange(n)
+    pos = sel if idx is None else idx[sel]
+    order = np.lexsort((pos, -s[sel]))[:k]
+    return pos[order], s[sel[order]]
 
 
 class BaseRetriever(abc.ABC):

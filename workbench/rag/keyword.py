@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,58 +30,73 @@ K1, B, EPSILON = 1.5, 0.75, 0.25
 class SparseBM25:
     """The term x document matrix of BM25Okapi contributions (CSR, one row per term)."""
 
+    # Terms in more than this share of the documents also get a dense row: adding a dense
+    # row is a vector add, ~10x faster per document than a scattered sparse add.
+    DENSE_SHARE = 1 / 16
+    DENSE_BUDGET_BYTES = 256 << 20
+
     def __init__(self, vocab: dict[str, int], indptr, indices, data, n_docs: int,
                  params: dict):
         self.vocab, self.n_docs, self.params = vocab, n_docs, params
         self.indptr = np.asarray(indptr, dtype=np.int64)
         self.indices = np.asarray(indices, dtype=np.int32)
         self.data = np.asarray(data, dtype=np.float64)
+        self._dense: dict[int, np.ndarray] = {}
+        df = np.diff(self.indptr)
+        frequent = np.flatnonzero(df > max(self.DENSE_SHARE * n_docs, 64))
+        budget = self.DENSE_BUDGET_BYTES // max(8 * n_docs, 1)
+        for t in frequent[np.argsort(-df[frequent], kind="stable")][:budget].tolist():
+            row = np.zeros(n_docs)
+            a, z = self.indptr[t], self.indptr[t + 1]
+            row[self.indices[a:z]] = self.data[a:z]
+            self._dense[t] = row
 
     @classmethod
     def build(cls, corpus: Sequence[Sequence[str]], k1: float = K1, b: float = B,
               epsilon: float = EPSILON) -> SparseBM25:
         n = len(corpus)
-        doc_len = np.fromiter((len(d) for d in corpus), dtype=np.float64, count=n)
-        avgdl = doc_len.sum() / n if n else 0.0
+        doc_len = np.fromiter((len(d) for d in corpus), dtype=np.int64, count=n)
+        # term ids in first-seen order: the order rank-bm25's document-frequency dict has,
+        # which fixes the order of its IDF sum (and so the last bits of the mean IDF)
         vocab: dict[str, int] = {}
-        rows, cols, tfs = [], [], []
-        df: Counter[int] = Counter()
-        for j, doc in enumerate(corpus):
-            for term, tf in Counter(doc).items():
-                t = vocab.setdefault(term, len(vocab))
-                rows.append(t)
-                cols.append(j)
-                tfs.append(tf)
-                df[t] += 1
-        # IDF exactly as rank_bm25.BM25Okapi._calc_idf, in its iteration order
-        idf = np.zeros(len(vocab))
-        idf_sum, negatives = 0.0, []
-        for t in range(len(vocab)):
-            v = math.log(n - df[t] + 0.5) - math.log(df[t] + 0.5)
-            idf[t] = v
-            idf_sum += v
-            if v < 0:
-                negatives.append(t)
-        avg_idf = idf_sum / len(vocab) if vocab else 0.0
-        idf[negatives] = epsilon * avg_idf
-        rows_a, cols_a = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
-        tf_a = np.asarray(tfs, dtype=np.float64)
-        norm = k1 * (1 - b + b * doc_len[cols_a] / avgdl) if n else 0
-        w = idf[rows_a] * (tf_a * (k1 + 1) / (tf_a + norm))
-        order = np.lexsort((cols_a, rows_a))
-        counts = np.bincount(rows_a, minlength=len(vocab))
-        indptr = np.concatenate([[0], np.cumsum(counts)])
-        return cls(vocab, indptr, cols_a[order], w[order], n,
+        setdefault = vocab.setdefault
+        flat = np.fromiter((setdefault(t, len(vocab)) for d in corpus for t in d),
+                           dtype=np.int64, count=int(doc_len.sum()))
+        n_terms = len(vocab)
+        docs = np.repeat(np.arange(n, dtype=np.int64), doc_len)
+        pairs, tf = np.unique(flat * max(n, 1) + docs, return_counts=True)  # term-major
+        rows, cols = pairs // max(n, 1), pairs % max(n, 1)
+        df = np.bincount(rows, minlength=n_terms)
+        # IDF exactly as rank_bm25.BM25Okapi._calc_idf, summed in its order
+        idf = [math.log(n - int(f) + 0.5) - math.log(int(f) + 0.5) for f in df.tolist()]
+        avg_idf = 0.0
+        for v in idf:
+            avg_idf += v
+        avg_idf = avg_idf / n_terms if n_terms else 0.0
+        idf_a = np.array(idf, dtype=np.float64)
+        idf_a[idf_a < 0] = epsilon * avg_idf
+        avgdl = float(doc_len.sum()) / n if n else 0.0
+        tf_a = tf.astype(np.float64)
+        dl = doc_len[cols].astype(np.float64)
+        w = idf_a[rows] * (tf_a * (k1 + 1) / (tf_a + k1 * (1 - b + b * dl / avgdl)))
+        indptr = np.concatenate([[0], np.cumsum(df)])
+        return cls(vocab, indptr, cols, w, n,
                    {"k1": k1, "b": b, "epsilon": epsilon, "avgdl": avgdl})
 
     def scores(self, tokens: Sequence[str]) -> np.ndarray:
+        # Terms are added in query order, repeats included, as rank-bm25 does, so the sums
+        # are the same floating-point operations (x + 0.0 == x for absent terms).
         out = np.zeros(self.n_docs)
-        for tok in tokens:  # repeated query terms count again, as in rank-bm25
+        for tok in tokens:
             t = self.vocab.get(tok)
             if t is None:
                 continue
-            a, z = self.indptr[t], self.indptr[t + 1]
-            out[self.indices[a:z]] += self.data[a:z]
+            dense = self._dense.get(t)
+            if dense is not None:
+                out += dense
+            else:
+                a, z = self.indptr[t], self.indptr[t + 1]
+                out[self.indices[a:z]] += self.data[a:z]
         return out
 
     def save(self, folder: Path) -> None:
@@ -143,5 +157,9 @@ class KeywordRetriever(BaseRetriever):
         # chunks that share no term with the query are not hits (rank-bm25 ranks them too,
         # at score 0; `scorer.scores` keeps that for parity checks)
         scores = self.scorer.scores(self.analyzer(query))
+        if mask is None:
+            idx, top = top_k(scores, k)
+            if len(top) == 0 or top[-1] != 0:
+                return idx, top
         matched = scores != 0
         return top_k(scores, k, matched if mask is None else (mask & matched))
