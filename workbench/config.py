@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workbench.errors import ConfigError
+from workbench.distill.config import DistillConfig
 from workbench.models.base import GenerationParams
 from workbench.rag.index import RagConfig
 
@@ -64,6 +65,7 @@ class ExperimentConfig(Section):
     cache: CacheConfig = Field(default_factory=CacheConfig)
     smoke: SmokeConfig = Field(default_factory=SmokeConfig)
     rag: RagConfig = Field(default_factory=RagConfig)
+    distill: DistillConfig = Field(default_factory=DistillConfig)
 
     @property
     def run_dir(self) -> Path:

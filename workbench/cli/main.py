@@ -28,7 +28,11 @@ rag_app = typer.Typer(help="Retrieval: build keyword/semantic/hybrid indexes, qu
                            "evaluate them against qrels.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(data_app, name="data")
+distill_app = typer.Typer(help="QTSA distillation: corpus sections to question-thinking-"
+                               "solution-answer training data and an MC benchmark.",
+                          no_args_is_help=True)
 app.add_typer(rag_app, name="rag")
+app.add_typer(distill_app, name="distill")
 
 ConfigArg = Annotated[Optional[Path], typer.Argument(help="Experiment YAML config.",
                                                      show_default=False)]
@@ -259,6 +263,52 @@ def rag_eval(index: Annotated[Path, typer.Argument(help="Index folder.")],
     typer.echo(f"{len(qs)} queries, relevance at {level} level\n" + format_table(summary))
     if out:
         atomic_write_json(out, summary)
+
+
+# --- distill ------------------------------------------------------------------------------
+
+@distill_app.command("run")
+def distill_run(config: ConfigArg = None, set_: SetOpt = None):
+    """Distil the configured corpus; writes samples, benchmark, SFT exports and report.md
+    into <output_dir>/<name>/distill. Re-running resumes from the call cache."""
+    from workbench.config import load_config
+    from workbench.distill.api import distill_from_config
+    from workbench.progress import quiet_libraries
+
+    quiet_libraries()
+    cfg = load_config(config, set_)
+    res = distill_from_config(cfg, progress=echo_err)
+    a = res.report["accepted"]
+    typer.echo(f"{res.run_dir}: {a['total']} samples accepted ({a['mc']} mc, {a['nd']} nd), "
+               f"{a['benchmark_items']} benchmark items; see {res.run_dir / 'report.md'}")
+
+
+@distill_app.command("export")
+def distill_export(run: Annotated[Path, typer.Argument(help="Run folder (or its distill/).")],
+                   out: Annotated[Path, typer.Option("--out", "-o", help="JSONL to write.")],
+                   fmt: Annotated[str, typer.Option("--format", "-f", help="messages, "
+                                                    "sharegpt or alpaca.")] = "messages",
+                   style: Annotated[str, typer.Option(help="instruct (one turn) or thinking "
+                                                           "(reasoning channel).")]
+                   = "instruct",
+                   kinds: Annotated[str, typer.Option(help="mc, nd or mc,nd (mixed).")]
+                   = "mc,nd"):
+    """Export training-split samples as an SFT dataset (benchmark sections never included)."""
+    from workbench.distill.api import export_run
+
+    n = export_run(run, out, fmt=fmt, style=style, kinds=tuple(k.strip() for k in
+                                                               kinds.split(",")))
+    typer.echo(f"wrote {n} examples to {out} ({fmt}, {style})")
+
+
+@distill_app.command("report")
+def distill_report(run: Annotated[Path, typer.Argument(help="Run folder (or its distill/).")],
+                   json_out: Annotated[bool, typer.Option("--json")] = False):
+    """Print a distillation run's report."""
+    from workbench.distill.api import read_report
+
+    report, md = read_report(run)
+    typer.echo(json.dumps(report, indent=2) if json_out else md)
 
 
 # --- entry point --------------------------------------------------------------------------

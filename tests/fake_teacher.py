@@ -1,0 +1,72 @@
+"""Scripted teachers for distillation tests: deterministic replies keyed on the prompt, sent
+through the real `fake` backend (same protocol, registry and cache as real models)."""
+
+import hashlib
+import re
+
+
+def _h(s: str) -> int:
+    return int(hashlib.sha256(s.encode()).hexdigest(), 16)
+
+
+def _text(user: str) -> str:
+    m = re.search(r"Text:\n(.*?)\n\n(?:Write|Question)", user, re.S)
+    return m.group(1) if m else ""
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=\.)\s+", text) if len(s.strip()) > 30]
+
+
+def _options(user: str) -> list[str]:
+    return re.findall(r"^[A-D]\) (.+)$", user, re.M)
+
+
+def reply(conv) -> str:
+    user = conv[-1]["content"]
+    text = _text(user)
+    sents = _sentences(text) or ["The text is short and has no full sentence to quote."]
+    focus = re.search(r"about (.+?) (?:that this text|\(|in this)", user)
+    topic = focus.group(1) if focus else "it"
+    key = sents[_h(user) % len(sents)]
+    word = (re.findall(r"[A-Za-z]{6,}", key) or ["signal"])[0].lower()
+    if "Write one multiple-choice question" in user:
+        wrong = [f"A {w} figure that no sentence here states" for w in ("first", "second",
+                                                                        "third")]
+        opts = [key[:120]] + wrong
+        k = _h(key) % 4
+        opts[0], opts[k] = opts[k], opts[0]
+        return (f"Question: Regarding {topic}, which statement about {word} is true?\n"
+                + "\n".join(f"{'ABCD'[i]}) {o}" for i, o in enumerate(opts))
+                + f"\nCorrect: {'ABCD'[k]}")
+    if "Write one open-ended question" in user:
+        return f"Question: How does {word} relate to {topic}?"
+    if "Think step by step inside <think>" in user:
+        opts = _options(user)
+        if opts:
+            best = next((i for i, o in enumerate(opts) if o in text), 0)
+            return (f"<think>First, recall what is said about {word}. Then compare each "
+                    f"option with it. Therefore option {'ABCD'[best]} fits.</think>\n"
+                    f"Option {'ABCD'[best]} restates the fact.\n<answer>{'ABCD'[best]}</answer>")
+        return (f"<think>First, find {word}. Then connect it to the question.</think>\n"
+                f"{key}\n<answer>{key[:80]}</answer>")
+    if "that this text answers" in user:
+        return f"What is the role of {word} in {topic}?"
+    if "Answer in one sentence" in user:
+        q = user.split("Question: ", 1)[-1]
+        return sents[_h(q) % len(sents)]
+    if "Explain step by step" in user:
+        return (f"First, the text discusses {word}. Then it states the key fact. "
+                "Therefore the given answer follows from the text.")
+    if "Answer with the letter" in user:
+        opts = _options(user)
+        best = next((i for i, o in enumerate(opts) if o in text), 0)
+        return "ABCD"[best]
+    if "strict JSON" in user:
+        return '{"question": "q?", "thinking": "t", "solution": "s", "answer": "A"}'
+    return "I do not know."
+
+
+def garbage(conv) -> str:
+    return ["", "lorem ipsum", "A) B) C)", "<think>unclosed", "Question: What?"][
+        _h(conv[-1]["content"]) % 5]

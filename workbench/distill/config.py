@@ -1,0 +1,72 @@
+"""Distillation settings (the `distill:` section of an experiment config)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentModel(_Section):
+    spec: str = Field("default", description="Model spec (see README: bundled, folder, URL).")
+    backend: str | None = None
+    options: dict = Field(default_factory=dict, description="Backend options, e.g. "
+                                                            "concurrency for HTTP servers.")
+
+
+class AgentModels(_Section):
+    """One model per agent; unset agents use `models.chat`."""
+
+    writer: AgentModel | None = None
+    answerer: AgentModel | None = None
+    verifier: AgentModel | None = None
+    postprocess: AgentModel | None = None
+
+
+class VerifierConfig(_Section):
+    enabled: bool = Field(True, description="Check each MC item by answering it with the text.")
+    method: Literal["loglik", "generate"] = Field(
+        "loglik", description="loglik: pick the most likely letter (robust for small models);"
+                              " generate: parse a generated letter.")
+    on_disagree: Literal["reject", "flag"] = "reject"
+
+
+class DedupConfig(_Section):
+    method: Literal["minhash", "embedding"] = "minhash"
+    threshold: float = Field(0.7, gt=0, le=1, description="Jaccard (minhash) or cosine "
+                                                           "(embedding) at which two questions"
+                                                           " are duplicates.")
+
+
+class DistillConfig(_Section):
+    corpus: str = Field("datasets/rf", description="Corpus folder/file or Section JSONL.")
+    domain: str = Field("rf", description="Domain pack name (rf, generic) or a YAML path.")
+    perspectives: list[str] | None = Field(None, description="Perspective ids; all if unset.")
+    kinds: list[Literal["mc", "nd"]] = Field(default_factory=lambda: ["mc", "nd"])
+    mode: Literal["composed", "single"] = Field(
+        "composed", description="single: RF-Agent's writer + answerer calls (capable "
+                                "teachers); composed: one easy step per call (small models).")
+    max_sections: int | None = Field(None, ge=1, description="Use only the first N sections.")
+    min_section_chars: int = Field(200, ge=0, description="Shorter sections are skipped.")
+    max_section_chars: int = Field(6000, ge=200, description="Longer sections are split or "
+                                                             "skipped.")
+    long_sections: Literal["split", "skip"] = "split"
+    writer_temperature: float = Field(1.0, ge=0, description="RF-Agent samples questions at "
+                                                             "~1.0.")
+    answer_temperature: float = Field(0.0, ge=0)
+    writer_max_tokens: int = Field(192, ge=8)
+    answer_max_tokens: int = Field(384, ge=8)
+    llm_postprocess: bool = Field(False, description="Single mode: an LLM rewrites the "
+                                                     "answer as JSON before validation.")
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
+    benchmark_fraction: float = Field(0.2, ge=0, lt=1, description="Share of sections whose "
+                                                                    "MC items form the "
+                                                                    "benchmark.")
+    benchmark_size: int = Field(1000, ge=1, description="Cap on benchmark items (RF-Agent: "
+                                                        "1000).")
+    models: AgentModels = Field(default_factory=AgentModels)
