@@ -134,7 +134,31 @@ def check_adapter_dir(adapter: str | Path) -> Path:
         pickles = [p.name for p in path.glob("*.bin")] + [p.name for p in path.glob("*.pt")]
         hint = f" (found {', '.join(pickles)}: pickle files are refused)" if pickles else ""
         raise WorkbenchError(f"{path}: no adapter_model.safetensors{hint}")
+    check_safetensors(path / "adapter_model.safetensors")
     return path
+
+
+def check_safetensors(file: Path) -> None:
+    """Read the header and every tensor's extent: a truncated or corrupt file fails here,
+    naming the file, before any model is touched."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            for k in f.keys():
+                f.get_slice(k)
+        import json as _json
+        import struct
+
+        with open(file, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = _json.loads(fh.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
+                  default=0)
+        if file.stat().st_size < 8 + n + end:
+            raise ValueError("file is shorter than its header says (truncated)")
+    except Exception as e:  # safetensors raises its own error types
+        raise WorkbenchError(f"{file}: corrupt or truncated safetensors ({e})") from None
 
 
 @register_backend("local")
@@ -167,12 +191,28 @@ class LocalChatModel(ChatModel):
                 adapter / "adapter_model.safetensors")[:16]
         self.model = model.to(self.device).eval()
         self.load_seconds = time.perf_counter() - t0
+        self._finish_setup(f"local:{source.name}{self._adapter_id}")
+
+    def _finish_setup(self, identity: str) -> None:
         if self.opts.chat_template:
             self.tokenizer.chat_template = self.opts.chat_template
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self._lock = threading.Lock()
-        self._identity = f"local:{source.name}{self._adapter_id}"
+        self._identity = identity
+
+    @classmethod
+    def wrap(cls, model, tokenizer, *, device: str = "cpu", identity: str = "in-memory",
+             batch_size: int = 8) -> LocalChatModel:
+        """A backend over a model already in memory (e.g. the one being trained)."""
+        self = cls.__new__(cls)
+        self.opts = LocalOptions(batch_size=batch_size)
+        self.source = ModelSource("in-memory", identity)
+        self.device, self.dtype = device, next(model.parameters()).dtype
+        self.tokenizer, self.model, self.load_seconds = tokenizer, model, 0.0
+        self._adapter_id = ""
+        self._finish_setup(f"local:{identity}")
+        return self
 
     @property
     def identity(self) -> str:

@@ -1,0 +1,126 @@
+"""Checkpoints that a crash can never half-write, and resume that finds only complete ones.
+
+A checkpoint is written into `.checkpoint-N.tmp`, completed with a `COMPLETE` marker, then
+renamed to `checkpoint-N`. Resume takes the newest `checkpoint-N` that has the marker, so a
+crash at any point (even a folder named `checkpoint-N` left by another tool) is never picked.
+Everything is safetensors or JSON: loading a checkpoint never unpickles anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+MARKER = "COMPLETE"
+_NAME = re.compile(r"^checkpoint-(\d+)$")
+
+
+def _optimizer_tensors(opt) -> tuple[dict, dict]:
+    sd = opt.state_dict()
+    tensors, meta = {}, {"param_groups": sd["param_groups"], "state_keys": {}}
+    for idx, st in sd["state"].items():
+        meta["state_keys"][str(idx)] = sorted(st)
+        for k, v in st.items():
+            tensors[f"state.{idx}.{k}"] = v.detach().cpu().contiguous()
+    return tensors, meta
+
+
+def save_checkpoint(folder: Path, step: int, *, model, optimizer, state: dict[str, Any],
+                    fault: callable = None) -> Path:
+    """`fault(stage)` is a test hook called between the writes (crash injection)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    fault = fault or (lambda stage: None)
+    final = folder / f"checkpoint-{step}"
+    tmp = folder / f".checkpoint-{step}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    fault("adapter")
+    tensors, meta = _optimizer_tensors(optimizer)
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    (tmp / "optimizer.json").write_text(json.dumps(meta))
+    fault("optimizer")
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            rng[f"cuda{i}"] = s
+    save_file(rng, str(tmp / "rng.safetensors"))
+    np_state = np.random.get_state()
+    full_state = dict(state, step=step, python_rng=_jsonable(random.getstate()),
+                      numpy_rng=[np_state[0], np_state[1].tolist(), *np_state[2:]])
+    (tmp / "trainer_state.json").write_text(json.dumps(full_state))
+    fault("state")
+    (tmp / MARKER).write_text("ok")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    fault("renamed")
+    return final
+
+
+def _jsonable(obj):
+    if isinstance(obj, tuple):
+        return [_jsonable(x) for x in obj]
+    return obj
+
+
+def _tupled(obj):
+    if isinstance(obj, list):
+        return tuple(_tupled(x) for x in obj)
+    return obj
+
+
+def complete_checkpoints(folder: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    found = []
+    for p in Path(folder).glob("checkpoint-*"):
+        m = _NAME.match(p.name)
+        if m and p.is_dir() and (p / MARKER).exists():
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    done = complete_checkpoints(folder)
+    return done[-1] if done else None
+
+
+def rotate(folder: Path, keep: int) -> None:
+    for p in complete_checkpoints(folder)[:-keep]:
+        shutil.rmtree(p, ignore_errors=True)
+    for p in Path(folder).glob(".checkpoint-*.tmp"):  # leftovers of crashed writes
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def load_checkpoint(ckpt: Path, *, model, optimizer) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = load_file(str(ckpt / "adapter_model.safetensors"))
+    set_peft_model_state_dict(model, weights)
+    meta = json.loads((ckpt / "optimizer.json").read_text())
+    tensors = load_file(str(ckpt / "optimizer.safetensors"))
+    state = {int(idx): {k: tensors[f"state.{idx}.{k}"] for k in keys}
+             for idx, keys in meta["state_keys"].items()}
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    rng = load_file(str(ckpt / "rng.safetensors"))
+    torch.set_rng_state(rng["torch"])
+    if torch.cuda.is_available():
+        cuda = [rng[k] for k in sorted(rng) if k.startswith("cuda")]
+        if cuda:
+            torch.cuda.set_rng_state_all(cuda)
+    st = json.loads((ckpt / "trainer_state.json").read_text())
+    random.setstate(_tupled(st["python_rng"]))
+    ns = st["numpy_rng"]
+    np.random.set_state((ns[0], np.array(ns[1], dtype=np.uint32), *ns[2:]))
+    return st
