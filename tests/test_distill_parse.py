@@ -87,3 +87,12 @@ def test_numbered_references_rewritten():
     text, changed = parse.rewrite_numbered_refs("From Equation (2) and Fig. 3 we get Z0.")
     assert changed and text == "From the relevant equation and the relevant figure we get Z0."
     assert parse.rewrite_numbered_refs("No refs here.") == ("No refs here.", False)
+
+
+def test_chatty_and_ungrounded_questions_rejected():
+    assert reason(parse.check_question, "I'm ready to help. What's on your mind?") == \
+        "chat_not_question"
+    parse.check_grounded("What sets the characteristic impedance?",
+                         "The characteristic impedance of a line is sqrt(L/C).")
+    assert reason(parse.check_grounded, "What is the capital of France?",
+                  "The characteristic impedance of a line is sqrt(L/C).") == "not_grounded"

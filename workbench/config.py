@@ -15,8 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workbench.errors import ConfigError
 from workbench.distill.config import DistillConfig
+from workbench.evaluate.config import EvalConfig
 from workbench.models.base import GenerationParams
 from workbench.rag.index import RagConfig
+from workbench.train.config import TrainConfig
 
 
 class Section(BaseModel):
@@ -56,6 +58,16 @@ class SmokeConfig(Section):
     max_tokens: int = Field(96, ge=1)
 
 
+class PipelineConfig(Section):
+    """The main job: distil -> index -> evaluate base (no RAG and three RAG kinds) -> LoRA SFT
+    -> evaluate SFT (no RAG and the best RAG) -> report."""
+
+    eval_items: int | None = Field(None, ge=1, description="Cap on benchmark items scored.")
+    sft_conditions: str = Field("none+best", description="none+best: SFT without RAG and with"
+                                                         " the base model's best RAG; all: "
+                                                         "every condition.")
+
+
 class ExperimentConfig(Section):
     name: str = Field("experiment", description="Run name; outputs go to <output_dir>/<name>.")
     seed: int = Field(0, description="Seed for every random choice of the run.")
@@ -66,6 +78,9 @@ class ExperimentConfig(Section):
     smoke: SmokeConfig = Field(default_factory=SmokeConfig)
     rag: RagConfig = Field(default_factory=RagConfig)
     distill: DistillConfig = Field(default_factory=DistillConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
 
     @property
     def run_dir(self) -> Path:

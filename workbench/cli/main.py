@@ -31,8 +31,14 @@ app.add_typer(data_app, name="data")
 distill_app = typer.Typer(help="QTSA distillation: corpus sections to question-thinking-"
                                "solution-answer training data and an MC benchmark.",
                           no_args_is_help=True)
+train_app = typer.Typer(help="LoRA SFT: train, preview the trained spans, merge.",
+                        no_args_is_help=True)
+pipeline_app = typer.Typer(help="The main job: distil, index, evaluate base and RAG, train, "
+                                "evaluate SFT, report.", no_args_is_help=True)
 app.add_typer(rag_app, name="rag")
 app.add_typer(distill_app, name="distill")
+app.add_typer(train_app, name="train")
+app.add_typer(pipeline_app, name="pipeline")
 
 ConfigArg = Annotated[Optional[Path], typer.Argument(help="Experiment YAML config.",
                                                      show_default=False)]
@@ -309,6 +315,97 @@ def distill_report(run: Annotated[Path, typer.Argument(help="Run folder (or its 
 
     report, md = read_report(run)
     typer.echo(json.dumps(report, indent=2) if json_out else md)
+
+
+# --- train --------------------------------------------------------------------------------
+
+@train_app.command("run")
+def train_run(config: ConfigArg = None, set_: SetOpt = None,
+              fresh: Annotated[bool, typer.Option(help="Ignore checkpoints; start over.")]
+              = False):
+    """LoRA SFT of models.chat on train.data; resumes from the last complete checkpoint.
+    Several GPUs: `torchrun --nproc_per_node N -m workbench train run CONFIG`."""
+    from pathlib import Path as _P
+
+    from workbench.config import load_config
+    from workbench.progress import quiet_libraries
+    from workbench.train.recipe import train
+
+    quiet_libraries()
+    cfg = load_config(config, set_)
+    out = _P(cfg.train.output) if cfg.train.output else cfg.run_dir / "adapter"
+    res = train(cfg.train, model_spec=cfg.models.chat.spec, output=out, seed=cfg.seed,
+                resume=not fresh, log=echo_err)
+    typer.echo(f"adapter written to {res.output} ({res.steps} steps)")
+
+
+@train_app.command("preview")
+def train_preview(config: ConfigArg = None, set_: SetOpt = None,
+                  index: Annotated[int, typer.Option(help="Which example.")] = 0):
+    """Print one training example as the model sees it, trained spans in [[ ]]."""
+    from transformers import AutoTokenizer
+
+    from workbench.config import load_config
+    from workbench.models.local import model_folder
+    from workbench.models.resolve import resolve_chat_model
+    from workbench.train.data import preview
+    from workbench.train.recipe import load_examples
+
+    cfg = load_config(config, set_)
+    tok = AutoTokenizer.from_pretrained(model_folder(resolve_chat_model(cfg.models.chat.spec)))
+    if cfg.train.chat_template:
+        tok.chat_template = cfg.train.chat_template
+    _, examples = load_examples(cfg.train)
+    typer.echo(preview(tok, examples[index]))
+
+
+@train_app.command("merge")
+def train_merge(adapter: Annotated[Path, typer.Argument(help="Adapter folder.")],
+                out: Annotated[Path, typer.Option("--out", "-o", help="Merged model folder.")],
+                base: Annotated[str, typer.Option(help="Base model spec.")] = "default"):
+    """Merge an adapter into its base model; refuses unless logits match within 1e-4."""
+    from workbench.progress import quiet_libraries
+    from workbench.train.merge import merge_adapter
+
+    quiet_libraries()
+    rep = merge_adapter(base, adapter, out)
+    typer.echo(f"merged into {out}; max |logit diff| {rep['max_abs_logit_diff']:.2e}")
+
+
+# --- eval ---------------------------------------------------------------------------------
+
+@app.command("eval")
+def eval_cmd(config: ConfigArg = None, set_: SetOpt = None):
+    """Score models.chat (+ eval.adapter) on the MC benchmark under each eval.condition
+    (none, semantic, keyword, hybrid); writes results.jsonl, summary.json and a plot."""
+    from workbench.config import load_config
+    from workbench.evaluate.run import format_summary, run_eval
+    from workbench.progress import quiet_libraries
+
+    quiet_libraries()
+    out = run_eval(load_config(config, set_), log=echo_err)
+    typer.echo(format_summary(out["conditions"]))
+    typer.echo(f"results in {out['output']}")
+
+
+# --- pipeline -----------------------------------------------------------------------------
+
+@pipeline_app.command("run")
+def pipeline_run(config: ConfigArg = None, set_: SetOpt = None):
+    """Run the main job; stages whose inputs did not change are skipped."""
+    from workbench.config import load_config
+    from workbench.pipeline import run_pipeline
+    from workbench.progress import quiet_libraries
+
+    quiet_libraries()
+    cfg = load_config(config, set_)
+    report = run_pipeline(cfg, log=echo_err)
+    for row in report["table"]:
+        acc = row["acc_loglik"]
+        gen = row["acc_generate"]
+        typer.echo(f"{row['name']:<28} loglik {acc if acc is None else f'{acc:.1%}':>7}   "
+                   f"generate {gen if gen is None else f'{gen:.1%}':>7}")
+    typer.echo(f"report: {cfg.run_dir / 'report.md'}")
 
 
 # --- entry point --------------------------------------------------------------------------

@@ -64,7 +64,23 @@ def check_question(q: str, *, min_chars: int = 12, max_chars: int = 600) -> str:
         raise Reject("numbered_reference", q)
     if not re.search(r"[A-Za-z]{3}", q):
         raise Reject("question_not_text", q)
+    if _CHATTY.search(q):
+        raise Reject("chat_not_question", q)
     return q
+
+
+_CHATTY = re.compile(r"\b(I'm|I am|I'd|I will|on your mind|help you|can I|may I|let me|"
+                     r"do you (want|need))\b", re.I)
+_CONTENT = re.compile(r"[A-Za-z][A-Za-z\-]{4,}")
+
+
+def check_grounded(question: str, source: str, min_shared: int = 1) -> None:
+    """The question must use at least `min_shared` content words (5+ letters) of its source
+    text: a question about something else cannot be answered only from the text."""
+    src = {w.lower() for w in _CONTENT.findall(source)}
+    shared = {w.lower() for w in _CONTENT.findall(question)} & src
+    if len(shared) < min_shared:
+        raise Reject("not_grounded", question)
 
 
 _QUESTION_SENTENCE = re.compile(r"(?:^|(?<=[\s\"'“(:]))([A-Z][^?\n\"”]{8,300}\?)")

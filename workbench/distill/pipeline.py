@@ -418,6 +418,7 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     for t in live:
         try:
             t.question = parse.check_question(t.question)
+            parse.check_grounded(t.question, t.span.text)
         except Reject as r:
             t.fail(r.reason)
             continue
