@@ -70,3 +70,10 @@ def reply(conv) -> str:
 def garbage(conv) -> str:
     return ["", "lorem ipsum", "A) B) C)", "<think>unclosed", "Question: What?"][
         _h(conv[-1]["content"]) % 5]
+
+
+def slow(conv) -> str:
+    import time
+
+    time.sleep(0.5)
+    return reply(conv)

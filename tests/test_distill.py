@@ -234,3 +234,29 @@ distill:
     assert "Yield per stage" in r.stdout
     r = run_cli("distill", "report", str(tmp_path), env=env)
     assert r.returncode == 1 and "not a finished distillation run" in r.stderr
+
+
+def test_expert_review_is_recorded_and_export_honours_it(single_run, tmp_path):
+    import shutil
+
+    from workbench.distill.api import export_run, load_samples, review_sample
+
+    run = tmp_path / "run"
+    shutil.copytree(single_run.run_dir, run)
+    train = [s for s in load_samples(run) if "train" in s.flags]
+    a, b = train[0], train[1]
+    review_sample(run, a.id, "reject")
+    review_sample(run, b.id, "edit", {"solution": "An expert's better solution."})
+    with pytest.raises(WorkbenchError, match="editable fields"):
+        review_sample(run, b.id, "edit", {"provenance": {}})
+    with pytest.raises(ValueError):
+        review_sample(run, a.id, "edit", {"options": ["only one"]}) if a.kind == "mc" else \
+            review_sample(run, a.id, "edit", {"question": 5})
+    n = export_run(run, tmp_path / "x.jsonl")
+    assert n == len(train) - 1
+    rows = read_dataset(tmp_path / "x.jsonl")
+    assert a.id not in {r.id for r in rows}
+    edited = next(r for r in rows if r.id == b.id)
+    assert "An expert's better solution." in edited.messages[-1].content
+    log = [json.loads(x) for x in (run / "review.jsonl").read_text().splitlines()]
+    assert [x["action"] for x in log] == ["reject", "edit"]

@@ -408,6 +408,86 @@ def pipeline_run(config: ConfigArg = None, set_: SetOpt = None):
     typer.echo(f"report: {cfg.run_dir / 'report.md'}")
 
 
+# --- app and jobs -------------------------------------------------------------------------
+
+@app.command("app")
+def app_cmd(workspace: Annotated[Path, typer.Option(help="Project folder (corpus, runs, "
+                                                         "jobs).")] = Path("workspace"),
+            port: Annotated[int, typer.Option(help="TCP port.")] = 8501,
+            host: Annotated[str, typer.Option(help="Interface; 0.0.0.0 exposes the app to "
+                                                   "the network.")] = "127.0.0.1"):
+    """Start the Streamlit app for domain experts (XSRF protection on, uploads capped)."""
+    import os
+    import subprocess
+
+    from workbench.errors import WorkbenchError
+    from workbench.workspace import MAX_UPLOAD_MB, open_workspace
+
+    script = Path(__file__).resolve().parents[2] / "apps" / "streamlit" / "app.py"
+    if not script.exists():
+        raise WorkbenchError(f"the app is not installed here ({script} missing); run from a "
+                             "checkout of the workbench")
+    ws = open_workspace(workspace)
+    env = dict(os.environ, WB_WORKSPACE=str(ws))
+    cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", host,
+           "--server.port", str(port), "--server.headless", "true",
+           "--server.enableXsrfProtection", "true", "--server.enableCORS", "true",
+           "--server.maxUploadSize", str(MAX_UPLOAD_MB), "--browser.gatherUsageStats",
+           "false", "--global.developmentMode", "false"]
+    echo_err(f"workbench app on http://{host}:{port} (workspace {ws})")
+    raise typer.Exit(subprocess.call(cmd, env=env, cwd=script.parent))
+
+
+jobs_app = typer.Typer(help="Background jobs of a workspace (shared with the app).",
+                       no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
+
+
+@jobs_app.command("start")
+def jobs_start(kind: Annotated[str, typer.Argument(help="distill, index, train, eval or "
+                                                        "pipeline.")],
+               config: ConfigArg = None, set_: SetOpt = None,
+               workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
+               = Path("workspace")):
+    """Start long work in the background; returns at once with the job id."""
+    from workbench.config import dump_config, load_config
+    from workbench.jobs import start_job
+
+    job = start_job(workspace, kind, dump_config(load_config(config, set_)))
+    typer.echo(f"{job.id} started (pid {job.pid}); `workbench jobs show {job.id}`")
+
+
+@jobs_app.command("list")
+def jobs_list(workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
+              = Path("workspace")):
+    """Jobs, newest first."""
+    from workbench.jobs import list_jobs
+
+    for j in list_jobs(workspace):
+        typer.echo(f"{j.id:<40} {j.kind:<9} {j.status:<10} {j.error or ''}")
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: str, workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
+              = Path("workspace")):
+    """A job's state and the end of its log."""
+    from workbench.jobs import load_job
+
+    j = load_job(Path(workspace) / "jobs" / job_id)
+    typer.echo(f"{j.id}: {j.kind} {j.status}" + (f" - {j.error}" if j.error else ""))
+    typer.echo(j.log_text(40))
+
+
+@jobs_app.command("stop")
+def jobs_stop(job_id: str, workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
+              = Path("workspace")):
+    """Stop a running job (it can be resumed by starting it again)."""
+    from workbench.jobs import load_job, stop_job
+
+    stop_job(load_job(Path(workspace) / "jobs" / job_id))
+    typer.echo(f"stop requested for {job_id}")
+
+
 # --- entry point --------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:

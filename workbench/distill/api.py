@@ -29,10 +29,65 @@ def _run_dir(run: str | Path) -> Path:
     return run
 
 
-def load_samples(run: str | Path) -> list[QTSASample]:
+def load_samples(run: str | Path, *, reviewed: bool = True) -> list[QTSASample]:
+    """The run's samples; with `reviewed`, an expert's rejections and edits applied."""
     run = _run_dir(run)
-    return read_records(run / "mcQTSA.jsonl", QTSASample) + \
+    samples = read_records(run / "mcQTSA.jsonl", QTSASample) + \
         read_records(run / "ndQTSA.jsonl", QTSASample)
+    return apply_review(samples, read_review(run)) if reviewed else samples
+
+
+REVIEW_ACTIONS = ("accept", "reject", "edit")
+EDITABLE = ("question", "options", "thinking", "solution", "answer")
+
+
+def read_review(run: str | Path) -> dict[str, dict]:
+    """The latest review decision per sample id (review.jsonl is an append-only log)."""
+    from workbench.io import iter_jsonl_raw
+
+    f = Path(run) / "review.jsonl"
+    out: dict[str, dict] = {}
+    if f.exists():
+        for _, row in iter_jsonl_raw(f):
+            out[row["id"]] = row
+    return out
+
+
+def review_sample(run: str | Path, sample_id: str, action: str,
+                  fields: dict | None = None, who: str = "expert") -> dict:
+    """Record an accept / reject / edit of one sample; edits are validated like the
+    pipeline's own records before they are recorded."""
+    import time
+
+    if action not in REVIEW_ACTIONS:
+        raise WorkbenchError(f"action must be one of {', '.join(REVIEW_ACTIONS)}")
+    run = _run_dir(run)
+    by_id = {s.id: s for s in load_samples(run, reviewed=False)}
+    if sample_id not in by_id:
+        raise WorkbenchError(f"no sample {sample_id!r} in {run}")
+    row = {"id": sample_id, "action": action, "who": who, "time": time.time()}
+    if action == "edit":
+        bad = set(fields or {}) - set(EDITABLE)
+        if bad or not fields:
+            raise WorkbenchError(f"editable fields are {', '.join(EDITABLE)}")
+        QTSASample.model_validate({**by_id[sample_id].to_json(), **fields})  # must stay valid
+        row["fields"] = fields
+    with open(run / "review.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return row
+
+
+def apply_review(samples: list[QTSASample], review: dict[str, dict]) -> list[QTSASample]:
+    out = []
+    for s in samples:
+        r = review.get(s.id)
+        if r is None or r["action"] == "accept":
+            out.append(s if r is None else s.model_copy(update={"flags": [*s.flags,
+                                                                          "expert_accepted"]}))
+        elif r["action"] == "edit":
+            data = {**s.to_json(), **r["fields"], "flags": [*s.flags, "expert_edited"]}
+            out.append(QTSASample.model_validate(data))
+    return out
 
 
 def export_run(run: str | Path, out: str | Path, *, fmt: str = "messages",

@@ -249,7 +249,8 @@ def write_composed(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: Dis
             t.fail(r.reason)
     live = [t for t in tasks if t.reject is None]
     stats.stages["written"] = len(live)
-    ap = GenerationParams(max_tokens=96, temperature=cfg.answer_temperature, seed=seed)
+    # one sentence: 64 tokens is plenty
+    ap = GenerationParams(max_tokens=64, temperature=cfg.answer_temperature, seed=seed)
     convs = [_conv(pack, pack.prompts.reference_answer.format(
         text=t.span.text, question=t.question, domain=pack.title)) for t in live]
     for t, g in zip(live, _generate(agents.answerer, convs, ap, stats), strict=True):

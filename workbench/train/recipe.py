@@ -180,6 +180,10 @@ def train(cfg: TrainConfig, *, model_spec: str, output: str | Path, seed: int = 
     old_handler = signal.signal(signal.SIGTERM, lambda *a: stop.update(flag=True)) \
         if rank == 0 and _main_thread() else None
     writer = _tensorboard(output.parent / f"{output.name}.tensorboard") if rank == 0 else None
+    live = output.parent / f"{output.name}.live.jsonl"
+    if rank == 0:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        live.write_text("".join(json.dumps(m) + "\n" for m in metrics))
     bench = _load_benchmark(cfg)
 
     cache: dict[int, list[Batch]] = {}
@@ -227,6 +231,9 @@ def train(cfg: TrainConfig, *, model_spec: str, output: str | Path, seed: int = 
                       or done == total):
             row["domain_accuracy"] = _domain_eval(model, tok, bench, device)
         metrics.append(row)
+        if rank == 0:  # live curves for the app and anyone tailing the run
+            with open(live, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
         if rank == 0 and (done % cfg.log_every == 0 or done == total):
             log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in row.items()))

@@ -1,0 +1,92 @@
+import streamlit as st
+from common import base_config, job_panel, show_error, workspace
+
+from workbench.domains import available_packs, load_pack
+from workbench.jobs import start_job
+
+st.title("Distill QTSA data")
+ws = workspace()
+runs_dir = ws / "runs"
+with st.form("distill-form"):
+    name = st.text_input("Run name", value="distill", key="d-name")
+    pack = st.selectbox("Domain pack", available_packs(), index=available_packs().index("rf")
+                        if "rf" in available_packs() else 0, key="d-pack")
+    perspectives = st.multiselect("Perspectives", [p.id for p in load_pack(pack).perspectives],
+                                  default=["concepts"], key="d-persp")
+    kinds = st.multiselect("Sample kinds", ["mc", "nd"], default=["mc", "nd"], key="d-kinds")
+    teacher = st.text_input("Teacher model (bundled 'default', a folder, or an "
+                            "OpenAI-compatible URL#model)", value="default", key="d-model")
+    mode = st.radio("Mode", ["composed", "single"], horizontal=True, key="d-mode",
+                    help="composed: one easy step per call (small models); single: "
+                         "RF-Agent's writer + answerer (capable teachers).")
+    max_sections = st.number_input("Max sections (0 = all)", 0, 10000, 0, key="d-max")
+    go = st.form_submit_button("Start distillation")
+if go:
+    try:
+        cfg = base_config(name, distill={
+            "corpus": str(ws / "corpus"), "domain": pack, "perspectives": perspectives,
+            "kinds": kinds, "mode": mode, "max_sections": max_sections or None,
+            "verifier": {"on_disagree": "flag"}})
+        if teacher != "default":
+            cfg["models"]["chat"] = {"spec": teacher}
+        job = start_job(ws, "distill", cfg)
+        st.success(f"Started job {job.id}")
+    except Exception as e:
+        show_error(e)
+job_panel("distill", "distill")
+
+st.subheader("Samples")
+done = sorted(p.parent for p in runs_dir.glob("*/distill/report.json"))
+if not done:
+    st.caption("No finished distillation yet.")
+else:
+    from workbench.distill.api import export_run, load_samples, read_report, read_review, \
+        review_sample
+    from workbench.records import Section, read_records
+
+    run = st.selectbox("Run", done, format_func=lambda p: p.parent.name, key="d-run")
+    report, md = read_report(run)
+    a = report["accepted"]
+    st.markdown(f"**{a['total']} accepted** ({a['mc']} mc, {a['nd']} nd) · rejects: "
+                + ", ".join(f"{k} {v}" for k, v in report["rejects"].items()))
+    samples = load_samples(run, reviewed=False)
+    review = read_review(run)
+    sections = {s.id: s for s in read_records(run / "sections.jsonl", Section)}
+    if samples:
+        i = st.number_input("Sample", 0, len(samples) - 1, 0, key="d-sample")
+        s = samples[int(i)]
+        left, right = st.columns(2)
+        with left:
+            st.markdown(f"**{s.kind.upper()}** · {s.provenance.perspective} · difficulty "
+                        f"{s.difficulty} · review: {review.get(s.id, {}).get('action', '-')}")
+            q = st.text_area("Question", s.question, key=f"q-{s.id}")
+            if s.options:
+                st.write({("ABCD")[k]: o for k, o in enumerate(s.options)})
+            sol = st.text_area("Solution", s.solution, key=f"s-{s.id}")
+            st.markdown(f"Answer: **{s.answer}**")
+            with st.expander("Thinking"):
+                st.write(s.thinking)
+            b1, b2, b3 = st.columns(3)
+            try:
+                if b1.button("Accept", key=f"acc-{s.id}"):
+                    review_sample(run, s.id, "accept")
+                    st.rerun()
+                if b2.button("Reject", key=f"rej-{s.id}"):
+                    review_sample(run, s.id, "reject")
+                    st.rerun()
+                if b3.button("Save edit", key=f"edit-{s.id}"):
+                    review_sample(run, s.id, "edit", {"question": q, "solution": sol})
+                    st.rerun()
+            except Exception as e:
+                show_error(e)
+        with right:
+            sec = sections.get(s.provenance.section_id)
+            st.markdown("**Source section:** " + (" > ".join(sec.heading_path) if sec else "?"))
+            st.write(sec.text if sec else "")
+    fmt = st.selectbox("Export format", ["messages", "sharegpt", "alpaca"], key="d-fmt")
+    style = st.selectbox("Style", ["instruct", "thinking"], key="d-style")
+    if st.button("Export training set", key="d-export"):
+        out = run / f"export.{style}.{fmt}.jsonl"
+        n = export_run(run, out, fmt=fmt, style=style)
+        st.success(f"Wrote {n} examples to {out}")
+        st.download_button("Download", out.read_bytes(), file_name=out.name, key="d-dl")

@@ -1,0 +1,69 @@
+import html
+import re
+
+import streamlit as st
+from common import base_config, job_panel, show_error, workspace
+
+from workbench.jobs import start_job
+
+st.title("Retrieval playground")
+ws = workspace()
+indexes = sorted(p.parent for p in (ws / "runs").glob("*/index/manifest.json"))
+with st.expander("Build an index from the corpus", expanded=not indexes):
+    name = st.text_input("Run name", value="rag", key="r-name")
+    if st.button("Build index", key="r-build"):
+        try:
+            job = start_job(ws, "index", base_config(name, distill={"corpus": str(
+                ws / "corpus")}))
+            st.success(f"Started job {job.id}")
+        except Exception as e:
+            show_error(e)
+    job_panel("index", "index")
+if not indexes:
+    st.stop()
+
+
+@st.cache_resource(show_spinner="Loading index")
+def load(path: str):
+    from workbench.rag.index import RagIndex
+
+    return RagIndex.load(path)
+
+
+folder = st.selectbox("Index", indexes, format_func=lambda p: p.parent.name, key="r-index")
+index = load(str(folder))
+query = st.text_input("Query", key="r-query", placeholder="e.g. what limits the VSWR of a match?")
+c1, c2, c3 = st.columns(3)
+w_kw = c1.slider("Keyword weight", 0.0, 3.0, 1.0, 0.1, key="r-wk")
+w_sem = c2.slider("Semantic weight", 0.0, 3.0, 1.0, 0.1, key="r-ws")
+k = c3.number_input("Hits", 1, 20, 5, key="r-k")
+
+
+def highlight(text: str, q: str) -> str:
+    words = {w.lower() for w in re.findall(r"\w{3,}", q)}
+    out = html.escape(text[:600])
+    for w in sorted(words, key=len, reverse=True):
+        out = re.sub(rf"(?i)\b({re.escape(w)})\b", r"<mark>\1</mark>", out)
+    return out
+
+
+if query:
+    cols = st.columns(3)
+    for col, name in zip(cols, ("semantic", "keyword", "hybrid"), strict=True):
+        r = index.retriever(name, weights={"keyword": w_kw, "semantic": w_sem})
+        with col:
+            st.subheader(name)
+            for h in r.retrieve(query, int(k)):
+                st.markdown(f"**{h.rank}. {' > '.join(h.heading_path)}** · score "
+                            f"{h.score:.4f}")
+                st.markdown(highlight(h.text, query), unsafe_allow_html=True)
+
+bench = sorted((ws / "runs").glob("*/distill/benchmark.jsonl"))
+if bench:
+    st.subheader("Retrieval metrics against a benchmark")
+    b = st.selectbox("Benchmark", bench, format_func=lambda p: p.parent.parent.name,
+                     key="r-bench")
+    if st.button("Compute Hit@k / MRR / nDCG", key="r-metrics"):
+        from workbench.evaluate.run import load_benchmark, retrieval_metrics
+
+        st.dataframe(retrieval_metrics(index, load_benchmark(b)))
