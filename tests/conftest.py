@@ -73,3 +73,24 @@ def rf_index(tmp_path_factory, rf_sections, embedder):
     RagIndex.build(rf_sections, out, config=RagConfig(chunk_size=96, chunk_overlap=16),
                    embedder=embedder)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from workbench.models.local import model_folder
+    from workbench.models.resolve import resolve_chat_model
+
+    tok = AutoTokenizer.from_pretrained(model_folder(resolve_chat_model("default")))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=1024, tie_word_embeddings=True,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+    out = tmp_path_factory.mktemp("tiny") / "tiny-llama"
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)

@@ -50,6 +50,10 @@ def reply(conv) -> str:
                     f"Option {'ABCD'[best]} restates the fact.\n<answer>{'ABCD'[best]}</answer>")
         return (f"<think>First, find {word}. Then connect it to the question.</think>\n"
                 f"{key}\n<answer>{key[:80]}</answer>")
+    if "that this fact answers" in user:
+        fact = user.split("Fact: ", 1)[1].split("\n", 1)[0]
+        w = (re.findall(r"[A-Za-z]{6,}", fact) or ["signal"])
+        return f"What is true of {w[0].lower()} and {w[-1].lower()}?"
     if "that this text answers" in user:
         return f"What is the role of {word} in {topic}?"
     if "Answer in one sentence" in user:

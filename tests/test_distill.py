@@ -260,3 +260,18 @@ def test_expert_review_is_recorded_and_export_honours_it(single_run, tmp_path):
     assert "An expert's better solution." in edited.messages[-1].content
     log = [json.loads(x) for x in (run / "review.jsonl").read_text().splitlines()]
     assert [x["action"] for x in log] == ["reject", "edit"]
+
+
+def test_composed_mode_with_answers_from_the_text(tmp_path):
+    res = run_distill(cfg(mode="composed", answer_source="text", verifier={"enabled": False}),
+                      tmp_path / "t", default_model=TEACHER)
+    secs = {s.id: s for s in read_records(tmp_path / "t" / "sections.jsonl", Section)}
+    mc = [s for s in res.samples if s.kind == "mc"]
+    nd = [s for s in res.samples if s.kind == "nd"]
+    assert mc and nd
+    for s in mc:  # the correct option is a sentence of the source section
+        right = s.options["ABCD".index(s.answer)]
+        assert right in secs[s.provenance.section_id].text
+    for s in nd:
+        assert s.solution in secs[s.provenance.section_id].text
+    assert res.report["model_calls"]["made"] < 3 * res.report["stages"]["tasks"]

@@ -1,7 +1,6 @@
 """Background jobs: detached, state on disk, locks, failure, stop and resume."""
 
 import os
-import sys
 import time
 from pathlib import Path
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import run_cli
 from workbench.rag.context import format_context, with_context
 from workbench.records import RetrievalHit
 

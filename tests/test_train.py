@@ -17,27 +17,6 @@ from workbench.train.config import TrainConfig
 from workbench.train.data import IGNORE, pack, preview, tokenize_all, tokenize_example
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from workbench.models.local import model_folder
-    from workbench.models.resolve import resolve_chat_model
-
-    tok = AutoTokenizer.from_pretrained(model_folder(resolve_chat_model("default")))
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=256, tie_word_embeddings=True,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
-    out = tmp_path_factory.mktemp("tiny") / "tiny-llama"
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    tok.save_pretrained(out)
-    return str(out)
-
-
 def examples(n=40):
     rows = []
     for i in range(n):
@@ -128,14 +107,14 @@ def test_preflight_refusals(tiny_model, tmp_path):
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     with pytest.raises(DataError, match="empty"):
-        tokenize_all(tok, [], max_length=64, max_positions=256)
-    with pytest.raises(WorkbenchError, match="exceeds the model's 256 positions"):
-        tokenize_all(tok, examples(2), max_length=512, max_positions=256)
+        tokenize_all(tok, [], max_length=64, max_positions=1024)
+    with pytest.raises(WorkbenchError, match="exceeds the model's 1024 positions"):
+        tokenize_all(tok, examples(2), max_length=2048, max_positions=1024)
     with pytest.raises(DataError, match="over train.max_length=16"):
-        tokenize_all(tok, examples(2), max_length=16, max_positions=256)
+        tokenize_all(tok, examples(2), max_length=16, max_positions=1024)
     tok.chat_template = None
     with pytest.raises(WorkbenchError, match="no chat template"):
-        tokenize_all(tok, examples(2), max_length=64, max_positions=256)
+        tokenize_all(tok, examples(2), max_length=64, max_positions=1024)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     out = tmp_path / "out"
@@ -162,7 +141,7 @@ def test_training_learns_and_is_reproducible(tiny_model, data_file, tmp_path):
               log=lambda m: None)
     assert a.metrics[-1]["loss"] < a.metrics[0]["loss"] - 0.1  # LoRA on a random model: slow
     assert "eval_loss" in a.metrics[-1]
-    b = train(tc(data_file), model_spec=tiny_model, output=tmp_path / "b", seed=1,
+    train(tc(data_file), model_spec=tiny_model, output=tmp_path / "b", seed=1,
               log=lambda m: None)
     assert sha256_file(tmp_path / "a" / "adapter_model.safetensors") == \
         sha256_file(tmp_path / "b" / "adapter_model.safetensors")

@@ -43,6 +43,41 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
         raise
 
 
+def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Put a completed folder `tmp` under the name `final`, replacing any previous one.
+
+    The previous folder is moved aside first and removed after the rename, so `final` is
+    always either the old complete folder or the new complete one, never a mixture.
+    """
+    import shutil
+
+    tmp, final = Path(tmp), Path(final)
+    if final.exists():
+        old = final.parent / f".{final.name}.old-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether a process exists and is not a zombie."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

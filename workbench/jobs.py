@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from workbench.errors import WorkbenchError
-from workbench.io import atomic_write_json, atomic_write_text
+from workbench.io import atomic_write_json, atomic_write_text, pid_alive
 
 KINDS = ("distill", "index", "train", "eval", "pipeline")
 
@@ -67,26 +67,10 @@ class Job:
         return "\n".join(f.read_text(errors="replace").splitlines()[-tail:])
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (finished, not yet reaped) is not running
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except OSError:
-        return True
-
-
 def load_job(folder: str | Path) -> Job:
     data = json.loads((Path(folder) / "job.json").read_text())
     job = Job(**data)
-    if job.status == "running" and not _alive(job.pid):
+    if job.status == "running" and not pid_alive(job.pid):
         job.status, job.error = "failed", job.error or "the job's process died"
         job.finished = job.finished or time.time()
         job.save()
@@ -126,7 +110,7 @@ def start_job(workspace: str | Path, kind: str, config: dict[str, Any], *,
 
 
 def stop_job(job: Job) -> None:
-    if job.status == "running" and _alive(job.pid):
+    if job.status == "running" and pid_alive(job.pid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGTERM)
 

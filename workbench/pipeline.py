@@ -247,7 +247,7 @@ def report_markdown(r: dict, run: Path) -> str:
         lines += ["## Data", "", f"- distilled samples: {a['total']} ({a['mc']} multiple-"
                   f"choice, {a['nd']} open), {a['train']} for training, "
                   f"{a['benchmark_items']} benchmark items from held-out sections",
-                  f"- details: [distill/report.md](distill/report.md)", ""]
+                  "- details: [distill/report.md](distill/report.md)", ""]
     t = r["train"]
     if t:
         fin = t.get("final", {})

@@ -119,6 +119,11 @@ def serve(
     if adapter:
         opts["adapter"] = str(adapter)
     m = load_model(model, **opts)
+    if adapter:
+        from workbench.train.recipe import fingerprint_warning
+
+        if w := fingerprint_warning(adapter, m.tokenizer):
+            echo_err(w)
     served = name or ("smollm2-135m-instruct" if model == "default" else model)
     echo_err(f"serving {m.identity} as {served!r} on http://{host}:{port}/v1")
     run_server(m, served, host=host, port=port)

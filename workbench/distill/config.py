@@ -50,6 +50,11 @@ class DistillConfig(_Section):
     mode: Literal["composed", "single"] = Field(
         "composed", description="single: RF-Agent's writer + answerer calls (capable "
                                 "teachers); composed: one easy step per call (small models).")
+    answer_source: Literal["model", "text"] = Field(
+        "model", description="composed mode: 'model' writes a question from the text and "
+                             "answers it; 'text' takes a sentence of the text as the answer "
+                             "and asks the model for its question (cheaper, correct by "
+                             "construction; best for small teachers).")
     max_sections: int | None = Field(None, ge=1, description="Use only the first N sections.")
     min_section_chars: int = Field(200, ge=0, description="Shorter sections are skipped.")
     max_section_chars: int = Field(6000, ge=200, description="Longer sections are split or "

@@ -21,8 +21,8 @@ class Reject(Exception):
 # References a self-contained question must not make
 _CONTEXT_REFS = re.compile(
     r"\b(the|this|above|given|following|provided)\s+(text|passage|excerpt|section|paragraph|"
-    r"article|document|chapter)\b|\baccording to the\b|\bas (stated|mentioned|described) "
-    r"(above|earlier)\b", re.I)
+    r"article|document|chapter|fact|statement|question)\b|\baccording to the\b|"
+    r"\bas (stated|mentioned|described) (above|earlier)\b|\bgiven a (fact|text)\b", re.I)
 _NUMBERED_REF = re.compile(r"\b(fig(?:ure)?|eq(?:uation)?|table|section)\.?\s*\(?\d+(?:\.\d+)*\)?",
                            re.I)
 _ANSWER_LEAK = re.compile(r"^\s*(correct( answer| option)?|answer|solution)\s*[:=]", re.I)

@@ -231,8 +231,53 @@ def _balance(tasks: list[Task], seed: int) -> None:
         t.options, t.gold = opts, gold
 
 
+def _facts(span: Span, seed: int) -> list[str]:
+    """Answer-sized sentences of a span, in a seeded order (one per perspective)."""
+    import re as _re
+
+    sents = [x.strip() for x in _re.split(r"(?<=[.!?])\s+(?=[A-Z])", span.text)
+             if 50 <= len(x.strip()) <= 260 and not x.strip().startswith("#")]
+    random.Random(f"{seed}:{span.id}").shuffle(sents)
+    return sents
+
+
+def write_from_facts(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,
+                     seed: int, stats: Stats) -> None:
+    """Composed mode, answers taken from the text: each task gets a sentence of its span
+    as the reference answer, and the model writes the question that sentence answers."""
+    by_span: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_span.setdefault(t.span.id, []).append(t)
+    for span_tasks in by_span.values():
+        facts = _facts(span_tasks[0].span, seed)
+        for k, t in enumerate(span_tasks):
+            if k < len(facts):
+                t.reference = facts[k]
+            else:
+                t.fail("no_fact_left")
+    live = [t for t in tasks if t.reject is None]
+    wp = GenerationParams(max_tokens=min(cfg.writer_max_tokens, 96),
+                          temperature=cfg.writer_temperature, seed=seed)
+    convs = [_conv(pack, pack.prompts.question_from_fact.format(fact=t.reference,
+                                                                domain=pack.title))
+             for t in live]
+    for t, g in zip(live, _generate(agents.writer, convs, wp, stats), strict=True):
+        try:
+            if g.error:
+                raise Reject("model_error", g.error)
+            t.question = parse.parse_question(g.text)
+            parse.check_grounded(t.question, t.reference)
+        except Reject as r:
+            t.fail(r.reason)
+    stats.stages["written"] = sum(t.reject is None for t in tasks)
+
+
 def write_composed(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,
                    seed: int, stats: Stats) -> None:
+    if cfg.answer_source == "text":
+        write_from_facts(tasks, pack, agents, cfg, seed, stats)
+        _rationales(tasks, pack, agents, cfg, seed, stats)
+        return
     wp = GenerationParams(max_tokens=min(cfg.writer_max_tokens, 96),
                           temperature=cfg.writer_temperature, seed=seed)
     convs = []
@@ -260,7 +305,14 @@ def write_composed(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: Dis
             t.reference = parse.parse_sentence(g.text)
         except Reject as r:
             t.fail(r.reason)
-    _assemble_options([t for t in live if t.reject is None], seed)
+    _rationales(tasks, pack, agents, cfg, seed, stats)
+
+
+def _rationales(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,
+                seed: int, stats: Stats) -> None:
+    """Options for MC items, then the model explains each known answer step by step."""
+    live = [t for t in tasks if t.reject is None]
+    _assemble_options(live, seed)
     _balance(live, seed)
     live = [t for t in live if t.reject is None]
     rp = GenerationParams(max_tokens=cfg.answer_max_tokens, temperature=cfg.answer_temperature,

@@ -25,13 +25,14 @@ class Perspective(BaseModel):
 
 class Prompts(BaseModel):
     """Prompt templates (Python str.format fields: {text}, {perspective}, {focus},
-    {question}, {options}, {answer}, {domain})."""
+    {question}, {options}, {answer}, {fact}, {domain})."""
 
     model_config = ConfigDict(extra="forbid")
     system: str
     writer_mc: str
     writer_nd: str
     question: str
+    question_from_fact: str
     reference_answer: str
     answerer: str
     rationale: str

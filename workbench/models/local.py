@@ -352,22 +352,28 @@ class LocalChatModel(ChatModel):
         results: list[ContinuationScore] = []
         bs = self.opts.batch_size
         pad = self.tokenizer.pad_token_id
+        # Left padding puts every continuation at the end of its row, so only the last K
+        # positions need logits (`logits_to_keep`): the vocabulary projection and softmax
+        # over the whole prompt would cost more than the rest of the forward pass.
         for i in range(0, len(flat), bs):
             chunk = flat[i:i + bs]
             seqs = [(ctx + cont)[:-1] for _, ctx, cont, _ in chunk]
             width = max(len(s) for s in seqs)
+            keep = max(len(cont) for _, _, cont, _ in chunk)
             ids = torch.full((len(seqs), width), pad, dtype=torch.long)
             mask = torch.zeros((len(seqs), width), dtype=torch.long)
-            for j, s in enumerate(seqs):
-                ids[j, :len(s)] = torch.tensor(s)
-                mask[j, :len(s)] = 1
+            for j, sq in enumerate(seqs):
+                ids[j, width - len(sq):] = torch.tensor(sq)
+                mask[j, width - len(sq):] = 1
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
             with self._lock, torch.inference_mode():
                 logits = self.model(input_ids=ids.to(self.device),
-                                    attention_mask=mask.to(self.device)).logits
+                                    attention_mask=mask.to(self.device),
+                                    position_ids=pos.to(self.device),
+                                    logits_to_keep=keep).logits
             logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
             for j, (_, ctx, cont, nchar) in enumerate(chunk):
-                start = len(ctx) - 1
-                lp = logprobs[j, start:start + len(cont)]
+                lp = logprobs[j, keep - len(cont):]
                 target = torch.tensor(cont)
                 total = lp.gather(1, target[:, None]).sum().item()
                 greedy = bool((lp.argmax(-1) == target).all())

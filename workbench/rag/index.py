@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import DataError, WorkbenchError
-from workbench.io import read_jsonl, sha256_file, sha256_text, write_jsonl
+from workbench.io import pid_alive, read_jsonl, replace_dir, sha256_file, sha256_text, write_jsonl
 from workbench.records import Chunk, Section, library_versions
 from workbench.rag.analysis import Analyzer
 from workbench.rag.base import BaseRetriever, ChunkStore
@@ -71,21 +71,11 @@ def corpus_hash(sections: list[Section]) -> str:
     return sha256_text("\n".join(f"{s.id}:{s.content_hash}" for s in sections))[:16]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_stale_builds(out: Path) -> None:
     """Remove the temporary folders of builds that were killed (their process is gone)."""
     for p in out.parent.glob(f".{out.name}.building-*"):
         pid = p.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)
 
 
@@ -167,13 +157,7 @@ class RagIndex:
             manifest = dict(self.manifest, files=files)
             # the manifest goes last: a folder without it never loads
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
-            if out.exists():
-                old = out.parent / f".{out.name}.old-{os.getpid()}"
-                os.replace(out, old)
-                os.replace(tmp, out)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, out)
+            replace_dir(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
+from workbench.io import replace_dir
 
 PARITY_PROMPTS = ["What is the characteristic impedance of a coaxial cable?",
                   "Explain VSWR in one sentence.", "Define noise figure.",
@@ -45,11 +46,5 @@ def merge_adapter(base_spec: str, adapter: str | Path, out: str | Path, *,
     report = {"base": base_spec, "adapter": str(adapter), "max_abs_logit_diff": diff,
               "tolerance": tolerance, "prompts": len(enc)}
     (tmp / "merge_report.json").write_text(json.dumps(report, indent=2))
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
+    replace_dir(tmp, out)
     return report

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.io import atomic_write_json, sha256_file
+from workbench.io import atomic_write_json, replace_dir, sha256_file
 from workbench.records import RunManifest, library_versions
 from workbench.train import checkpoint as ckpt
 from workbench.train.config import TrainConfig
@@ -352,13 +352,7 @@ def export_adapter(model, tok, output: Path, manifest: dict, metrics: list[dict]
             fh.write(json.dumps(row) + "\n")
     _plot_curves(metrics, tmp / "training_curves.png")
     (tmp / "README.md").write_text(model_card(manifest, metrics))
-    if output.exists():
-        old = output.parent / f".{output.name}.old-{os.getpid()}"
-        os.replace(output, old)
-        os.replace(tmp, output)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, output)
+    replace_dir(tmp, output)
 
 
 def model_card(manifest: dict, metrics: list[dict]) -> str:

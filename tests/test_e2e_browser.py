@@ -1,0 +1,136 @@
+"""End to end in a real browser: headless Debian Chromium driven by Playwright against
+`workbench app` on a free loopback port, with the bundled model doing the distillation."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, free_port, wait_http
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = REPO / "test-artifacts"
+DOC = """# Reflection and Matching
+
+## Reflection Coefficient
+
+When a wave on a line of characteristic impedance Z0 meets a load ZL, part of it is reflected.
+The reflection coefficient is (ZL - Z0) / (ZL + Z0). A matched load reflects nothing, a short
+circuit gives minus one and an open circuit gives plus one. The reflected power fraction is the
+square of the magnitude of the reflection coefficient.
+
+## Standing Wave Ratio
+
+The forward and reflected waves form a standing wave. The voltage standing wave ratio is
+(1 + |G|) / (1 - |G|), so a reflection coefficient of 0.2 gives a VSWR of 1.5. Antennas are
+usually specified with a VSWR below 2 across their band.
+
+## Quarter-Wave Transformer
+
+A quarter-wavelength line of impedance Z1 transforms a load ZL into Z1 squared over ZL. A
+100 ohm load is matched to 50 ohms with a 70.7 ohm quarter-wave section. The match is exact
+only at the design frequency.
+"""
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium missing")]
+
+
+@pytest.fixture()
+def app(tmp_path):
+    port = free_port()
+    env = dict(os.environ, TQDM_DISABLE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "app", "--workspace",
+                             str(tmp_path / "ws"), "--port", str(port)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        t0 = time.perf_counter()
+        wait_http(f"http://127.0.0.1:{port}/_stcore/health", timeout=60, proc=proc)
+        assert time.perf_counter() - t0 < 20
+        yield f"http://127.0.0.1:{port}", tmp_path / "ws"
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
+
+
+def _wait_job(page, button_key: str, timeout: float = 600) -> None:
+    """Click the job panel's Refresh until the job is no longer running."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        body = page.inner_text("body")
+        if ": completed" in body:
+            return
+        if ": failed" in body:
+            raise AssertionError(body[-2000:])
+        btn = page.locator(f".st-key-{button_key}-refresh button")
+        if btn.count():
+            btn.first.click()
+        page.wait_for_timeout(2000)
+    raise TimeoutError("job did not finish")
+
+
+def test_upload_distil_and_retrieve_in_a_browser(app, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    url, ws = app
+    doc = tmp_path / "matching.md"
+    doc.write_text(DOC)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        page.get_by_text("Projects and runs").first.wait_for(timeout=30000)
+        page.get_by_role("link", name="Corpus").click()
+        page.locator("[data-testid=stFileUploaderDropzoneInput]").set_input_files(str(doc))
+        page.get_by_text("Saved matching.md").wait_for(timeout=20000)
+        page.get_by_text("Sections found: 3").wait_for(timeout=20000)
+        assert page.locator("[data-testid=stException]").count() == 0
+
+        page.get_by_role("link", name="Distill").click()
+        page.get_by_text("Start distillation").wait_for(timeout=20000)
+        page.get_by_role("button", name="Start distillation").click()
+        page.get_by_text("Started job").wait_for(timeout=30000)
+        _wait_job(page, "distill", timeout=900)
+        page.get_by_role("link", name="Distill").click()
+        page.get_by_text("accepted").first.wait_for(timeout=30000)
+        body = page.inner_text("body")
+        assert "0 accepted" not in body
+        page.screenshot(path=str(ARTIFACTS / "distill.png"), full_page=True)
+
+        page.get_by_role("link", name="Retrieval playground").click()
+        page.get_by_role("button", name="Build index").click()
+        _wait_job(page, "index", timeout=300)
+        page.reload()
+        page.get_by_label("Query").fill("What VSWR does a reflection coefficient of 0.2 give?")
+        page.keyboard.press("Enter")
+        for name in ("semantic", "keyword", "hybrid"):
+            page.get_by_role("heading", name=name).wait_for(timeout=30000)
+        assert page.locator("[data-testid=stException]").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "retrieval.png"), full_page=True)
+        browser.close()
+    assert (ARTIFACTS / "retrieval.png").stat().st_size > 10000
+
+
+def test_server_limits(app):
+    import httpx
+
+    url, _ = app
+    # uploads without the XSRF cookie/token are refused
+    r = httpx.put(f"{url}/_stcore/upload_file/x/y", files={"file": ("a.md", b"x")}, timeout=10)
+    assert r.status_code == 403
+    # bodies over maxUploadSize (20 MB) are refused before they are read
+    big = b"x" * (21 * 1024 * 1024)
+    try:
+        r = httpx.put(f"{url}/_stcore/upload_file/x/y", content=big, timeout=30,
+                      headers={"Content-Type": "application/octet-stream"})
+        assert r.status_code in (403, 413)
+    except httpx.HTTPError:
+        pass  # the server may close the connection instead of answering
