@@ -110,8 +110,13 @@ def evaluate_mc(model: ChatModel, items: Sequence[MCItem], *, condition: str = "
     t_per: dict[str, float] = {}
     if "loglik" in methods:
         t0 = time.perf_counter()
-        letter = model.score(_requests(items, contexts, template, "letter"))
-        text = model.score(_requests(items, contexts, template, "text"))
+        # letters and option texts follow the same prompt: one request, one prompt pass
+        both = [ScoreRequest(lr.prompt, [*lr.continuations, *tr.continuations]) for lr, tr in
+                zip(_requests(items, contexts, template, "letter"),
+                    _requests(items, contexts, template, "text"), strict=True)]
+        scored = model.score(both)
+        letter = [row[:len(it.options)] for row, it in zip(scored, items, strict=True)]
+        text = [row[len(it.options):] for row, it in zip(scored, items, strict=True)]
         t_per["loglik"] = (time.perf_counter() - t0) / max(n, 1)
         for it, lrow, trow in zip(items, letter, text, strict=True):
             o = out[it.id]

@@ -30,15 +30,18 @@ def load_benchmark(path: str | Path, max_items: int | None = None) -> list[MCIte
     return items[:max_items] if max_items else items
 
 
-def contexts_for(index, retriever: str, items: Sequence[MCItem], *, ranks=(1, 3),
-                 max_tokens: int = 768) -> list[str]:
-    """Formatted contexts from ranks `ranks[0]..ranks[1]` (1-based, inclusive)."""
-    from workbench.rag.context import format_context
+def contexts_for(index, retriever: str, items: Sequence[MCItem], *,
+                 ranks: tuple[int, int] | None = None) -> list[str]:
+    """Formatted contexts from ranks `ranks[0]..ranks[1]` (1-based, inclusive; default the
+    index's top_k, RF-Agent's top 3), within the index's context token budget."""
+    from workbench.rag.context import format_context, token_counter
 
     r = index.retriever(retriever)
-    lo, hi = ranks
+    lo, hi = ranks or (1, index.config.top_k)
     hits = r.retrieve_batch([it.question for it in items], hi)
-    return [format_context(h[lo - 1:hi], max_tokens=max_tokens) for h in hits]
+    count = token_counter(index)
+    return [format_context(h[lo - 1:hi], max_tokens=index.config.context_tokens,
+                           count_tokens=count) for h in hits]
 
 
 def retrieval_metrics(index, items: Sequence[MCItem]) -> dict:
@@ -115,7 +118,8 @@ def evaluate_conditions(model: ChatModel, items: Sequence[MCItem], cfg: EvalConf
             f"{k}={v:.3f}" for k, v in summary[cond].items() if k.startswith("acc_")))
         if cfg.hit_vs_miss and cond != "none":
             miss = evaluate_mc(model, items, condition=f"{cond}_ranks4-6",
-                               contexts=contexts_for(index, cond, items, ranks=(4, 6)),
+                               contexts=contexts_for(index, cond, items, ranks=(
+                                   index.config.top_k + 1, 2 * index.config.top_k)),
                                methods=["loglik"], template=cfg.template,
                                model_name=model_name)
             results += miss

@@ -154,15 +154,22 @@ class CachedModel(ChatModel):
                     missing.append((ri, ci, key))
             results.append(row)
         if missing:
-            sub = [ScoreRequest(requests[ri].prompt, [requests[ri].continuations[ci]])
-                   for ri, ci, _ in missing]
+            # keep each request's missing continuations together (backends share the prompt)
+            by_req: dict[int, list[tuple[int, str]]] = {}
+            for ri, ci, key in missing:
+                by_req.setdefault(ri, []).append((ci, key))
+            order = list(by_req)
+            sub = [ScoreRequest(requests[ri].prompt,
+                                [requests[ri].continuations[ci] for ci, _ in by_req[ri]])
+                   for ri in order]
             scored = self.inner.score(sub)
-            self.calls_made += len(sub)
-            for (ri, ci, key), (sc,) in zip(missing, scored, strict=True):
-                self.cache.put(key, "score", self.identity,
-                               {"logprob": sc.logprob, "n_tokens": sc.n_tokens,
-                                "n_chars": sc.n_chars, "is_greedy": sc.is_greedy})
-                results[ri][ci] = sc
+            self.calls_made += len(missing)
+            for ri, row in zip(order, scored, strict=True):
+                for (ci, key), sc in zip(by_req[ri], row, strict=True):
+                    self.cache.put(key, "score", self.identity,
+                                   {"logprob": sc.logprob, "n_tokens": sc.n_tokens,
+                                    "n_chars": sc.n_chars, "is_greedy": sc.is_greedy})
+                    results[ri][ci] = sc
         return [[s for s in row if s is not None] for row in results]
 
     def stream(self, conversation, params=None):

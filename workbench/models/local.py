@@ -337,6 +337,67 @@ class LocalChatModel(ChatModel):
         return ctx, whole[len(ctx):]
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
+        """Log-likelihood of each continuation after its prompt (lm-eval's conventions).
+
+        The continuations of one request share its prompt: the prompt is run once and its
+        key/value cache is reused for every continuation (a 4-option item costs about one
+        prompt pass instead of four)."""
+        out: list[list[ContinuationScore] | None] = [None] * len(requests)
+        rest = []
+        for ri, req in enumerate(requests):
+            prompt = req.prompt if isinstance(req.prompt, str) else self.render(req.prompt)
+            pairs = [self._encode_pair(prompt, c) for c in req.continuations]
+            ctx = pairs[0][0] if pairs else []
+            if len(pairs) > 1 and ctx and all(p[0] == ctx and p[1] for p in pairs):
+                out[ri] = self._score_shared(ctx, [p[1] for p in pairs],
+                                             [len(c) for c in req.continuations])
+            else:
+                rest.append(ri)
+        if rest:
+            for ri, row in zip(rest, self._score_batched([requests[i] for i in rest]),
+                               strict=True):
+                out[ri] = row
+        return out  # type: ignore[return-value]
+
+    def _score_shared(self, ctx: list[int], conts: list[list[int]], nchars: list[int]
+                      ) -> list[ContinuationScore]:
+        import torch
+
+        n, width = len(conts), max(len(c) for c in conts)
+        with self._lock, torch.inference_mode():
+            first = self.model(input_ids=torch.tensor([ctx], device=self.device),
+                               use_cache=True, logits_to_keep=1)
+            head = torch.log_softmax(first.logits[0, -1].float(), dim=-1).cpu()
+            tail = None
+            if width > 1:
+                cache = first.past_key_values
+                cache.batch_repeat_interleave(n)
+                pad = self.tokenizer.pad_token_id
+                ids = torch.full((n, width - 1), pad, dtype=torch.long)
+                mask = torch.zeros((n, len(ctx) + width - 1), dtype=torch.long)
+                mask[:, :len(ctx)] = 1
+                for j, c in enumerate(conts):
+                    ids[j, :len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
+                    mask[j, len(ctx):len(ctx) + len(c) - 1] = 1
+                pos = torch.arange(len(ctx), len(ctx) + width - 1).expand(n, -1)
+                logits = self.model(input_ids=ids.to(self.device),
+                                    attention_mask=mask.to(self.device),
+                                    position_ids=pos.to(self.device), past_key_values=cache,
+                                    use_cache=True).logits
+                tail = torch.log_softmax(logits.float(), dim=-1).cpu()
+        out = []
+        for j, c in enumerate(conts):
+            total = head[c[0]].item()
+            greedy = int(head.argmax()) == c[0]
+            for k in range(1, len(c)):
+                row = tail[j, k - 1]
+                total += row[c[k]].item()
+                greedy = greedy and int(row.argmax()) == c[k]
+            out.append(ContinuationScore(logprob=total, n_tokens=len(c), n_chars=nchars[j],
+                                         is_greedy=greedy))
+        return out
+
+    def _score_batched(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
         import torch
 
         flat: list[tuple[int, list[int], list[int], int]] = []

@@ -14,6 +14,15 @@ RF_AGENT_TOP_K = 3
 RF_AGENT_HYBRID_CANDIDATES = 15
 
 
+def token_counter(index) -> Callable[[str], int]:
+    """Count tokens with the index's embedder tokenizer when it has one, else words."""
+    tok = getattr(getattr(getattr(index, "semantic", None), "embedder", None), "model", None)
+    tok = getattr(tok, "tokenizer", None)
+    if tok is None:
+        return lambda s: len(s.split())
+    return lambda s: len(tok.encode(s, add_special_tokens=False))
+
+
 def cite(hit: RetrievalHit, source: str | None = None) -> str:
     where = " > ".join(hit.heading_path) or hit.doc_id
     return f"{where}" + (f" ({source})" if source else "")
