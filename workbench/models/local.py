@@ -359,6 +359,14 @@ class LocalChatModel(ChatModel):
                 out[ri] = row
         return out  # type: ignore[return-value]
 
+    @property
+    def _cache_kwarg(self) -> str:
+        """transformers 5 renamed `past_key_values` to `cache`; accept both."""
+        import inspect
+
+        params = inspect.signature(type(self.model).forward).parameters
+        return "cache" if "cache" in params else "past_key_values"
+
     def _score_shared(self, ctx: list[int], conts: list[list[int]], nchars: list[int]
                       ) -> list[ContinuationScore]:
         import torch
@@ -370,7 +378,7 @@ class LocalChatModel(ChatModel):
             head = torch.log_softmax(first.logits[0, -1].float(), dim=-1).cpu()
             tail = None
             if width > 1:
-                cache = first.past_key_values
+                cache = getattr(first, "cache", None) or first.past_key_values
                 cache.batch_repeat_interleave(n)
                 pad = self.tokenizer.pad_token_id
                 ids = torch.full((n, width - 1), pad, dtype=torch.long)
@@ -382,8 +390,8 @@ class LocalChatModel(ChatModel):
                 pos = torch.arange(len(ctx), len(ctx) + width - 1).expand(n, -1)
                 logits = self.model(input_ids=ids.to(self.device),
                                     attention_mask=mask.to(self.device),
-                                    position_ids=pos.to(self.device), past_key_values=cache,
-                                    use_cache=True).logits
+                                    position_ids=pos.to(self.device), use_cache=True,
+                                    **{self._cache_kwarg: cache}).logits
                 tail = torch.log_softmax(logits.float(), dim=-1).cpu()
         out = []
         for j, c in enumerate(conts):
