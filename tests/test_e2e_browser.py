@@ -19,21 +19,29 @@ DOC = """# Reflection and Matching
 ## Reflection Coefficient
 
 When a wave on a line of characteristic impedance Z0 meets a load ZL, part of it is reflected.
-The reflection coefficient is (ZL - Z0) / (ZL + Z0). A matched load reflects nothing, a short
-circuit gives minus one and an open circuit gives plus one. The reflected power fraction is the
-square of the magnitude of the reflection coefficient.
+The reflection coefficient is the ratio (ZL - Z0) / (ZL + Z0) of reflected to incident voltage.
+A matched load reflects nothing, so its reflection coefficient is zero.
+A short circuit gives a reflection coefficient of minus one and an open circuit gives plus one.
+The fraction of the incident power that is reflected equals the squared magnitude of the reflection coefficient.
+Return loss expresses that reflected power in decibels as minus twenty times the logarithm of the magnitude.
 
 ## Standing Wave Ratio
 
-The forward and reflected waves form a standing wave. The voltage standing wave ratio is
-(1 + |G|) / (1 - |G|), so a reflection coefficient of 0.2 gives a VSWR of 1.5. Antennas are
-usually specified with a VSWR below 2 across their band.
+The forward and reflected waves add along the line to form a standing wave pattern.
+The voltage standing wave ratio is (1 + |G|) / (1 - |G|) for a reflection coefficient magnitude |G|.
+A reflection coefficient magnitude of 0.2 therefore gives a standing wave ratio of exactly 1.5.
+Antennas are usually specified with a standing wave ratio below 2 across their operating band.
+Voltage maxima and minima of the standing wave are spaced a quarter wavelength apart.
+Measuring where the voltage minimum sits once revealed an unknown load impedance on a slotted line.
 
 ## Quarter-Wave Transformer
 
-A quarter-wavelength line of impedance Z1 transforms a load ZL into Z1 squared over ZL. A
-100 ohm load is matched to 50 ohms with a 70.7 ohm quarter-wave section. The match is exact
-only at the design frequency.
+A quarter-wavelength line of impedance Z1 transforms a load ZL into the impedance Z1 squared over ZL.
+A 100 ohm load is matched to a 50 ohm line with a quarter-wave section of about 70.7 ohms.
+The match is exact only at the design frequency, where the section is a quarter wavelength long.
+Several quarter-wave sections in cascade widen the bandwidth of the transformer considerably.
+A quarter-wave line also turns a short circuit into an open circuit at its input terminals.
+Microstrip quarter-wave transformers are common in power dividers and amplifier matching networks.
 """
 
 pytestmark = [pytest.mark.slow,
@@ -68,8 +76,10 @@ def _wait_job(page, button_key: str, timeout: float = 600) -> None:
         if ": failed" in body:
             raise AssertionError(body[-2000:])
         btn = page.locator(f".st-key-{button_key}-refresh button")
-        if btn.count():
+        if btn.count() and btn.first.is_visible():
             btn.first.click()
+        else:
+            page.reload()
         page.wait_for_timeout(2000)
     raise TimeoutError("job did not finish")
 
@@ -102,7 +112,10 @@ def test_upload_distil_and_retrieve_in_a_browser(app, tmp_path):
         page.get_by_role("link", name="Distill").click()
         page.get_by_text("accepted").first.wait_for(timeout=30000)
         body = page.inner_text("body")
-        assert "0 accepted" not in body
+        import re
+
+        accepted = int(re.search(r"(\d+) accepted", body).group(1))
+        assert accepted > 0, body[-1500:]
         page.screenshot(path=str(ARTIFACTS / "distill.png"), full_page=True)
 
         page.get_by_role("link", name="Retrieval playground").click()

@@ -44,8 +44,9 @@ def job_panel(kind: str, key: str) -> None:
         st.caption(f"No {kind} job yet.")
         return
     job = jobs[0]
-    icon = {"running": "⏳", "completed": "✅", "failed": "❌", "stopped": "⏹"}.get(job.status,
-                                                                                  "•")
+    icon = {"running": ":material/hourglass_top:", "completed": ":material/check_circle:",
+            "failed": ":material/error:", "stopped": ":material/stop_circle:"}.get(job.status,
+                                                                                  "")
     st.markdown(f"**{icon} {kind} job `{job.id}`: {job.status}**")
     if job.progress:
         st.caption(job.progress[-1])

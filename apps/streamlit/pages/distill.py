@@ -12,20 +12,26 @@ with st.form("distill-form"):
     pack = st.selectbox("Domain pack", available_packs(), index=available_packs().index("rf")
                         if "rf" in available_packs() else 0, key="d-pack")
     perspectives = st.multiselect("Perspectives", [p.id for p in load_pack(pack).perspectives],
-                                  default=["concepts"], key="d-persp")
+                                  default=[p.id for p in load_pack(pack).perspectives],
+                                  key="d-persp")
     kinds = st.multiselect("Sample kinds", ["mc", "nd"], default=["mc", "nd"], key="d-kinds")
     teacher = st.text_input("Teacher model (bundled 'default', a folder, or an "
                             "OpenAI-compatible URL#model)", value="default", key="d-model")
     mode = st.radio("Mode", ["composed", "single"], horizontal=True, key="d-mode",
                     help="composed: one easy step per call (small models); single: "
                          "RF-Agent's writer + answerer (capable teachers).")
+    answers = st.radio("Answers (composed mode)", ["text", "model"], horizontal=True,
+                       key="d-answers", help="text: a sentence of the document is the answer "
+                                             "and the model writes its question (best for "
+                                             "small models); model: the model answers too.")
     max_sections = st.number_input("Max sections (0 = all)", 0, 10000, 0, key="d-max")
     go = st.form_submit_button("Start distillation")
 if go:
     try:
         cfg = base_config(name, distill={
             "corpus": str(ws / "corpus"), "domain": pack, "perspectives": perspectives,
-            "kinds": kinds, "mode": mode, "max_sections": max_sections or None,
+            "kinds": kinds, "mode": mode, "answer_source": answers,
+            "max_sections": max_sections or None,
             "verifier": {"on_disagree": "flag"}})
         if teacher != "default":
             cfg["models"]["chat"] = {"spec": teacher}

@@ -16,7 +16,8 @@ with st.expander("Run the whole comparison (distil, index, base vs RAG vs SFT)")
     if st.button("Start pipeline", key="e-start"):
         try:
             cfg = base_config(name, distill={"corpus": str(ws / "corpus"),
-                                             "perspectives": persp, "kinds": ["mc"],
+                                             "perspectives": persp, "kinds": ["mc", "nd"],
+                                             "answer_source": "text",
                                              "verifier": {"on_disagree": "flag"}},
                               train={"max_steps": int(steps), "batch_size": 2,
                                      "max_length": 512},

@@ -18,7 +18,7 @@ with st.expander("Build an index from the corpus", expanded=not indexes):
             st.success(f"Started job {job.id}")
         except Exception as e:
             show_error(e)
-    job_panel("index", "index")
+job_panel("index", "index")
 if not indexes:
     st.stop()
 
