@@ -211,10 +211,7 @@ def train(cfg: TrainConfig, *, model_spec: str, output: str | Path, seed: int = 
         for b in batches:
             t = to_tensors(b, device)
             labels = t.pop("labels")
-            logits = wrapped(**t, use_cache=False).logits.float()
-            loss = torch.nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                ignore_index=-100, reduction="sum")
+            loss = summed_loss(wrapped if world > 1 else model, t, labels)
             (loss / n_label).backward()
             loss_sum += loss.item()
             tokens_real += b.n_real
@@ -285,6 +282,34 @@ def train(cfg: TrainConfig, *, model_spec: str, output: str | Path, seed: int = 
     return result
 
 
+def summed_loss(model, inputs: dict, labels):
+    """Sum of next-token cross-entropy over the labelled (assistant) positions.
+
+    Where the model exposes its decoder and output embedding (Llama, Qwen, Mistral, Gemma,
+    ...), the vocabulary projection runs only on the positions that have a label: the
+    prompt's positions never need logits, and the full (batch x length x vocabulary) logits
+    tensor, its shifted copy and its softmax are never materialised.
+    """
+    import torch
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = getattr(inner, "get_decoder", lambda: None)()
+    head = inner.get_output_embeddings()
+    cfg = inner.config
+    fast = decoder is not None and head is not None and not getattr(
+        cfg, "final_logit_softcapping", None) and getattr(cfg, "logit_scale", None) is None
+    if not fast:  # generic path (and under DDP, whose forward must run)
+        logits = model(**inputs, use_cache=False).logits.float()
+        return torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+            ignore_index=-100, reduction="sum")
+    hidden = decoder(**inputs, use_cache=False).last_hidden_state
+    target = labels[:, 1:]
+    keep = target != -100
+    logits = head(hidden[:, :-1][keep]).float()
+    return torch.nn.functional.cross_entropy(logits, target[keep], reduction="sum")
+
+
 def _main_thread() -> bool:
     import threading
 
@@ -309,10 +334,7 @@ def _eval_loss(model, eval_set, cfg, tok, device) -> float:
                               packing=cfg.packing, pad_id=tok.pad_token_id, seed=0, epoch=0):
             t = to_tensors(b, device)
             labels = t.pop("labels")
-            logits = model(**t, use_cache=False).logits.float()
-            total += torch.nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                ignore_index=-100, reduction="sum").item()
+            total += summed_loss(model, t, labels).item()
             n += b.n_trained
     model.train()
     return total / max(n, 1)
