@@ -125,3 +125,32 @@ def test_fake_model_through_conditions(rf_index, embedder):
                    provenance=Provenance(section_id="x", span_hash="h"))
     rows = evaluate_open(load_model("fake", responses=["Z0 is sqrt of L over C"]), [s])
     assert rows[0].correct and rows[0].score > 0.7
+
+
+def test_eval_train_preview_and_merge_commands(tiny_model, tmp_path):
+    from conftest import run_cli
+    from workbench.formats import write_dataset
+    from workbench.records import ChatExample
+
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("".join(json.dumps(it.to_json()) + "\n" for it in items(6)))
+    out = tmp_path / "ev"
+    r = run_cli("eval", "-s", f"models.chat.spec={tiny_model}", "-s", f"eval.benchmark={bench}",
+                "-s", "eval.conditions=[none]", "-s", "eval.methods=[loglik]",
+                "-s", f"eval.output={out}", "-s", f"output_dir={tmp_path}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "| none | 6 |" in r.stdout
+    assert (out / "results.jsonl").exists() and (out / "accuracy.png").exists()
+    data = tmp_path / "d.jsonl"
+    write_dataset(data, [ChatExample.model_validate({"messages": [
+        {"role": "user", "content": f"q{i}?"}, {"role": "assistant", "content": f"a{i}."}]})
+        for i in range(8)])
+    common = ["-s", f"models.chat.spec={tiny_model}", "-s", f"train.data={data}",
+              "-s", f"output_dir={tmp_path}", "-s", "name=t"]
+    r = run_cli("train", "preview", *common)
+    assert r.returncode == 0 and "[[a0.<|im_end|>" in r.stdout.replace("\n", "")
+    r = run_cli("train", "run", *common, "-s", "train.max_steps=2", "-s", "train.max_length=64")
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run_cli("train", "merge", str(tmp_path / "t" / "adapter"), "-o", str(tmp_path / "m"),
+                "--base", tiny_model)
+    assert r.returncode == 0 and "max |logit diff|" in r.stdout
