@@ -161,6 +161,18 @@ def _generate(model: ChatModel, convs, params, stats: Stats):
     return gens
 
 
+def _ask(model: ChatModel, tasks: list[Task], convs, params, stats: Stats, handle) -> None:
+    """One batch of calls, one per task; `handle(task, text)` stores what it parses or raises
+    Reject, which fails that task with the reason (a model error fails it too)."""
+    for t, g in zip(tasks, _generate(model, convs, params, stats), strict=True):
+        try:
+            if g.error:
+                raise Reject("model_error", g.error)
+            handle(t, g.text)
+        except Reject as r:
+            t.fail(r.reason)
+
+
 def write_single(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,
                  seed: int, stats: Stats) -> None:
     wp = GenerationParams(max_tokens=cfg.writer_max_tokens, temperature=cfg.writer_temperature,
@@ -171,16 +183,13 @@ def write_single(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: Disti
         tpl = pack.prompts.writer_mc if t.kind == "mc" else pack.prompts.writer_nd
         convs.append(_conv(pack, tpl.format(text=t.span.text, perspective=p.name,
                                             focus=p.focus, domain=pack.title)))
-    for t, g in zip(tasks, _generate(agents.writer, convs, wp, stats), strict=True):
-        try:
-            if g.error:
-                raise Reject("model_error", g.error)
-            if t.kind == "mc":
-                t.question, t.options, t.gold = parse.parse_mc_block(g.text)
-            else:
-                t.question = parse.parse_question(g.text)
-        except Reject as r:
-            t.fail(r.reason)
+    def written(t: Task, text: str) -> None:
+        if t.kind == "mc":
+            t.question, t.options, t.gold = parse.parse_mc_block(text)
+        else:
+            t.question = parse.parse_question(text)
+
+    _ask(agents.writer, tasks, convs, wp, stats, written)
     _balance(tasks, seed)
     live = [t for t in tasks if t.reject is None]
     stats.stages["written"] = len(live)
@@ -261,14 +270,11 @@ def write_from_facts(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: D
     convs = [_conv(pack, pack.prompts.question_from_fact.format(fact=t.reference,
                                                                 domain=pack.title))
              for t in live]
-    for t, g in zip(live, _generate(agents.writer, convs, wp, stats), strict=True):
-        try:
-            if g.error:
-                raise Reject("model_error", g.error)
-            t.question = parse.parse_question(g.text)
-            parse.check_grounded(t.question, t.reference)
-        except Reject as r:
-            t.fail(r.reason)
+    def asked(t: Task, text: str) -> None:
+        t.question = parse.parse_question(text)
+        parse.check_grounded(t.question, t.reference)
+
+    _ask(agents.writer, live, convs, wp, stats, asked)
     stats.stages["written"] = sum(t.reject is None for t in tasks)
 
 
@@ -285,26 +291,16 @@ def write_composed(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: Dis
         p = pack.perspective(t.perspective)
         convs.append(_conv(pack, pack.prompts.question.format(
             text=t.span.text, perspective=p.name, focus=p.focus, domain=pack.title)))
-    for t, g in zip(tasks, _generate(agents.writer, convs, wp, stats), strict=True):
-        try:
-            if g.error:
-                raise Reject("model_error", g.error)
-            t.question = parse.parse_question(g.text)
-        except Reject as r:
-            t.fail(r.reason)
+    _ask(agents.writer, tasks, convs, wp, stats,
+         lambda t, text: setattr(t, "question", parse.parse_question(text)))
     live = [t for t in tasks if t.reject is None]
     stats.stages["written"] = len(live)
     # one sentence: 64 tokens is plenty
     ap = GenerationParams(max_tokens=64, temperature=cfg.answer_temperature, seed=seed)
     convs = [_conv(pack, pack.prompts.reference_answer.format(
         text=t.span.text, question=t.question, domain=pack.title)) for t in live]
-    for t, g in zip(live, _generate(agents.answerer, convs, ap, stats), strict=True):
-        try:
-            if g.error:
-                raise Reject("model_error", g.error)
-            t.reference = parse.parse_sentence(g.text)
-        except Reject as r:
-            t.fail(r.reason)
+    _ask(agents.answerer, live, convs, ap, stats,
+         lambda t, text: setattr(t, "reference", parse.parse_sentence(text)))
     _rationales(tasks, pack, agents, cfg, seed, stats)
 
 
@@ -324,14 +320,8 @@ def _rationales(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: Distil
         convs.append(_conv(pack, pack.prompts.rationale.format(
             text=t.span.text, question=t.question, options=opts, answer=ans,
             domain=pack.title)))
-    for t, g in zip(live, _generate(agents.answerer, convs, rp, stats), strict=True):
-        try:
-            if g.error:
-                raise Reject("model_error", g.error)
-            t.thinking = parse.parse_rationale(g.text)
-        except Reject as r:
-            t.fail(r.reason)
-            continue
+    def explained(t: Task, text: str) -> None:
+        t.thinking = parse.parse_rationale(text)
         if t.kind == "mc":
             t.answer = t.gold
             t.solution = (f"The correct option is {t.gold}: "
@@ -339,6 +329,8 @@ def _rationales(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: Distil
         else:
             t.solution = t.reference
             t.answer = t.reference.split(". ")[0].rstrip(".") + "."
+
+    _ask(agents.answerer, live, convs, rp, stats, explained)
 
 
 def _assemble_options(tasks: list[Task], seed: int) -> None:
