@@ -32,7 +32,7 @@ def make_data(path: Path, n: int = 160) -> None:
     import random
 
     from workbench.formats import write_dataset
-    from workbench.rag.ingest import ingest
+    from workbench.corpus import ingest
     from workbench.records import ChatExample
 
     rng = random.Random(0)

@@ -60,7 +60,7 @@ def embedder():
 
 @pytest.fixture(scope="session")
 def rf_sections():
-    from workbench.rag.ingest import ingest
+    from workbench.corpus import ingest
 
     return ingest(REPO / "datasets" / "rf").sections
 

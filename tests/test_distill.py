@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 def cfg(**kw):
-    base = dict(max_sections=10, verifier={"method": "generate"}, benchmark_fraction=0.3)
+    base = dict(max_sections=10, verifier={"method": "generate"}, benchmark_fraction=0.3,
+                corpus="datasets/rf", domain="rf")
     base.update(kw)
     return DistillConfig(**base)
 
@@ -175,7 +176,7 @@ opts = {{"script": "fake_teacher:reply", "batch_size": 4}}
 if die is not None:
     opts["die_after"] = die
 cfg = DistillConfig(mode="single", max_sections=8, verifier={{"method": "generate"}},
-                    benchmark_fraction=0.25)
+                    benchmark_fraction=0.25, corpus="datasets/rf", domain="rf")
 res = run_distill(cfg, sys.argv[1], default_model=AgentModel(spec="fake", options=opts))
 print(json.dumps(res.report["model_calls"]))
 """

@@ -2,7 +2,7 @@ import pytest
 
 from pdfgen import make_pdf
 from workbench.errors import DataError
-from workbench.rag.ingest import html_to_markdown, ingest, split_markdown
+from workbench.corpus import html_to_markdown, ingest, split_markdown
 
 
 def test_markdown_heading_paths_and_code_fences():

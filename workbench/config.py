@@ -11,14 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
+from workbench import registry
 from workbench.errors import ConfigError
-from workbench.distill.config import DistillConfig
-from workbench.evaluate.config import EvalConfig
 from workbench.models.base import GenerationParams
-from workbench.rag.index import RagConfig
-from workbench.train.config import TrainConfig
 
 
 class Section(BaseModel):
@@ -52,43 +49,80 @@ class CacheConfig(Section):
 
 
 class SmokeConfig(Section):
-    document: str = Field("datasets/rf/02_reflection_and_vswr.md",
-                          description="A file to ask about.")
-    question: str = Field("What VSWR corresponds to a reflection coefficient magnitude of 0.2?")
+    document: str | None = Field(None, description="A file to ask about (default: the domain "
+                                                   "pack's smoke.document).")
+    question: str | None = Field(None, description="Default: the domain pack's smoke.question.")
     max_tokens: int = Field(96, ge=1)
 
 
-class PipelineConfig(Section):
-    """The main job: distil -> index -> evaluate base (no RAG and three RAG kinds) -> LoRA SFT
-    -> evaluate SFT (no RAG and the best RAG) -> report."""
+class CoreConfig(Section):
+    """The keys every experiment has; each registered pipeline adds its own section."""
 
-    eval_items: int | None = Field(None, ge=1, description="Cap on benchmark items scored.")
-    sft_conditions: str = Field("none+best", description="none+best: SFT without RAG and with"
-                                                         " the base model's best RAG; all: "
-                                                         "every condition.")
-
-
-class ExperimentConfig(Section):
-    name: str = Field("experiment", description="Run name; outputs go to <output_dir>/<name>.")
+    name: str = Field("experiment", description="Run name (one folder name); outputs go to "
+                                                "<output_dir>/<name>.")
     seed: int = Field(0, description="Seed for every random choice of the run.")
     output_dir: str = Field("runs", description="Folder for runs and the call cache.")
+    domain: str = Field("rf", description="Domain pack (bundled name or YAML path): prompts "
+                                          "and settings of every pipeline.")
+    corpus: str = Field("datasets/rf", description="The domain's documents: a folder or file "
+                                                   "(md, txt, html, pdf) or Section JSONL.")
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     generation: GenerationParams = Field(default_factory=GenerationParams)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     smoke: SmokeConfig = Field(default_factory=SmokeConfig)
-    rag: RagConfig = Field(default_factory=RagConfig)
-    distill: DistillConfig = Field(default_factory=DistillConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        from workbench.runs import check_run_name
+        from workbench.errors import WorkbenchError
+
+        try:
+            return check_run_name(v)
+        except WorkbenchError as e:
+            raise ValueError(str(e)) from None
+
+    @property
+    def layout(self):
+        from workbench.runs import RunLayout
+
+        return RunLayout.of(self)
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.output_dir) / self.name
+        return self.layout.root
 
     @property
     def cache_path(self) -> Path:
         return Path(self.cache.path) if self.cache.path else Path(self.output_dir) / "calls.sqlite"
+
+
+_MODELS: dict[int, type[CoreConfig]] = {}
+
+
+def experiment_config_model() -> type[CoreConfig]:
+    """The experiment config: the core keys plus one section per registered pipeline."""
+    gen = registry.generation()
+    if gen not in _MODELS:
+        fields: dict[str, Any] = {}
+        for p in registry.pipelines():
+            if p.section:
+                model = p.config_model()
+                fields[p.section] = (model, Field(default_factory=model, description=p.help))
+        _MODELS.clear()
+        _MODELS[gen] = create_model("ExperimentConfig", __base__=CoreConfig, **fields)
+    return _MODELS[gen]
+
+
+def __getattr__(name: str):
+    if name == "ExperimentConfig":  # always the model of the current registry
+        return experiment_config_model()
+    raise AttributeError(name)
+
+
+def config_schema() -> dict[str, Any]:
+    """JSON schema of the experiment config (every registered pipeline's section)."""
+    return experiment_config_model().model_json_schema()
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -131,9 +165,10 @@ def env_overrides(model: type[BaseModel], environ: dict[str, str] | None = None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, *,
-                cls: type[BaseModel] = ExperimentConfig,
+                cls: type[BaseModel] | None = None,
                 environ: dict[str, str] | None = None) -> Any:
     """Load, merge and validate. Raises ConfigError listing every problem."""
+    cls = cls or experiment_config_model()
     tree: dict[str, Any] = {}
     source = str(path) if path else "config"
     if path is not None:

@@ -13,52 +13,79 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 import traceback
 import uuid
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from workbench import registry
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json, atomic_write_text, pid_alive
 
-KINDS = ("distill", "index", "train", "eval", "pipeline")
+JOB_SCHEMA = 1
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+STATUSES = ("queued", "running", "completed", "failed", "stopped", "unreadable")
 
 
-@dataclass
-class Job:
+def kinds() -> list[str]:
+    """Job kinds: every registered pipeline and experiment."""
+    return registry.names()
+
+
+def check_job_id(job_id: str) -> str:
+    if not JOB_ID.match(job_id or "") or ".." in job_id:
+        raise WorkbenchError(f"job id {job_id!r}: not a job id (letters, digits, '.', '_', "
+                             "'-')")
+    return job_id
+
+
+class Job(BaseModel):
+    """A job's state, as `job.json` holds it."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int = JOB_SCHEMA
     id: str
     kind: str
     workspace: str
     config: dict[str, Any]
-    status: str = "queued"  # queued | running | completed | failed | stopped
+    status: str = "queued"  # one of STATUSES
     pid: int | None = None
-    created: float = field(default_factory=time.time)
+    created: float = Field(default_factory=time.time)
     started: float | None = None
     finished: float | None = None
     error: str | None = None
-    progress: list[str] = field(default_factory=list)
-    result: dict[str, Any] = field(default_factory=dict)
+    progress: list[str] = Field(default_factory=list)
+    result: dict[str, Any] = Field(default_factory=dict)
 
     @property
     def folder(self) -> Path:
         return Path(self.workspace) / "jobs" / self.id
 
     @property
-    def run_dir(self) -> Path:
+    def layout(self):
+        from workbench.runs import RunLayout, check_run_name
+
         c = self.config
-        return Path(c.get("output_dir", "runs")) / c.get("name", "experiment")
+        return RunLayout(Path(c.get("output_dir", "runs")) /
+                         check_run_name(c.get("name", "experiment")))
+
+    @property
+    def run_dir(self) -> Path:
+        return self.layout.root
 
     def save(self) -> None:
-        atomic_write_json(self.folder / "job.json", asdict(self))
+        if self.status != "unreadable":
+            atomic_write_json(self.folder / "job.json", self.model_dump(mode="json"))
 
     def log_text(self, tail: int = 200) -> str:
         f = self.folder / "log.txt"
@@ -68,8 +95,19 @@ class Job:
 
 
 def load_job(folder: str | Path) -> Job:
-    data = json.loads((Path(folder) / "job.json").read_text())
-    job = Job(**data)
+    """A job's state. A `job.json` that cannot be read comes back as an "unreadable" job
+    naming the file, so one broken job never hides the others."""
+    folder = Path(folder)
+    f = folder / "job.json"
+    try:
+        job = Job.model_validate_json(f.read_bytes())
+    except FileNotFoundError:
+        raise WorkbenchError(f"{folder}: no such job") from None
+    except (ValidationError, ValueError, OSError) as e:
+        first = str(e).splitlines()[0][:200]
+        return Job(id=folder.name, kind="?", workspace=str(folder.parent.parent), config={},
+                   status="unreadable", error=f"{f}: unreadable job state ({first})",
+                   created=f.stat().st_mtime if f.exists() else 0.0)
     if job.status == "running" and not pid_alive(job.pid):
         job.status, job.error = "failed", job.error or "the job's process died"
         job.finished = job.finished or time.time()
@@ -77,23 +115,29 @@ def load_job(folder: str | Path) -> Job:
     return job
 
 
-def list_jobs(workspace: str | Path) -> list[Job]:
+def job_folder(workspace: str | Path, job_id: str) -> Path:
+    return Path(workspace) / "jobs" / check_job_id(job_id)
+
+
+def list_jobs(workspace: str | Path, kind: str | None = None) -> list[Job]:
     root = Path(workspace) / "jobs"
     jobs = [load_job(p) for p in root.iterdir() if (p / "job.json").exists()] \
         if root.exists() else []
+    jobs = [j for j in jobs if kind is None or j.kind == kind]
     return sorted(jobs, key=lambda j: j.created, reverse=True)
 
 
 def start_job(workspace: str | Path, kind: str, config: dict[str, Any], *,
               job_id: str | None = None) -> Job:
     """Write the job folder and launch it detached; returns at once."""
-    if kind not in KINDS:
-        raise WorkbenchError(f"unknown job kind {kind!r} (expected {', '.join(KINDS)})")
-    from workbench.config import ExperimentConfig
+    if kind not in kinds():
+        raise WorkbenchError(f"unknown job kind {kind!r} (expected {', '.join(kinds())})")
+    from workbench.config import experiment_config_model
 
-    ExperimentConfig.model_validate(config)  # refuse bad configs before launching
+    experiment_config_model().model_validate(config)  # refuse bad configs before launching
     workspace = Path(workspace).resolve()
-    job = Job(id=job_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}",
+    job = Job(id=check_job_id(job_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-"
+                                        f"{uuid.uuid4().hex[:6]}"),
               kind=kind, workspace=str(workspace), config=config)
     job.folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(job.folder / "config.yaml", yaml.safe_dump(config, sort_keys=False))
@@ -149,42 +193,29 @@ def run_lock(run_dir: Path, job_id: str):
         fh.close()
 
 
-def _execute(job: Job) -> dict[str, Any]:
-    from workbench.config import ExperimentConfig
+def run_in_process(kind: str, cfg, *, log=print, should_stop=lambda: False,
+                   fresh: bool = False, lock_id: str | None = None) -> registry.PipelineResult:
+    """Run a registered pipeline here and now, holding its run folder's lock."""
+    from workbench.runs import RunContext, RunLayout, run_pipeline
 
-    cfg = ExperimentConfig.model_validate(job.config)
+    layout = RunLayout.of(cfg)
+    with run_lock(layout.root, lock_id or f"pid {os.getpid()}"):
+        return run_pipeline(kind, cfg, RunContext(layout=layout, log=log,
+                                                           should_stop=should_stop,
+                                                           fresh=fresh))
+
+
+def _execute(job: Job) -> dict[str, Any]:
+    from workbench.config import experiment_config_model
+
+    cfg = experiment_config_model().model_validate(job.config)
 
     def progress(msg: str) -> None:
         print(msg, flush=True)
         job.progress = (job.progress + [msg])[-50:]
         job.save()
 
-    if job.kind == "distill":
-        from workbench.distill.api import distill_from_config
-
-        res = distill_from_config(cfg, progress=progress)
-        return {"run_dir": str(res.run_dir), "accepted": res.report["accepted"]}
-    if job.kind == "index":
-        from workbench.rag.api import build_index
-
-        out = cfg.run_dir / "index"
-        index, _ = build_index(cfg.distill.corpus, out, cfg.rag, log=progress)
-        return {"index": str(out), "chunks": index.manifest["n_chunks"]}
-    if job.kind == "train":
-        from workbench.train.recipe import train
-
-        out = Path(cfg.train.output) if cfg.train.output else cfg.run_dir / "adapter"
-        res = train(cfg.train, model_spec=cfg.models.chat.spec, output=out, seed=cfg.seed,
-                    log=progress)
-        return {"adapter": str(res.output), "steps": res.steps}
-    if job.kind == "eval":
-        from workbench.evaluate.run import run_eval
-
-        return run_eval(cfg, log=progress)
-    from workbench.pipeline import run_pipeline
-
-    rep = run_pipeline(cfg, log=progress)
-    return {"report": str(cfg.run_dir / "report.md"), "table": rep["table"]}
+    return run_in_process(job.kind, cfg, log=progress, lock_id=job.id).model_dump(mode="json")
 
 
 def main(folder: str) -> int:
@@ -199,8 +230,7 @@ def main(folder: str) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        with run_lock(job.run_dir, job.id):
-            job.result = _execute(job)
+        job.result = _execute(job)
         job.status = "completed"
     except KeyboardInterrupt:
         job.status, job.error = "stopped", "stopped by request; start it again to resume"

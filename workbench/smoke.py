@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.config import ExperimentConfig
 from workbench.errors import WorkbenchError
 
 
@@ -28,11 +27,19 @@ def paragraphs(text: str) -> list[str]:
     return [b for b in blocks if len(b) > 40 and not b.startswith("#")]
 
 
-def run_smoke(cfg: ExperimentConfig) -> SmokeResult:
+def run_smoke(cfg) -> SmokeResult:
     from workbench.models.embed import load_embedder
     from workbench.models.factory import open_chat_model
 
-    doc = Path(cfg.smoke.document)
+    from workbench.domains import load_pack
+
+    pack = load_pack(cfg.domain).smoke
+    document, question = cfg.smoke.document or pack.document, cfg.smoke.question or \
+        pack.question
+    if not document or not question:
+        raise WorkbenchError(f"set smoke.document and smoke.question (the domain pack "
+                             f"{cfg.domain!r} has no smoke section)")
+    doc = Path(document)
     if not doc.is_file():
         raise WorkbenchError(f"smoke.document: {doc} not found")
     paras = paragraphs(doc.read_text(encoding="utf-8"))
@@ -48,13 +55,13 @@ def run_smoke(cfg: ExperimentConfig) -> SmokeResult:
     t["load_embedder_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     vecs = emb.embed(paras)
-    q = emb.embed([cfg.smoke.question])[0]
+    q = emb.embed([question])[0]
     order = (vecs @ q).argsort()[::-1][:2]
     t["embed_s"] = time.perf_counter() - t0
     context = "\n\n".join(paras[i] for i in sorted(order))
     conv = [
         {"role": "system", "content": "Answer briefly using the text."},
-        {"role": "user", "content": f"Text:\n{context}\n\nQuestion: {cfg.smoke.question}"},
+        {"role": "user", "content": f"Text:\n{context}\n\nQuestion: {question}"},
     ]
     params = cfg.generation.model_copy(update={"max_tokens": cfg.smoke.max_tokens})
     t0 = time.perf_counter()
@@ -64,6 +71,6 @@ def run_smoke(cfg: ExperimentConfig) -> SmokeResult:
         raise WorkbenchError(f"generation failed: {gen.error}")
     if gen.completion_tokens and not gen.cached:
         t["tokens_per_s"] = gen.completion_tokens / t["generate_s"]
-    return SmokeResult(question=cfg.smoke.question, answer=gen.text.strip(),
+    return SmokeResult(question=question, answer=gen.text.strip(),
                        context_sources=[f"{doc} ¶{i + 1}" for i in sorted(order)], timings=t,
                        tokens=gen.completion_tokens, model=chat.identity, embedder=emb.identity)

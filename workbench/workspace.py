@@ -16,7 +16,7 @@ from pathlib import Path
 
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_write_bytes
-from workbench.rag.ingest import SUPPORTED
+from workbench.corpus import SUPPORTED
 
 MAX_UPLOAD_MB = 20
 

@@ -22,23 +22,13 @@ app = typer.Typer(
 )
 models_app = typer.Typer(help="List and resolve models (bundled, local, GGUF, hub cache, "
                               "OpenAI-compatible URL).", no_args_is_help=True)
-data_app = typer.Typer(help="Validate and convert SFT datasets (messages, ShareGPT, Alpaca).",
-                       no_args_is_help=True)
-rag_app = typer.Typer(help="Retrieval: build keyword/semantic/hybrid indexes, query them, "
-                           "evaluate them against qrels.", no_args_is_help=True)
+data_app = typer.Typer(help="Validate, convert and ingest datasets (messages, ShareGPT, Alpaca; "
+                            "corpus files to sections).", no_args_is_help=True)
+config_app = typer.Typer(help="Experiment configs: the schema of every section, a config "
+                              "with defaults filled in.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(data_app, name="data")
-distill_app = typer.Typer(help="QTSA distillation: corpus sections to question-thinking-"
-                               "solution-answer training data and an MC benchmark.",
-                          no_args_is_help=True)
-train_app = typer.Typer(help="LoRA SFT: train, preview the trained spans, merge.",
-                        no_args_is_help=True)
-pipeline_app = typer.Typer(help="The main job: distil, index, evaluate base and RAG, train, "
-                                "evaluate SFT, report.", no_args_is_help=True)
-app.add_typer(rag_app, name="rag")
-app.add_typer(distill_app, name="distill")
-app.add_typer(train_app, name="train")
-app.add_typer(pipeline_app, name="pipeline")
+app.add_typer(config_app, name="config")
 
 ConfigArg = Annotated[Optional[Path], typer.Argument(help="Experiment YAML config.",
                                                      show_default=False)]
@@ -181,7 +171,7 @@ def data_ingest(corpus: Annotated[Path, typer.Argument(help="Folder or file (md,
                                                            "fail.")] = "skip"):
     """Read a corpus into Section records that keep each heading path."""
     from workbench.io import write_jsonl
-    from workbench.rag.ingest import ingest
+    from workbench.corpus import ingest
 
     report = ingest(corpus, on_error=on_error)
     for f, why in report.skipped:
@@ -190,227 +180,58 @@ def data_ingest(corpus: Annotated[Path, typer.Argument(help="Folder or file (md,
     typer.echo(f"{report.summary()}; wrote {n} sections to {out}")
 
 
-# --- rag ----------------------------------------------------------------------------------
+# --- config -------------------------------------------------------------------------------
 
-RetrieverOpt = Annotated[str, typer.Option("--retriever", "-r",
-                                           help="keyword, semantic or hybrid.")]
+@config_app.command("schema")
+def config_schema():
+    """Print the JSON schema of the experiment config (every registered pipeline's section,
+    with each field's description)."""
+    from workbench.config import config_schema as schema
 
-
-@rag_app.command("build")
-def rag_build(corpus: Annotated[Path, typer.Argument(help="Corpus folder/file, or Section "
-                                                          "JSONL.")],
-              out: Annotated[Path, typer.Option("--out", "-o", help="Index folder to write.")],
-              config: Annotated[Optional[Path], typer.Option(
-                  "--config", "-c", help="Experiment YAML with a `rag:` section.")] = None,
-              set_: SetOpt = None):
-    """Chunk a corpus and build the keyword (BM25), semantic (FAISS) and hybrid indexes."""
-    from workbench.progress import quiet_libraries
-    from workbench.rag.api import build_index
-
-    quiet_libraries()
-    cfg = _rag_config(config, set_)
-    index, _ = build_index(corpus, out, cfg, log=echo_err)
-    m = index.manifest
-    typer.echo(f"built {out}: {m['n_chunks']} chunks from {m['n_sections']} sections, "
-               f"embedder {m['embedder']['identity']}, corpus {m['corpus_hash']}")
+    typer.echo(json.dumps(schema(), indent=2))
 
 
-def _rag_config(config, overrides):
-    from workbench.config import load_config
-    from workbench.rag.index import RagConfig
+@config_app.command("show")
+def config_show(config: ConfigArg = None, set_: SetOpt = None):
+    """Print a config with every default filled in and every override applied."""
+    import yaml
 
-    return load_config(config, overrides).rag if (config or overrides) else RagConfig()
+    from workbench.config import dump_config, load_config
 
-
-@rag_app.command("query")
-def rag_query(index: Annotated[Path, typer.Argument(help="Index folder.")],
-              text: Annotated[str, typer.Argument(help="The query.")],
-              retriever: RetrieverOpt = "hybrid",
-              k: Annotated[int, typer.Option("-k", help="Hits to return.")] = 10,
-              doc: Annotated[Optional[list[str]], typer.Option(
-                  help="Only these documents (id or source path; repeatable).")] = None,
-              heading: Annotated[Optional[str], typer.Option(
-                  help="Only under this heading path, e.g. 'Reflection > VSWR'.")] = None,
-              json_out: Annotated[bool, typer.Option("--json", help="One JSON object per "
-                                                                    "hit.")] = False):
-    """Query an index; prints rank, score, chunk, section, document and heading path."""
-    from workbench.progress import quiet_libraries
-    from workbench.rag.api import query_index
-
-    quiet_libraries()
-    prefix = tuple(h.strip() for h in heading.split(">")) if heading else ()
-    hits = query_index(index, text, retriever=retriever, k=k, documents=tuple(doc or ()),
-                       heading_prefix=prefix)
-    for h in hits:
-        if json_out:
-            typer.echo(json.dumps({"rank": h.rank, "chunk_id": h.chunk_id, "score": h.score,
-                                   "section_id": h.section_id, "document": h.doc_id,
-                                   "heading_path": h.heading_path}))
-        else:
-            typer.echo(f"{h.rank:>3} {h.score:9.4f}  {' > '.join(h.heading_path)}  "
-                       f"[{h.chunk_id}]")
+    typer.echo(yaml.safe_dump(dump_config(load_config(config, set_)), sort_keys=False))
 
 
-@rag_app.command("eval")
-def rag_eval(index: Annotated[Path, typer.Argument(help="Index folder.")],
-             qrels: Annotated[Path, typer.Option(help="Qrels: JSONL, or TREC with --queries.")],
-             queries: Annotated[Optional[Path], typer.Option(
-                 help="Query texts for TREC qrels (TSV id<TAB>text or JSONL).")] = None,
-             level: Annotated[str, typer.Option(help="Relevance level: chunk, section or "
-                                                     "doc.")] = "chunk",
-             out: Annotated[Optional[Path], typer.Option(help="Write summary and per-query "
-                                                              "JSON here.")] = None):
-    """Hit@k, Recall@k, MRR and nDCG@k of the three retrievers side by side."""
-    from workbench.io import atomic_write_json
-    from workbench.progress import quiet_libraries
-    from workbench.rag.evaluate import evaluate_retrievers, format_table, read_qrels
-    from workbench.rag.index import RagIndex
+# --- pipelines (built from the registry) ---------------------------------------------------
 
-    quiet_libraries()
-    qs = read_qrels(qrels, queries)
-    idx = RagIndex.load(index)
-    summary = evaluate_retrievers({n: idx.retriever(n) for n in ("keyword", "semantic",
-                                                                  "hybrid")}, qs, level=level)
-    typer.echo(f"{len(qs)} queries, relevance at {level} level\n" + format_table(summary))
-    if out:
-        atomic_write_json(out, summary)
+def _run_command(name: str, help_text: str):
+    def run(config: ConfigArg = None, set_: SetOpt = None,
+            fresh: Annotated[bool, typer.Option(help="Ignore finished stages and checkpoints; "
+                                                     "start over.")] = False):
+        from workbench.config import load_config
+        from workbench.jobs import run_in_process
+        from workbench.progress import quiet_libraries
+
+        quiet_libraries()
+        cfg = load_config(config, set_)
+        result = run_in_process(name, cfg, log=echo_err, fresh=fresh)
+        typer.echo(result.message)
+
+    run.__doc__ = (f"{help_text}\n\nRuns in this process; stages whose inputs did not change "
+                   "are skipped. `workbench jobs start " + name + " CONFIG` runs it in the "
+                   "background.")
+    return run
 
 
-# --- distill ------------------------------------------------------------------------------
+def add_pipeline_groups(root: typer.Typer) -> None:
+    from workbench import registry
 
-@distill_app.command("run")
-def distill_run(config: ConfigArg = None, set_: SetOpt = None):
-    """Distil the configured corpus; writes samples, benchmark, SFT exports and report.md
-    into <output_dir>/<name>/distill. Re-running resumes from the call cache."""
-    from workbench.config import load_config
-    from workbench.distill.api import distill_from_config
-    from workbench.progress import quiet_libraries
-
-    quiet_libraries()
-    cfg = load_config(config, set_)
-    res = distill_from_config(cfg, progress=echo_err)
-    a = res.report["accepted"]
-    typer.echo(f"{res.run_dir}: {a['total']} samples accepted ({a['mc']} mc, {a['nd']} nd), "
-               f"{a['benchmark_items']} benchmark items; see {res.run_dir / 'report.md'}")
-
-
-@distill_app.command("export")
-def distill_export(run: Annotated[Path, typer.Argument(help="Run folder (or its distill/).")],
-                   out: Annotated[Path, typer.Option("--out", "-o", help="JSONL to write.")],
-                   fmt: Annotated[str, typer.Option("--format", "-f", help="messages, "
-                                                    "sharegpt or alpaca.")] = "messages",
-                   style: Annotated[str, typer.Option(help="instruct (one turn) or thinking "
-                                                           "(reasoning channel).")]
-                   = "instruct",
-                   kinds: Annotated[str, typer.Option(help="mc, nd or mc,nd (mixed).")]
-                   = "mc,nd"):
-    """Export training-split samples as an SFT dataset (benchmark sections never included)."""
-    from workbench.distill.api import export_run
-
-    n = export_run(run, out, fmt=fmt, style=style, kinds=tuple(k.strip() for k in
-                                                               kinds.split(",")))
-    typer.echo(f"wrote {n} examples to {out} ({fmt}, {style})")
-
-
-@distill_app.command("report")
-def distill_report(run: Annotated[Path, typer.Argument(help="Run folder (or its distill/).")],
-                   json_out: Annotated[bool, typer.Option("--json")] = False):
-    """Print a distillation run's report."""
-    from workbench.distill.api import read_report
-
-    report, md = read_report(run)
-    typer.echo(json.dumps(report, indent=2) if json_out else md)
-
-
-# --- train --------------------------------------------------------------------------------
-
-@train_app.command("run")
-def train_run(config: ConfigArg = None, set_: SetOpt = None,
-              fresh: Annotated[bool, typer.Option(help="Ignore checkpoints; start over.")]
-              = False):
-    """LoRA SFT of models.chat on train.data; resumes from the last complete checkpoint.
-    Several GPUs: `torchrun --nproc_per_node N -m workbench train run CONFIG`."""
-    from pathlib import Path as _P
-
-    from workbench.config import load_config
-    from workbench.progress import quiet_libraries
-    from workbench.train.recipe import train
-
-    quiet_libraries()
-    cfg = load_config(config, set_)
-    out = _P(cfg.train.output) if cfg.train.output else cfg.run_dir / "adapter"
-    res = train(cfg.train, model_spec=cfg.models.chat.spec, output=out, seed=cfg.seed,
-                resume=not fresh, log=echo_err)
-    typer.echo(f"adapter written to {res.output} ({res.steps} steps)")
-
-
-@train_app.command("preview")
-def train_preview(config: ConfigArg = None, set_: SetOpt = None,
-                  index: Annotated[int, typer.Option(help="Which example.")] = 0):
-    """Print one training example as the model sees it, trained spans in [[ ]]."""
-    from transformers import AutoTokenizer
-
-    from workbench.config import load_config
-    from workbench.models.local import model_folder
-    from workbench.models.resolve import resolve_chat_model
-    from workbench.train.data import preview
-    from workbench.train.recipe import load_examples
-
-    cfg = load_config(config, set_)
-    tok = AutoTokenizer.from_pretrained(model_folder(resolve_chat_model(cfg.models.chat.spec)))
-    if cfg.train.chat_template:
-        tok.chat_template = cfg.train.chat_template
-    _, examples = load_examples(cfg.train)
-    typer.echo(preview(tok, examples[index]))
-
-
-@train_app.command("merge")
-def train_merge(adapter: Annotated[Path, typer.Argument(help="Adapter folder.")],
-                out: Annotated[Path, typer.Option("--out", "-o", help="Merged model folder.")],
-                base: Annotated[str, typer.Option(help="Base model spec.")] = "default"):
-    """Merge an adapter into its base model; refuses unless logits match within 1e-4."""
-    from workbench.progress import quiet_libraries
-    from workbench.train.merge import merge_adapter
-
-    quiet_libraries()
-    rep = merge_adapter(base, adapter, out)
-    typer.echo(f"merged into {out}; max |logit diff| {rep['max_abs_logit_diff']:.2e}")
-
-
-# --- eval ---------------------------------------------------------------------------------
-
-@app.command("eval")
-def eval_cmd(config: ConfigArg = None, set_: SetOpt = None):
-    """Score models.chat (+ eval.adapter) on the MC benchmark under each eval.condition
-    (none, semantic, keyword, hybrid); writes results.jsonl, summary.json and a plot."""
-    from workbench.config import load_config
-    from workbench.evaluate.run import format_summary, run_eval
-    from workbench.progress import quiet_libraries
-
-    quiet_libraries()
-    out = run_eval(load_config(config, set_), log=echo_err)
-    typer.echo(format_summary(out["conditions"]))
-    typer.echo(f"results in {out['output']}")
-
-
-# --- pipeline -----------------------------------------------------------------------------
-
-@pipeline_app.command("run")
-def pipeline_run(config: ConfigArg = None, set_: SetOpt = None):
-    """Run the main job; stages whose inputs did not change are skipped."""
-    from workbench.config import load_config
-    from workbench.pipeline import run_pipeline
-    from workbench.progress import quiet_libraries
-
-    quiet_libraries()
-    cfg = load_config(config, set_)
-    report = run_pipeline(cfg, log=echo_err)
-    for row in report["table"]:
-        acc = row["acc_loglik"]
-        gen = row["acc_generate"]
-        typer.echo(f"{row['name']:<28} loglik {acc if acc is None else f'{acc:.1%}':>7}   "
-                   f"generate {gen if gen is None else f'{gen:.1%}':>7}")
-    typer.echo(f"report: {cfg.run_dir / 'report.md'}")
+    for p in registry.pipelines():
+        group = typer.Typer(help=p.help, no_args_is_help=True)
+        if p.cli:
+            registry.load_attr(p.cli)(group)
+        if not any(c.name == "run" for c in group.registered_commands):
+            group.command("run")(_run_command(p.name, p.help))
+        root.add_typer(group, name=p.name)
 
 
 # --- app and jobs -------------------------------------------------------------------------
@@ -448,18 +269,27 @@ jobs_app = typer.Typer(help="Background jobs of a workspace (shared with the app
 app.add_typer(jobs_app, name="jobs")
 
 
-@jobs_app.command("start")
-def jobs_start(kind: Annotated[str, typer.Argument(help="distill, index, train, eval or "
-                                                        "pipeline.")],
+def _kinds_help() -> str:
+    from workbench import registry
+
+    return "What to run: " + ", ".join(registry.names()) + "."
+
+
+def jobs_start(kind: Annotated[str, typer.Argument(help="A registered pipeline or "
+                                                        "experiment (see above).")],
                config: ConfigArg = None, set_: SetOpt = None,
                workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
                = Path("workspace")):
-    """Start long work in the background; returns at once with the job id."""
     from workbench.config import dump_config, load_config
     from workbench.jobs import start_job
 
     job = start_job(workspace, kind, dump_config(load_config(config, set_)))
     typer.echo(f"{job.id} started (pid {job.pid}); `workbench jobs show {job.id}`")
+
+
+jobs_start.__doc__ = ("Start long work in the background; returns at once with the job id. "
+                      + _kinds_help())
+jobs_app.command("start")(jobs_start)
 
 
 @jobs_app.command("list")
@@ -476,9 +306,9 @@ def jobs_list(workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
 def jobs_show(job_id: str, workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
               = Path("workspace")):
     """A job's state and the end of its log."""
-    from workbench.jobs import load_job
+    from workbench.jobs import job_folder, load_job
 
-    j = load_job(Path(workspace) / "jobs" / job_id)
+    j = load_job(job_folder(workspace, job_id))
     typer.echo(f"{j.id}: {j.kind} {j.status}" + (f" - {j.error}" if j.error else ""))
     typer.echo(j.log_text(40))
 
@@ -487,10 +317,13 @@ def jobs_show(job_id: str, workspace: Annotated[Path, typer.Option(help="Workspa
 def jobs_stop(job_id: str, workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
               = Path("workspace")):
     """Stop a running job (it can be resumed by starting it again)."""
-    from workbench.jobs import load_job, stop_job
+    from workbench.jobs import job_folder, load_job, stop_job
 
-    stop_job(load_job(Path(workspace) / "jobs" / job_id))
+    stop_job(load_job(job_folder(workspace, job_id)))
     typer.echo(f"stop requested for {job_id}")
+
+
+add_pipeline_groups(app)
 
 
 # --- entry point --------------------------------------------------------------------------

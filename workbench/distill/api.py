@@ -5,19 +5,55 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from workbench.distill.config import AgentModel
+from workbench.distill.config import AgentModel, DistillConfig
 from workbench.distill.export import STYLES, export_sft
 from workbench.distill.pipeline import DistillResult, report_markdown, run_distill
 from workbench.errors import WorkbenchError
 from workbench.records import QTSASample, read_records
+from workbench.registry import PipelineResult
 
 
-def distill_from_config(cfg, progress=print) -> DistillResult:
-    """Run distillation for an ExperimentConfig into `<output_dir>/<name>/distill`."""
+def resolved_config(cfg) -> DistillConfig:
+    """The `distill:` section with the experiment's corpus and domain filled in."""
+    dc = cfg.distill
+    return dc.model_copy(update={"corpus": dc.corpus or cfg.corpus,
+                                 "domain": dc.domain or cfg.domain})
+
+
+def distill_from_config(cfg, progress=print, *, out: Path | None = None) -> DistillResult:
+    """Run distillation for an ExperimentConfig into its run's distill folder."""
+    from workbench.runs import RunLayout
+
     chat = cfg.models.chat
     default = AgentModel(spec=chat.spec, backend=chat.backend, options=chat.options)
-    return run_distill(cfg.distill, cfg.run_dir / "distill", seed=cfg.seed,
-                       default_model=default, cache=cfg.cache.enabled, progress=progress)
+    return run_distill(resolved_config(cfg), out or RunLayout.of(cfg).folder("distill"),
+                       seed=cfg.seed, default_model=default, cache=cfg.cache.enabled,
+                       progress=progress)
+
+
+def run(cfg, ctx) -> PipelineResult:
+    """The registered pipeline: distil unless the corpus, pack, models and settings are the
+    same as the last finished run (the call cache makes a changed re-run cheap too)."""
+    from workbench.corpus import corpus_hash
+    from workbench.domains import pack_path
+    from workbench.runs import file_hash
+
+    dc = resolved_config(cfg)
+    out = ctx.layout.folder("distill")
+    inputs = (cfg.models.chat.model_dump(), cfg.seed, dc.model_dump(), corpus_hash(dc.corpus),
+              file_hash(pack_path(dc.domain)))
+    ctx.stages("distill").run("distill", inputs, lambda: {"accepted": distill_from_config(
+        cfg, progress=ctx.log, out=out).report["accepted"]})
+    report, _ = read_report(out)
+    a = report["accepted"]
+    return PipelineResult(
+        pipeline="distill", run_dir=str(ctx.layout.root),
+        outputs={n: str(ctx.layout.artifact("distill", n)) for n in ("benchmark", "sft",
+                                                                      "report_md")},
+        figures={"accepted": a["total"], "mc": a["mc"], "nd": a["nd"],
+                 "benchmark_items": a["benchmark_items"]},
+        message=f"{out}: {a['total']} samples accepted ({a['mc']} mc, {a['nd']} nd), "
+                f"{a['benchmark_items']} benchmark items; see {out / 'report.md'}")
 
 
 def _run_dir(run: str | Path) -> Path:

@@ -43,8 +43,10 @@ class DedupConfig(_Section):
 
 
 class DistillConfig(_Section):
-    corpus: str = Field("datasets/rf", description="Corpus folder/file or Section JSONL.")
-    domain: str = Field("rf", description="Domain pack name (rf, generic) or a YAML path.")
+    corpus: str | None = Field(None, description="Corpus folder/file or Section JSONL "
+                                                  "(default: the experiment's `corpus`).")
+    domain: str | None = Field(None, description="Domain pack name (rf, generic) or a YAML "
+                                                 "path (default: the experiment's `domain`).")
     perspectives: list[str] | None = Field(None, description="Perspective ids; all if unset.")
     kinds: list[Literal["mc", "nd"]] = Field(default_factory=lambda: ["mc", "nd"])
     mode: Literal["composed", "single"] = Field(

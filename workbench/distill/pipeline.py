@@ -421,11 +421,14 @@ class DistillResult:
 def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
                 default_model: AgentModel | None = None, sections: list[Section] | None = None,
                 cache: bool = True, progress=lambda msg: None) -> DistillResult:
-    from workbench.rag.api import load_sections
+    from workbench.corpus import load_sections
 
     t_start = time.perf_counter()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if not cfg.corpus or not cfg.domain:
+        raise WorkbenchError("distill.corpus and distill.domain must be set (the experiment's "
+                             "`corpus` and `domain` fill them in)")
     pack = load_pack(cfg.domain)
     perspectives = cfg.perspectives or [p.id for p in pack.perspectives]
     for pid in perspectives:

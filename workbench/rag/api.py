@@ -7,20 +7,9 @@ from pathlib import Path
 from workbench.errors import WorkbenchError
 from workbench.rag.base import Filters
 from workbench.rag.index import RagConfig, RagIndex
-from workbench.rag.ingest import IngestReport, ingest
-from workbench.records import RetrievalHit, Section, read_records
-
-
-def load_sections(corpus: str | Path, on_error: str = "skip") -> tuple[list[Section],
-                                                                        IngestReport | None]:
-    """Sections from a corpus folder/file, or from a `Section` JSONL file."""
-    corpus = Path(corpus)
-    if corpus.suffix == ".jsonl":
-        return read_records(corpus, Section), None
-    report = ingest(corpus, on_error=on_error)
-    if not report.sections:
-        raise WorkbenchError(f"{corpus}: no readable sections ({report.summary()})")
-    return report.sections, report
+from workbench.corpus import IngestReport, load_sections
+from workbench.records import RetrievalHit
+from workbench.registry import PipelineResult
 
 
 def build_index(corpus: str | Path, out: str | Path, config: RagConfig | None = None,
@@ -39,3 +28,58 @@ def query_index(index_dir: str | Path, text: str, *, retriever: str = "hybrid", 
     index = RagIndex.load(index_dir, semantic=retriever != "keyword")
     r = index.retriever(retriever, weights=weights)
     return r.retrieve(text, k, Filters(tuple(documents), tuple(heading_prefix)))
+
+
+class IndexContexts:
+    """Retrieval contexts for evaluation prompts (evaluate's context-provider protocol):
+    `provider(questions, ranks)` gives one formatted context per question from ranks
+    `ranks[0]..ranks[1]` (1-based, inclusive; default 1..top_k, RF-Agent's top 3), within
+    the index's context token budget."""
+
+    def __init__(self, index: RagIndex, retriever: str):
+        from workbench.rag.context import token_counter
+
+        self.index, self.retriever_name = index, retriever
+        self.retriever = index.retriever(retriever)
+        self.top_k = index.config.top_k
+        self._count = token_counter(index)
+
+    def __call__(self, questions, ranks: tuple[int, int] | None = None) -> list[str]:
+        from workbench.rag.context import format_context
+
+        lo, hi = ranks or (1, self.top_k)
+        hits = self.retriever.retrieve_batch(list(questions), hi)
+        return [format_context(h[lo - 1:hi], max_tokens=self.index.config.context_tokens,
+                               count_tokens=self._count) for h in hits]
+
+
+def context_providers(index: str | Path | RagIndex, conditions) -> dict[str, IndexContexts]:
+    """One context provider per retrieval condition (keyword, semantic, hybrid) over an
+    index; what the registry hands evaluation as the "contexts" service."""
+    if not isinstance(index, RagIndex):
+        index = RagIndex.load(index)
+    return {c: IndexContexts(index, c) for c in conditions if c != "none"}
+
+
+def run(cfg, ctx) -> PipelineResult:
+    """The registered pipeline: index the experiment's corpus into the run's index folder
+    (skipped when the corpus and the settings are unchanged)."""
+    from workbench.corpus import corpus_hash
+
+    out = ctx.layout.folder("rag")
+    ctx.stages("rag").run("index", (corpus_hash(cfg.corpus), cfg.rag.model_dump()),
+                          lambda: {"chunks": build_index(cfg.corpus, out, cfg.rag,
+                                                         log=ctx.log)[0].manifest["n_chunks"]})
+    m = _manifest(out)
+    return PipelineResult(pipeline="rag", run_dir=str(ctx.layout.root),
+                          outputs={"index": str(out)},
+                          figures={"chunks": m["n_chunks"], "sections": m["n_sections"]},
+                          message=f"built {out}: {m['n_chunks']} chunks from "
+                                  f"{m['n_sections']} sections, embedder "
+                                  f"{m['embedder']['identity']}, corpus {m['corpus_hash']}")
+
+
+def _manifest(folder: Path) -> dict:
+    import json
+
+    return json.loads((Path(folder) / "manifest.json").read_text())

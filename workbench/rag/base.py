@@ -60,7 +60,7 @@ class ChunkStore:
             out.append(RetrievalHit(rank=rank, chunk_id=c.id, score=float(s),
                                     section_id=c.section_id, doc_id=c.doc_id,
                                     heading_path=c.heading_path, text=c.text,
-                                    retriever=retriever))
+                                    retriever=retriever, source=c.source))
         return out
 
 

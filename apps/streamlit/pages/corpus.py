@@ -1,7 +1,7 @@
 import streamlit as st
 from common import show_error, workspace
 
-from workbench.rag.ingest import ingest
+from workbench.corpus import ingest
 from workbench.workspace import MAX_UPLOAD_MB, corpus_files, remove_file, save_upload
 
 st.title("Corpus")

@@ -224,3 +224,32 @@ def ingest(paths: list[Path] | Path, *, root: Path | None = None, on_error: str 
                                          content_hash=sha256_text(full)[:16],
                                          n_sections=len(parts)))
     return report
+
+
+def load_sections(corpus: str | Path, on_error: str = "skip"
+                  ) -> tuple[list[Section], IngestReport | None]:
+    """Sections from a corpus folder/file, or from a `Section` JSONL file."""
+    from workbench.errors import WorkbenchError
+    from workbench.records import read_records
+
+    corpus = Path(corpus)
+    if corpus.suffix == ".jsonl":
+        return read_records(corpus, Section), None
+    report = ingest(corpus, on_error=on_error)
+    if not report.sections:
+        raise WorkbenchError(f"{corpus}: no readable sections ({report.summary()})")
+    return report.sections, report
+
+
+def corpus_hash(corpus: str | Path) -> str:
+    """A hash of every file under a corpus folder (names and bytes), or of one file."""
+    import hashlib
+    import json
+
+    from workbench.io import sha256_file
+
+    p = Path(corpus)
+    files = sorted(p.rglob("*")) if p.is_dir() else [p]
+    listing = [(str(f.relative_to(p) if p.is_dir() else f.name), sha256_file(f))
+               for f in files if f.is_file()]
+    return hashlib.sha256(json.dumps([listing], sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,70 @@
+"""The compare experiment (the main job) end to end on a tiny configuration: a scripted teacher
+distils, a tiny random-init Llama is the student; then a re-run skips every stage."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+
+TESTS = str(Path(__file__).parent)
+
+
+@pytest.mark.slow
+def test_compare_end_to_end_and_cached_rerun(tmp_path, tiny_model):
+    conf = tmp_path / "tiny.yaml"
+    teacher = '{spec: fake, options: {script: "fake_teacher:reply"}}'
+    conf.write_text(f"""name: tiny
+output_dir: {tmp_path}
+models:
+  chat: {{spec: {tiny_model}}}
+corpus: {REPO / "datasets" / "rf"}
+distill:
+  mode: single
+  max_sections: 12
+  kinds: [mc, nd]
+  perspectives: [concepts, analysis]
+  benchmark_fraction: 0.3
+  verifier: {{method: generate}}
+  models: {{writer: {teacher}, answerer: {teacher}, verifier: {teacher}}}
+rag: {{chunk_size: 96, chunk_overlap: 16}}
+train: {{max_steps: 3, batch_size: 2, max_length: 512, eval_fraction: 0.1,
+        domain_eval: {{every: 3, max_items: 5}}}}
+eval: {{methods: [loglik, generate], max_tokens: 8}}
+compare: {{eval_items: 8}}
+""")
+    env = {"PYTHONPATH": TESTS, "TQDM_DISABLE": "1"}
+    r = run_cli("compare", "run", str(conf), env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "tiny"
+    from workbench.experiments.compare import read_report
+
+    report = read_report(run)
+    names = [row.name for row in report.rows]
+    assert names[:4] == ["Base", "Base + semantic RAG", "Base + keyword RAG",
+                         "Base + hybrid RAG"]
+    assert "SFT" in names and any(n.startswith("SFT + ") for n in names)
+    n_items = {row.n for row in report.rows}
+    assert len(n_items) == 1 and 0 < n_items.pop() <= 8
+    for row in report.rows:  # every accuracy with its interval, in both formulations
+        for k in ("letter", "cloze_norm"):
+            a = row.scorings[k]
+            assert a.ci_low <= a.value <= a.ci_high and a.n == row.n
+        assert sum(row.predictions["letter"].values()) == row.n
+    assert report.headline_rule and any(c.a.startswith("base") and c.b.startswith("SFT")
+                                        for c in report.comparisons)
+    assert set(report.hit_vs_miss) == {"semantic", "keyword", "hybrid"}
+    assert set(report.retrieval) == {"keyword", "semantic", "hybrid"}
+    assert report.train["steps"] == 3 and report.train["chat_template_fingerprint"]
+    md = (run / "report.md").read_text()
+    assert "RF-Agent's table" in md and "Retrieval" in md and "significant at 5%" in md
+    for f in ("comparison.png", "eval_base/accuracy.png", "adapter/training_curves.png",
+              "eval_base/results.jsonl", "eval_sft/summary.json"):
+        assert (run / f).exists(), f
+    r2 = run_cli("compare", "run", str(conf), env=env, timeout=600)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    for stage in ("distill/distill", "rag/index", "compare/eval_base", "train/train",
+                  "compare/eval_sft"):
+        assert f"== {stage}: up to date" in r2.stderr, stage
+    assert read_report(run).rows == report.rows

@@ -1,0 +1,27 @@
+"""The distillation pipeline as the registry sees it (data only; nothing heavy imported)."""
+
+from workbench.registry import Artifact, Pipeline, Stage
+
+PIPELINE = Pipeline(
+    name="distill",
+    help="QTSA distillation: corpus sections to question-thinking-solution-answer training "
+         "data and a multiple-choice benchmark.",
+    config="workbench.distill.config:DistillConfig",
+    run="workbench.distill.api:run",
+    stages=(Stage("distill", help="sections, questions, answers, checks, split, exports",
+                  outputs=(
+                      Artifact("sections", "sections.jsonl", "Section"),
+                      Artifact("samples_mc", "mcQTSA.jsonl", "QTSASample"),
+                      Artifact("samples_nd", "ndQTSA.jsonl", "QTSASample"),
+                      Artifact("benchmark", "benchmark.jsonl", "MCItem",
+                               "multiple-choice items from held-out sections"),
+                      Artifact("sft", "sft/instruct_mixed.messages.jsonl", "ChatExample",
+                               "training split, mc + nd, OpenAI messages"),
+                      Artifact("report", "report.json"),
+                      Artifact("report_md", "report.md"),
+                      Artifact("review", "review.jsonl", required=False,
+                               help="an expert's accept / reject / edit log"),
+                  )),),
+    cli="workbench.distill.cli:register",
+    page="distill.py", page_title="Distill", page_icon=":material/science:", order=20,
+)

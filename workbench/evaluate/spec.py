@@ -1,0 +1,61 @@
+"""Evaluation as a registered pipeline, and its `run` entry."""
+
+from __future__ import annotations
+
+from workbench.registry import Artifact, Pipeline, PipelineResult, Stage
+
+PIPELINE = Pipeline(
+    name="eval",
+    help="Score models.chat (+ eval.adapter) on a multiple-choice benchmark (ours, or MMLU/ARC"
+         "-style JSONL or CSV as it comes) under each retrieval condition, with 95% intervals "
+         "and paired significance tests.",
+    config="workbench.evaluate.config:EvalConfig",
+    run="workbench.evaluate.spec:run",
+    stages=(Stage("eval", help="per-item results, summary with intervals, plot", outputs=(
+        Artifact("results", "results.jsonl", "EvalResult"),
+        Artifact("summary", "summary.json", "EvalSummary"),
+        Artifact("plot", "accuracy.png", required=False))),),
+    order=50,
+)
+
+
+def resolved(cfg, layout):
+    """The eval section with the run's own benchmark and index filled in when unset."""
+    ec = cfg.eval
+    update = {}
+    if not ec.benchmark and layout.has("distill", "benchmark"):
+        update["benchmark"] = str(layout.artifact("distill", "benchmark"))
+    if not ec.index and any(c != "none" for c in ec.conditions) and layout.has("rag",
+                                                                               "manifest"):
+        update["index"] = str(layout.folder("rag"))
+    if not ec.output:
+        update["output"] = str(layout.folder("eval"))
+    return cfg.model_copy(update={"eval": ec.model_copy(update=update)})
+
+
+def context_providers(index: str | None, conditions) -> dict:
+    """Retrieval contexts through the registry's "contexts" service (no import of rag)."""
+    from workbench import registry
+
+    rag_conditions = [c for c in conditions if c != "none"]
+    if not rag_conditions:
+        return {}
+    if not index:
+        from workbench.errors import WorkbenchError
+
+        raise WorkbenchError(f"conditions {', '.join(rag_conditions)} need eval.index (build "
+                             "one with `workbench rag run` or `workbench rag build`)")
+    return registry.provider("contexts")(index, rag_conditions)
+
+
+def run(cfg, ctx) -> PipelineResult:
+    from workbench.evaluate.run import run_eval
+
+    cfg = resolved(cfg, ctx.layout)
+    out = run_eval(cfg, contexts=context_providers(cfg.eval.index, cfg.eval.conditions),
+                   log=ctx.log)
+    return PipelineResult(pipeline="eval", run_dir=str(ctx.layout.root),
+                          outputs={"eval": str(cfg.eval.output)},
+                          figures=out.get("figures", {}) if isinstance(out, dict) else {},
+                          message=out.get("message", f"results in {cfg.eval.output}")
+                          if isinstance(out, dict) else f"results in {cfg.eval.output}")

@@ -1,0 +1,41 @@
+"""Experiments registered like pipelines (they compose the pipelines above)."""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.registry import Artifact, Pipeline, Stage
+
+
+class CompareConfig(BaseModel):
+    """The `compare:` section: base vs RAG vs SFT on the distilled benchmark."""
+
+    model_config = ConfigDict(extra="forbid")
+    eval_items: int | None = Field(None, ge=1, description="Cap on benchmark items scored.")
+    sft_conditions: str = Field("none+best", pattern="^(none\\+best|all)$",
+                                description="none+best: SFT without RAG and with the base "
+                                            "model's best RAG; all: every condition.")
+
+
+PIPELINES = [Pipeline(
+    name="compare", kind="experiment",
+    help="RF-Agent's comparison for any domain: distil, index, evaluate the base model "
+         "without and with each kind of retrieval, LoRA SFT, evaluate the SFT model, report "
+         "with 95% intervals and paired significance tests.",
+    config="workbench.experiments.spec:CompareConfig",
+    run="workbench.experiments.compare:run",
+    folder="",
+    stages=(
+        Stage("eval_base", help="base model x {none, semantic, keyword, hybrid}",
+              outputs=(Artifact("eval_base", "eval_base/summary.json", "EvalSummary"),
+                       Artifact("eval_base_results", "eval_base/results.jsonl",
+                                "EvalResult"))),
+        Stage("eval_sft", help="SFT model x {none, best RAG}",
+              outputs=(Artifact("eval_sft", "eval_sft/summary.json", "EvalSummary"),
+                       Artifact("eval_sft_results", "eval_sft/results.jsonl",
+                                "EvalResult"))),
+        Stage("report", outputs=(Artifact("report", "report.json", "CompareReport"),
+                                 Artifact("report_md", "report.md"),
+                                 Artifact("plot", "comparison.png", required=False))),
+    ),
+    page="evaluate.py", page_title="Evaluate and compare", page_icon=":material/bar_chart:",
+    order=60,
+)]

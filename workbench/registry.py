@@ -1,0 +1,225 @@
+"""The pipeline registry: what a pipeline is, and where the workbench finds them.
+
+A pipeline declares its name, the config model of its section in the experiment config, its
+stages (each with the records it writes) and a `run(cfg, ctx)` entry. The experiment config,
+`workbench jobs start KIND`, the CLI groups and the app's pages are all built from this
+registry, so adding a pipeline touches no core file:
+
+- built-in pipelines are modules `workbench.<package>.spec` holding `PIPELINE` (or
+  `PIPELINES`), found by scanning the package;
+- installed plugins declare an entry point in the group `workbench.pipelines`;
+- `WB_PLUGINS=pkg.module,other.module` imports more modules (tests, local experiments);
+- `register(pipeline)` adds one from code.
+
+Entries name their functions as `"module:attribute"` strings and import them only when
+used, so building `--help` or the config schema never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.errors import WorkbenchError
+
+NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
+CORE_KEYS = {"name", "seed", "output_dir", "domain", "corpus", "models", "generation",
+             "cache", "smoke"}
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file or folder a stage writes, relative to the pipeline's folder in the run."""
+
+    name: str
+    path: str
+    record: str | None = None  # the record type of a JSONL file (e.g. "MCItem")
+    help: str = ""
+    required: bool = True  # a finished stage must have it (else the stage runs again)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    help: str = ""
+    outputs: tuple[Artifact, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One registered pipeline (or experiment: a pipeline composed of others)."""
+
+    name: str
+    help: str
+    run: str  # "module:function", called as function(cfg, ctx) -> a pydantic result
+    config: str | None = None  # "module:Model" of the `config_key` section
+    config_key: str | None = None  # defaults to `name`; None with config=None: no section
+    stages: tuple[Stage, ...] = ()
+    folder: str | None = None  # sub-folder of the run folder; "" = the run folder itself
+    cli: str | None = None  # "module:function" that adds commands to the pipeline's group
+    page: str | None = None  # the app page (a file under apps/streamlit/pages, or a path)
+    page_title: str | None = None
+    page_icon: str = ":material/extension:"
+    kind: Literal["pipeline", "experiment"] = "pipeline"
+    order: int = 50  # position in menus
+    # services other layers find through the registry instead of importing this pipeline,
+    # e.g. {"contexts": "workbench.rag.api:context_providers"}
+    provides: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        if not self.name or not set(self.name) <= NAME_CHARS:
+            raise WorkbenchError(f"pipeline name {self.name!r}: use lower-case letters, digits"
+                                 " and _")
+        key = self.section
+        if key in CORE_KEYS:
+            raise WorkbenchError(f"pipeline {self.name!r}: config key {key!r} is a core key")
+        if len({s.name for s in self.stages}) != len(self.stages):
+            raise WorkbenchError(f"pipeline {self.name!r}: stage names repeat")
+
+    @property
+    def section(self) -> str | None:
+        if self.config is None:
+            return None
+        return self.config_key or self.name
+
+    @property
+    def subfolder(self) -> str:
+        return self.name if self.folder is None else self.folder
+
+    def config_model(self) -> type[BaseModel] | None:
+        return load_attr(self.config) if self.config else None
+
+    def runner(self) -> Callable[..., Any]:
+        return load_attr(self.run)
+
+    def artifact(self, name: str) -> Artifact:
+        for s in self.stages:
+            for a in s.outputs:
+                if a.name == name:
+                    return a
+        raise WorkbenchError(f"pipeline {self.name!r} declares no output {name!r} (has: "
+                             f"{', '.join(a.name for s in self.stages for a in s.outputs)})")
+
+
+def load_attr(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise WorkbenchError(f"cannot load {ref!r}: {e}") from None
+    return obj
+
+
+_REGISTRY: dict[str, Pipeline] = {}
+_loaded = False
+_generation = 0  # bumps on every change, so derived things (the config model) rebuild
+
+
+def register(pipeline: Pipeline, *, replace: bool = False) -> Pipeline:
+    global _generation
+    old = _REGISTRY.get(pipeline.name)
+    if old is not None and old != pipeline and not replace:
+        raise WorkbenchError(f"a pipeline named {pipeline.name!r} is already registered")
+    sections = {p.section: p.name for p in _REGISTRY.values() if p.section
+                and p.name != pipeline.name}
+    if pipeline.section in sections:
+        raise WorkbenchError(f"pipeline {pipeline.name!r}: config section "
+                             f"{pipeline.section!r} belongs to {sections[pipeline.section]!r}")
+    _REGISTRY[pipeline.name] = pipeline
+    _generation += 1
+    return pipeline
+
+
+def unregister(name: str) -> None:
+    global _generation
+    if _REGISTRY.pop(name, None) is not None:
+        _generation += 1
+
+
+def generation() -> int:
+    _ensure_loaded()
+    return _generation
+
+
+def _register_module(module: str) -> None:
+    mod = importlib.import_module(module)
+    found = list(getattr(mod, "PIPELINES", ()))
+    if getattr(mod, "PIPELINE", None) is not None:
+        found.append(mod.PIPELINE)
+    for p in found:
+        register(p, replace=True)
+
+
+def _ensure_loaded() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import workbench
+
+    root = Path(workbench.__file__).parent
+    for info in pkgutil.iter_modules([str(root)]):
+        if info.ispkg and (root / info.name / "spec.py").exists():
+            _register_module(f"workbench.{info.name}.spec")
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="workbench.pipelines"):
+        obj = ep.load()
+        for p in obj if isinstance(obj, list | tuple) else [obj]:
+            register(p, replace=True)
+    for module in filter(None, (m.strip() for m in os.environ.get("WB_PLUGINS", "").split(
+            ","))):
+        try:
+            _register_module(module)
+        except ImportError as e:
+            raise WorkbenchError(f"WB_PLUGINS: cannot import {module!r} ({e})") from None
+
+
+def pipelines(kind: str | None = None) -> list[Pipeline]:
+    """Registered pipelines in menu order."""
+    _ensure_loaded()
+    out = [p for p in _REGISTRY.values() if kind is None or p.kind == kind]
+    return sorted(out, key=lambda p: (p.order, p.name))
+
+
+def get(name: str) -> Pipeline:
+    _ensure_loaded()
+    if name not in _REGISTRY:
+        raise WorkbenchError(f"unknown pipeline {name!r} (registered: "
+                             f"{', '.join(p.name for p in pipelines())})")
+    return _REGISTRY[name]
+
+
+def names() -> list[str]:
+    return [p.name for p in pipelines()]
+
+
+def provider(service: str) -> Callable[..., Any]:
+    """The function that some registered pipeline provides for `service` (e.g. "contexts":
+    retrieval contexts for evaluation), so core code needs no import of that pipeline."""
+    found = [(p.name, ref) for p in pipelines() for name, ref in p.provides if name == service]
+    if not found:
+        raise WorkbenchError(f"no registered pipeline provides {service!r}")
+    return load_attr(found[0][1])
+
+
+class PipelineResult(BaseModel):
+    """What every pipeline run returns: where its outputs are, its key figures and one line
+    for people. Jobs store it; the CLI prints `message`."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int = 1
+    pipeline: str
+    run_dir: str
+    outputs: dict[str, str] = Field(default_factory=dict)
+    figures: dict[str, Any] = Field(default_factory=dict)
+    message: str = ""
