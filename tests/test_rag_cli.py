@@ -35,7 +35,8 @@ def test_build_query_eval_end_to_end(tmp_path):
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["rank"] for x in rows] == [1, 2, 3]
     assert set(rows[0]) == {"rank", "chunk_id", "score", "section_id", "document",
-                            "heading_path"}
+                            "heading_path", "source", "text"}
+    assert rows[0]["source"].endswith(".md") and "standing" in rows[0]["text"].lower()
     chunks = [json.loads(line) for line in (idx / "chunks.jsonl").read_text().splitlines()]
     by_heading = {c["heading_path"][-1]: c for c in chunks}
     # qrels at section level, JSONL and TREC forms

@@ -44,3 +44,25 @@ class ModelNotFoundError(WorkbenchError):
 
 class BackendError(WorkbenchError):
     """A model backend failed in a way the user can fix (server down, no logprobs, bad key)."""
+
+
+class TrainingInterrupted(WorkbenchError):
+    """Training stopped on request (`should_stop`) after a completed optimizer step.
+
+    `step` is the last completed step; `checkpoint` the complete checkpoint written for it, or
+    None when the session has no checkpoint folder. The exit code is the one a shell reports
+    for SIGTERM, which is what usually asks for the stop.
+    """
+
+    exit_code = 143
+
+    def __init__(self, *, step: int, checkpoint=None):
+        self.step, self.checkpoint = step, checkpoint
+        where = f"; checkpoint {checkpoint}" if checkpoint is not None else \
+            " (no checkpoint folder: nothing saved)"
+        super().__init__(f"training stopped after step {step}{where}")
+
+    def __reduce__(self):  # keyword-only arguments: default pickling would lose them
+        from functools import partial
+
+        return partial(type(self), step=self.step, checkpoint=self.checkpoint), ()

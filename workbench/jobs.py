@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workbench import registry
-from workbench.errors import WorkbenchError
+from workbench.errors import TrainingInterrupted, WorkbenchError
 from workbench.io import atomic_write_json, atomic_write_text, pid_alive
 
 JOB_SCHEMA = 1
@@ -232,7 +232,7 @@ def main(folder: str) -> int:
     try:
         job.result = _execute(job)
         job.status = "completed"
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, TrainingInterrupted):
         job.status, job.error = "stopped", "stopped by request; start it again to resume"
     except WorkbenchError as e:
         job.status, job.error = "failed", str(e)

@@ -110,7 +110,7 @@ def serve(
         opts["adapter"] = str(adapter)
     m = load_model(model, **opts)
     if adapter:
-        from workbench.train.recipe import fingerprint_warning
+        from workbench.models.templates import fingerprint_warning
 
         if w := fingerprint_warning(adapter, m.tokenizer):
             echo_err(w)

@@ -23,7 +23,7 @@ def register(group: typer.Typer) -> None:
         from workbench.models.local import model_folder
         from workbench.models.resolve import resolve_chat_model
         from workbench.train.data import preview as render
-        from workbench.train.recipe import load_examples
+        from workbench.train.data import load_examples
         from workbench.train.spec import training_data
 
         cfg = load_config(config, set_)

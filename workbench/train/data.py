@@ -9,12 +9,13 @@ exact for any template that renders a conversation as a prefix of its continuati
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 from workbench.errors import DataError, WorkbenchError
-from workbench.formats import join_reasoning
+from workbench.formats import join_reasoning, read_dataset
+from workbench.models.templates import template_fingerprint  # noqa: F401 (older imports)
 from workbench.records import ChatExample
 
 IGNORE = -100
@@ -31,9 +32,20 @@ class Tokenized:
         return sum(lab != IGNORE for lab in self.labels)
 
 
-def template_fingerprint(tokenizer) -> str:
-    tpl = getattr(tokenizer, "chat_template", None) or ""
-    return hashlib.sha256(tpl.encode()).hexdigest()[:16]
+def load_examples(cfg) -> tuple[Path, list[ChatExample]]:
+    """The examples `train.data` names: a dataset file, or a distill run folder's SFT export."""
+    if not cfg.data:
+        raise WorkbenchError("train.data is not set: pass a dataset file or a distill run")
+    path = Path(cfg.data)
+    if path.is_dir():
+        for cand in (path / "distill" / "sft" / "instruct_mixed.messages.jsonl",
+                     path / "sft" / "instruct_mixed.messages.jsonl"):
+            if cand.exists():
+                path = cand
+                break
+        else:
+            raise WorkbenchError(f"{cfg.data}: no SFT export found in this run folder")
+    return path, read_dataset(path, cfg.data_format)
 
 
 def _plain(ex: ChatExample) -> list[dict]:

@@ -10,13 +10,18 @@ from pathlib import Path
 from workbench.errors import WorkbenchError
 from workbench.io import replace_dir
 
-PARITY_PROMPTS = ["What is the characteristic impedance of a coaxial cable?",
-                  "Explain VSWR in one sentence.", "Define noise figure.",
-                  "Why match impedances?"]
+# Short prompts of any domain: the check compares logits position by position, so what
+# matters is a spread of ordinary tokens, not the subject. A domain pack passes its own.
+PARITY_PROMPTS = ["Hello! How are you today?", "Summarise the text above in one sentence.",
+                  "List three prime numbers.",
+                  "What should I check first when something stops working?"]
 
 
 def merge_adapter(base_spec: str, adapter: str | Path, out: str | Path, *,
                   tolerance: float = 1e-4, prompts: list[str] | None = None) -> dict:
+    """Merge `adapter` into `base_spec`'s weights and write the merged model to `out`, only
+    if its logits match base+adapter within `tolerance` on `prompts` (default:
+    PARITY_PROMPTS; the CLI passes a domain pack's own)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -24,12 +29,15 @@ def merge_adapter(base_spec: str, adapter: str | Path, out: str | Path, *,
     from workbench.models.local import check_adapter_dir, model_folder
     from workbench.models.resolve import resolve_chat_model
 
+    prompts = PARITY_PROMPTS if prompts is None else prompts
+    if not prompts:
+        raise WorkbenchError("merge parity needs at least one prompt")
     adapter = check_adapter_dir(adapter)
     folder = model_folder(resolve_chat_model(base_spec))
     tok = AutoTokenizer.from_pretrained(folder)
     base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model = PeftModel.from_pretrained(base, adapter).eval()
-    enc = [tok(p, return_tensors="pt") for p in (prompts or PARITY_PROMPTS)]
+    enc = [tok(p, return_tensors="pt") for p in prompts]
     with torch.no_grad():
         before = [model(**e).logits for e in enc]
         merged = model.merge_and_unload(safe_merge=True)
