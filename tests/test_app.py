@@ -1,5 +1,7 @@
-"""The Streamlit app: every page renders (AppTest), uploads are checked, a job started from
-the app runs with a scripted model, and the security settings hold."""
+"""The Streamlit app: every page renders (AppTest), on an empty workspace and on one holding a
+finished compare run made outside the app; the navigation comes from the registry; uploads are
+checked, a job started from the app runs with a scripted model, and the security settings
+hold."""
 
 import os
 import sys
@@ -28,7 +30,41 @@ def ws(tmp_path, monkeypatch):
 def page(name):
     from streamlit.testing.v1 import AppTest
 
-    return AppTest.from_file(str(APP / "pages" / f"{name}.py"), default_timeout=60)
+    return AppTest.from_file(str(APP / "pages" / f"{name}.py"), default_timeout=300)
+
+
+@pytest.fixture(scope="session")
+def finished_ws(tmp_path_factory, tiny_model):
+    """A workspace whose runs/ holds a finished compare run made outside the app (no job),
+    exactly as tests/test_compare.py configures it: scripted teacher, tiny student."""
+    from workbench.config import experiment_config_model
+    from workbench.jobs import run_in_process
+    from workbench.workspace import open_workspace
+
+    if TESTS not in sys.path:
+        sys.path.insert(0, TESTS)
+    w = open_workspace(tmp_path_factory.mktemp("app") / "ws")
+    teacher = {"spec": "fake", "options": {"script": "fake_teacher:reply"}}
+    cfg = experiment_config_model().model_validate({
+        "name": "tiny", "output_dir": str(w / "runs"), "models": {"chat": {"spec": tiny_model}},
+        "corpus": str(REPO / "datasets" / "rf"),
+        "distill": {"mode": "single", "max_sections": 12, "kinds": ["mc", "nd"],
+                    "perspectives": ["concepts", "analysis"], "benchmark_fraction": 0.3,
+                    "verifier": {"method": "generate"},
+                    "models": {"writer": teacher, "answerer": teacher, "verifier": teacher}},
+        "rag": {"chunk_size": 96, "chunk_overlap": 16},
+        "train": {"max_steps": 3, "batch_size": 2, "max_length": 512, "eval_fraction": 0.1,
+                  "domain_eval": {"every": 3, "max_items": 5}},
+        "eval": {"methods": ["loglik", "generate"], "max_tokens": 8},
+        "compare": {"eval_items": 8}})
+    run_in_process("compare", cfg, log=lambda _msg: None)
+    return w
+
+
+@pytest.fixture()
+def finished(finished_ws, monkeypatch):
+    monkeypatch.setenv("WB_WORKSPACE", str(finished_ws))
+    return finished_ws
 
 
 @pytest.mark.parametrize("name", PAGES)
@@ -42,6 +78,183 @@ def test_navigation_app_renders(ws):
 
     at = AppTest.from_file(str(APP / "app.py"), default_timeout=60).run()
     assert not at.exception
+    assert at.title[0].value == "Projects and runs"  # the default page ran
+
+
+def test_navigation_is_built_from_the_registry(tmp_path):
+    from common import navigation_pages
+
+    from workbench import registry
+    from workbench.registry import Pipeline
+
+    pages = navigation_pages()
+    assert [(p.name, t) for p, t, _, _ in pages[:2]] == [("projects.py", "Projects and runs"),
+                                                        ("corpus.py", "Corpus")]
+    assert pages[0][3] and not any(d for *_, d in pages[1:])
+    want = [(APP / "pages" / p.page, p.page_title or p.name, p.page_icon)
+            for p in registry.pipelines() if p.page]
+    assert [(p, t, i) for p, t, i, _ in pages[2:]] == want
+    assert {p.name for p, *_ in pages} >= {"distill.py", "retrieval.py", "train.py",
+                                            "evaluate.py"}
+    extra = tmp_path / "plugin_page.py"
+    extra.write_text("import streamlit as st\nst.title('Plugin page')\n")
+    registry.register(Pipeline(name="app_plugin", help="a plugin with a page",
+                               run="toy_pipeline:run", page=str(extra), order=99))
+    try:
+        pages = navigation_pages()
+        assert pages[-1][:3] == (extra, "app_plugin", ":material/extension:")
+        from streamlit.testing.v1 import AppTest
+
+        assert not AppTest.from_file(str(APP / "app.py"), default_timeout=60).run().exception
+    finally:
+        registry.unregister("app_plugin")
+
+
+def test_projects_page_shows_an_unreadable_job(ws):
+    from workbench.workspace import open_workspace
+
+    w = open_workspace(ws)
+    (w / "jobs" / "broken-job").mkdir()
+    (w / "jobs" / "broken-job" / "job.json").write_text("{not json")
+    at = page("projects").run()
+    assert not at.exception
+    table = frame(at, "id", "kind", "status")
+    assert list(table["status"]) == ["unreadable"] and "unreadable job state" in table[
+        "error"][0]
+    assert any("broken-job" in w.value for w in at.warning)
+
+
+# --- a workspace holding a finished run made outside the app ---------------------------------
+
+def frame(at, *columns):
+    """The first table on the page with these columns (AppTest keeps no dataframe keys)."""
+    for d in at.dataframe:
+        if all(c in d.value.columns for c in columns):
+            return d.value
+    raise AssertionError(f"no table with columns {columns}")
+
+
+def texts(at) -> str:
+    return "\n".join(e.value for kind in ("markdown", "caption", "text", "subheader", "title")
+                     for e in getattr(at, kind))
+
+
+def test_list_runs_is_typed(finished):
+    from workbench.experiments.compare import CompareReport, read_report
+    from workbench.workspace import RunInfo, list_runs
+
+    (info,) = list_runs(finished, read_report=read_report)
+    assert isinstance(info, RunInfo) and info.name == "tiny"
+    assert info.has_adapter and info.has_index and info.has_benchmark and info.has_report
+    assert info.distilled and info.distilled > 0
+    assert {"distill/distill", "rag/index", "train/train", "compare/report"} <= set(info.stages)
+    assert isinstance(info.report, CompareReport) and info.report_error is None
+    assert info.has_eval == {"eval": False, "eval_base": True, "eval_sft": True}
+    assert list_runs(finished)[0].report is None  # no reader, no report
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_page_renders_a_finished_run(finished, name):
+    at = page(name).run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_projects_page_lists_the_run(finished):
+    at = page("projects").run()
+    table = frame(at, "accuracy (headline, 95% CI)")
+    assert table["configuration"][0] == "Base" and "SFT" in list(table["configuration"])
+    assert "%" in table["accuracy (headline, 95% CI)"][0] and "[" in table[
+        "accuracy (headline, 95% CI)"][0]
+    assert "distilled: **" in texts(at)
+
+
+def test_compare_table_with_intervals_and_significance(finished):
+    from workbench.experiments.compare import read_report
+
+    report = read_report(finished / "runs" / "tiny")
+    at = page("evaluate").run()
+    assert at.multiselect(key="e-runs").value == ["tiny"]
+    table = frame(at, "configuration", "s/item")
+    assert list(table["configuration"]) == [r.name for r in report.rows]
+    head = report.rows[0].headline
+    col = next(c for c in table.columns if c.endswith("★"))
+    assert col.startswith({"letter": "letter", "cloze_norm": "cloze, per-char",
+                           "cloze": "cloze (CF)", "generate": "generation"}[head])
+    a = report.rows[0].scorings[head]
+    assert table[col][0].startswith(f"{100 * a.value:.1f}% [{100 * a.ci_low:.1f}, "
+                                    f"{100 * a.ci_high:.1f}]")
+    assert list(table["headline"]) == [r.headline or "none (all degenerate)"
+                                       for r in report.rows]
+    assert "degenerate" in table.columns
+    pairs = frame(at, "p (Holm)")
+    assert len(pairs) == len(report.comparisons)
+    assert list(pairs["significant"]) == ["yes" if c.significant else "no"
+                                          for c in report.comparisons]
+    assert "Significant differences:" in texts(at)
+    assert frame(at, "retriever", "mrr").shape[0] == 3
+
+
+def test_evaluation_drill_down_renders_the_item(finished):
+    from workbench.evaluate.benchmark import load_benchmark
+    from workbench.evaluate.report import read_eval_results
+    from workbench.runs import RunLayout
+
+    lay = RunLayout.at(finished / "runs" / "tiny")
+    items = {it.id: it for it in load_benchmark(lay.artifact("distill", "benchmark"))}
+    rows = read_eval_results(lay.artifact("compare", "eval_base_results"))
+    at = page("evaluate").run()
+    first = rows[0]
+    assert at.selectbox(key="cond-tiny-eval_base").value == first.condition
+    body = texts(at)
+    assert items[first.example_id].question in body
+    assert "✓" in body and "(gold)" in body
+    preds = frame(at, "scoring", "prediction")
+    assert set(preds["prediction"]) <= {"A", "B", "C", "D", "(none)"}
+    assert len(preds) == len(first.extra["predictions"])
+    assert "Source section:" in body  # no context without retrieval
+    rag = next(r for r in rows if r.condition == "semantic")
+    at.selectbox(key="cond-tiny-eval_base").set_value("semantic").run()
+    assert not at.exception
+    body = texts(at)
+    assert "Retrieved context (semantic)" in body
+    assert any(rag.extra["context"][:60] in t.value for t in at.text)
+    at.selectbox(key="ev-tiny").set_value("eval_sft").run()
+    assert not at.exception and frame(at, "scoring", "prediction").shape[0] > 0
+
+
+def test_train_page_shows_an_adapter_made_outside_the_app(finished):
+    at = page("train").run()
+    assert at.selectbox(key="t-run").value == "tiny"
+    body = texts(at)
+    assert "Adapter:" in body and "Training loss" in body
+    m = frame(at, "status", "steps")
+    assert m["status"][0] == "completed" and m["steps"][0] == 3
+    assert len(at.get("vega_lite_chart")) >= 2  # loss, and held-out loss / domain accuracy
+    assert len(at.get("image")) == 1  # training_curves.png
+
+
+def test_distill_page_shows_a_sample(finished):
+    from workbench.distill.api import load_samples
+
+    s = load_samples(finished / "runs" / "tiny", reviewed=False)[0]
+    at = page("distill").run()
+    body = texts(at)
+    assert "accepted" in body and s.question in body and s.solution in body
+    assert "Source section:" in body
+    if s.options:
+        assert "(gold)" in body
+        assert any(s.options[0][:40] in m.value for m in at.markdown)
+
+
+def test_retrieval_page_uses_the_run_index(finished):
+    at = page("retrieval").run()
+    assert at.selectbox(key="r-index").value == "tiny"
+    at.text_input(key="r-query").set_value("characteristic impedance").run()
+    assert not at.exception
+    assert [s.value for s in at.subheader][:3] == ["semantic", "keyword", "hybrid"]
+    at.button(key="r-metrics").click().run()
+    assert not at.exception and frame(at, "hybrid").shape[0] > 0
 
 
 def test_upload_saves_and_rejects(ws):
@@ -105,5 +318,9 @@ def test_streamlit_config_is_secure():
     assert s["enableXsrfProtection"] is True and s["enableCORS"] is True
     assert s["headless"] is True and s["address"] == "127.0.0.1"
     assert s["maxUploadSize"] <= 20
-    src = (REPO / "workbench" / "cli" / "main.py").read_text()
-    assert '"--server.enableXsrfProtection", "true"' in src
+    from workbench.workspace import streamlit_command
+
+    cmd = streamlit_command(APP / "app.py", host="127.0.0.1", port=8501)
+    flags = dict(zip(cmd[5::2], cmd[6::2], strict=True))
+    assert flags["--server.enableXsrfProtection"] == "true"
+    assert flags["--server.enableCORS"] == "true" and flags["--server.address"] == "127.0.0.1"

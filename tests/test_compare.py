@@ -1,7 +1,6 @@
 """The compare experiment (the main job) end to end on a tiny configuration: a scripted teacher
 distils, a tiny random-init Llama is the student; then a re-run skips every stage."""
 
-import json
 from pathlib import Path
 
 import pytest

@@ -39,7 +39,7 @@ def single_run(tmp_path_factory):
 
 def test_single_mode_outputs_and_provenance(single_run):
     res = single_run
-    assert res.report["accepted"]["mc"] > 20 and res.report["accepted"]["nd"] > 10
+    assert res.report.accepted.mc > 20 and res.report.accepted.nd > 10
     for s in res.samples:  # provenance on 100% of records
         p = s.provenance
         assert p.section_id and p.span_hash and p.perspective and p.prompt_version
@@ -59,7 +59,7 @@ def test_leakage_guard_zero_overlap(single_run):
     res = single_run
     bench_secs = {b.provenance.section_id for b in read_records(
         res.run_dir / "benchmark.jsonl", MCItem)}
-    train = [s for s in res.samples if "train" in s.flags]
+    train = [s for s in res.samples if s.split == "train"]
     assert train and not ({s.provenance.section_id for s in train} & bench_secs)
     sections = read_records(res.run_dir / "sections.jsonl", Section)
     h = {s.id: s.content_hash for s in sections}
@@ -113,14 +113,14 @@ def test_verifier_rejects_or_flags_wrong_gold(tmp_path):
     wrong = AgentModel(spec="fake", options={"name": "always-d", "responses": ["D"]})
     c = cfg(mode="single", models={"verifier": wrong.model_dump()})
     res = run_distill(c, tmp_path / "r", default_model=TEACHER)
-    v = res.report["verifier"]
+    v = res.report.verifier.model_dump()
     assert v["checked"] > 0 and 0 < v["agreed"] < v["checked"]
     assert {s.answer for s in res.samples if s.kind == "mc"} == {"D"}
-    assert res.report["rejects"]["verifier_disagrees"] == v["checked"] - v["agreed"]
+    assert res.report.rejects["verifier_disagrees"] == v["checked"] - v["agreed"]
     c2 = cfg(mode="single", verifier={"method": "generate", "on_disagree": "flag"},
              models={"verifier": wrong.model_dump()})
     res2 = run_distill(c2, tmp_path / "r2", default_model=TEACHER)
-    assert "verifier_disagrees" not in res2.report["rejects"]
+    assert "verifier_disagrees" not in res2.report.rejects
     assert sum("verifier_disagrees" in s.flags for s in res2.samples) > 0
 
 
@@ -135,16 +135,16 @@ def test_composed_mode_builds_valid_items(tmp_path):
 def test_garbage_model_and_bad_input_are_counted_not_crashes(tmp_path):
     bad = AgentModel(spec="fake", options={"script": "fake_teacher:garbage"})
     res = run_distill(cfg(mode="single"), tmp_path / "g", default_model=bad)
-    assert res.report["accepted"]["total"] == 0
-    assert sum(res.report["rejects"].values()) == res.report["stages"]["tasks"]
+    assert res.report.accepted.total == 0
+    assert sum(res.report.rejects.values()) == res.report.stages["tasks"]
     assert (tmp_path / "g" / "report.md").exists()
     secs = [Section(id="short", doc_id="d", source="x", text="Too short.", content_hash="a"),
             Section(id="long", doc_id="d", source="x", content_hash="b",
                     text="\n\n".join(["A paragraph about reflection and VSWR. " * 8] * 30))]
     res = run_distill(cfg(mode="single", max_section_chars=1000, benchmark_fraction=0.0),
                       tmp_path / "s", default_model=TEACHER, sections=secs)
-    assert res.report["rejects"]["section_too_short"] == 1
-    assert res.report["stages"]["spans"] > 3 and res.report["stages"]["sections_split"] == 1
+    assert res.report.rejects["section_too_short"] == 1
+    assert res.report.stages["spans"] > 3 and res.report.stages["sections_split"] == 1
     with pytest.raises(WorkbenchError, match="no sections"):
         run_distill(cfg(), tmp_path / "e", default_model=TEACHER, sections=[])
     with pytest.raises(WorkbenchError, match="no perspective 'nope'"):
@@ -159,7 +159,7 @@ def test_exports_round_trip(single_run, tmp_path, fmt, style):
     out = tmp_path / f"x.{fmt}.jsonl"
     n = export_run(single_run.run_dir, out, fmt=fmt, style=style)
     back = read_dataset(out, fmt)
-    want = [to_chat(s, style) for s in single_run.samples if "train" in s.flags]
+    want = [to_chat(s, style) for s in single_run.samples if s.split == "train"]
     assert n == len(back) == len(want)
     assert sorted(back, key=lambda e: e.id) == sorted(want, key=lambda e: e.id)
     if style == "thinking":
@@ -178,7 +178,7 @@ if die is not None:
 cfg = DistillConfig(mode="single", max_sections=8, verifier={{"method": "generate"}},
                     benchmark_fraction=0.25, corpus="datasets/rf", domain="rf")
 res = run_distill(cfg, sys.argv[1], default_model=AgentModel(spec="fake", options=opts))
-print(json.dumps(res.report["model_calls"]))
+print(res.report.model_calls.model_dump_json())
 """
 
 
@@ -244,7 +244,7 @@ def test_expert_review_is_recorded_and_export_honours_it(single_run, tmp_path):
 
     run = tmp_path / "run"
     shutil.copytree(single_run.run_dir, run)
-    train = [s for s in load_samples(run) if "train" in s.flags]
+    train = [s for s in load_samples(run) if s.split == "train"]
     a, b = train[0], train[1]
     review_sample(run, a.id, "reject")
     review_sample(run, b.id, "edit", {"solution": "An expert's better solution."})
@@ -275,4 +275,16 @@ def test_composed_mode_with_answers_from_the_text(tmp_path):
         assert right in secs[s.provenance.section_id].text
     for s in nd:
         assert s.solution in secs[s.provenance.section_id].text
-    assert res.report["model_calls"]["made"] < 3 * res.report["stages"]["tasks"]
+    assert res.report.model_calls.made < 3 * res.report.stages["tasks"]
+
+
+def test_split_is_a_field_and_old_flag_files_still_read():
+    from workbench.records import QTSASample
+
+    base = {"id": "s1", "kind": "nd", "question": "Why?", "thinking": "t", "solution": "s",
+            "answer": "a", "provenance": {"section_id": "x", "span_hash": "h"}}
+    old = QTSASample.model_validate({**base, "flags": ["benchmark", "verifier_disagrees"]})
+    assert old.split == "benchmark" and old.flags == ["verifier_disagrees"]
+    assert QTSASample.model_validate(base).split == "train"
+    with pytest.raises(ValueError):
+        QTSASample.model_validate({**base, "split": "test"})

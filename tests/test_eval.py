@@ -1,5 +1,6 @@
-"""Evaluation: log-likelihood scoring agrees with lm-evaluation-harness, answer extraction,
-circular evaluation, conditions with RAG, open-ended scoring."""
+"""Evaluation: log-likelihood scoring agrees with lm-evaluation-harness (letter and cloze
+formulations), answer extraction, circular evaluation, conditions with RAG, open-ended
+scoring, the eval command."""
 
 import json
 import os
@@ -7,8 +8,9 @@ import os
 import pytest
 
 from workbench.evaluate.mc import (
-    evaluate_mc, extract_letter, loglik_letter_predictions, rotate, summarize,
+    evaluate_mc, extract_letter, loglik_letter_predictions, rotate,
 )
+from workbench.evaluate.summary import summarize
 from workbench.records import MCItem
 
 FACTS = [("the unit of resistance", "ohm", ["volt", "ampere", "watt"]),
@@ -35,19 +37,32 @@ def items(n=60):
     return out
 
 
-@pytest.mark.slow
-def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path):
-    lm_eval = pytest.importorskip("lm_eval")
-    from lm_eval.tasks import TaskManager
+def require_lm_eval():
+    """lm-eval, or a skip with the reason; in CI (env CI set) its absence is a failure, so the
+    parity check cannot silently vanish there."""
+    try:
+        import lm_eval
+    except ImportError:
+        msg = "lm-eval is not installed (pip install -e '.[dev]'); the parity check needs it"
+        if os.environ.get("CI"):
+            pytest.fail(f"{msg}, and CI is set")
+        pytest.skip(msg)
+    return lm_eval
 
-    from workbench.models.local import _gguf_cache_dir
 
-    data = tmp_path / "items.jsonl"
-    its = items(60)
-    data.write_text("".join(json.dumps(it.to_json()) + "\n" for it in its))
-    task_dir = tmp_path / "tasks"
-    task_dir.mkdir()
-    (task_dir / "wb_mc.yaml").write_text(f"""task: wb_mc
+def test_missing_lm_eval_fails_in_ci_and_skips_elsewhere(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # makes `import lm_eval` fail
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI is set"):
+        require_lm_eval()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="lm-eval is not installed"):
+        require_lm_eval()
+
+
+TASKS = {"wb_letter": """task: wb_letter
 dataset_path: json
 dataset_kwargs:
   data_files:
@@ -59,20 +74,68 @@ doc_to_choice: ["A", "B", "C", "D"]
 doc_to_target: "{{{{['A','B','C','D'].index(answer)}}}}"
 metric_list:
   - metric: acc
-""")
+""", "wb_cloze": """task: wb_cloze
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
+doc_to_choice: options
+doc_to_target: "{{{{['A','B','C','D'].index(answer)}}}}"
+metric_list:
+  - metric: acc
+  - metric: acc_norm
+"""}
+
+
+@pytest.mark.slow
+def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path):
+    """Both OLMES formulations, raw prompts: our letter, cloze (acc) and cloze_norm (acc_norm)
+    predictions are lm-eval's, and the option log-likelihoods agree."""
+    lm_eval = require_lm_eval()
+    from lm_eval.tasks import TaskManager
+
+    from workbench.models.local import _gguf_cache_dir
+
+    data = tmp_path / "items.jsonl"
+    its = items(60)
+    data.write_text("".join(json.dumps(it.to_json()) + "\n" for it in its))
+    task_dir = tmp_path / "tasks"
+    task_dir.mkdir()
+    for name, text in TASKS.items():
+        (task_dir / f"{name}.yaml").write_text(text.format(data=data))
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     folder = _gguf_cache_dir(bundled_model.source)
     out = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={folder},dtype=float32",
-                                  tasks=["wb_mc"], task_manager=TaskManager(
+                                  tasks=list(TASKS), task_manager=TaskManager(
                                       include_path=str(task_dir)), log_samples=True,
                                   batch_size=8, device="cpu")
-    theirs = {}
-    for s in out["samples"]["wb_mc"]:
-        lls = [r[0][0] for r in s["resps"]]
-        theirs[s["doc_id"]] = "ABCD"[max(range(4), key=lambda i: lls[i])]
-    ours = loglik_letter_predictions(bundled_model, its, template="raw")
-    assert len(theirs) == 60
-    assert [theirs[i] for i in range(60)] == ours
+
+    def argmax(xs):
+        return "ABCD"[max(range(4), key=lambda i: xs[i])]
+
+    lls = {name: {s["doc_id"]: [r[0][0] for r in s["resps"]] for s in out["samples"][name]}
+           for name in TASKS}
+    assert len(lls["wb_letter"]) == len(lls["wb_cloze"]) == 60
+    rows = evaluate_mc(bundled_model, its, methods=["loglik"], template="raw")
+    assert [argmax(lls["wb_letter"][i]) for i in range(60)] == \
+        [r.extra["predictions"]["letter"] for r in rows] == \
+        loglik_letter_predictions(bundled_model, its, template="raw")
+    assert [argmax(lls["wb_cloze"][i]) for i in range(60)] == \
+        [r.extra["predictions"]["cloze"] for r in rows]
+    def per_char(i):  # lm-eval's acc_norm: divide by the choice's length in characters
+        return [v / len(o) for v, o in zip(lls["wb_cloze"][i], its[i].options, strict=True)]
+
+    assert [argmax(per_char(i)) for i in range(60)] == \
+        [r.extra["predictions"]["cloze_norm"] for r in rows]
+    for i, r in enumerate(rows):
+        assert r.extra["logprobs"]["cloze"] == pytest.approx(lls["wb_cloze"][i], abs=2e-3)
+    acc = out["results"]["wb_cloze"]
+    s = summarize(rows)
+    assert s.formulations["cloze"].accuracy.value == pytest.approx(acc["acc,none"])
+    assert s.formulations["cloze_norm"].accuracy.value == pytest.approx(acc["acc_norm,none"])
 
 
 @pytest.mark.slow
@@ -81,11 +144,34 @@ def test_methods_circular_and_summary(bundled_model):
     rows = evaluate_mc(bundled_model, its, methods=["loglik", "generate"], circular=True,
                        max_tokens=12)
     s = summarize(rows)
-    assert s["n"] == 12 and 0 <= s["acc_loglik_letter"] <= 1
-    assert {"acc_loglik_text", "acc_loglik_text_norm", "acc_generate",
-            "acc_circular_correct", "agreement_loglik_generate"} <= set(s)
-    assert s["acc_circular_correct"] <= s["acc_loglik_letter"]
+    assert s.n == 12 and set(s.formulations) == {"letter", "cloze", "cloze_norm"}
+    assert s.generation is not None and 0 <= s.generation.unparsed <= 1
+    assert s.circular.value <= s.formulations["letter"].accuracy.value
+    assert s.agreement_letter_generation is not None
+    assert set(s.seconds_per_item_by_pass) == {"letter", "cloze", "circular", "generate"}
+    assert sum(s.formulations["letter"].predictions.values()) == 12
     assert all(r.latency_s is not None and r.condition == "none" for r in rows)
+
+
+def test_default_loglik_path_with_a_fake_model():
+    """The defaults users run (chat template, letter + cloze, generation) through the
+    registry's fake backend."""
+    from workbench.models import load_model
+
+    its = items(10)
+    fake = load_model("fake", responses=["The answer is C"])
+    rows = evaluate_mc(fake, its)
+    assert [r.example_id for r in rows] == [it.id for it in its]
+    r = rows[0]
+    assert set(r.extra["predictions"]) == {"letter", "cloze", "cloze_norm", "generate"}
+    assert r.extra["predictions"]["generate"] == "C"
+    assert r.prediction == r.extra["predictions"]["letter"]  # the first formulation
+    assert set(r.scores) == {"letter", "cloze", "cloze_norm", "generate"}
+    assert len(r.extra["logprobs"]["cloze"]) == 4
+    # the fake scores an option higher the more of its words the prompt holds; only the
+    # letter prompt lists the options
+    s = summarize(rows)
+    assert s.n == 10 and s.generation.predictions["C"] == 10
 
 
 def test_extract_letter_and_rotation():
@@ -94,16 +180,22 @@ def test_extract_letter_and_rotation():
     assert extract_letter("B) 1.5") == "B"
     assert extract_letter("I would pick option D.") == "D"
     assert extract_letter("no idea") is None
+    assert extract_letter("The answer is F", n_options=4) is None
+    assert extract_letter("The answer is F", n_options=6) == "F"
+    assert extract_letter("E) no\nB) yes", n_options=4) == "B"
     it = MCItem(id="x", question="q", options=["a", "b", "c", "d"], answer="B")
     r = rotate(it, 1)
     assert r.options == ["b", "c", "d", "a"] and r.answer == "A"
-    assert rotate(it, 4 % 4) == it
+    assert rotate(it, 4) == it
+    five = MCItem(id="y", question="q", options=list("vwxyz"), answer="E")
+    assert rotate(five, 2).answer == "C"
 
 
 def test_fake_model_through_conditions(rf_index, embedder):
     from workbench.evaluate.config import EvalConfig
     from workbench.evaluate.run import evaluate_conditions, evaluate_open, token_f1
     from workbench.models import load_model
+    from workbench.rag.api import context_providers
     from workbench.rag.index import RagIndex
     from workbench.records import Provenance, QTSASample
 
@@ -113,10 +205,12 @@ def test_fake_model_through_conditions(rf_index, embedder):
                 options=["1/sqrt(LC)", "LC", "R/G", "zero"], answer="A",
                 provenance=Provenance(section_id=sec.section_id, span_hash="h"))
     fake = load_model("fake", responses=["<answer>A</answer>"])
-    res, summ = evaluate_conditions(fake, [it], EvalConfig(), index=idx, log=lambda m: None)
-    assert set(summ) == {"none", "semantic", "keyword", "hybrid", "semantic_ranks4-6",
-                         "keyword_ranks4-6", "hybrid_ranks4-6"}
-    assert summ["none"]["acc_generate"] == 1.0
+    cfg = EvalConfig()
+    res, summ = evaluate_conditions(fake, [it], cfg, log=lambda m: None,
+                                    contexts=context_providers(idx, cfg.conditions))
+    assert set(summ.conditions) == {"none", "semantic", "keyword", "hybrid",
+                                    "semantic_ranks4-6", "keyword_ranks4-6", "hybrid_ranks4-6"}
+    assert summ.conditions["none"].generation.accuracy.value == 1.0
     ctx = next(r for r in res if r.condition == "semantic").extra["context"]
     assert ctx.startswith("[1] ")
     assert token_f1("Z0 is sqrt of L over C", "Z0 equals sqrt of L over C") > 0.7
@@ -129,18 +223,22 @@ def test_fake_model_through_conditions(rf_index, embedder):
 
 def test_eval_train_preview_and_merge_commands(tiny_model, tmp_path):
     from conftest import run_cli
+    from workbench.evaluate.report import read_eval_results, read_eval_summary
     from workbench.formats import write_dataset
     from workbench.records import ChatExample
 
     bench = tmp_path / "bench.jsonl"
     bench.write_text("".join(json.dumps(it.to_json()) + "\n" for it in items(6)))
     out = tmp_path / "ev"
-    r = run_cli("eval", "-s", f"models.chat.spec={tiny_model}", "-s", f"eval.benchmark={bench}",
-                "-s", "eval.conditions=[none]", "-s", "eval.methods=[loglik]",
-                "-s", f"eval.output={out}", "-s", f"output_dir={tmp_path}")
+    r = run_cli("eval", "run", "-s", f"models.chat.spec={tiny_model}",
+                "-s", f"eval.benchmark={bench}", "-s", "eval.conditions=[none]",
+                "-s", "eval.methods=[loglik]", "-s", f"eval.output={out}",
+                "-s", f"output_dir={tmp_path}")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "| none | 6 |" in r.stdout
-    assert (out / "results.jsonl").exists() and (out / "accuracy.png").exists()
+    summary = read_eval_summary(out)
+    assert summary.conditions["none"].n == 6 and summary.headline.rule
+    assert len(read_eval_results(out)) == 6 and (out / "accuracy.png").exists()
+    assert "| none | 6 |" in (out / "summary.md").read_text()
     data = tmp_path / "d.jsonl"
     write_dataset(data, [ChatExample.model_validate({"messages": [
         {"role": "user", "content": f"q{i}?"}, {"role": "assistant", "content": f"a{i}."}]})

@@ -97,21 +97,21 @@ class CoreConfig(Section):
         return Path(self.cache.path) if self.cache.path else Path(self.output_dir) / "calls.sqlite"
 
 
-_MODELS: dict[int, type[CoreConfig]] = {}
+_MODELS: dict[tuple, type[CoreConfig]] = {}
 
 
 def experiment_config_model() -> type[CoreConfig]:
-    """The experiment config: the core keys plus one section per registered pipeline."""
-    gen = registry.generation()
-    if gen not in _MODELS:
+    """The experiment config: the core keys plus one section per registered pipeline (the
+    same class for as long as the registered sections are the same)."""
+    sections = tuple((p.section, p.config, p.help) for p in registry.pipelines() if p.section)
+    if sections not in _MODELS:
         fields: dict[str, Any] = {}
         for p in registry.pipelines():
             if p.section:
                 model = p.config_model()
                 fields[p.section] = (model, Field(default_factory=model, description=p.help))
-        _MODELS.clear()
-        _MODELS[gen] = create_model("ExperimentConfig", __base__=CoreConfig, **fields)
-    return _MODELS[gen]
+        _MODELS[sections] = create_model("ExperimentConfig", __base__=CoreConfig, **fields)
+    return _MODELS[sections]
 
 
 def __getattr__(name: str):

@@ -226,3 +226,30 @@ def sha256_text(text: str) -> str:
     import hashlib
 
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def run_child(cmd: list[str], *, grace_s: float = 8.0, **popen) -> int:
+    """Run a child process in its own process group and pass SIGTERM / SIGINT on to the whole
+    group; a group that has not exited `grace_s` seconds later is killed. Returns the child's
+    exit code, so stopping the parent never orphans the child (or the child's children)."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, start_new_session=True, **popen)
+
+    def forward(signum, _frame):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signum)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        rc = proc.wait()
+        return 128 - rc if rc < 0 else rc  # killed by a signal: the shell's convention
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.corpus import SUPPORTED
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_write_bytes
-from workbench.corpus import SUPPORTED
+from workbench.runs import RunLayout
 
 MAX_UPLOAD_MB = 20
 
@@ -68,25 +73,76 @@ def remove_file(workspace: Path, name: str) -> None:
     target.unlink()
 
 
-def list_runs(workspace: Path) -> list[dict]:
-    """Run folders with what they hold and their key figures."""
-    import json
+class RunInfo(BaseModel):
+    """What one run folder holds, found through `RunLayout` (no path strings)."""
 
-    out = []
-    for run in sorted((workspace / "runs").iterdir()) if (workspace / "runs").exists() else []:
-        if not run.is_dir():
-            continue
-        info = {"name": run.name, "path": str(run), "stages": []}
-        st = run / "stages.json"
-        if st.exists():
-            info["stages"] = list(json.loads(st.read_text()))
-        rep = run / "distill" / "report.json"
-        if rep.exists():
-            info["distilled"] = json.loads(rep.read_text())["accepted"]["total"]
-        r = run / "report.json"
-        if r.exists():
-            info["table"] = json.loads(r.read_text())["table"]
-        info["adapter"] = (run / "adapter" / "adapter_model.safetensors").exists()
-        info["index"] = (run / "index" / "manifest.json").exists()
-        out.append(info)
-    return out
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    name: str
+    path: Path
+    stages: list[str] = Field(default_factory=list)
+    distilled: int | None = None  # accepted samples, from the distill stage's record
+    has_samples: bool = False
+    has_benchmark: bool = False
+    has_sft_data: bool = False
+    has_index: bool = False
+    has_adapter: bool = False
+    has_training_metrics: bool = False  # live per-step metrics or the exported adapter's
+    has_eval: dict[str, bool] = Field(default_factory=dict)  # eval / eval_base / eval_sft
+    has_report: bool = False
+    report: Any = None  # what `read_report` returned (the app passes the compare reader)
+    report_error: str | None = None
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout.at(self.path)
+
+
+def run_info(run: str | Path, *, read_report: Callable[[Path], Any] | None = None
+             ) -> RunInfo:
+    """One run folder's `RunInfo`. `read_report` (e.g. the compare experiment's typed
+    reader, which this layer may not import) fills `report`; its error goes to
+    `report_error`, so one broken report never hides the run."""
+    lay = RunLayout.at(run)
+    state = lay.stages().stages
+    accepted = (state.get("distill/distill").info.get("accepted")
+                if "distill/distill" in state else None)
+    info = RunInfo(
+        name=lay.name, path=lay.root, stages=list(state),
+        distilled=accepted.get("total") if isinstance(accepted, dict) else None,
+        has_samples=lay.has("distill", "report"), has_benchmark=lay.has("distill", "benchmark"),
+        has_sft_data=lay.has("distill", "sft"), has_index=lay.has("rag", "manifest"),
+        has_adapter=lay.has("train", "weights"),
+        has_training_metrics=lay.has("train", "live") or lay.has("train", "metrics"),
+        has_eval={name: lay.has(pipe, art) for name, pipe, art in (
+            ("eval", "eval", "summary"), ("eval_base", "compare", "eval_base"),
+            ("eval_sft", "compare", "eval_sft"))},
+        has_report=lay.has("compare", "report"))
+    if info.has_report and read_report is not None:
+        try:
+            info.report = read_report(lay.root)
+        except Exception as e:  # noqa: BLE001 - shown next to the run, never a crash
+            info.report_error = str(e)
+    return info
+
+
+def list_runs(workspace: Path, *, read_report: Callable[[Path], Any] | None = None
+              ) -> list[RunInfo]:
+    """Every run folder under `<workspace>/runs`, whoever made it (the CLI or the app)."""
+    root = Path(workspace) / "runs"
+    if not root.exists():
+        return []
+    return [run_info(p, read_report=read_report) for p in sorted(root.iterdir())
+            if p.is_dir() and not p.name.startswith(".")]
+
+
+def streamlit_command(script: str | Path, *, host: str = "127.0.0.1", port: int = 8501
+                      ) -> list[str]:
+    """The command that serves the app: XSRF protection and CORS on, uploads capped, no
+    usage statistics, headless."""
+    import sys
+
+    return [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", host,
+            "--server.port", str(port), "--server.headless", "true",
+            "--server.enableXsrfProtection", "true", "--server.enableCORS", "true",
+            "--server.maxUploadSize", str(MAX_UPLOAD_MB), "--browser.gatherUsageStats",
+            "false", "--global.developmentMode", "false"]

@@ -3,13 +3,33 @@ Pages hold no logic: they call one library function per action and render the re
 
 from __future__ import annotations
 
+import html
 import os
 from pathlib import Path
 
 import streamlit as st
 
 from workbench.errors import WorkbenchError
-from workbench.workspace import open_workspace
+from workbench.workspace import RunInfo, list_runs, open_workspace
+
+PAGES = Path(__file__).parent / "pages"
+CORE_PAGES = [("projects.py", "Projects and runs", ":material/folder:"),
+              ("corpus.py", "Corpus", ":material/library_books:")]
+LETTERS = "ABCDEFGHIJ"
+
+
+def navigation_pages() -> list[tuple[Path, str, str, bool]]:
+    """(file, title, icon, default) of every page: the core ones, then each registered
+    pipeline's page in registry order (a relative page is a file in apps/streamlit/pages)."""
+    from workbench import registry
+
+    out = [(PAGES / f, t, i, n == 0) for n, (f, t, i) in enumerate(CORE_PAGES)]
+    for p in registry.pipelines():
+        if p.page:
+            path = Path(p.page)
+            out.append((path if path.is_absolute() else PAGES / path,
+                        p.page_title or p.name, p.page_icon, False))
+    return out
 
 
 def workspace() -> Path:
@@ -17,6 +37,13 @@ def workspace() -> Path:
         st.session_state.workspace = str(open_workspace(
             os.environ.get("WB_WORKSPACE", "workspace")))
     return Path(st.session_state.workspace)
+
+
+def runs() -> list[RunInfo]:
+    """Every run folder of the workspace (CLI or app made), with its typed compare report."""
+    from workbench.experiments.compare import read_report
+
+    return list_runs(workspace(), read_report=read_report)
 
 
 def base_config(name: str, **sections) -> dict:
@@ -35,19 +62,21 @@ def show_error(e: Exception) -> None:
     st.error(str(e) if isinstance(e, WorkbenchError | ValueError) else f"{type(e).__name__}: {e}")
 
 
+STATUS_ICONS = {"running": ":material/hourglass_top:", "queued": ":material/schedule:",
+                "completed": ":material/check_circle:", "failed": ":material/error:",
+                "stopped": ":material/stop_circle:", "unreadable": ":material/broken_image:"}
+
+
 def job_panel(kind: str, key: str) -> None:
     """Status, progress and log of the newest job of a kind; survives reloads (on disk)."""
     from workbench.jobs import list_jobs, stop_job
 
-    jobs = [j for j in list_jobs(workspace()) if j.kind == kind]
+    jobs = list_jobs(workspace(), kind=kind)
     if not jobs:
-        st.caption(f"No {kind} job yet.")
+        st.caption(f"No {kind} job started from the app yet.")
         return
     job = jobs[0]
-    icon = {"running": ":material/hourglass_top:", "completed": ":material/check_circle:",
-            "failed": ":material/error:", "stopped": ":material/stop_circle:"}.get(job.status,
-                                                                                  "")
-    st.markdown(f"**{icon} {kind} job `{job.id}`: {job.status}**")
+    st.markdown(f"**{STATUS_ICONS.get(job.status, '')} {kind} job `{job.id}`: {job.status}**")
     if job.progress:
         st.caption(job.progress[-1])
     if job.error:
@@ -60,3 +89,60 @@ def job_panel(kind: str, key: str) -> None:
         cols[1].button("Refresh", key=f"{key}-refresh")
     with st.expander("log"):
         st.code(job.log_text(80) or "(empty)")
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def acc_text(a) -> str:
+    """An `Accuracy` as "42.9% [18.8, 70.4]" (Wilson 95% interval)."""
+    if a is None:
+        return "-"
+    return f"{100 * a.value:.1f}% [{100 * a.ci_low:.1f}, {100 * a.ci_high:.1f}]"
+
+
+def options_html(options: list[str], gold: str | None, marks: dict[str, list[str]] | None = None
+                 ) -> str:
+    """The options as a list: the gold answer green with ✓, options that some prediction
+    picked but are wrong red with ✗, each labelled with the scorings that picked it."""
+    marks = marks or {}
+    gold_letters = set(gold or "")
+    rows = []
+    for i, o in enumerate(options):
+        letter = LETTERS[i]
+        who = marks.get(letter, [])
+        is_gold = letter in gold_letters
+        sign = "✓" if is_gold else ("✗" if who else "&nbsp;")
+        colour = "green" if is_gold else ("red" if who else "inherit")
+        tag = (f" <small>← {html.escape(', '.join(who))}</small>" if who else "")
+        gold_tag = " <small>(gold)</small>" if is_gold else ""
+        rows.append(f"<div style='color:{colour}'>{sign} <b>{letter})</b> "
+                    f"{html.escape(o)}{gold_tag}{tag}</div>")
+    return "\n".join(rows)
+
+
+def sections_of(run: Path) -> dict:
+    """The distilled sections of a run by id ({} when it has none)."""
+    from workbench.records import Section, read_records
+    from workbench.runs import RunLayout
+
+    lay = RunLayout.at(run)
+    if not lay.has("distill", "sections"):
+        return {}
+    return {s.id: s for s in read_records(lay.artifact("distill", "sections"), Section)}
+
+
+def show_section(sec) -> None:
+    if sec is None:
+        st.caption("Source section: not found in this run.")
+        return
+    st.markdown(f"**Source section:** {sec.title or sec.source} · `{sec.source}`")
+    st.text(sec.text)
+
+
+def pick_run(label: str, infos: list[RunInfo], key: str) -> RunInfo:
+    """A select box over runs (by name; the newest name last, preselected)."""
+    by_name = {r.name: r for r in infos}
+    names = list(by_name)
+    return by_name[st.selectbox(label, names, index=len(names) - 1, key=key)]

@@ -244,10 +244,10 @@ def app_cmd(workspace: Annotated[Path, typer.Option(help="Project folder (corpus
                                                    "the network.")] = "127.0.0.1"):
     """Start the Streamlit app for domain experts (XSRF protection on, uploads capped)."""
     import os
-    import subprocess
 
     from workbench.errors import WorkbenchError
-    from workbench.workspace import MAX_UPLOAD_MB, open_workspace
+    from workbench.io import run_child
+    from workbench.workspace import open_workspace, streamlit_command
 
     script = Path(__file__).resolve().parents[2] / "apps" / "streamlit" / "app.py"
     if not script.exists():
@@ -255,13 +255,9 @@ def app_cmd(workspace: Annotated[Path, typer.Option(help="Project folder (corpus
                              "checkout of the workbench")
     ws = open_workspace(workspace)
     env = dict(os.environ, WB_WORKSPACE=str(ws))
-    cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", host,
-           "--server.port", str(port), "--server.headless", "true",
-           "--server.enableXsrfProtection", "true", "--server.enableCORS", "true",
-           "--server.maxUploadSize", str(MAX_UPLOAD_MB), "--browser.gatherUsageStats",
-           "false", "--global.developmentMode", "false"]
+    cmd = streamlit_command(script, host=host, port=port)
     echo_err(f"workbench app on http://{host}:{port} (workspace {ws})")
-    raise typer.Exit(subprocess.call(cmd, env=env, cwd=script.parent))
+    raise typer.Exit(run_child(cmd, env=env, cwd=script.parent))
 
 
 jobs_app = typer.Typer(help="Background jobs of a workspace (shared with the app).",

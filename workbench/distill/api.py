@@ -8,6 +8,7 @@ from pathlib import Path
 from workbench.distill.config import AgentModel, DistillConfig
 from workbench.distill.export import STYLES, export_sft
 from workbench.distill.pipeline import DistillResult, report_markdown, run_distill
+from workbench.distill.report import DistillReport
 from workbench.errors import WorkbenchError
 from workbench.records import QTSASample, read_records
 from workbench.registry import PipelineResult
@@ -43,17 +44,17 @@ def run(cfg, ctx) -> PipelineResult:
     inputs = (cfg.models.chat.model_dump(), cfg.seed, dc.model_dump(), corpus_hash(dc.corpus),
               file_hash(pack_path(dc.domain)))
     ctx.stages("distill").run("distill", inputs, lambda: {"accepted": distill_from_config(
-        cfg, progress=ctx.log, out=out).report["accepted"]})
+        cfg, progress=ctx.log, out=out).report.accepted.total})
     report, _ = read_report(out)
-    a = report["accepted"]
+    a = report.accepted
     return PipelineResult(
         pipeline="distill", run_dir=str(ctx.layout.root),
         outputs={n: str(ctx.layout.artifact("distill", n)) for n in ("benchmark", "sft",
                                                                       "report_md")},
-        figures={"accepted": a["total"], "mc": a["mc"], "nd": a["nd"],
-                 "benchmark_items": a["benchmark_items"]},
-        message=f"{out}: {a['total']} samples accepted ({a['mc']} mc, {a['nd']} nd), "
-                f"{a['benchmark_items']} benchmark items; see {out / 'report.md'}")
+        figures={"accepted": a.total, "mc": a.mc, "nd": a.nd,
+                 "benchmark_items": a.benchmark_items},
+        message=f"{out}: {a.total} samples accepted ({a.mc} mc, {a.nd} nd), "
+                f"{a.benchmark_items} benchmark items; see {out / 'report.md'}")
 
 
 def _run_dir(run: str | Path) -> Path:
@@ -136,7 +137,18 @@ def export_run(run: str | Path, out: str | Path, *, fmt: str = "messages",
     return export_sft(load_samples(run), out, fmt=fmt, style=style, kinds=kinds)
 
 
-def read_report(run: str | Path) -> tuple[dict, str]:
+def read_report(run: str | Path) -> tuple[DistillReport, str]:
+    """A finished distillation's typed report and its markdown."""
+    from pydantic import ValidationError
+
+    from workbench.errors import DataError
+
     run = _run_dir(run)
-    report = json.loads((run / "report.json").read_text())
+    f = run / "report.json"
+    try:
+        report = DistillReport.model_validate_json(f.read_bytes())
+    except ValidationError as e:
+        raise DataError(f"not a distillation report of this workbench version "
+                        f"({str(e).splitlines()[0]}); re-run the distillation", path=str(f),
+                        code="old_schema") from None
     return report, report_markdown(report)

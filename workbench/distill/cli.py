@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -35,4 +34,4 @@ def register(group: typer.Typer) -> None:
         from workbench.distill.api import read_report
 
         data, md = read_report(run)
-        typer.echo(json.dumps(data, indent=2) if json_out else md)
+        typer.echo(data.model_dump_json(indent=2) if json_out else md)

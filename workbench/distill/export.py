@@ -43,5 +43,5 @@ def export_sft(samples: Iterable[QTSASample], path: str | Path, *, fmt: str = "m
                style: str = "instruct", kinds: tuple[str, ...] = ("mc", "nd"),
                include_benchmark: bool = False) -> int:
     chosen = [s for s in samples if s.kind in kinds
-              and (include_benchmark or "benchmark" not in s.flags)]
+              and (include_benchmark or s.split != "benchmark")]
     return write_dataset(path, [to_chat(s, style) for s in chosen], fmt)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 
+from workbench.evaluate.mc import format_options as format_options  # re-exported for distill
+
 LETTERS = "ABCD"
 
 
@@ -232,6 +234,3 @@ def parse_postprocess_json(text: str) -> dict[str, str]:
         raise Reject("postprocess_empty_field")
     return {k: obj[k].strip() for k in keys}
 
-
-def format_options(options: list[str]) -> str:
-    return "\n".join(f"{LETTERS[i]}) {o}" for i, o in enumerate(options))

@@ -25,7 +25,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from workbench.distill import parse
 from workbench.distill.config import AgentModel, DistillConfig
@@ -33,6 +32,7 @@ from workbench.distill.parse import Reject, format_options
 from workbench.distill.quality import (
     balance_letters, difficulty, letter_distribution, near_duplicates, split_sections,
 )
+from workbench.distill.report import DistillReport
 from workbench.domains import DomainPack, load_pack
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json, atomic_write_text, sha256_text, write_jsonl
@@ -413,7 +413,7 @@ def verify(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConf
 @dataclass
 class DistillResult:
     run_dir: Path
-    report: dict[str, Any]
+    report: DistillReport
     samples: list[QTSASample]
     benchmark: list[MCItem]
 
@@ -497,7 +497,7 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     samples = [_to_sample(t, pack, agents) for t in accepted]
     bench = [MCItem(id=s.id, question=s.question, options=s.options, answer=s.answer,
                     difficulty=s.difficulty, provenance=s.provenance)
-             for s in samples if s.kind == "mc" and "benchmark" in s.flags][:cfg.benchmark_size]
+             for s in samples if s.kind == "mc" and s.split == "benchmark"][:cfg.benchmark_size]
     report = _report(cfg, pack, stats, samples, bench, agents, ingest_report, removed,
                      time.perf_counter() - t_start, seed)
     _write_outputs(run_dir, cfg, samples, bench, report, seed, sections)
@@ -523,15 +523,15 @@ def _to_sample(t: Task, pack: DomainPack, agents: Agents) -> QTSASample:
                       thinking=t.thinking, solution=t.solution, answer=t.answer,
                       difficulty=difficulty(t.question, t.solution, t.thinking,
                                             pack.advanced_terms),
-                      provenance=prov, flags=[t.span.split, *t.flags])
+                      provenance=prov, split=t.span.split, flags=list(t.flags))
 
 
 def _report(cfg, pack, stats: Stats, samples, bench, agents, ingest_report, removed, seconds,
-            seed) -> dict[str, Any]:
+            seed) -> DistillReport:
     mc = [s for s in samples if s.kind == "mc"]
     accepted = len(samples)
     verified = stats.stages.get("verified_mc", 0)
-    return {
+    return DistillReport.model_validate({
         "domain": pack.name, "prompt_version": pack.prompt_version, "mode": cfg.mode,
         "seed": seed, "models": agents.identities(),
         "sections": stats.stages.get("sections", 0),
@@ -541,7 +541,7 @@ def _report(cfg, pack, stats: Stats, samples, bench, agents, ingest_report, remo
         "stages": stats.stages,
         "rejects": dict(sorted(stats.rejects.items(), key=lambda kv: -kv[1])),
         "accepted": {"total": accepted, "mc": len(mc), "nd": accepted - len(mc),
-                     "train": sum("train" in s.flags for s in samples),
+                     "train": sum(s.split == "train" for s in samples),
                      "benchmark_items": len(bench)},
         "verifier": {"checked": verified, "agreed": stats.stages.get("verifier_agreed", 0),
                      "agreement": (stats.stages.get("verifier_agreed", 0) / verified
@@ -559,10 +559,11 @@ def _report(cfg, pack, stats: Stats, samples, bench, agents, ingest_report, remo
                         "tokens_per_accepted": ((stats.prompt_tokens + stats.completion_tokens)
                                                 / accepted if accepted else None)},
         "seconds": round(seconds, 1),
-    }
+    })
 
 
-def report_markdown(r: dict[str, Any]) -> str:
+def report_markdown(report: DistillReport) -> str:
+    r = report.model_dump(mode="json")
     lines = [f"# Distillation report ({r['domain']}, {r['mode']} mode)", "",
              f"Prompt version `{r['prompt_version']}`, seed {r['seed']}, "
              f"{r['seconds']} s.", "", "## Yield per stage", "", "| stage | count |",
@@ -604,7 +605,7 @@ def _write_outputs(run_dir: Path, cfg, samples, bench, report, seed, sections) -
     for style in ("instruct", "thinking"):
         export_sft(samples, run_dir / "sft" / f"{style}_mixed.messages.jsonl", fmt="messages",
                    style=style, kinds=("mc", "nd"))
-    atomic_write_json(run_dir / "report.json", report)
+    atomic_write_json(run_dir / "report.json", report.model_dump(mode="json"))
     atomic_write_text(run_dir / "report.md", report_markdown(report))
     manifest = RunManifest(run_id=run_dir.name, kind="distill", config=cfg.model_dump(
         mode="json"), input_hashes={"sections": sha256_text("".join(

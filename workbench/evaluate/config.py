@@ -4,28 +4,56 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 CONDITIONS = ("none", "semantic", "keyword", "hybrid")
 
 
 class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    benchmark: str | None = Field(None, description="MCItem JSONL, or a run folder with a "
-                                                    "distill/benchmark.jsonl.")
+    benchmark: str | None = Field(None, description="Multiple-choice benchmark: MCItem JSONL, "
+                                                    "MMLU/ARC-style JSON(L), CSV, or a run "
+                                                    "folder with a distill/benchmark.jsonl.")
+    benchmark_format: Literal["auto", "mcitem", "mmlu", "csv"] = Field(
+        "auto", description="Layout of the benchmark file; auto tells them apart by suffix "
+                            "and fields.")
+    field_map: dict[str, str | list[str]] | None = Field(
+        None, description="Other field names, e.g. {question: stem, choices: opts, answer: "
+                          "label, id: qid}; choices may list option columns.")
     open_ended: str | None = Field(None, description="ndQTSA JSONL to score open answers.")
     conditions: list[Literal["none", "semantic", "keyword", "hybrid"]] = Field(
         default_factory=lambda: list(CONDITIONS))
-    index: str | None = Field(None, description="RAG index folder (for RAG conditions).")
+    index: str | None = Field(None, description="RAG index folder; the caller builds one "
+                                                "context provider per RAG condition from it.")
     methods: list[Literal["loglik", "generate"]] = Field(
         default_factory=lambda: ["loglik", "generate"])
+    formulations: list[Literal["letter", "cloze"]] = Field(
+        default_factory=lambda: ["letter", "cloze"],
+        description="Log-likelihood formulations (OLMES): letter lists the options and "
+                    "scores letters (MCF); cloze asks the question only and scores each "
+                    "option's text (CF, acc and length-normalised acc_norm).")
     template: Literal["chat", "raw"] = "chat"
     circular: bool = Field(False, description="Rotate options; correct only if all are.")
     max_items: int | None = Field(None, ge=1)
     max_tokens: int = Field(64, ge=1, description="Generation length for answers.")
-    hit_vs_miss: bool = Field(True, description="Also score RAG with ranks 4-6 (RF-Agent's "
-                                                "check that retrieval quality matters).")
+    hit_vs_miss: bool = Field(True, description="Also score RAG with the ranks just below the "
+                                                "top k (k+1..2k; RF-Agent's check that "
+                                                "retrieval quality matters).")
     adapter: str | None = Field(None, description="LoRA adapter folder to evaluate.")
     judge: str | None = Field(None, description="Model spec of a judge for open answers "
                                                 "(reference match when unset).")
+    bootstrap_seed: int = Field(0, description="Seed of the bootstrap intervals.")
     output: str | None = Field(None, description="Folder for results; default <run>/eval.")
+
+    @model_validator(mode="after")
+    def _check(self) -> EvalConfig:
+        if not self.methods:
+            raise ValueError("eval.methods is empty; use loglik, generate or both")
+        if "loglik" in self.methods and not self.formulations:
+            raise ValueError("eval.formulations is empty but eval.methods has loglik; use "
+                             "letter, cloze or both")
+        if self.field_map and (bad := set(self.field_map) - {"id", "question", "choices",
+                                                             "answer"}):
+            raise ValueError(f"eval.field_map has unknown keys {sorted(bad)}; use id, "
+                             "question, choices, answer")
+        return self

@@ -1,13 +1,17 @@
-"""Multiple-choice evaluation, scored two ways.
+"""Multiple-choice evaluation in OLMES's two formulations (arXiv 2406.08446), and generation.
 
-- log-likelihood: the log-probability of each option's letter (and of each option's text,
-  plain and length-normalised by characters, lm-evaluation-harness's acc / acc_norm) after
-  the prompt; the most likely option is the prediction. `template="raw"` scores a plain
-  "Question / A. / Answer:" prompt exactly as lm-evaluation-harness does, `template="chat"`
-  puts the same content through the model's chat template.
-- generation: the model answers; the letter is taken from `<answer>` tags, then from
-  "answer is X" / "X)" patterns.
-Circular evaluation rotates the options; an item counts only if every rotation is right.
+- letter (OLMES's MCF): the prompt lists the options; each option's letter is scored as the
+  answer and the most likely letter is the prediction.
+- cloze (OLMES's CF): the prompt holds the question only; each option's text is scored as the
+  answer. `cloze` takes the largest summed log-probability (lm-evaluation-harness's acc),
+  `cloze_norm` divides it by the option's length in characters first (its acc_norm).
+- generate: the model answers the letter prompt; the letter is taken from `<answer>` tags,
+  then from "answer is X" / "X)" patterns.
+
+`template="raw"` scores plain "Question: ... Answer:" prompts exactly as lm-evaluation-harness
+does; `template="chat"` puts the same content through the model's chat template. Circular
+evaluation rotates the options of the letter formulation; an item counts only if every
+rotation is right.
 """
 
 from __future__ import annotations
@@ -16,12 +20,19 @@ import re
 import time
 from collections.abc import Sequence
 
-from workbench.distill.parse import format_options
-from workbench.models.base import ChatModel, GenerationParams, ScoreRequest
-from workbench.records import EvalResult, MCItem
+from workbench.evaluate.contexts import with_context
+from workbench.models.base import ChatModel, Conversation, GenerationParams, ScoreRequest
+from workbench.records import LETTERS, EvalResult, MCItem
 
-LETTERS = "ABCDEFGHIJ"
 INSTRUCTION = "Answer with the letter of the correct option."
+FORMULATIONS = ("letter", "cloze")
+# what each formulation reports: cloze gives lm-eval's acc and acc_norm
+SCORINGS = {"letter": ("letter",), "cloze": ("cloze", "cloze_norm")}
+
+
+def format_options(options: Sequence[str]) -> str:
+    """`A) first` lines, one per option."""
+    return "\n".join(f"{LETTERS[i]}) {o}" for i, o in enumerate(options))
 
 
 def raw_prompt(item: MCItem, context: str | None = None) -> str:
@@ -30,29 +41,32 @@ def raw_prompt(item: MCItem, context: str | None = None) -> str:
     return f"{head}Question: {item.question}\n{opts}\nAnswer:"
 
 
-def chat_prompt(item: MCItem, context: str | None = None) -> list[dict]:
-    from workbench.rag.context import with_context
-
+def chat_prompt(item: MCItem, context: str | None = None) -> Conversation:
+    """The letter prompt as a conversation (also what the model answers when generating)."""
     body = f"{item.question}\n{format_options(item.options)}\n{INSTRUCTION}"
-    return [{"role": "user", "content": with_context(body, context) if context else body}]
+    return [{"role": "user", "content": with_context(body, context)}]
 
 
-def _requests(items, contexts, template: str, what: str) -> list[ScoreRequest]:
-    reqs = []
-    for i, it in enumerate(items):
-        ctx = contexts[i] if contexts else None
-        letters = list(LETTERS[:len(it.options)])
-        if template == "raw":
-            conts = [f" {x}" for x in letters] if what == "letter" else \
-                [f" {o}" for o in it.options]
-            reqs.append(ScoreRequest(raw_prompt(it, ctx), conts))
-        else:
-            conts = letters if what == "letter" else list(it.options)
-            reqs.append(ScoreRequest(chat_prompt(it, ctx), conts))
-    return reqs
+def letter_request(item: MCItem, context: str | None = None, template: str = "chat"
+                   ) -> ScoreRequest:
+    letters = list(LETTERS[:len(item.options)])
+    if template == "raw":
+        return ScoreRequest(raw_prompt(item, context), [f" {x}" for x in letters])
+    return ScoreRequest(chat_prompt(item, context), letters)
 
 
-def _argmax(values: Sequence[float]) -> int:
+def cloze_request(item: MCItem, context: str | None = None, template: str = "chat"
+                  ) -> ScoreRequest:
+    if template == "raw":
+        head = f"{context}\n\n" if context else ""
+        return ScoreRequest(f"{head}Question: {item.question}\nAnswer:",
+                            [f" {o}" for o in item.options])
+    return ScoreRequest([{"role": "user", "content": with_context(item.question, context)}],
+                        list(item.options))
+
+
+def argmax(values: Sequence[float]) -> int:
+    """Index of the largest value; the first one on ties (as numpy.argmax)."""
     best = 0
     for i, v in enumerate(values):
         if v > values[best]:
@@ -62,8 +76,9 @@ def _argmax(values: Sequence[float]) -> int:
 
 def loglik_letter_predictions(model: ChatModel, items: Sequence[MCItem], contexts=None,
                               template: str = "chat") -> list[str]:
-    scores = model.score(_requests(items, contexts, template, "letter"))
-    return [LETTERS[_argmax([s.logprob for s in row])] for row in scores]
+    scores = model.score([letter_request(it, contexts[i] if contexts else None, template)
+                          for i, it in enumerate(items)])
+    return [LETTERS[argmax([s.logprob for s in row])] for row in scores]
 
 
 def accuracy_of(preds: Sequence[str | None], items: Sequence[MCItem]) -> float:
@@ -71,9 +86,10 @@ def accuracy_of(preds: Sequence[str | None], items: Sequence[MCItem]) -> float:
 
 
 _ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S | re.I)
-_PATTERNS = [re.compile(r"answer\s*(?:is|:)\s*\(?([A-D])\b"), re.compile(r"^\s*\(?([A-D])[).:]",
-                                                                         re.M),
-             re.compile(r"\boption\s*\(?([A-D])\b"), re.compile(r"^\s*([A-D])\s*$", re.M)]
+_PATTERNS = [re.compile(r"answer\s*(?:is|:)\s*\(?([A-J])\b"),
+             re.compile(r"^\s*\(?([A-J])[).:]", re.M),
+             re.compile(r"\boption\s*\(?([A-J])\b"),
+             re.compile(r"^\s*([A-J])\s*$", re.M)]
 
 
 def extract_letter(text: str, n_options: int = 4) -> str | None:
@@ -84,102 +100,117 @@ def extract_letter(text: str, n_options: int = 4) -> str | None:
         if letters and all(x in valid for x in letters):
             return "".join(sorted(set(letters)))
     for pat in _PATTERNS:
-        m = pat.search(text)
-        if m and m.group(1) in valid:
-            return m.group(1)
+        for m in pat.finditer(text):
+            if m.group(1) in valid:
+                return m.group(1)
     return None
 
 
 def rotate(item: MCItem, k: int) -> MCItem:
     n = len(item.options)
+    k %= n
     opts = item.options[k:] + item.options[:k]
     gold = LETTERS[(LETTERS.index(item.answer) - k) % n]
     return item.model_copy(update={"options": opts, "answer": gold})
 
 
+def _circular_ok(model, items, contexts, template) -> list[bool]:
+    ok = [True] * len(items)
+    for k in range(1, max(len(it.options) for it in items)):
+        which = [i for i, it in enumerate(items) if k < len(it.options)]
+        rot = [rotate(items[i], k) for i in which]
+        preds = loglik_letter_predictions(model, rot, [contexts[i] for i in which]
+                                          if contexts else None, template)
+        for i, r, p in zip(which, rot, preds, strict=True):
+            ok[i] &= p == r.answer
+    return ok
+
+
 def evaluate_mc(model: ChatModel, items: Sequence[MCItem], *, condition: str = "none",
-                contexts: Sequence[str] | None = None, methods: Sequence[str] = ("loglik",
-                                                                                  "generate"),
-                template: str = "chat", circular: bool = False, max_tokens: int = 64,
-                model_name: str | None = None) -> list[EvalResult]:
-    """One EvalResult per item and condition, with every method's prediction in `scores`
-    and `extra`; `prediction`/`correct` hold the primary method (the first in `methods`)."""
+                contexts: Sequence[str] | None = None,
+                methods: Sequence[str] = ("loglik", "generate"),
+                formulations: Sequence[str] = FORMULATIONS, template: str = "chat",
+                circular: bool = False, max_tokens: int = 64, model_name: str | None = None
+                ) -> list[EvalResult]:
+    """One EvalResult per item. `extra["predictions"]` and `scores` hold every scoring
+    (letter, cloze, cloze_norm, generate, circular); `prediction`/`correct` hold the first
+    formulation's (letter, else cloze_norm, else generate)."""
+    if contexts is not None and len(contexts) != len(items):
+        raise ValueError(f"{len(contexts)} contexts for {len(items)} items")
+    if unknown := set(formulations) - set(FORMULATIONS):
+        raise ValueError(f"unknown formulations {sorted(unknown)}; use {FORMULATIONS}")
+    if not items:
+        return []
     name = model_name or model.identity
     n = len(items)
-    out: dict[str, dict] = {it.id: {"scores": {}, "extra": {}} for it in items}
-    t_per: dict[str, float] = {}
+    ctx = list(contexts) if contexts is not None else [None] * n
+    preds: dict[str, list[str | None]] = {}
+    logprobs: dict[str, list[list[float]]] = {}
+    seconds: dict[str, float] = {}
     if "loglik" in methods:
+        for f in formulations:
+            build = letter_request if f == "letter" else cloze_request
+            t0 = time.perf_counter()
+            rows = model.score([build(it, c, template) for it, c in zip(items, ctx,
+                                                                         strict=True)])
+            seconds[f] = (time.perf_counter() - t0) / n
+            logprobs[f] = [[s.logprob for s in row] for row in rows]
+            preds[f] = [LETTERS[argmax(lp)] for lp in logprobs[f]]
+            if f == "cloze":  # lm-eval's acc_norm: divide by the option's length in characters
+                preds["cloze_norm"] = [
+                    LETTERS[argmax([v / max(len(o), 1) for v, o in zip(lp, it.options,
+                                                                       strict=True)])]
+                    for lp, it in zip(logprobs[f], items, strict=True)]
+    circular_ok = None
+    if circular and "letter" in preds:
         t0 = time.perf_counter()
-        # letters and option texts follow the same prompt: one request, one prompt pass
-        both = [ScoreRequest(lr.prompt, [*lr.continuations, *tr.continuations]) for lr, tr in
-                zip(_requests(items, contexts, template, "letter"),
-                    _requests(items, contexts, template, "text"), strict=True)]
-        scored = model.score(both)
-        letter = [row[:len(it.options)] for row, it in zip(scored, items, strict=True)]
-        text = [row[len(it.options):] for row, it in zip(scored, items, strict=True)]
-        t_per["loglik"] = (time.perf_counter() - t0) / max(n, 1)
-        for it, lrow, trow in zip(items, letter, text, strict=True):
-            o = out[it.id]
-            o["extra"]["loglik_letter"] = LETTERS[_argmax([s.logprob for s in lrow])]
-            o["extra"]["loglik_text"] = LETTERS[_argmax([s.logprob for s in trow])]
-            o["extra"]["loglik_text_norm"] = LETTERS[_argmax(
-                [s.logprob / max(s.n_chars, 1) for s in trow])]
-            o["extra"]["letter_logprobs"] = [round(s.logprob, 4) for s in lrow]
-    if circular and "loglik" in methods:
-        ok = {it.id: True for it in items}
-        for k in range(1, 4):
-            rot = [rotate(it, k) for it in items]
-            preds = loglik_letter_predictions(model, rot, contexts, template)
-            for it, r, p in zip(items, rot, preds, strict=True):
-                ok[it.id] &= p == r.answer
-        for it in items:
-            out[it.id]["extra"]["circular_correct"] = bool(
-                ok[it.id] and out[it.id]["extra"]["loglik_letter"] == it.answer)
+        circular_ok = _circular_ok(model, items, contexts, template)
+        seconds["circular"] = (time.perf_counter() - t0) / n
+    generations = None
     if "generate" in methods:
-        convs = [chat_prompt(it, contexts[i] if contexts else None)
-                 for i, it in enumerate(items)]
         t0 = time.perf_counter()
-        gens = model.generate(convs, GenerationParams(max_tokens=max_tokens))
-        t_per["generate"] = (time.perf_counter() - t0) / max(n, 1)
-        for it, g in zip(items, gens, strict=True):
-            out[it.id]["extra"]["generate"] = extract_letter(g.text, len(it.options))
-            out[it.id]["extra"]["generation"] = g.text[:500]
-    primary = "loglik_letter" if "loglik" in methods else "generate"
+        generations = model.generate([chat_prompt(it, c) for it, c in zip(items, ctx,
+                                                                          strict=True)],
+                                     GenerationParams(max_tokens=max_tokens))
+        seconds["generate"] = (time.perf_counter() - t0) / n
+        preds["generate"] = [extract_letter(g.text, len(it.options)) if g.ok else None
+                             for g, it in zip(generations, items, strict=True)]
+    primary = next((k for k in ("letter", "cloze_norm", "generate") if k in preds), None)
+    latency = sum(seconds.values())
     results = []
     for i, it in enumerate(items):
-        o = out[it.id]
-        pred = o["extra"].get(primary)
-        for key in ("loglik_letter", "loglik_text", "loglik_text_norm", "generate",
-                    "circular_correct"):
-            if key in o["extra"]:
-                v = o["extra"][key]
-                o["scores"][key] = float(v if isinstance(v, bool) else v == it.answer)
-        if contexts:
-            o["extra"]["context"] = contexts[i][:2000]
+        item_preds = {k: v[i] for k, v in preds.items()}
+        scores = {k: float(p == it.answer) for k, p in item_preds.items()}
+        extra: dict = {"predictions": item_preds, "n_options": len(it.options),
+                       "seconds": seconds,
+                       "logprobs": {k: [round(x, 4) for x in v[i]] for k, v in logprobs.items()}}
+        if circular_ok is not None:
+            scores["circular"] = float(circular_ok[i] and item_preds["letter"] == it.answer)
+        error = None
+        if generations is not None:
+            extra["generation"] = generations[i].text[:500]
+            error = generations[i].error
+        if ctx[i]:
+            extra["context"] = ctx[i][:2000]
+        pred = item_preds.get(primary) if primary else None
         results.append(EvalResult(
-            example_id=it.id, condition=condition, model=name, prediction=pred, gold=it.answer,
-            correct=pred == it.answer, scores=o["scores"], extra=o["extra"],
-            latency_s=sum(t_per.values())))
+            example_id=it.id, condition=condition, model=name, prediction=pred,
+            gold=it.answer, correct=pred == it.answer, scores=scores, extra=extra,
+            latency_s=latency, error=error))
     return results
 
 
-def summarize(results: Sequence[EvalResult]) -> dict:
-    """Accuracy per method, agreement between log-likelihood and generation, macro-F1,
-    seconds per item."""
-    from workbench.evaluate.metrics import macro_f1
-
-    if not results:
-        return {"n": 0}
-    keys = sorted({k for r in results for k in r.scores})
-    out = {"n": len(results)}
-    for k in keys:
-        vals = [r.scores[k] for r in results if k in r.scores]
-        out[f"acc_{k}"] = sum(vals) / len(vals)
-    out["macro_f1"] = macro_f1([r.prediction for r in results], [r.gold for r in results])
-    both = [r for r in results if "loglik_letter" in r.extra and "generate" in r.extra]
-    if both:
-        out["agreement_loglik_generate"] = sum(
-            r.extra["loglik_letter"] == r.extra["generate"] for r in both) / len(both)
-        out["generate_unparsed"] = sum(r.extra["generate"] is None for r in both) / len(both)
-    out["seconds_per_item"] = sum(r.latency_s or 0 for r in results) / len(results)
+def with_headline(results: Sequence[EvalResult], scoring: str | None) -> list[EvalResult]:
+    """The rows with `prediction`/`correct` taken from `scoring` (the headline formulation);
+    rows without that scoring (open answers) and `scoring=None` leave them as they are."""
+    if scoring is None:
+        return list(results)
+    out = []
+    for r in results:
+        preds = r.extra.get("predictions", {})
+        if scoring in preds:
+            r = r.model_copy(update={"prediction": preds[scoring],
+                                     "correct": preds[scoring] == r.gold,
+                                     "extra": {**r.extra, "headline": scoring}})
+        out.append(r)
     return out

@@ -1,62 +1,32 @@
 """Benchmark runs: a model (base, + adapter, merged, or an HTTP endpoint) under retrieval
-conditions, with per-example results, a summary, retrieval metrics and plots."""
+conditions, with per-example results and a typed summary. Retrieved contexts come from the
+caller as one `ContextProvider` per RAG condition."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
-from workbench.evaluate.config import EvalConfig
-from workbench.evaluate.mc import evaluate_mc, summarize
-from workbench.io import atomic_write_json, write_jsonl
+from workbench.evaluate.benchmark import load_benchmark
+from workbench.evaluate.config import CONDITIONS, EvalConfig
+from workbench.evaluate.contexts import ContextProvider, miss_ranks
+from workbench.evaluate.mc import evaluate_mc, with_headline
+from workbench.evaluate.report import write_eval
+from workbench.evaluate.summary import EvalSummary, summarize_eval
 from workbench.models.base import ChatModel, GenerationParams, ScoreRequest
 from workbench.records import EvalResult, MCItem, QTSASample, read_records
 
-
-def load_benchmark(path: str | Path, max_items: int | None = None) -> list[MCItem]:
-    p = Path(path)
-    if p.is_dir():
-        for cand in (p / "distill" / "benchmark.jsonl", p / "benchmark.jsonl"):
-            if cand.exists():
-                p = cand
-                break
-        else:
-            raise WorkbenchError(f"{path}: no benchmark.jsonl in this folder")
-    items = read_records(p, MCItem)
-    if not items:
-        raise WorkbenchError(f"{p}: the benchmark is empty")
-    return items[:max_items] if max_items else items
+Log = Callable[[str], None]
 
 
-def contexts_for(index, retriever: str, items: Sequence[MCItem], *,
-                 ranks: tuple[int, int] | None = None) -> list[str]:
-    """Formatted contexts from ranks `ranks[0]..ranks[1]` (1-based, inclusive; default the
-    index's top_k, RF-Agent's top 3), within the index's context token budget."""
-    from workbench.rag.context import format_context, token_counter
-
-    r = index.retriever(retriever)
-    lo, hi = ranks or (1, index.config.top_k)
-    hits = r.retrieve_batch([it.question for it in items], hi)
-    count = token_counter(index)
-    return [format_context(h[lo - 1:hi], max_tokens=index.config.context_tokens,
-                           count_tokens=count) for h in hits]
-
-
-def retrieval_metrics(index, items: Sequence[MCItem]) -> dict:
-    """Hit@k / MRR / nDCG of each retriever, judged at section level from provenance: each
-    benchmark question knows the section it was written from, so no labelling is needed."""
-    from workbench.rag.evaluate import Qrel, evaluate_retrievers
-
-    qrels = [Qrel(it.id, it.question, {it.provenance.section_id: 1.0})
-             for it in items if it.provenance]
-    if not qrels:
-        return {}
-    summary = evaluate_retrievers({n: index.retriever(n) for n in ("keyword", "semantic",
-                                                                    "hybrid")},
-                                  qrels, level="section", ks=(1, 3, 5, 10))
-    return {k: v for k, v in summary.items() if not k.startswith("_")}
+@dataclass
+class EvalRun:
+    output: Path
+    summary: EvalSummary
+    results: list[EvalResult]
 
 
 def token_f1(pred: str, ref: str) -> float:
@@ -98,96 +68,86 @@ def evaluate_open(model: ChatModel, samples: Sequence[QTSASample], *, judge: Cha
     return out
 
 
+def check_contexts(conditions: Sequence[str],
+                   contexts: Mapping[str, ContextProvider] | None) -> None:
+    """A clear error when a RAG condition has no context provider (or a provider is named
+    for something that is not a RAG condition)."""
+    given = dict(contexts or {})
+    if bad := [c for c in given if c not in CONDITIONS or c == "none"]:
+        raise WorkbenchError(f"context providers given for {bad}: providers are for the RAG "
+                             f"conditions {', '.join(CONDITIONS[1:])}")
+    if missing := [c for c in conditions if c != "none" and c not in given]:
+        raise WorkbenchError(
+            f"condition(s) {', '.join(missing)} need retrieved contexts but no context "
+            "provider was given for them: set eval.index to a RAG index (build one with "
+            "`workbench rag build`) or leave them out of eval.conditions")
+
+
+def _contexts(provider: ContextProvider, cond: str, items: Sequence[MCItem],
+              ranks: tuple[int, int] | None = None) -> list[str]:
+    ctx = provider([it.question for it in items], ranks)
+    if len(ctx) != len(items) or not all(isinstance(c, str) for c in ctx):
+        raise WorkbenchError(f"the context provider of {cond!r} returned {len(ctx)} contexts "
+                             f"for {len(items)} questions (expected one string each)")
+    return ctx
+
+
 def evaluate_conditions(model: ChatModel, items: Sequence[MCItem], cfg: EvalConfig, *,
-                        index=None, model_name: str | None = None, log=print
-                        ) -> tuple[list[EvalResult], dict]:
+                        contexts: Mapping[str, ContextProvider] | None = None,
+                        model_name: str | None = None, log: Log = print
+                        ) -> tuple[list[EvalResult], EvalSummary]:
+    """Score `items` under each of `cfg.conditions` (RAG ones with their provider's contexts;
+    with `cfg.hit_vs_miss`, also with the ranks just below its top k). Rows' `prediction` /
+    `correct` follow the headline formulation the summary picks."""
+    check_contexts(cfg.conditions, contexts)
+    name = model_name or model.identity
+    kw = {"methods": cfg.methods, "formulations": cfg.formulations, "template": cfg.template,
+          "model_name": name}
     results: list[EvalResult] = []
-    summary: dict = {}
     for cond in cfg.conditions:
-        ctx = None
-        if cond != "none":
-            if index is None:
-                raise WorkbenchError(f"condition {cond!r} needs eval.index (a RAG index)")
-            ctx = contexts_for(index, cond, items)
-        rows = evaluate_mc(model, items, condition=cond, contexts=ctx, methods=cfg.methods,
-                           template=cfg.template, circular=cfg.circular,
-                           max_tokens=cfg.max_tokens, model_name=model_name)
+        provider = (contexts or {}).get(cond)
+        ctx = _contexts(provider, cond, items) if provider is not None else None
+        rows = evaluate_mc(model, items, condition=cond, contexts=ctx, circular=cfg.circular,
+                           max_tokens=cfg.max_tokens, **kw)
         results += rows
-        summary[cond] = summarize(rows)
-        log(f"{model_name or model.identity} / {cond}: " + ", ".join(
-            f"{k}={v:.3f}" for k, v in summary[cond].items() if k.startswith("acc_")))
-        if cfg.hit_vs_miss and cond != "none":
-            miss = evaluate_mc(model, items, condition=f"{cond}_ranks4-6",
-                               contexts=contexts_for(index, cond, items, ranks=(
-                                   index.config.top_k + 1, 2 * index.config.top_k)),
-                               methods=["loglik"], template=cfg.template,
-                               model_name=model_name)
-            results += miss
-            summary[f"{cond}_ranks4-6"] = summarize(miss)
-    return results, summary
+        accs = {k: sum(r.scores[k] for r in rows) / len(rows) for k in rows[0].scores} \
+            if rows else {}
+        log(f"{name} / {cond}: " + (", ".join(f"{k}={v:.3f}" for k, v in accs.items())
+                                    or "no items"))
+        if cfg.hit_vs_miss and provider is not None and "loglik" in cfg.methods:
+            lo, hi = miss_ranks(provider)
+            results += evaluate_mc(model, items, condition=f"{cond}_ranks{lo}-{hi}",
+                                   contexts=_contexts(provider, cond, items, (lo, hi)),
+                                   **{**kw, "methods": ["loglik"]})
+    chance = sum(1 / len(it.options) for it in items) / max(len(items), 1)
+    summary = summarize_eval(results, model=name, model_identity=model.identity,
+                             chance=chance, seed=cfg.bootstrap_seed)
+    h = summary.headline
+    log(f"{name}: headline formulation {h.formulation or 'none (all degenerate)'}"
+        + "".join(f"; {f} left out ({why})" for f, why in h.excluded.items()))
+    return with_headline(results, h.formulation), summary
 
 
-def write_eval(out: Path, results: list[EvalResult], summary: dict, extra: dict | None = None
-               ) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out / "results.jsonl", results)
-    atomic_write_json(out / "summary.json", {"conditions": summary, **(extra or {})})
-    plot_conditions(summary, out / "accuracy.png")
-
-
-def plot_conditions(summary: dict, path: Path, title: str = "Multiple-choice accuracy") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    conds = [c for c in summary if "acc_loglik_letter" in summary[c]
-             or "acc_generate" in summary[c]]
-    if not conds:
-        return
-    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(conds)), 3.5))
-    width = 0.38
-    xs = range(len(conds))
-    ll = [summary[c].get("acc_loglik_letter", 0) for c in conds]
-    ge = [summary[c].get("acc_generate", 0) for c in conds]
-    ax.bar([x - width / 2 for x in xs], ll, width, label="log-likelihood")
-    ax.bar([x + width / 2 for x in xs], ge, width, label="generation")
-    ax.axhline(0.25, color="grey", linestyle=":", linewidth=1, label="chance (4 options)")
-    ax.set_xticks(list(xs), conds, rotation=20, ha="right")
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def run_eval(cfg, *, log=print) -> dict:
-    """`workbench eval CONFIG`: the configured model (+ adapter) on the benchmark."""
+def run_eval(cfg, *, contexts: Mapping[str, ContextProvider] | None = None,
+             retrieval: Mapping[str, Mapping[str, float]] | None = None, log: Log = print
+             ) -> EvalRun:
+    """`workbench eval CONFIG`: the configured model (+ adapter) on the benchmark, with the
+    caller's context providers for the RAG conditions and, optionally, the retrievers'
+    metrics to keep in the summary. Writes the evaluation folder and returns what it wrote."""
     from workbench.models.factory import open_chat_model
 
     ec: EvalConfig = cfg.eval
     if not ec.benchmark:
         raise WorkbenchError("eval.benchmark is not set")
-    items = load_benchmark(ec.benchmark, ec.max_items)
+    check_contexts(ec.conditions, contexts)
+    items = load_benchmark(ec.benchmark, fmt=ec.benchmark_format, mapping=ec.field_map,
+                           max_items=ec.max_items)
     mc = cfg.models.chat
     if ec.adapter:
         mc = mc.model_copy(update={"options": {**mc.options, "adapter": ec.adapter}})
     model = open_chat_model(mc, cfg)
     _warn_template(ec.adapter, model, log)
-    index = None
-    if any(c != "none" for c in ec.conditions):
-        if not ec.index:
-            raise WorkbenchError("RAG conditions need eval.index (build one with `workbench "
-                                 "rag build`)")
-        from workbench.rag.index import RagIndex
-
-        index = RagIndex.load(ec.index)
-    results, summary = evaluate_conditions(model, items, ec, index=index, log=log)
-    extra = {"model": model.identity, "items": len(items)}
-    if index is not None:
-        extra["retrieval"] = retrieval_metrics(index, items)
+    results, summary = evaluate_conditions(model, items, ec, contexts=contexts, log=log)
     if ec.open_ended:
         samples = read_records(ec.open_ended, QTSASample)[:ec.max_items or None]
         judge = None
@@ -195,40 +155,21 @@ def run_eval(cfg, *, log=print) -> dict:
             from workbench.models.registry import load_model
 
             judge = load_model(ec.judge)
-        open_rows = evaluate_open(model, samples, judge=judge)
-        results += open_rows
-        summary["open"] = {"n": len(open_rows), "acc": sum(r.correct for r in open_rows)
-                           / max(len(open_rows), 1),
-                           "token_f1": sum(r.score for r in open_rows) / max(len(open_rows), 1)}
+        results += evaluate_open(model, samples, judge=judge, model_name=summary.model)
+    summary = summarize_eval(results, model=summary.model, model_identity=model.identity,
+                             chance=summary.chance, seed=ec.bootstrap_seed,
+                             retrieval=retrieval)
     out = Path(ec.output) if ec.output else cfg.run_dir / "eval"
-    write_eval(out, results, summary, extra)
-    return {"output": str(out), "conditions": summary, **extra}
+    write_eval(out, results, summary)
+    return EvalRun(output=out, summary=summary, results=results)
 
 
-def _warn_template(adapter, model, log) -> None:
+def _warn_template(adapter, model, log: Log) -> None:
     if not adapter:
         return
-    from workbench.train.recipe import fingerprint_warning
+    from workbench.models.templates import fingerprint_warning
 
     inner = getattr(model, "inner", model)
     tok = getattr(inner, "tokenizer", None)
     if tok is not None and (w := fingerprint_warning(adapter, tok)):
         log(w)
-
-
-def format_summary(summary: dict) -> str:
-    lines = ["| condition | n | acc (loglik letter) | acc (loglik text, norm) | acc (generate) "
-             "| agreement | s/item |", "|---|---|---|---|---|---|---|"]
-    for c, s in summary.items():
-        if "n" not in s or c == "open":
-            continue
-
-        def f(key):
-            return f"{s[key]:.3f}" if key in s else "-"
-
-        lines.append(f"| {c} | {s['n']} | {f('acc_loglik_letter')} | "
-                     f"{f('acc_loglik_text_norm')} | {f('acc_generate')} | "
-                     f"{f('agreement_loglik_generate')} | {f('seconds_per_item')} |")
-    return "\n".join(lines)
-
-

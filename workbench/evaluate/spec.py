@@ -49,13 +49,15 @@ def context_providers(index: str | None, conditions) -> dict:
 
 
 def run(cfg, ctx) -> PipelineResult:
+    from workbench.evaluate.report import summary_markdown
     from workbench.evaluate.run import run_eval
 
     cfg = resolved(cfg, ctx.layout)
     out = run_eval(cfg, contexts=context_providers(cfg.eval.index, cfg.eval.conditions),
                    log=ctx.log)
-    return PipelineResult(pipeline="eval", run_dir=str(ctx.layout.root),
-                          outputs={"eval": str(cfg.eval.output)},
-                          figures=out.get("figures", {}) if isinstance(out, dict) else {},
-                          message=out.get("message", f"results in {cfg.eval.output}")
-                          if isinstance(out, dict) else f"results in {cfg.eval.output}")
+    s = out.summary
+    return PipelineResult(
+        pipeline="eval", run_dir=str(ctx.layout.root), outputs={"eval": str(out.output)},
+        figures={"headline": s.headline.formulation,
+                 **{c: a.value for c, a in s.headline_accuracy.items()}},
+        message=summary_markdown(s) + f"\nresults in {out.output}")

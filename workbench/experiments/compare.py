@@ -237,8 +237,11 @@ def build_report(cfg, lay, base: EvalSummary | None, sft: EvalSummary | None,
             if f and top in base.conditions and base.conditions[top].scoring("letter"):
                 hit_miss[top] = {"top": base.conditions[top].scoring("letter").accuracy,
                                  "below": f.accuracy}
+    from workbench.distill.report import DistillReport
+
     distill_report = lay.artifact("distill", "report")
-    distill = json.loads(distill_report.read_text()) if distill_report.exists() else {}
+    distill = DistillReport.model_validate_json(distill_report.read_bytes()).summary() \
+        if distill_report.exists() else {}
     manifest = lay.artifact("train", "manifest")
     train = json.loads(manifest.read_text()).get("outputs", {}) if manifest.exists() else {}
     state = lay.stages().stages
@@ -251,8 +254,7 @@ def build_report(cfg, lay, base: EvalSummary | None, sft: EvalSummary | None,
         comparison_rule=ref.comparison_rule if ref else "",
         rows=_rows("Base", base) + _rows("SFT", sft), comparisons=comparisons,
         best_rag=best, hit_vs_miss=hit_miss, retrieval=base.retrieval if base else {},
-        distill={k: distill.get(k) for k in ("accepted", "stages", "rejects", "verifier",
-                                             "letter_balance", "model_calls")},
+        distill=distill,
         train=train, stage_seconds={k: v.seconds for k, v in state.items()},
         seconds=round(seconds, 1))
     atomic_write_json(lay.artifact("compare", "report"), report.model_dump(mode="json"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.errors import WorkbenchError
 from workbench.rag.base import Filters
 from workbench.rag.index import RagConfig, RagIndex
 from workbench.corpus import IngestReport, load_sections

@@ -1,12 +1,12 @@
 import streamlit as st
-from common import base_config, job_panel, show_error, workspace
+from common import base_config, job_panel, options_html, pick_run, runs, sections_of, \
+    show_error, show_section, workspace
 
 from workbench.domains import available_packs, load_pack
 from workbench.jobs import start_job
 
 st.title("Distill QTSA data")
 ws = workspace()
-runs_dir = ws / "runs"
 with st.form("distill-form"):
     name = st.text_input("Run name", value="distill", key="d-name")
     pack = st.selectbox("Domain pack", available_packs(), index=available_packs().index("rf")
@@ -28,10 +28,9 @@ with st.form("distill-form"):
     go = st.form_submit_button("Start distillation")
 if go:
     try:
-        cfg = base_config(name, distill={
-            "corpus": str(ws / "corpus"), "domain": pack, "perspectives": perspectives,
-            "kinds": kinds, "mode": mode, "answer_source": answers,
-            "max_sections": max_sections or None,
+        cfg = base_config(name, corpus=str(ws / "corpus"), domain=pack, distill={
+            "perspectives": perspectives, "kinds": kinds, "mode": mode,
+            "answer_source": answers, "max_sections": max_sections or None,
             "verifier": {"on_disagree": "flag"}})
         if teacher != "default":
             cfg["models"]["chat"] = {"spec": teacher}
@@ -42,36 +41,48 @@ if go:
 job_panel("distill", "distill")
 
 st.subheader("Samples")
-done = sorted(p.parent for p in runs_dir.glob("*/distill/report.json"))
+done = [r for r in runs() if r.has_samples]
 if not done:
     st.caption("No finished distillation yet.")
 else:
     from workbench.distill.api import export_run, load_samples, read_report, read_review, \
         review_sample
-    from workbench.records import Section, read_records
 
-    run = st.selectbox("Run", done, format_func=lambda p: p.parent.name, key="d-run")
-    report, md = read_report(run)
-    a = report["accepted"]
-    st.markdown(f"**{a['total']} accepted** ({a['mc']} mc, {a['nd']} nd) · rejects: "
-                + ", ".join(f"{k} {v}" for k, v in report["rejects"].items()))
-    samples = load_samples(run, reviewed=False)
-    review = read_review(run)
-    sections = {s.id: s for s in read_records(run / "sections.jsonl", Section)}
+    info = pick_run("Run", done, "d-run")
+    run = info.path
+    dist = info.layout.folder("distill")
+    try:
+        report, md = read_report(run)
+        a = report.accepted.model_dump()
+        st.markdown(f"**{a['total']} accepted** ({a['mc']} mc, {a['nd']} nd) · rejects: "
+                    + (", ".join(f"{k} {v}" for k, v in report.rejects.items()) or "none"))
+        with st.expander("Distillation report"):
+            st.markdown(md)
+        samples = load_samples(run, reviewed=False)
+        review = read_review(dist)
+        sections = sections_of(run)
+    except Exception as e:
+        show_error(e)
+        st.stop()
     if samples:
         i = st.number_input("Sample", 0, len(samples) - 1, 0, key="d-sample")
         s = samples[int(i)]
         left, right = st.columns(2)
         with left:
             st.markdown(f"**{s.kind.upper()}** · {s.provenance.perspective} · difficulty "
-                        f"{s.difficulty} · review: {review.get(s.id, {}).get('action', '-')}")
-            q = st.text_area("Question", s.question, key=f"q-{s.id}")
+                        f"{s.difficulty} · review: {review.get(s.id, {}).get('action', '-')}"
+                        + (f" · flags: {', '.join(s.flags)}" if s.flags else ""))
+            st.markdown(f"#### {s.question}")
             if s.options:
-                st.write({("ABCD")[k]: o for k, o in enumerate(s.options)})
-            sol = st.text_area("Solution", s.solution, key=f"s-{s.id}")
-            st.markdown(f"Answer: **{s.answer}**")
-            with st.expander("Thinking"):
+                st.markdown(options_html(s.options, s.answer), unsafe_allow_html=True)
+            st.markdown(f"**Answer:** {s.answer}")
+            with st.expander("Thinking", expanded=True):
                 st.write(s.thinking)
+            st.markdown("**Solution**")
+            st.write(s.solution)
+            with st.expander("Edit"):
+                q = st.text_area("Question", s.question, key=f"q-{s.id}")
+                sol = st.text_area("Solution", s.solution, key=f"s-{s.id}")
             b1, b2, b3 = st.columns(3)
             try:
                 if b1.button("Accept", key=f"acc-{s.id}"):
@@ -86,13 +97,11 @@ else:
             except Exception as e:
                 show_error(e)
         with right:
-            sec = sections.get(s.provenance.section_id)
-            st.markdown("**Source section:** " + (" > ".join(sec.heading_path) if sec else "?"))
-            st.write(sec.text if sec else "")
+            show_section(sections.get(s.provenance.section_id))
     fmt = st.selectbox("Export format", ["messages", "sharegpt", "alpaca"], key="d-fmt")
     style = st.selectbox("Style", ["instruct", "thinking"], key="d-style")
     if st.button("Export training set", key="d-export"):
-        out = run / f"export.{style}.{fmt}.jsonl"
+        out = dist / f"export.{style}.{fmt}.jsonl"
         n = export_run(run, out, fmt=fmt, style=style)
         st.success(f"Wrote {n} examples to {out}")
         st.download_button("Download", out.read_bytes(), file_name=out.name, key="d-dl")

@@ -1,65 +1,187 @@
-import json
-
 import streamlit as st
-from common import base_config, job_panel, show_error, workspace
+from common import acc_text, base_config, job_panel, options_html, pct, runs, \
+    sections_of, show_error, show_section, workspace
 
+from workbench.evaluate.report import SCORING_LABELS, read_eval_results, read_eval_summary
 from workbench.jobs import start_job
+
+SCORINGS = ("letter", "cloze", "cloze_norm", "generate")
 
 st.title("Evaluate and compare")
 ws = workspace()
 with st.expander("Run the whole comparison (distil, index, base vs RAG vs SFT)"):
-    name = st.text_input("Run name", value="pipeline", key="e-name")
+    name = st.text_input("Run name", value="compare", key="e-name")
     persp = st.multiselect("Perspectives", ["concepts", "analysis", "design", "performance",
                                             "applications"], default=["concepts"], key="e-p")
     steps = st.number_input("Training steps", 1, 10000, 4, key="e-steps")
     items = st.number_input("Benchmark items to score", 1, 5000, 20, key="e-items")
-    if st.button("Start pipeline", key="e-start"):
+    if st.button("Start comparison", key="e-start"):
         try:
-            cfg = base_config(name, distill={"corpus": str(ws / "corpus"),
-                                             "perspectives": persp, "kinds": ["mc", "nd"],
-                                             "answer_source": "text",
-                                             "verifier": {"on_disagree": "flag"}},
+            cfg = base_config(name, corpus=str(ws / "corpus"),
+                              distill={"perspectives": persp, "kinds": ["mc", "nd"],
+                                       "answer_source": "text",
+                                       "verifier": {"on_disagree": "flag"}},
                               train={"max_steps": int(steps), "batch_size": 2,
                                      "max_length": 512},
                               eval={"methods": ["loglik", "generate"], "max_tokens": 32},
-                              pipeline={"eval_items": int(items)})
-            job = start_job(ws, "pipeline", cfg)
+                              compare={"eval_items": int(items)})
+            job = start_job(ws, "compare", cfg)
             st.success(f"Started job {job.id}")
         except Exception as e:
             show_error(e)
-    job_panel("pipeline", "pipeline")
-reports = sorted(p.parent for p in (ws / "runs").glob("*/report.json"))
-if not reports:
-    st.info("No comparison yet.")
+    job_panel("compare", "compare")
+
+infos = [r for r in runs() if r.has_report or any(r.has_eval.values())]
+if not infos:
+    st.info("No comparison or evaluation yet.")
     st.stop()
-picked = st.multiselect("Runs", reports, default=reports[-1:], format_func=lambda p: p.name,
-                        key="e-runs")
-for run in picked:
-    rep = json.loads((run / "report.json").read_text())
-    st.subheader(run.name)
-    st.dataframe([{"configuration": r["name"], "items": r["n"],
-                   "accuracy (log-likelihood)": r["acc_loglik"],
-                   "accuracy (generation)": r["acc_generate"],
-                   "s/item": r["seconds_per_item"]} for r in rep["table"]], hide_index=True,
-                 key=f"table-{run.name}")
-    if (run / "comparison.png").exists():
-        st.image(str(run / "comparison.png"))
-    if rep.get("retrieval"):
-        st.caption("Retrieval quality (source section of each question)")
-        st.dataframe(rep["retrieval"])
-    res_file = run / "eval_base" / "results.jsonl"
-    if res_file.exists():
-        rows = [json.loads(x) for x in res_file.read_text().splitlines()]
-        conds = sorted({r["condition"] for r in rows})
-        cond = st.selectbox("Condition", conds, key=f"cond-{run.name}")
-        sel = [r for r in rows if r["condition"] == cond]
-        i = st.number_input("Example", 0, max(len(sel) - 1, 0), 0, key=f"ex-{run.name}")
-        if sel:
-            r = sel[int(i)]
-            st.write({"example": r["example_id"], "prediction": r.get("prediction"),
-                      "gold": r.get("gold"), "correct": r.get("correct")})
-            if r.get("extra", {}).get("context"):
-                with st.expander("Retrieved context"):
-                    st.text(r["extra"]["context"])
-            if r.get("extra", {}).get("generation"):
-                st.caption("Generated answer: " + r["extra"]["generation"])
+by_name = {r.name: r for r in infos}
+picked = st.multiselect("Runs", list(by_name), default=list(by_name)[-1:], key="e-runs")
+
+EVALS = {"eval_base": ("compare", "eval_base", "base model"),
+         "eval_sft": ("compare", "eval_sft", "SFT model"),
+         "eval": ("eval", "summary", "evaluation")}
+
+
+def eval_folder(lay, which: str):
+    pipe, art, _ = EVALS[which]
+    return lay.artifact(pipe, art).parent
+
+
+def comparison_table(report, key: str) -> None:
+    st.dataframe([
+        {"configuration": row.name, "items": row.n,
+         **{SCORING_LABELS.get(k, k) + (" ★" if k == row.headline else ""):
+            acc_text(row.scorings.get(k)) + (" ⚠" if k in row.degenerate else "")
+            for k in SCORINGS if k in row.scorings},
+         "headline": row.headline or "none (all degenerate)",
+         "degenerate": "; ".join(f"{k}: {why}" for k, why in row.degenerate.items()) or "-",
+         "s/item": round(row.seconds_per_item, 2)} for row in report.rows],
+        hide_index=True, key=key)
+    st.caption("Accuracy with its Wilson 95% interval; ★ the headline scoring, ⚠ degenerate. "
+               + report.headline_rule)
+
+
+def comparisons_view(comparisons, key: str) -> None:
+    if not comparisons:
+        return
+    st.markdown("**Paired comparisons** (same items)")
+    st.dataframe([{"a": c.a, "b": c.b, "scoring": c.formulation_a if c.formulation_a ==
+                   c.formulation_b else f"{c.formulation_a} / {c.formulation_b}",
+                   "accuracy a": pct(c.accuracy_a), "accuracy b": pct(c.accuracy_b),
+                   "difference b - a (95% CI)": f"{100 * c.difference:+.1f} "
+                   f"[{100 * c.difference_ci_low:+.1f}, {100 * c.difference_ci_high:+.1f}]",
+                   "only a / only b": f"{c.only_a} / {c.only_b}",
+                   "p (Holm)": round(c.p_holm, 4),
+                   "significant": "yes" if c.significant else "no"}
+                  for c in comparisons], hide_index=True, key=key)
+    sig = [c for c in comparisons if c.significant]
+    if sig:
+        st.markdown("**Significant differences:** " + "; ".join(
+            f"{c.b} vs {c.a}: {100 * c.difference:+.1f} points (p = {c.p_holm:.3g})"
+            for c in sig))
+    else:
+        st.markdown("**Significant differences:** none at 5% (Holm-adjusted).")
+
+
+def drill_down(info) -> None:
+    """One item of one condition: question, options with gold and predictions, context."""
+    from workbench.evaluate.benchmark import load_benchmark
+
+    lay = info.layout
+    which = [w for w, have in info.has_eval.items() if have]
+    if not which:
+        return
+    st.markdown("#### Item drill-down")
+    c1, c2, c3 = st.columns(3)
+    ev = c1.selectbox("Evaluation", which, format_func=lambda w: EVALS[w][2],
+                      key=f"ev-{info.name}")
+    try:
+        rows = read_eval_results(eval_folder(lay, ev))
+    except Exception as e:
+        show_error(e)
+        return
+    conds = list(dict.fromkeys(r.condition for r in rows))
+    if not conds:
+        st.caption("No per-item results.")
+        return
+    cond = c2.selectbox("Condition", conds, key=f"cond-{info.name}-{ev}")
+    sel = [r for r in rows if r.condition == cond]
+    i = int(c3.number_input("Item", 0, max(len(sel) - 1, 0), 0, key=f"ex-{info.name}-{ev}"))
+    r = sel[i]
+    items = {}
+    if info.has_benchmark:
+        try:
+            items = {it.id: it for it in load_benchmark(lay.artifact("distill", "benchmark"))}
+        except Exception as e:
+            show_error(e)
+    item = items.get(r.example_id)
+    preds = dict(r.extra.get("predictions") or {})
+    if not preds and r.prediction is not None:
+        preds = {"prediction": r.prediction}
+    left, right = st.columns(2)
+    with left:
+        verdict = "✓ correct" if r.correct else "✗ wrong"
+        st.markdown(f"`{r.example_id}` · {r.model} · {cond} · gold **{r.gold or '-'}** · "
+                    f"headline prediction **{r.prediction or '-'}** ({verdict})")
+        if item is not None:
+            st.markdown(f"##### {item.question}")
+            marks: dict[str, list[str]] = {}
+            for k, p in preds.items():
+                for letter in (p or ""):
+                    marks.setdefault(letter, []).append(k)
+            st.markdown(options_html(item.options, r.gold, marks), unsafe_allow_html=True)
+        else:
+            st.caption("The question is not in this run's benchmark.")
+        st.dataframe([{"scoring": SCORING_LABELS.get(k, k), "prediction": p or "(none)",
+                       "correct": "✓" if r.scores.get(k, float(p == r.gold)) == 1.0 else "✗"}
+                      for k, p in preds.items()], hide_index=True,
+                     key=f"preds-{info.name}-{ev}")
+        if r.extra.get("generation") is not None:
+            st.markdown("**Generated answer**")
+            st.text(r.extra["generation"] or "(empty)")
+        if r.error:
+            st.error(r.error)
+    with right:
+        if r.extra.get("context"):
+            st.markdown(f"**Retrieved context ({cond})**")
+            st.text(r.extra["context"])
+        else:
+            sec = sections_of(lay.root).get(item.provenance.section_id) \
+                if item is not None and item.provenance else None
+            show_section(sec)
+
+
+for name in picked:
+    info = by_name[name]
+    lay = info.layout
+    st.subheader(info.name)
+    if info.report_error:
+        st.warning(info.report_error)
+    rep = info.report
+    if rep is not None:
+        st.caption(f"model `{rep.model}` · domain {rep.domain} · chance {pct(rep.chance)}"
+                   + (f" · best RAG: {rep.best_rag}" if rep.best_rag else ""))
+        comparison_table(rep, f"table-{info.name}")
+        comparisons_view(rep.comparisons, f"pairs-{info.name}")
+        if lay.has("compare", "plot"):
+            st.image(str(lay.artifact("compare", "plot")))
+        if rep.retrieval:
+            st.markdown("**Retrieval quality** (source section of each question)")
+            st.dataframe([{"retriever": k, **{m: round(v, 3) for m, v in vals.items()}}
+                          for k, vals in rep.retrieval.items()], hide_index=True,
+                         key=f"retrieval-{info.name}")
+    elif info.has_eval.get("eval"):
+        try:
+            s = read_eval_summary(eval_folder(lay, "eval"))
+            st.dataframe([{"condition": c, "items": cs.n,
+                           **{SCORING_LABELS.get(k, k)
+                              + (" ★" if k == s.headline.formulation else ""):
+                              acc_text(f.accuracy) + (" ⚠" if f.degenerate else "")
+                              for k in SCORINGS if (f := cs.scoring(k)) is not None}}
+                          for c, cs in s.conditions.items()], hide_index=True,
+                         key=f"table-{info.name}")
+            comparisons_view(s.comparisons, f"pairs-{info.name}")
+        except Exception as e:
+            show_error(e)
+    drill_down(info)

@@ -2,24 +2,25 @@ import html
 import re
 
 import streamlit as st
-from common import base_config, job_panel, show_error, workspace
+from common import base_config, job_panel, pick_run, runs, show_error, workspace
 
 from workbench.jobs import start_job
 
 st.title("Retrieval playground")
 ws = workspace()
-indexes = sorted(p.parent for p in (ws / "runs").glob("*/index/manifest.json"))
+infos = runs()
+indexes = [r for r in infos if r.has_index]
 with st.expander("Build an index from the corpus", expanded=not indexes):
     name = st.text_input("Run name", value="rag", key="r-name")
     if st.button("Build index", key="r-build"):
         try:
-            job = start_job(ws, "index", base_config(name, distill={"corpus": str(
-                ws / "corpus")}))
+            job = start_job(ws, "rag", base_config(name, corpus=str(ws / "corpus")))
             st.success(f"Started job {job.id}")
         except Exception as e:
             show_error(e)
-job_panel("index", "index")
+job_panel("rag", "index")  # button keys "index-*" (tests/test_e2e_browser.py)
 if not indexes:
+    st.caption("No index yet.")
     st.stop()
 
 
@@ -30,7 +31,7 @@ def load(path: str):
     return RagIndex.load(path)
 
 
-folder = st.selectbox("Index", indexes, format_func=lambda p: p.parent.name, key="r-index")
+folder = pick_run("Index", indexes, "r-index").layout.folder("rag")
 index = load(str(folder))
 query = st.text_input("Query", key="r-query", placeholder="e.g. what limits the VSWR of a match?")
 c1, c2, c3 = st.columns(3)
@@ -58,12 +59,16 @@ if query:
                             f"{h.score:.4f}")
                 st.markdown(highlight(h.text, query), unsafe_allow_html=True)
 
-bench = sorted((ws / "runs").glob("*/distill/benchmark.jsonl"))
+bench = [r for r in infos if r.has_benchmark]
 if bench:
     st.subheader("Retrieval metrics against a benchmark")
-    b = st.selectbox("Benchmark", bench, format_func=lambda p: p.parent.parent.name,
-                     key="r-bench")
+    b = pick_run("Benchmark", bench, "r-bench").layout.artifact("distill", "benchmark")
     if st.button("Compute Hit@k / MRR / nDCG", key="r-metrics"):
-        from workbench.evaluate.run import load_benchmark, retrieval_metrics
+        from workbench.evaluate.benchmark import load_benchmark
+        from workbench.rag.evaluate import benchmark_retrieval_metrics
 
-        st.dataframe(retrieval_metrics(index, load_benchmark(b)))
+        try:
+            st.dataframe(benchmark_retrieval_metrics(index, load_benchmark(b)),
+                         key="r-metrics-table")
+        except Exception as e:
+            show_error(e)

@@ -1,18 +1,19 @@
-import json
-
 import streamlit as st
-from common import base_config, job_panel, show_error, workspace
+from common import base_config, job_panel, pick_run, runs, show_error, workspace
 
+from workbench.io import read_jsonl
 from workbench.jobs import list_jobs, start_job
+from workbench.records import RunManifest
 
 st.title("Train (LoRA SFT)")
 ws = workspace()
-data = sorted((ws / "runs").glob("*/distill/sft/instruct_mixed.messages.jsonl"))
+infos = runs()
+data = [r for r in infos if r.has_sft_data]
 if not data:
     st.info("Distil some data first (Distill page).")
 with st.form("train-form"):
-    source = st.selectbox("Training data", data, format_func=lambda p: p.parents[2].name,
-                          key="t-data") if data else None
+    source = pick_run("Training data (a run's distilled SFT split)", data, "t-data") \
+        if data else None
     name = st.text_input("Run name", value="train", key="t-name")
     c1, c2, c3 = st.columns(3)
     steps = c1.number_input("Steps", 1, 100000, 8, key="t-steps")
@@ -25,29 +26,71 @@ with st.form("train-form"):
     go = st.form_submit_button("Start training", disabled=source is None)
 if go and source is not None:
     try:
-        bench = source.parents[1] / "benchmark.jsonl"
+        lay = source.layout
+        bench = lay.artifact("distill", "benchmark")
         cfg = base_config(name, train={
-            "data": str(source), "max_steps": int(steps), "learning_rate": float(lr),
-            "lora": {"r": int(rank), "alpha": 2 * int(rank)}, "max_length": int(max_len),
-            "batch_size": int(batch), "save_every": int(save_every),
-            "domain_eval": {"benchmark": str(bench) if bench.exists() else None,
+            "data": str(lay.artifact("distill", "sft")), "max_steps": int(steps),
+            "learning_rate": float(lr), "lora": {"r": int(rank), "alpha": 2 * int(rank)},
+            "max_length": int(max_len), "batch_size": int(batch),
+            "save_every": int(save_every),
+            "domain_eval": {"benchmark": str(bench) if source.has_benchmark else None,
                             "every": int(save_every), "max_items": 20}})
         job = start_job(ws, "train", cfg)
         st.success(f"Started job {job.id}")
     except Exception as e:
         show_error(e)
 job_panel("train", "train")
-jobs = [j for j in list_jobs(ws) if j.kind == "train"]
-if jobs:
-    job = jobs[0]
-    if job.status in ("failed", "stopped") and st.button("Resume", key="t-resume"):
-        start_job(ws, "train", job.config)
+jobs = list_jobs(ws, kind="train")
+if jobs and jobs[0].status in ("failed", "stopped") and jobs[0].config \
+        and st.button("Resume", key="t-resume"):
+    try:
+        start_job(ws, "train", jobs[0].config)
         st.rerun()
-    live = job.run_dir / "adapter.live.jsonl"
-    if live.exists():
-        rows = [json.loads(x) for x in live.read_text().splitlines() if x.strip()]
-        if rows:
-            st.line_chart({"loss": [r["loss"] for r in rows]}, x_label="step")
-            dom = [r["domain_accuracy"] for r in rows if "domain_accuracy" in r]
-            if dom:
-                st.line_chart({"domain accuracy": dom})
+    except Exception as e:
+        show_error(e)
+
+st.subheader("Adapters and training curves")
+trained = [r for r in infos if r.has_adapter or r.has_training_metrics]
+if not trained:
+    st.caption("No run has an adapter or training metrics yet.")
+    st.stop()
+info = pick_run("Run", trained, "t-run")
+lay = info.layout
+if info.has_adapter:
+    st.markdown(f"**Adapter:** `{lay.artifact('train', 'adapter')}`")
+    if lay.has("train", "manifest"):
+        try:
+            m = RunManifest.model_validate_json(lay.artifact("train", "manifest").read_bytes())
+            o = m.outputs
+            final = o.get("final") or {}
+            st.dataframe([{"status": m.status, "steps": o.get("steps"),
+                           "base model": o.get("base_model"),
+                           "train examples": o.get("train_examples"),
+                           "eval examples": o.get("eval_examples"),
+                           "final loss": final.get("loss"),
+                           "eval loss": final.get("eval_loss"),
+                           "domain accuracy": final.get("domain_accuracy"),
+                           "device": o.get("device"), "dtype": o.get("dtype")}],
+                         hide_index=True, key="t-manifest")
+        except Exception as e:
+            show_error(e)
+else:
+    st.caption("Training in progress or stopped: no exported adapter yet.")
+metrics_file = lay.artifact("train", "live") if lay.has("train", "live") \
+    else lay.artifact("train", "metrics")
+rows = read_jsonl(metrics_file) if metrics_file.exists() else []
+if rows:
+    steps_ = [r.get("step", i + 1) for i, r in enumerate(rows)]
+    st.markdown("**Training loss**")
+    st.line_chart({"step": steps_, "loss": [r.get("loss") for r in rows]}, x="step",
+                  y="loss")
+    ev = [r for r in rows if "eval_loss" in r or "domain_accuracy" in r]
+    if ev:
+        st.markdown("**Held-out loss and domain accuracy**")
+        st.line_chart({"step": [r.get("step") for r in ev],
+                       "eval loss": [r.get("eval_loss") for r in ev]}, x="step", y="eval loss")
+        st.line_chart({"step": [r.get("step") for r in ev],
+                       "domain accuracy": [r.get("domain_accuracy") for r in ev]}, x="step",
+                      y="domain accuracy")
+if lay.has("train", "curves"):
+    st.image(str(lay.artifact("train", "curves")), caption="training_curves.png")

@@ -1,0 +1,93 @@
+"""Interval and test statistics against hand-computed values and scipy."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from workbench.evaluate.stats import (
+    bootstrap_interval, degenerate_reason, discordant_pairs, holm, mcnemar_exact,
+    paired_bootstrap_difference, prediction_counts, wilson_interval,
+)
+
+
+@pytest.mark.parametrize("k,n", [(0, 12), (3, 10), (50, 100), (97, 100), (12, 12), (1, 1539)])
+def test_wilson_matches_scipy(k, n):
+    ci = sps.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    lo, hi = wilson_interval(k, n)
+    assert lo == pytest.approx(ci.low, abs=1e-9) and hi == pytest.approx(ci.high, abs=1e-9)
+
+
+def test_wilson_by_hand():
+    # k = 0: the upper bound is z^2 / (n + z^2)
+    z = 1.959963984540054
+    assert wilson_interval(0, 12)[1] == pytest.approx(z * z / (12 + z * z))
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError):
+        wilson_interval(5, 4)
+
+
+@pytest.mark.parametrize("b,c", [(0, 5), (3, 9), (10, 10), (1, 20), (40, 61)])
+def test_mcnemar_exact_matches_scipy_binomial(b, c):
+    a = [True] * b + [False] * c + [True] * 7 + [False] * 4
+    bb = [False] * b + [True] * c + [True] * 7 + [False] * 4
+    assert discordant_pairs(a, bb) == (b, c)
+    assert mcnemar_exact(a, bb) == pytest.approx(sps.binomtest(b, b + c, 0.5).pvalue)
+
+
+def test_mcnemar_by_hand():
+    # 0 vs 5 discordant: 2 * (1/2)^5
+    assert mcnemar_exact([False] * 5, [True] * 5) == pytest.approx(2 / 32)
+    assert mcnemar_exact([True, False], [True, False]) == 1.0  # no discordant pairs
+
+
+def test_holm_by_hand():
+    # sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.04 -> monotone 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
+
+
+def test_bootstrap_is_seeded_and_agrees_with_scipy():
+    rng = np.random.default_rng(3)
+    x = (rng.random(200) < 0.4).astype(float)
+    a = bootstrap_interval(x, seed=7)
+    assert a == bootstrap_interval(x, seed=7)
+    assert a != bootstrap_interval(x, seed=8)
+    ref = sps.bootstrap((x,), np.mean, n_resamples=20000, method="percentile",
+                        random_state=1).confidence_interval
+    assert a[0] == pytest.approx(ref.low, abs=0.015) and a[1] == pytest.approx(ref.high,
+                                                                                 abs=0.015)
+    # a binary mean's bootstrap interval is close to Wilson's for n = 200
+    lo, hi = wilson_interval(int(x.sum()), len(x))
+    assert a[0] == pytest.approx(lo, abs=0.02) and a[1] == pytest.approx(hi, abs=0.02)
+    assert bootstrap_interval([0.3] * 5) == (pytest.approx(0.3), pytest.approx(0.3))
+    med = bootstrap_interval(x, statistic=lambda m: np.median(m, axis=1))
+    assert med[0] <= med[1]
+
+
+def test_paired_bootstrap_difference():
+    a = [True] * 10 + [False] * 30
+    b = [True] * 30 + [False] * 10
+    diff, (lo, hi) = paired_bootstrap_difference(a, b, seed=0)
+    assert diff == pytest.approx(0.5)
+    assert lo <= diff <= hi and lo > 0
+    # paired: identical answers give a zero-width interval, however low the accuracy
+    assert paired_bootstrap_difference(a, a) == (0.0, (0.0, 0.0))
+    # the interval is about +-1.96 * sd of the item differences / sqrt(n)
+    sd = math.sqrt(0.5 * (1 - 0.5) / 40)
+    assert hi - lo == pytest.approx(2 * 1.96 * sd, rel=0.25)
+
+
+def test_prediction_counts_and_degenerate_rule():
+    assert prediction_counts(["A", "C", None, "AB", "A"], "ABCD") == {"A": 2, "B": 0, "C": 1,
+                                                                    "D": 0}
+    balanced = list("ABCD") * 5
+    assert "A is 100%" in degenerate_reason(["A"] * 20, balanced)
+    assert degenerate_reason(["A"] * 8 + ["B", "C"], list("ABCDABCDAB")) is not None  # 80%
+    assert degenerate_reason(["A"] * 7 + ["B", "C", "D"], list("ABCDABCDAB")) is None  # 70%
+    # a benchmark whose answers are mostly A: following them is not degenerate
+    assert degenerate_reason(["A"] * 20, ["A"] * 18 + ["B", "C"]) is None
+    assert degenerate_reason(["A"] * 9, balanced[:9]) is None  # too few items to judge
+    assert degenerate_reason([None] * 20, balanced) is None

@@ -1,0 +1,153 @@
+"""Uncertainty for accuracies and paired comparisons: plain functions over plain values.
+
+Accuracies are proportions of items, so a single one gets a Wilson score interval; two
+conditions scored on the same items are compared as paired data (exact McNemar test on the
+items where exactly one of them is right, and a paired bootstrap interval for the difference).
+Several comparisons at once are corrected with Holm's step-down method.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from statistics import NormalDist
+
+import numpy as np
+
+CONFIDENCE = 0.95
+SIGNIFICANCE = 0.05  # the conventional 5% level; `significant` in reports means Holm p < this
+# Efron and Tibshirani (1993), An Introduction to the Bootstrap: about 1000 resamples are
+# enough for percentile intervals; 2000 halves the Monte-Carlo noise at the 2.5% tails.
+BOOTSTRAP_RESAMPLES = 2000
+# The most frequent predicted letter's share above which a multiple-choice scoring counts as
+# degenerate, and the margin it must exceed that letter's share of the gold answers by: a
+# scorer stuck on one letter measures a letter prior, not the items (the bundled 135M model
+# under letter scoring answers "A" to all 1,539 items of a four-option exam set).
+DEGENERATE_SHARE = 0.8
+DEGENERATE_MARGIN = 0.2
+# Below this many items the rule stays silent: a letter-unbiased guesser over four options
+# puts >= 80% on one letter with probability 4 * P(Bin(10, 1/4) >= 8) = 0.2% at n = 10, but
+# 6% at n = 5.
+DEGENERATE_MIN_ITEMS = 10
+
+
+def _z(confidence: float) -> float:
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def wilson_interval(successes: int, n: int, *, confidence: float = CONFIDENCE
+                    ) -> tuple[float, float]:
+    """Wilson score interval for a proportion (Wilson 1927; Brown, Cai and DasGupta 2001
+    recommend it over the normal interval for small n or proportions near 0 or 1)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must be in 0..{n}, got {successes}")
+    z = _z(confidence)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (0.0 if successes == 0 else max(0.0, centre - half),
+            1.0 if successes == n else min(1.0, centre + half))
+
+
+def bootstrap_interval(values: Sequence[float], *,
+                       statistic: Callable[[np.ndarray], np.ndarray] | None = None,
+                       n_resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE,
+                       seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of `statistic` (default the mean) over `values`.
+
+    `statistic` receives a (resamples, n) array and returns one value per row. The same seed
+    gives the same interval."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("bootstrap_interval needs at least one value")
+    stat = statistic or (lambda a: a.mean(axis=1))
+    rng = np.random.default_rng(seed)
+    out = np.empty(n_resamples)
+    step = max(1, 2_000_000 // x.size)  # bound the index matrix to ~16 MB
+    for lo in range(0, n_resamples, step):
+        hi = min(lo + step, n_resamples)
+        out[lo:hi] = stat(x[rng.integers(0, x.size, size=(hi - lo, x.size))])
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(out, [alpha, 1 - alpha])
+    return (float(low), float(high))
+
+
+def discordant_pairs(correct_a: Sequence[bool], correct_b: Sequence[bool]) -> tuple[int, int]:
+    """(items only a gets right, items only b gets right)."""
+    only_a = sum(bool(a) and not bool(b) for a, b in zip(correct_a, correct_b, strict=True))
+    only_b = sum(bool(b) and not bool(a) for a, b in zip(correct_a, correct_b, strict=True))
+    return only_a, only_b
+
+
+def mcnemar_exact(correct_a: Sequence[bool], correct_b: Sequence[bool]) -> float:
+    """Two-sided exact McNemar p-value: under "no difference" each discordant item is equally
+    likely to favour a or b, so the smaller count is Binomial(discordant, 1/2) (McNemar 1947;
+    the exact form is the one to use when discordant pairs are few)."""
+    only_a, only_b = discordant_pairs(correct_a, correct_b)
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    k = min(only_a, only_b)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired_bootstrap_difference(correct_a: Sequence[bool], correct_b: Sequence[bool], *,
+                                n_resamples: int = BOOTSTRAP_RESAMPLES,
+                                confidence: float = CONFIDENCE, seed: int = 0
+                                ) -> tuple[float, tuple[float, float]]:
+    """Accuracy of b minus accuracy of a on the same items, with a percentile bootstrap
+    interval that resamples items (keeping each item's pair together)."""
+    diff = [float(bool(b)) - float(bool(a)) for a, b in zip(correct_a, correct_b, strict=True)]
+    if not diff:
+        raise ValueError("paired_bootstrap_difference needs at least one item")
+    return (sum(diff) / len(diff), bootstrap_interval(diff, n_resamples=n_resamples,
+                                                      confidence=confidence, seed=seed))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm (1979) step-down adjusted p-values, in the input order; an adjusted p below the
+    level controls the family-wise error rate at that level."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def prediction_counts(predictions: Sequence[str | None], letters: str) -> dict[str, int]:
+    """How often each letter was predicted (every letter listed, zeros included); answers that
+    are not one of `letters` (unparsed, several letters) are left out."""
+    counts = dict.fromkeys(letters, 0)
+    for p in predictions:
+        if p in counts:
+            counts[p] += 1
+    return counts
+
+
+def degenerate_reason(predictions: Sequence[str | None], golds: Sequence[str]) -> str | None:
+    """Why a scoring looks degenerate, or None: the most frequent predicted letter has at
+    least DEGENERATE_SHARE of all predictions and DEGENERATE_MARGIN more than its share of
+    the gold answers (so a benchmark whose answers really are mostly one letter is not
+    flagged). Silent below DEGENERATE_MIN_ITEMS items."""
+    n = len(predictions)
+    if n < DEGENERATE_MIN_ITEMS:
+        return None
+    counts: dict[str, int] = {}
+    for p in predictions:
+        if p is not None:
+            counts[p] = counts.get(p, 0) + 1
+    if not counts:
+        return None
+    top = max(sorted(counts), key=lambda k: counts[k])
+    share = counts[top] / n
+    gold_share = sum(g == top for g in golds) / max(len(golds), 1)
+    if share >= DEGENERATE_SHARE - 1e-9 and share - gold_share > DEGENERATE_MARGIN + 1e-9:
+        return f"{top} is {share:.0%} of predictions (gold {gold_share:.0%})"
+    return None
