@@ -129,11 +129,15 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError([f"override {text!r} is not key=value (e.g. models.chat.spec=default)"])
     key, _, raw = text.partition("=")
+    keys = key.strip().split(".")
+    if not key.strip() or any(not k.strip() for k in keys):
+        raise ConfigError([f"override {text!r}: {key.strip()!r} is not a key path (e.g. "
+                           "train.max_steps=8)"])
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
-    return [k for k in key.strip().split(".") if k], value
+    return [k.strip() for k in keys], value
 
 
 def _set(tree: dict, keys: list[str], value: Any) -> None:
@@ -175,8 +179,15 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         p = Path(path)
         if not p.exists():
             raise ConfigError(["file not found"], source=source)
+        if not p.is_file():
+            raise ConfigError(["not a file (pass a YAML config file)"], source=source)
         try:
             loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as e:
+            raise ConfigError([f"not UTF-8 text (byte {e.start}: {e.reason})"],
+                              source=source) from None
+        except OSError as e:
+            raise ConfigError([f"cannot read ({e.strerror})"], source=source) from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -105,22 +105,57 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> int:
     return n
 
 
-def iter_jsonl_raw(path: str | os.PathLike, *, collect: bool = False
-                   ) -> Iterator[tuple[int, Any]]:
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one line to a log with a single write (O_APPEND), then fsync: concurrent
+    appenders never interleave within a line, and a crash leaves at most a torn last line,
+    which readers skip with `iter_jsonl_raw(..., torn_tail=...)`."""
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def iter_jsonl_raw(path: str | os.PathLike, *, collect: bool = False,
+                   torn_tail: Callable[[DataError], None] | None = None,
+                   max_line_bytes: int | None = None) -> Iterator[tuple[int, Any]]:
     """Yield (1-based line number, parsed JSON) for each non-blank line.
 
     Accepts a UTF-8 BOM and CRLF line ends. Bad UTF-8, bad JSON or an over-long line raise a
     DataError naming the file and line (and the column for bad JSON); with `collect=True` the
-    DataError is yielded in place of the value and reading goes on.
+    DataError is yielded in place of the value and reading goes on. Lines are read in bounded
+    pieces, so an over-long line costs at most the cap in memory. With `torn_tail`, an
+    unparsable LAST line without its newline (an append cut short by a crash) is passed to
+    `torn_tail` and skipped instead of raised.
     """
     path = Path(path)
+    cap = max_line_bytes or MAX_LINE_BYTES
     if not path.exists():
         raise DataError("file not found", path=str(path), code="not_found")
+    if not path.is_file():
+        raise DataError("not a file", path=str(path), code="not_a_file")
     with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            value = _parse_line(raw, lineno, str(path))
+        lineno = 0
+        while True:
+            raw = fh.readline(cap + 1)
+            if not raw:
+                break
+            lineno += 1
+            if len(raw) > cap:
+                while raw and not raw.endswith(b"\n"):  # skip the rest, a piece at a time
+                    raw = fh.readline(1 << 20)
+                value: Any = DataError(f"line is over the {cap}-byte cap", path=str(path),
+                                       line=lineno, code="line_too_long")
+            else:
+                value = _parse_line(raw, lineno, str(path))
             if value is _BLANK:
                 continue
+            if isinstance(value, DataError) and torn_tail is not None \
+                    and not raw.endswith(b"\n") and not fh.peek(1):
+                torn_tail(value)
+                return
             if isinstance(value, DataError) and not collect:
                 raise value
             yield lineno, value
@@ -130,9 +165,6 @@ _BLANK = object()
 
 
 def _parse_line(raw: bytes, lineno: int, path: str) -> Any:
-    if len(raw) > MAX_LINE_BYTES:
-        return DataError(f"line is {len(raw)} bytes, over the {MAX_LINE_BYTES}-byte cap",
-                         path=path, line=lineno, code="line_too_long")
     if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     try:

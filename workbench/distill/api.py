@@ -10,6 +10,7 @@ from workbench.distill.export import STYLES, export_sft
 from workbench.distill.pipeline import DistillResult, report_markdown, run_distill
 from workbench.distill.report import DistillReport
 from workbench.errors import WorkbenchError
+from workbench.io import append_line
 from workbench.records import QTSASample, read_records
 from workbench.registry import PipelineResult
 
@@ -82,10 +83,13 @@ def read_review(run: str | Path) -> dict[str, dict]:
     """The latest review decision per sample id (review.jsonl is an append-only log)."""
     from workbench.io import iter_jsonl_raw
 
+    import warnings
+
     f = Path(run) / "review.jsonl"
     out: dict[str, dict] = {}
     if f.exists():
-        for _, row in iter_jsonl_raw(f):
+        for _, row in iter_jsonl_raw(f, torn_tail=lambda e: warnings.warn(
+                f"{e} (a review cut short; skipped)", stacklevel=2)):
             out[row["id"]] = row
     return out
 
@@ -109,8 +113,7 @@ def review_sample(run: str | Path, sample_id: str, action: str,
             raise WorkbenchError(f"editable fields are {', '.join(EDITABLE)}")
         QTSASample.model_validate({**by_id[sample_id].to_json(), **fields})  # must stay valid
         row["fields"] = fields
-    with open(run / "review.jsonl", "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    append_line(run / "review.jsonl", json.dumps(row, ensure_ascii=False))
     return row
 
 
