@@ -225,3 +225,77 @@ def test_hnsw_and_ivf_selectable(rf_sections, embedder, tmp_path):
             [h.chunk_id for h in again.retriever("semantic").retrieve(q, 3)]
         assert json.loads((tmp_path / kind / "manifest.json").read_text())["config"][
             "index_type"] == kind
+
+
+def _copy_index(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst, json.loads((dst / "manifest.json").read_text())
+
+
+def _write_manifest(folder, manifest):
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_manifest_must_list_exactly_the_index_files(rf_index, tmp_path, embedder):
+    # an entry removed and the file edited: loaded and answered before
+    idx, m = _copy_index(rf_index, tmp_path / "a")
+    del m["files"]["chunks.jsonl"]
+    _write_manifest(idx, m)
+    with open(idx / "chunks.jsonl", "a") as fh:
+        fh.write("\n")
+    with pytest.raises(DataError, match="does not list chunks.jsonl"):
+        RagIndex.load(idx, embedder=embedder)
+    idx, m = _copy_index(rf_index, tmp_path / "b")
+    m["files"] = {}
+    _write_manifest(idx, m)
+    with pytest.raises(DataError, match="does not list"):
+        RagIndex.load(idx, embedder=embedder)
+    idx, m = _copy_index(rf_index, tmp_path / "c")
+    (idx / "extra.npy").write_bytes(b"x")
+    with pytest.raises(DataError, match="does not cover: extra.npy"):
+        RagIndex.load(idx, embedder=embedder)
+
+
+@pytest.mark.parametrize("bad", [
+    lambda m: m.update(files={**m["files"], "../../../../etc/passwd": {"bytes": 1,
+                                                                       "sha256": "x"}}),
+    lambda m: m.update(files={**m["files"], "/etc/passwd": {"bytes": 1, "sha256": "x"}}),
+    lambda m: m["files"].update({"chunks.jsonl": {"bytes": "12", "sha256": 5}}),
+    lambda m: m.pop("files"),
+    lambda m: m.update(files=[]),
+    lambda m: m.update(config={"chunk_size": "big"}),
+], ids=["dotdot", "absolute", "types", "no-files", "files-list", "bad-config"])
+def test_malformed_manifests_are_refused_before_opening_anything(rf_index, tmp_path, bad,
+                                                                  monkeypatch, embedder):
+    import builtins
+
+    idx, m = _copy_index(rf_index, tmp_path / "i")
+    bad(m)
+    _write_manifest(idx, m)
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (opened.append(str(f)),
+                                                               real_open(f, *a, **k))[1])
+    with pytest.raises((DataError, WorkbenchError)) as e:
+        RagIndex.load(idx, embedder=embedder)
+    assert "\n" not in str(e.value)
+    assert not [f for f in opened if "passwd" in f]  # the outside file was never opened
+    r = subprocess.run([sys.executable, "-m", "workbench", "rag", "query", str(idx), "vswr"],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_truncated_faiss_index_is_one_line(rf_index, tmp_path, embedder):
+    idx, m = _copy_index(rf_index, tmp_path / "t")
+    data = (idx / "faiss.index").read_bytes()[:100]
+    (idx / "faiss.index").write_bytes(data)
+    m["files"]["faiss.index"] = {"bytes": len(data), "sha256": __import__(
+        "hashlib").sha256(data).hexdigest()}
+    _write_manifest(idx, m)
+    r = subprocess.run([sys.executable, "-m", "workbench", "rag", "query", str(idx), "vswr"],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode in (1, 3) and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -35,6 +35,9 @@ from workbench.rag.hybrid import FusionMode, HybridRetriever
 from workbench.rag.keyword import KeywordRetriever, RankBM25Scorer, SparseBM25
 
 FORMAT = "workbench-rag-index/1"
+# every file the index format defines (the manifest must list exactly these)
+INDEX_FILES = ("bm25_data.npy", "bm25_indices.npy", "bm25_indptr.npy", "bm25_params.json",
+               "bm25_vocab.json", "chunks.jsonl", "faiss.index", "tokens.jsonl")
 RETRIEVERS = ("keyword", "semantic", "hybrid")
 
 
@@ -177,30 +180,22 @@ class RagIndex:
         if not mpath.exists():
             raise WorkbenchError(f"{folder}: not a complete index (no manifest.json; was the "
                                  "build interrupted?) - rebuild it with `workbench rag build`")
+        manifest = _checked_manifest(folder, mpath, verify=verify)
         try:
-            manifest = json.loads(mpath.read_text())
-        except json.JSONDecodeError as e:
-            raise DataError(f"corrupt manifest ({e.msg})", path=str(mpath)) from None
-        if manifest.get("format") != FORMAT:
-            raise WorkbenchError(f"{folder}: index format {manifest.get('format')!r}, "
-                                 f"this workbench reads {FORMAT!r}")
-        for name, meta in manifest["files"].items():
-            p = folder / name
-            if not p.exists():
-                raise DataError("missing index file", path=str(p))
-            if p.stat().st_size != meta["bytes"]:
-                raise DataError(f"size {p.stat().st_size} != {meta['bytes']} in the manifest "
-                                "(truncated or replaced); rebuild the index", path=str(p))
-            if verify and sha256_file(p) != meta["sha256"]:
-                raise DataError("content hash differs from the manifest; rebuild the index",
-                                path=str(p))
-        cfg = RagConfig.model_validate(manifest["config"])
+            cfg = RagConfig.model_validate(manifest["config"])
+        except ValueError as e:
+            raise DataError(f"manifest config: {str(e).splitlines()[0]}", path=str(mpath)
+                            ) from None
         chunks = read_jsonl(folder / "chunks.jsonl", Chunk.model_validate)
         store = ChunkStore(chunks)
         analyzer = Analyzer(**manifest["analyzer"])
         backend = keyword_backend or cfg.keyword_backend
         if backend == "sparse":
-            scorer = SparseBM25.load(folder)
+            try:
+                scorer = SparseBM25.load(folder)
+            except (ValueError, OSError, KeyError, TypeError) as e:  # object or bad arrays
+                raise DataError(f"unreadable BM25 matrix ({str(e)[:200]}); rebuild the index",
+                                path=str(folder)) from None
             if scorer.n_docs != len(chunks):
                 raise DataError(f"BM25 matrix covers {scorer.n_docs} chunks, chunks.jsonl "
                                 f"has {len(chunks)}", path=str(folder))
@@ -245,3 +240,56 @@ class RagIndex:
                 rrf_k=self.config.rrf_k, candidates=candidates or self.config.candidates,
                 reranker=reranker)
         raise WorkbenchError(f"unknown retriever {name!r} (expected {', '.join(RETRIEVERS)})")
+
+
+def _checked_manifest(folder: Path, mpath: Path, *, verify: bool) -> dict[str, Any]:
+    """The manifest, checked before any other file is opened: it must list exactly the files
+    of the index format, as plain names inside the folder, each with its size and sha256, and
+    every file must match. Anything else is refused with one line naming the file."""
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"corrupt manifest ({e})", path=str(mpath)) from None
+    if not isinstance(manifest, dict):
+        raise DataError("manifest is not a JSON object", path=str(mpath))
+    if manifest.get("format") != FORMAT:
+        raise WorkbenchError(f"{folder}: index format {manifest.get('format')!r}, this "
+                             f"workbench reads {FORMAT!r}")
+    for key, kind in (("files", dict), ("config", dict), ("analyzer", dict),
+                      ("embedder", dict)):
+        if not isinstance(manifest.get(key), kind):
+            raise DataError(f"manifest field {key!r} is missing or not an object",
+                            path=str(mpath))
+    files = manifest["files"]
+    for name in files:
+        if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name
+                or "\\" in name or Path(name).is_absolute()):
+            raise DataError(f"manifest names {name!r}: index files are plain names inside "
+                            "the index folder", path=str(mpath))
+    if missing := sorted(set(INDEX_FILES) - set(files)):
+        raise DataError(f"manifest does not list {', '.join(missing)}; rebuild the index",
+                        path=str(mpath))
+    if extra := sorted(set(files) - set(INDEX_FILES)):
+        raise DataError(f"manifest lists files that are not part of an index: "
+                        f"{', '.join(extra)}", path=str(mpath))
+    for name in INDEX_FILES:
+        meta = files[name]
+        if not (isinstance(meta, dict) and isinstance(meta.get("bytes"), int)
+                and isinstance(meta.get("sha256"), str)):
+            raise DataError(f"manifest entry for {name} needs integer 'bytes' and string "
+                            "'sha256'", path=str(mpath))
+        p = folder / name
+        if not p.is_file():
+            raise DataError("missing index file; rebuild the index", path=str(p))
+        if p.stat().st_size != meta["bytes"]:
+            raise DataError(f"size {p.stat().st_size} != {meta['bytes']} in the manifest "
+                            "(truncated or replaced); rebuild the index", path=str(p))
+        if verify and sha256_file(p) != meta["sha256"]:
+            raise DataError("content hash differs from the manifest; rebuild the index",
+                            path=str(p))
+    present = {p.name for p in folder.iterdir() if p.name != "manifest.json"
+               and not p.name.startswith(".")}
+    if extra := sorted(present - set(INDEX_FILES)):
+        raise DataError(f"files that the manifest does not cover: {', '.join(extra)}",
+                        path=str(folder))
+    return manifest

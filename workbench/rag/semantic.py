@@ -119,4 +119,11 @@ class SemanticRetriever(BaseRetriever):
 def load_faiss(path: Path):
     import faiss
 
-    return faiss.read_index(str(path))
+    from workbench.errors import DataError
+
+    try:
+        return faiss.read_index(str(path))
+    except RuntimeError as e:  # faiss reports a truncated or foreign file this way
+        reason = str(e).strip().splitlines()[-1][:200] if str(e).strip() else "unreadable"
+        raise DataError(f"not a readable FAISS index ({reason}); rebuild the index",
+                        path=str(path)) from None
