@@ -324,3 +324,34 @@ def test_streamlit_config_is_secure():
     flags = dict(zip(cmd[5::2], cmd[6::2], strict=True))
     assert flags["--server.enableXsrfProtection"] == "true"
     assert flags["--server.enableCORS"] == "true" and flags["--server.address"] == "127.0.0.1"
+
+
+def test_bring_your_own_benchmark_from_the_app(ws):
+    """An MMLU-style file with other field names, uploaded as it is, runs as an eval job."""
+    import json
+
+    from workbench.evaluate.report import read_eval_summary
+    from workbench.jobs import list_jobs, wait_job
+    from workbench.runs import RunLayout
+
+    rows = [{"stem": f"What is {i} plus {i}?", "opts": [str(2 * i), str(i), "0", str(3 * i)],
+             "label": 0} for i in range(1, 7)]
+    at = page("evaluate").run()
+    at.file_uploader(key="b-file").set_value(
+        [("mine.jsonl", "\n".join(json.dumps(r) for r in rows).encode(),
+          "application/json")]).run()
+    at.text_input(key="b-q").set_value("stem")
+    at.text_input(key="b-c").set_value("opts")
+    at.text_input(key="b-a").set_value("label")
+    at.button(key="b-start").click().run()
+    assert not at.exception and any("6 items read" in s.value for s in at.success)
+    (job,) = list_jobs(ws, kind="eval")
+    job = wait_job(job, timeout=300)
+    assert job.status == "completed", job.log_text()
+    summary = read_eval_summary(RunLayout.at(ws / "runs" / "my-benchmark").folder("eval"))
+    assert summary.items == 6 and summary.conditions["none"].n == 6
+    at.file_uploader(key="b-file").set_value(
+        [("bad.jsonl", b'{"stem": "q", "opts": ["a", "b"], "label": 0}\n{"stem": "q2"}\n',
+          "application/json")]).run()
+    at.button(key="b-start").click().run()
+    assert any(":2:" in e.value for e in at.error)  # the error names the line

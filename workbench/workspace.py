@@ -61,6 +61,29 @@ def save_upload(workspace: Path, name: str, data: bytes, *, max_mb: int = MAX_UP
     return target
 
 
+BENCHMARK_TYPES = (".jsonl", ".json", ".csv", ".tsv")
+
+
+def save_benchmark(workspace: Path, name: str, data: bytes, *, max_mb: int = MAX_UPLOAD_MB
+                   ) -> Path:
+    """Store an uploaded multiple-choice benchmark under <workspace>/benchmarks/ (a safe base
+    name, capped size, atomic write); the evaluation reads it as it comes."""
+    fname = safe_name(name)
+    if Path(fname).suffix.lower() not in BENCHMARK_TYPES:
+        raise DataError(f"{fname}: a benchmark is {', '.join(BENCHMARK_TYPES)}",
+                        code="unsupported")
+    if len(data) > max_mb * 1024 * 1024:
+        raise DataError(f"{fname}: {len(data) / 1e6:.1f} MB is over the {max_mb} MB cap",
+                        code="too_large")
+    folder = (workspace / "benchmarks").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    target = (folder / fname).resolve()
+    if target.parent != folder:
+        raise DataError(f"{name!r} would escape the workspace", code="bad_name")
+    atomic_write_bytes(target, data)
+    return target
+
+
 def corpus_files(workspace: Path) -> list[Path]:
     return sorted(p for p in (workspace / "corpus").iterdir() if p.is_file()
                   and not p.name.startswith("."))

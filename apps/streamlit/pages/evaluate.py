@@ -31,6 +31,41 @@ with st.expander("Run the whole comparison (distil, index, base vs RAG vs SFT)")
             show_error(e)
     job_panel("compare", "compare")
 
+with st.expander("Evaluate a benchmark of your own (MMLU/ARC-style JSONL, CSV, ours)"):
+    st.caption("Upload it as it is: {question, choices, answer} with a letter or a 0-based "
+               "index, {question, options, answer}, ARC's layout, or a CSV with option "
+               "columns. Other field names: map them below.")
+    up = st.file_uploader("Benchmark file", type=["jsonl", "json", "csv", "tsv"],
+                          key="b-file")
+    c1, c2, c3 = st.columns(3)
+    qf = c1.text_input("question field", value="", key="b-q", placeholder="auto")
+    cf = c2.text_input("choices field", value="", key="b-c", placeholder="auto")
+    af = c3.text_input("answer field", value="", key="b-a", placeholder="auto")
+    b_name = st.text_input("Run name", value="my-benchmark", key="b-name")
+    b_items = st.number_input("Items to score (0: all)", 0, 100000, 50, key="b-items")
+    with_rag = st.selectbox("Retrieval", ["none"] + [r.name for r in runs() if r.has_index],
+                            key="b-rag", help="Also score with the index of this run.")
+    if st.button("Check and start", key="b-start", disabled=up is None):
+        from workbench.evaluate.benchmark import load_benchmark
+        from workbench.workspace import save_benchmark
+
+        try:
+            mapping = {k: v for k, v in (("question", qf), ("choices", cf), ("answer", af))
+                       if v.strip()}
+            path = save_benchmark(ws, up.name, up.getvalue())
+            n = len(load_benchmark(path, mapping=mapping or None))
+            ev = {"benchmark": str(path), "field_map": mapping or None, "conditions": ["none"],
+                  "methods": ["loglik"], "max_items": int(b_items) or None}
+            if with_rag != "none":
+                lay = next(r for r in runs() if r.name == with_rag).layout
+                ev.update(conditions=["none", "semantic", "keyword", "hybrid"],
+                          index=str(lay.folder("rag")), hit_vs_miss=False)
+            job = start_job(ws, "eval", base_config(b_name, eval=ev))
+            st.success(f"{n} items read; started job {job.id}")
+        except Exception as e:
+            show_error(e)
+    job_panel("eval", "eval")
+
 infos = [r for r in runs() if r.has_report or any(r.has_eval.values())]
 if not infos:
     st.info("No comparison or evaluation yet.")
