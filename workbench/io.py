@@ -37,28 +37,70 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
         with open(tmp_path, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)
+        fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
 
 
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Make a rename in `folder` durable (the folder's entry table reaches the disk)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on folders; the rename still happened
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_savefig(fig, path: str | os.PathLike, **kwargs) -> None:
+    """Save a matplotlib figure through a temporary file and one rename."""
+    path = Path(path)
+    with atomic_path(path, suffix=path.suffix) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", **kwargs)
+
+
 def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
     """Put a completed folder `tmp` under the name `final`, replacing any previous one.
 
-    The previous folder is moved aside first and removed after the rename, so `final` is
-    always either the old complete folder or the new complete one, never a mixture.
+    The previous folder is moved aside (`.<name>.old-<pid>`), the new one renamed in, then the
+    old one removed; nothing is deleted before its replacement is in place. A kill between
+    the two renames leaves the old folder aside and the final name empty for a moment:
+    `recover_dir` (called here and by readers) puts it back, so `final` is always the old
+    complete folder or the new complete one, never a mixture and never nothing.
     """
     import shutil
 
     tmp, final = Path(tmp), Path(final)
+    recover_dir(final)
     if final.exists():
         old = final.parent / f".{final.name}.old-{os.getpid()}"
         os.replace(final, old)
         os.replace(tmp, final)
+        fsync_dir(final.parent)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, final)
+        fsync_dir(final.parent)
+
+
+def recover_dir(final: str | os.PathLike) -> Path:
+    """Undo an interrupted `replace_dir`: with `final` missing, the newest folder set aside
+    under `.<name>.old-*` is renamed back; with `final` present, leftovers are removed."""
+    import shutil
+
+    final = Path(final)
+    if not final.parent.is_dir():
+        return final
+    aside = sorted(final.parent.glob(f".{final.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if aside and not final.exists():
+        os.replace(aside.pop(), final)
+        fsync_dir(final.parent)
+    for p in aside:
+        shutil.rmtree(p, ignore_errors=True)
+    return final
 
 
 def pid_alive(pid: int | None) -> bool:

@@ -180,5 +180,7 @@ def plot_conditions(summaries: EvalSummary | Sequence[EvalSummary], path: str | 
     ax.set_title(title + "; outlined: headline, hatched: degenerate", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    from workbench.io import atomic_savefig
+
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)

@@ -27,7 +27,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import DataError, WorkbenchError
-from workbench.io import pid_alive, read_jsonl, replace_dir, sha256_file, sha256_text, write_jsonl
+from workbench.io import (
+    pid_alive, read_jsonl, recover_dir, replace_dir, sha256_file, sha256_text, write_jsonl,
+)
 from workbench.records import Chunk, Section, library_versions
 from workbench.rag.analysis import Analyzer
 from workbench.rag.base import BaseRetriever, ChunkStore
@@ -173,7 +175,7 @@ class RagIndex:
              verify: bool = True, semantic: bool = True) -> RagIndex:
         from workbench.rag.semantic import SemanticRetriever, load_faiss
 
-        folder = Path(folder)
+        folder = recover_dir(Path(folder))
         mpath = folder / "manifest.json"
         if not folder.is_dir():
             raise WorkbenchError(f"{folder}: no such index folder")

@@ -598,5 +598,7 @@ def _plot_curves(metrics: list[dict], path: Path) -> None:
         ax2.set_ylim(0, 1)
     ax.legend(loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    from workbench.io import atomic_savefig
+
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
