@@ -139,6 +139,9 @@ def data_validate(file: Annotated[Path, typer.Argument(help="JSONL dataset file.
         echo_err(f"{p} [{p.code}]")
     if len(problems) > show:
         echo_err(f"... and {len(problems) - show} more")
+    if good == 0 and not problems:
+        echo_err(f"error: {file}: no records")
+        raise typer.Exit(3)
     counts = Counter(p.code for p in problems)
     summary = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
     typer.echo(f"{file}: {good} valid, {len(problems)} invalid" + (f" ({summary})" if summary
@@ -155,9 +158,14 @@ def data_convert(src: Annotated[Path, typer.Argument(help="Input JSONL.")],
                  to: Annotated[str, typer.Option("--to", help="messages, sharegpt or alpaca.")]
                  = "messages"):
     """Convert a dataset between formats; nothing is written unless every line is valid."""
+    from workbench.errors import DataError
     from workbench.formats import read_dataset, write_dataset
 
+    if dst.is_dir():
+        raise DataError("is a folder; name the file to write", path=str(dst))
     examples = read_dataset(src, from_)
+    if not examples:  # never replace a file with an empty one
+        raise DataError("no records; nothing written", path=str(src), code="empty")
     n = write_dataset(dst, examples, to)
     typer.echo(f"wrote {n} records to {dst} ({to})")
 
@@ -325,6 +333,11 @@ add_pipeline_groups(app)
 # --- entry point --------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; user errors end in one line and a documented exit code (2 usage or
+    config, 3 data, 1 other, 130 interrupted, 143 stopped by SIGTERM). WB_DEBUG=1 shows
+    tracebacks of OS errors too."""
+    import os
+
     import click
 
     from workbench.errors import WorkbenchError
@@ -345,6 +358,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         echo_err("interrupted")
         return 130
+    except UnicodeDecodeError as e:  # a user's file that is not UTF-8 text
+        echo_err(f"error: a file is not UTF-8 text (byte {e.start}: {e.reason})")
+        return 3
+    except OSError as e:  # a user's path: missing, a folder, no permission, disk full
+        if os.environ.get("WB_DEBUG"):
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        echo_err(f"error: {where}{e.strerror or e}")
+        return 1
     return rc if isinstance(rc, int) else 0
 
 

@@ -1,0 +1,198 @@
+"""The bad-input catalogue: every case ends in one line that names the file, line or field,
+with a documented exit code (2 usage or config, 3 data, 1 other) and no traceback."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+
+TESTS = str(Path(__file__).parent)
+FAKE = ["-s", "models.chat.spec=fake", "-s", "models.chat.options={script: 'fake_teacher:reply'}"]
+
+
+def _files(root: Path) -> dict[str, Path]:
+    f = {}
+    f["folder"] = root / "afolder"
+    f["folder"].mkdir()
+    f["nonutf8"] = root / "bad.yaml"
+    f["nonutf8"].write_bytes(b"name: \xff\xfe\n")
+    f["badyaml"] = root / "broken.yaml"
+    f["badyaml"].write_text("name: a\nseed: [1,\n")
+    f["listyaml"] = root / "list.yaml"
+    f["listyaml"].write_text("- a\n- b\n")
+    f["unknownkey"] = root / "unknown.yaml"
+    f["unknownkey"].write_text("name: a\ntrian: {max_steps: 3}\n")
+    good = json.dumps({"messages": [{"role": "user", "content": "q"},
+                                    {"role": "assistant", "content": "a"}]})
+    f["badjson3"] = root / "badjson.jsonl"
+    f["badjson3"].write_text(f"{good}\n{good}\n{{oops\n{good}\n")
+    f["badutf8"] = root / "badutf8.jsonl"
+    f["badutf8"].write_bytes((good + "\n").encode() * 6 + b'{"messages": "\xff"}\n')
+    f["empty"] = root / "empty.jsonl"
+    f["empty"].write_text("")
+    f["badrole"] = root / "role.jsonl"
+    f["badrole"].write_text(json.dumps({"messages": [{"role": "wizard", "content": "q"},
+                                                     {"role": "assistant", "content": "a"}]})
+                            + "\n")
+    f["int_content"] = root / "int.jsonl"
+    f["int_content"].write_text(json.dumps({"messages": [{"role": "user", "content": 5},
+                                                         {"role": "assistant", "content": "a"}
+                                                         ]}) + "\n")
+    f["pack"] = root / "pack.yaml"
+    import yaml
+
+    from workbench.domains import PACKS
+
+    pack = yaml.safe_load((PACKS / "generic.yaml").read_text())
+    pack["distill"]["prompts"]["verifier"] = "Q: {question} {opts}"
+    f["pack"].write_text(yaml.safe_dump(pack))
+    f["bench_csv"] = root / "bench.csv"
+    f["bench_csv"].write_text("question,A,B,C,D,answer\nq1,a,b,c,d,A\nq2,a,b,c,d,Z\n")
+    f["bench_short"] = root / "bench.jsonl"
+    f["bench_short"].write_text(json.dumps({"question": "q", "choices": ["a", "b"],
+                                            "answer": 1}) + "\n"
+                                + json.dumps({"question": "q2", "choices": ["a"],
+                                              "answer": 0}) + "\n")
+    ws = root / "ws"
+    (ws / "jobs" / "broken").mkdir(parents=True)
+    (ws / "jobs" / "broken" / "job.json").write_text('{"id": "broken", "kin')
+    f["ws"] = ws
+    return f
+
+
+def _index_variants(rf_index: Path, root: Path) -> dict[str, Path]:
+    out = {}
+
+    def variant(name, change):
+        d = root / f"idx_{name}"
+        shutil.copytree(rf_index, d)
+        m = json.loads((d / "manifest.json").read_text())
+        m = change(m)
+        (d / "manifest.json").write_text(json.dumps(m))
+        out[name] = d
+
+    variant("files_empty", lambda m: {**m, "files": {}})
+    variant("dotdot", lambda m: {**m, "files": {**m["files"], "../../x": {"bytes": 1,
+                                                                          "sha256": "0"}}})
+    variant("absolute", lambda m: {**m, "files": {**m["files"], "/etc/passwd": {
+        "bytes": 1, "sha256": "0"}}})
+    variant("as_list", lambda m: [m])
+    variant("no_files", lambda m: {k: v for k, v in m.items() if k != "files"})
+    d = root / "idx_nomanifest"
+    shutil.copytree(rf_index, d)
+    (d / "manifest.json").unlink()
+    out["no_manifest"] = d
+    return out
+
+
+# (case id, argv builder, expected exit code, text the one line must contain)
+CASES = [
+    ("config-missing", lambda f, i: ["config", "show", "nope.yaml"], 2, "nope.yaml"),
+    ("config-folder", lambda f, i: ["config", "show", str(f["folder"])], 2, "not a file"),
+    ("config-non-utf8", lambda f, i: ["config", "show", str(f["nonutf8"])], 2, "UTF-8"),
+    ("config-bad-yaml", lambda f, i: ["config", "show", str(f["badyaml"])], 2, "line 3"),
+    ("config-list", lambda f, i: ["config", "show", str(f["listyaml"])], 2, "mapping"),
+    ("config-unknown-key", lambda f, i: ["config", "show", str(f["unknownkey"])], 2, "trian"),
+    ("override-empty-key", lambda f, i: ["config", "show", "-s", "=5"], 2, "key path"),
+    ("override-dot-key", lambda f, i: ["config", "show", "-s", ".=5"], 2, "key path"),
+    ("override-double-dot", lambda f, i: ["config", "show", "-s", "a..b=1"], 2, "key path"),
+    ("override-no-equals", lambda f, i: ["config", "show", "-s", "seed"], 2, "key=value"),
+    ("override-wrong-type", lambda f, i: ["config", "show", "-s", "seed=abc"], 2, "seed"),
+    ("override-negative", lambda f, i: ["config", "show", "-s", "train.max_steps=-1"], 2,
+     "train.max_steps"),
+    ("override-bad-literal", lambda f, i: ["config", "show", "-s", "distill.kinds=[xx]"], 2,
+     "distill.kinds"),
+    ("run-name-absolute", lambda f, i: ["config", "show", "-s", "name=/etc"], 2, "name"),
+    ("run-name-dotdot", lambda f, i: ["config", "show", "-s", "name=../x"], 2, "name"),
+    ("run-name-slash", lambda f, i: ["config", "show", "-s", "name=a/b"], 2, "name"),
+    ("data-bad-json", lambda f, i: ["data", "validate", str(f["badjson3"])], 3, ":3:"),
+    ("data-bad-utf8", lambda f, i: ["data", "validate", str(f["badutf8"])], 3, ":7:"),
+    ("data-empty", lambda f, i: ["data", "validate", str(f["empty"])], 3, "no records"),
+    ("data-missing", lambda f, i: ["data", "validate", "nope.jsonl"], 3, "nope.jsonl"),
+    ("data-folder", lambda f, i: ["data", "validate", str(f["folder"])], 3, "not a file"),
+    ("data-unknown-role", lambda f, i: ["data", "validate", str(f["badrole"])], 3, ":1:"),
+    ("data-int-content", lambda f, i: ["data", "validate", str(f["int_content"])], 3, ":1:"),
+    ("convert-into-folder", lambda f, i: ["data", "convert", str(f["badrole"]),
+                                          str(f["folder"])], 3, "folder"),
+    ("convert-empty", lambda f, i: ["data", "convert", str(f["empty"]),
+                                    str(f["folder"].parent / "out.jsonl")], 3, "no records"),
+    ("convert-bad-line", lambda f, i: ["data", "convert", str(f["badjson3"]),
+                                       str(f["folder"].parent / "out2.jsonl")], 3, ":3:"),
+    ("ingest-missing", lambda f, i: ["data", "ingest", "nope", "-o", "x.jsonl"], 3, "nope"),
+    ("pack-placeholder", lambda f, i: ["distill", "run", "-s", f"domain={f['pack']}",
+                                       "-s", f"output_dir={f['folder'].parent}", *FAKE], 2,
+     "{opts}"),
+    ("pack-missing", lambda f, i: ["distill", "run", "-s", "domain=nopack", *FAKE], 1,
+     "nopack"),
+    ("index-files-empty", lambda f, i: ["rag", "query", str(i["files_empty"]), "x"], 3,
+     "does not list"),
+    ("index-dotdot", lambda f, i: ["rag", "query", str(i["dotdot"]), "x"], 3, "plain names"),
+    ("index-absolute", lambda f, i: ["rag", "query", str(i["absolute"]), "x"], 3,
+     "plain names"),
+    ("index-list", lambda f, i: ["rag", "query", str(i["as_list"]), "x"], 3, "JSON object"),
+    ("index-no-files", lambda f, i: ["rag", "query", str(i["no_files"]), "x"], 3, "'files'"),
+    ("index-no-manifest", lambda f, i: ["rag", "query", str(i["no_manifest"]), "x"], 1,
+     "manifest"),
+    ("index-missing", lambda f, i: ["rag", "query", "nope-idx", "x"], 1, "nope-idx"),
+    ("jobs-show-dotdot", lambda f, i: ["jobs", "show", "../../x", "--workspace",
+                                       str(f["ws"])], 1, "job id"),
+    ("jobs-show-unknown", lambda f, i: ["jobs", "show", "nope", "--workspace", str(f["ws"])],
+     1, "no such job"),
+    ("jobs-start-kind", lambda f, i: ["jobs", "start", "dance", "--workspace", str(f["ws"])],
+     1, "dance"),
+    ("bench-csv-answer", lambda f, i: ["eval", "run", "-s", f"eval.benchmark={f['bench_csv']}",
+                                       "-s", "eval.conditions=[none]", *FAKE], 3, ":3"),
+    ("bench-one-option", lambda f, i: ["eval", "run", "-s",
+                                       f"eval.benchmark={f['bench_short']}",
+                                       "-s", "eval.conditions=[none]", *FAKE], 3, ":2"),
+    ("bench-missing", lambda f, i: ["eval", "run", "-s", "eval.benchmark=nope.jsonl",
+                                    "-s", "eval.conditions=[none]", *FAKE], 3, "nope.jsonl"),
+    ("eval-rag-no-index", lambda f, i: ["eval", "run", "-s", f"eval.benchmark={f['bench_csv']}",
+                                        "-s", f"output_dir={f['folder'].parent}", *FAKE], 1,
+     "eval.index"),
+    ("train-no-data", lambda f, i: ["train", "run", "-s", f"output_dir={f['folder'].parent}",
+                                    "-s", "name=nodata"], 1, "train.data"),
+    ("distill-report-not-run", lambda f, i: ["distill", "report", str(f["folder"])], 1,
+     "not a finished distillation"),
+    ("models-resolve", lambda f, i: ["models", "resolve", "no/such-model"], 1, "no/such-model"),
+]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, rf_index):
+    root = tmp_path_factory.mktemp("bad")
+    return _files(root), _index_variants(rf_index, root)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_ends_in_one_line(inputs, case):
+    files, indexes = inputs
+    _, argv, code, needle = case
+    r = run_cli(*argv(files, indexes), env={"PYTHONPATH": TESTS, "TQDM_DISABLE": "1"},
+                cwd=REPO, timeout=180)
+    err = r.stderr.strip()
+    assert "Traceback" not in err, err[-2000:]
+    assert r.returncode == code, (r.returncode, err[-500:])
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 or lines[-1].startswith("error:") or code == 2, err[-800:]
+    assert needle in err, err[-500:]
+
+
+def test_catalogue_is_large_enough():
+    assert len(CASES) >= 40
+
+
+def test_unreadable_job_does_not_hide_the_others(inputs, tmp_path):
+    files, _ = inputs
+    from workbench.jobs import Job, list_jobs
+
+    ws = files["ws"]
+    Job(id="ok1", kind="distill", workspace=str(ws), config={}, status="completed").save()
+    r = run_cli("jobs", "list", "--workspace", str(ws))
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    assert "ok1" in r.stdout and "unreadable" in r.stdout and "broken" in r.stdout
+    jobs = {j.id: j for j in list_jobs(ws)}
+    assert jobs["broken"].status == "unreadable" and "job.json" in jobs["broken"].error
