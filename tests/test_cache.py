@@ -119,3 +119,32 @@ def test_duplicate_prompts_in_one_batch_call_once(tmp_path, dup):
     m = CachedModel(load_model("fake"), CallCache(tmp_path / "c.sqlite"))
     gens = m.generate([PROMPTS[0], PROMPTS[1], PROMPTS[0]])
     assert m.calls_made == 2 and gens[0].text == gens[2].text
+
+
+def test_tools_are_part_of_the_key_and_tool_calls_come_back_from_the_cache(tmp_path):
+    from workbench.models.messages import ToolSpec
+
+    weather, clock = ToolSpec.of("get_weather"), ToolSpec.of("get_time")
+    reply = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    cache = CallCache(tmp_path / "c.sqlite")
+    first = CachedModel(load_model("fake", responses=[reply]), cache)
+    g = first.generate(PROMPTS[:1], tools=[weather])[0]
+    assert first.calls_made == 1 and g.finish_reason == "tool_calls"
+    again = CachedModel(load_model("fake", responses=["never called"]), cache)
+    hit = again.generate(PROMPTS[:1], tools=[weather.model_dump()])[0]  # dict form, same key
+    assert again.calls_made == 0 and hit.cached
+    assert hit.tool_calls == g.tool_calls and hit.finish_reason == "tool_calls"
+    for tools, choice in [([weather, clock], None), ([clock], None), ([weather], "required"),
+                          (None, None)]:
+        m = CachedModel(load_model("fake", responses=[reply]), cache)
+        m.generate(PROMPTS[:1], tools=tools, tool_choice=choice)
+        assert m.calls_made == 1, (tools, choice)
+    # without tools, keys are the ones made before tools existed: old caches still hit
+    import hashlib
+
+    p = GenerationParams()
+    old = {"kind": "generate", "model": "fake:fake", "messages": PROMPTS[0],
+           "params": p.model_dump(mode="json")}
+    old_key = hashlib.sha256(json.dumps(old, sort_keys=True, ensure_ascii=False,
+                                        separators=(",", ":")).encode()).hexdigest()
+    assert generation_key("fake:fake", PROMPTS[0], p) == old_key

@@ -63,7 +63,10 @@ def test_server_rejects_unknown_model_and_bad_request(server):
         {"role": "user", "content": "x"}]}, timeout=30)
     assert r.status_code == 404 and "nope" in r.json()["error"]["message"]
     r = httpx.post(f"{url}/chat/completions", json={"messages": []}, timeout=30)
-    assert r.status_code == 422
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    r = httpx.post(f"{url}/chat/completions", json={"messages": [
+        {"role": "user", "content": "x"}], "presence_penalty": 1}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "presence_penalty"
     assert httpx.get(f"{url}/models", timeout=5).json()["data"][0]["id"] == \
         "smollm2-135m-instruct"
 

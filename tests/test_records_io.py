@@ -176,3 +176,123 @@ def test_domain_records_validate(tmp_path):
     with pytest.raises(DataError) as e:
         read_records(tmp_path / "bad.jsonl", Section)
     assert "txet" in str(e.value) and e.value.line == 1
+
+
+TOOL_EXAMPLE = {
+    "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "tool_calls": [
+            {"id": "call_1_0", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "content": "{\"temp\": 21}", "tool_call_id": "call_1_0",
+         "name": "get_weather"},
+        {"role": "assistant", "content": "It is 21C."}],
+    "tools": [{"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+}
+
+
+def test_tool_calls_and_results_validate_and_round_trip(tmp_path):
+    ex = ChatExample.model_validate(TOOL_EXAMPLE)
+    assert ex.messages[1].content is None and ex.messages[1].tool_calls[0].id == "call_1_0"
+    assert to_messages(ex) == TOOL_EXAMPLE
+    # ShareGPT (LLaMA-Factory's tool layout) and back, lossless both ways
+    sg = to_sharegpt(ex)
+    assert [t["from"] for t in sg["conversations"]] == ["human", "function_call",
+                                                        "observation", "gpt"]
+    assert json.loads(sg["conversations"][1]["value"]) == {"name": "get_weather",
+                                                           "arguments": {"city": "Paris"}}
+    assert json.loads(sg["tools"])[0]["name"] == "get_weather"
+    assert from_sharegpt(sg) == ex and to_sharegpt(from_sharegpt(sg)) == sg
+    path = tmp_path / "t.jsonl"
+    write_dataset(path, [ex], "sharegpt")
+    assert read_dataset(path) == [ex]
+    with pytest.raises(DataError, match="Alpaca cannot hold tools") as e:
+        write_dataset(tmp_path / "a.jsonl", [ex], "alpaca")
+    assert e.value.code == "unsupported"
+
+
+def test_sharegpt_parallel_calls_and_observations_pair_in_order():
+    ex = from_sharegpt({"conversations": [
+        {"from": "human", "value": "q"},
+        {"from": "function_call", "value": json.dumps([{"name": "a", "arguments": {}},
+                                                       {"name": "b", "arguments": {"x": 1}}])},
+        {"from": "observation", "value": "ra"}, {"from": "observation", "value": "rb"},
+        {"from": "gpt", "value": "done"}]})
+    calls = ex.messages[1].tool_calls
+    assert [c.id for c in calls] == ["call_1_0", "call_1_1"]
+    assert [(m.tool_call_id, m.name) for m in ex.messages[2:4]] == [("call_1_0", "a"),
+                                                                    ("call_1_1", "b")]
+    assert len(json.loads(to_sharegpt(ex)["conversations"][1]["value"])) == 2
+    mixed = ChatExample.model_validate({"messages": [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "Let me check.", "tool_calls": [
+            {"id": "c", "function": {"name": "a", "arguments": "{}"}}]},
+        {"role": "tool", "content": "r", "tool_call_id": "c"},
+        {"role": "assistant", "content": "ok"}]})
+    from workbench.records import RecordError
+
+    with pytest.raises(RecordError, match="both text and tool calls"):
+        to_sharegpt(mixed)
+
+
+@pytest.mark.parametrize("change,code", [
+    (lambda m: m[0].update(tool_calls=m[1].pop("tool_calls")), "misplaced_field"),
+    (lambda m: m[0].update(tool_call_id="x"), "misplaced_field"),
+    (lambda m: m[1].update(tool_calls=[]), "misplaced_field"),
+    (lambda m: m[2].update(tool_call_id="call_unknown"), "unknown_tool_call"),
+    (lambda m: m[2].pop("content"), "missing_field"),
+    (lambda m: m[1]["tool_calls"][0]["function"].pop("name"), "missing_field"),
+    (lambda m: m[1]["tool_calls"][0].update(kind="x"), "invalid"),
+])
+def test_tool_fields_are_checked_with_codes(tmp_path, change, code):
+    bad = json.loads(json.dumps(TOOL_EXAMPLE))
+    change(bad["messages"])
+    src = tmp_path / "in.jsonl"
+    write_lines(src, [json.dumps(good(0)), json.dumps(bad)])
+    with pytest.raises(DataError) as e:
+        read_dataset(src, "messages")
+    assert e.value.line == 2 and e.value.code == code, str(e.value)
+
+
+def test_sharegpt_bad_function_call_is_named():
+    with pytest.raises(ValueError, match=r"conversations\.1\.value: a function_call must be"):
+        from_sharegpt({"conversations": [{"from": "human", "value": "q"},
+                                         {"from": "function_call", "value": "get_weather("}]})
+
+
+def test_over_long_line_is_reported_with_bounded_memory(tmp_path):
+    import tracemalloc
+
+    from workbench.errors import DataError
+    from workbench.io import iter_jsonl_raw
+
+    f = tmp_path / "big.jsonl"
+    with open(f, "wb") as fh:
+        fh.write(b'{"a": 1}\n')
+        fh.write(b'{"x": "' + b"y" * (64 * 1024 * 1024) + b'"}\n')
+        fh.write(b'{"a": 3}\n')
+    tracemalloc.start()
+    rows = list(iter_jsonl_raw(f, collect=True, max_line_bytes=1 << 20))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert rows[0] == (1, {"a": 1}) and rows[2] == (3, {"a": 3})
+    assert isinstance(rows[1][1], DataError) and rows[1][1].line == 2
+    assert peak < 8 * 1024 * 1024  # the 64 MB line is never held whole
+
+
+def test_torn_last_line_of_a_log_is_skipped_and_reported(tmp_path):
+    from workbench.errors import DataError
+    from workbench.io import append_line, iter_jsonl_raw
+
+    f = tmp_path / "log.jsonl"
+    append_line(f, '{"id": 1}')
+    append_line(f, '{"id": 2}')
+    with open(f, "ab") as fh:
+        fh.write(b'{"id": 3, "act')  # a crash mid-append
+    seen = []
+    assert [v["id"] for _, v in iter_jsonl_raw(f, torn_tail=seen.append)] == [1, 2]
+    assert len(seen) == 1 and seen[0].line == 3
+    with pytest.raises(DataError, match=":3:"):  # without the option it is an error
+        list(iter_jsonl_raw(f))

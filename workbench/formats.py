@@ -2,14 +2,20 @@
 
 `messages` is the native form (`ChatExample`). ShareGPT maps `human`/`gpt`/`system`/
 `observation` to `user`/`assistant`/`system`/`tool`; TRL's `maybe_convert_to_chatml` renames
-keys only and keeps `human`/`gpt` as roles, which chat templates then reject. Alpaca holds the
-last exchange in `instruction`/`input`/`output`, earlier turns in `history` (LLaMA-Factory's
-layout) and the system prompt in `system`. Reasoning travels inside `<think>` tags in formats
-that have no field for it.
+keys only and keeps `human`/`gpt` as roles, which chat templates then reject. Tool use follows
+LLaMA-Factory's ShareGPT: a `function_call` turn is an assistant turn whose value is the JSON
+call `{"name", "arguments"}` (a list for parallel calls), an `observation` turn is the tool
+result, and `tools` is the JSON text of the function list. ShareGPT has no call ids, so
+reading gives each call the id `call_<turn>_<k>` and each observation the id of the oldest
+call not yet answered; an assistant turn with both text and calls has no ShareGPT form.
+Alpaca holds the last exchange in `instruction`/`input`/`output`, earlier turns in `history`
+(LLaMA-Factory's layout) and the system prompt in `system`; it has no tools. Reasoning travels
+inside `<think>` tags in formats that have no field for it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,14 +23,14 @@ from typing import Any, Literal
 
 from workbench.errors import DataError
 from workbench.io import iter_jsonl_raw, write_jsonl
-from workbench.records import ChatExample, Message, RecordError
+from workbench.records import ChatExample, Message, RecordError, ToolCall, ToolSpec
 
 Format = Literal["messages", "sharegpt", "alpaca"]
 FORMATS: tuple[str, ...] = ("messages", "sharegpt", "alpaca")
 
 SHAREGPT_TO_ROLE = {"human": "user", "gpt": "assistant", "system": "system",
-                    "observation": "tool"}
-ROLE_TO_SHAREGPT = {v: k for k, v in SHAREGPT_TO_ROLE.items()}
+                    "observation": "tool", "function_call": "assistant"}
+ROLE_TO_SHAREGPT = {"user": "human", "assistant": "gpt", "system": "system", "tool": "observation"}
 
 _THINK = re.compile(r"\A<think>\n(.*?)\n</think>\n\n(.*)\Z", re.DOTALL)
 
@@ -62,6 +68,36 @@ def _need_str(obj: dict, key: str, where: str) -> str:
     return v
 
 
+def _sharegpt_calls(value: str, turn: int) -> list[ToolCall]:
+    where = f"conversations.{turn}.value"
+    try:
+        obj = json.loads(value)
+    except ValueError as e:
+        raise RecordError(f"{where}: a function_call must be JSON ({e})", "bad_tool_call") \
+            from None
+    calls = obj if isinstance(obj, list) else [obj]
+    out = []
+    for k, c in enumerate(calls):
+        if not (isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"]):
+            raise RecordError(f"{where}: expected {{\"name\": ..., \"arguments\": {{...}}}}",
+                              "bad_tool_call")
+        out.append(ToolCall.make(c["name"], c.get("arguments"), id=f"call_{turn}_{k}"))
+    return out
+
+
+def _sharegpt_tools(value: Any) -> list[ToolSpec]:
+    try:
+        items = json.loads(value) if isinstance(value, str) else value
+        if not isinstance(items, list):
+            raise ValueError("expected a list")
+        return [ToolSpec.model_validate(t if t.get("type") == "function" and "function" in t
+                                        else {"type": "function", "function": t})
+                for t in items]
+    except (ValueError, AttributeError) as e:
+        raise RecordError(f"tools: expected the JSON text of a list of functions ({e})",
+                          "bad_tools") from None
+
+
 def from_sharegpt(obj: Any) -> ChatExample:
     if not isinstance(obj, dict):
         raise RecordError("expected a JSON object", "wrong_type")
@@ -74,6 +110,7 @@ def from_sharegpt(obj: Any) -> ChatExample:
         if not isinstance(system, str):
             raise RecordError("system: expected a string", "wrong_type")
         messages.append(Message(role="system", content=system))
+    pending: list[ToolCall] = []  # calls not answered yet, oldest first
     for i, t in enumerate(turns):
         if not isinstance(t, dict):
             raise RecordError(f"conversations.{i}: expected an object", "wrong_type")
@@ -83,10 +120,44 @@ def from_sharegpt(obj: Any) -> ChatExample:
                               f"(expected one of {', '.join(SHAREGPT_TO_ROLE)})", "unknown_role")
         role = SHAREGPT_TO_ROLE[who]
         value = _need_str(t, "value", f"conversations.{i}.")
+        if who == "function_call":
+            reasoning, call_text = split_reasoning(value)
+            calls = _sharegpt_calls(call_text, i)
+            pending += calls
+            messages.append(Message(role="assistant", reasoning_content=reasoning,
+                                    tool_calls=calls))
+            continue
+        if role == "tool":
+            answered = pending.pop(0) if pending else None
+            messages.append(Message(role="tool", content=value,
+                                    tool_call_id=answered.id if answered else None,
+                                    name=answered.function.name if answered else None))
+            continue
         reasoning, content = split_reasoning(value) if role == "assistant" else (None, value)
         messages.append(Message(role=role, content=content, reasoning_content=reasoning))
-    extra = {k: v for k, v in obj.items() if k not in ("conversations", "system", "id")}
-    return ChatExample(messages=messages, id=obj.get("id"), metadata=extra or None)
+    tools = _sharegpt_tools(obj["tools"]) if obj.get("tools") else None
+    extra = {k: v for k, v in obj.items() if k not in ("conversations", "system", "id", "tools")}
+    return ChatExample(messages=messages, tools=tools, id=obj.get("id"), metadata=extra or None)
+
+
+def _sharegpt_turn(m: Message) -> dict[str, str]:
+    if not m.tool_calls:
+        return {"from": ROLE_TO_SHAREGPT[m.role],
+                "value": join_reasoning(m.reasoning_content, m.content or "")}
+    if m.content:
+        raise RecordError("ShareGPT cannot hold an assistant turn with both text and tool "
+                          "calls; export as messages", "unsupported")
+    calls = [{"name": tc.function.name, "arguments": _json_or_text(tc.function.arguments)}
+             for tc in m.tool_calls]
+    value = json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)
+    return {"from": "function_call", "value": join_reasoning(m.reasoning_content, value)}
+
+
+def _json_or_text(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
 
 
 def to_sharegpt(ex: ChatExample) -> dict[str, Any]:
@@ -97,10 +168,10 @@ def to_sharegpt(ex: ChatExample) -> dict[str, Any]:
     if msgs and msgs[0].role == "system":
         out["system"] = msgs[0].content
         msgs = msgs[1:]
-    out["conversations"] = [
-        {"from": ROLE_TO_SHAREGPT[m.role], "value": join_reasoning(m.reasoning_content, m.content)}
-        for m in msgs
-    ]
+    out["conversations"] = [_sharegpt_turn(m) for m in msgs]
+    if ex.tools:
+        out["tools"] = json.dumps([t.function.model_dump(mode="json", exclude_none=True)
+                                   for t in ex.tools], ensure_ascii=False)
     out.update(ex.metadata or {})
     return out
 
@@ -144,9 +215,9 @@ def to_alpaca(ex: ChatExample) -> dict[str, Any]:
         out["id"] = ex.id
     if msgs[0].role == "system":
         out["system"] = msgs.pop(0).content
-    if any(m.role == "tool" for m in msgs):
-        raise RecordError("Alpaca cannot hold tool turns; export as messages or sharegpt",
-                          "unsupported")
+    if ex.tools or any(m.role == "tool" or m.tool_calls for m in msgs):
+        raise RecordError("Alpaca cannot hold tools, tool calls or tool turns; export as "
+                          "messages or sharegpt", "unsupported")
     roles = [m.role for m in msgs]
     if roles != ["user", "assistant"] * (len(msgs) // 2) or len(msgs) % 2:
         raise RecordError("Alpaca needs alternating user/assistant turns", "unsupported")

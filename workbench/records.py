@@ -6,8 +6,10 @@ string), so a typo in a data file surfaces at read time with its line number.
 
 from __future__ import annotations
 
+import json
 import re
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,12 +39,75 @@ class Record(BaseModel):
 
 # --- chat -------------------------------------------------------------------------------------
 
+class FunctionCall(Record):
+    name: StrictStr = Field(min_length=1)
+    arguments: StrictStr = Field("{}", description="The arguments as JSON text.")
+
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded; raises ValueError when the model wrote invalid JSON."""
+        return json.loads(self.arguments)
+
+
+class ToolCall(Record):
+    """One call an assistant turn makes: OpenAI's `tool_calls[i]`. The arguments are JSON
+    *text*, as OpenAI sends them: a model may write invalid JSON, and that must reach the
+    caller as written."""
+
+    id: StrictStr = Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+    @classmethod
+    def make(cls, name: str, arguments: dict[str, Any] | str | None = None,
+             id: str | None = None) -> ToolCall:
+        args = arguments if isinstance(arguments, str) else json.dumps(
+            arguments or {}, ensure_ascii=False)
+        return cls(id=id or new_call_id(), function=FunctionCall(name=name, arguments=args))
+
+
+class FunctionSpec(Record):
+    name: StrictStr = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    description: StrictStr | None = None
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON schema of the arguments object.")
+    strict: bool | None = None
+
+
+class ToolSpec(Record):
+    """One entry of OpenAI's `tools` list."""
+
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+    @classmethod
+    def of(cls, name: str, description: str | None = None,
+           parameters: dict[str, Any] | None = None) -> ToolSpec:
+        schema = {} if parameters is None else {"parameters": parameters}
+        return cls(function=FunctionSpec(name=name, description=description, **schema))
+
+    @property
+    def name(self) -> str:
+        return self.function.name
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
 class Message(Record):
+    """One turn in OpenAI's shape. An assistant turn may call tools (`tool_calls`; its content
+    may then be empty or absent); a `tool` turn carries a result, naming the call it answers
+    in `tool_call_id` (optional here: ShareGPT data has no call ids)."""
+
     role: StrictStr
-    content: StrictStr
+    content: StrictStr | None = None
     # Reasoning kept apart from the answer (the `<think>` channel of thinking models); the name
     # follows the OpenAI-compatible servers (vLLM, DeepSeek) and Qwen-style chat templates.
     reasoning_content: StrictStr | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: StrictStr | None = None
+    name: StrictStr | None = None
 
     @field_validator("role")
     @classmethod
@@ -52,11 +117,26 @@ class Message(Record):
                               "unknown_role")
         return v
 
+    @model_validator(mode="after")
+    def _fields_fit_role(self) -> Message:
+        if self.tool_calls is not None and self.role != "assistant":
+            raise RecordError(f"tool_calls: only assistant turns call tools (role is "
+                              f"{self.role!r})", "misplaced_field")
+        if self.tool_calls is not None and not self.tool_calls:
+            raise RecordError("tool_calls: empty list (leave the field out)", "misplaced_field")
+        if self.tool_call_id is not None and self.role != "tool":
+            raise RecordError(f"tool_call_id: only tool turns answer a call (role is "
+                              f"{self.role!r})", "misplaced_field")
+        if self.content is None and not self.tool_calls:
+            raise RecordError("content: missing field", "missing_field")
+        return self
+
 
 class ChatExample(Record):
-    """One training conversation in OpenAI `messages` form."""
+    """One training conversation in OpenAI `messages` form, with the `tools` it may call."""
 
     messages: list[Message]
+    tools: list[ToolSpec] | None = None
     id: StrictStr | None = None
     metadata: dict[str, Any] | None = None
 
@@ -65,10 +145,15 @@ class ChatExample(Record):
         msgs = self.messages
         if not msgs:
             raise RecordError("messages is empty", "empty_messages")
+        call_ids: set[str] = set()
         for i, m in enumerate(msgs):
             if m.role == "system" and i != 0:
                 raise RecordError(f"messages.{i}: system message must come first",
                                   "system_not_first")
+            if m.tool_call_id is not None and m.tool_call_id not in call_ids:
+                raise RecordError(f"messages.{i}.tool_call_id: {m.tool_call_id!r} answers no "
+                                  "earlier tool call", "unknown_tool_call")
+            call_ids.update(tc.id for tc in m.tool_calls or ())
         if not any(m.role == "assistant" for m in msgs):
             raise RecordError("no assistant turn", "no_assistant")
         if msgs[-1].role != "assistant":
@@ -158,7 +243,22 @@ class QTSASample(Record):
     answer: StrictStr
     difficulty: StrictInt | None = None
     provenance: Provenance
+    # which side of the section split the sample comes from: training data or the benchmark
+    split: Literal["train", "benchmark"] = "train"
     flags: list[StrictStr] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_from_old_flags(cls, data: Any) -> Any:
+        """Files written before `split` was a field kept it as a "train"/"benchmark" flag."""
+        if isinstance(data, dict) and "split" not in data and isinstance(data.get("flags"),
+                                                                          list):
+            flags = data["flags"]
+            side = "benchmark" if "benchmark" in flags else "train" if "train" in flags else None
+            if side:
+                data = {**data, "split": side,
+                        "flags": [f for f in flags if f not in ("train", "benchmark")]}
+        return data
 
     @model_validator(mode="after")
     def _mc_consistent(self) -> QTSASample:
@@ -199,6 +299,7 @@ class RetrievalHit(Record):
     heading_path: list[StrictStr] = Field(default_factory=list)
     text: StrictStr = ""
     retriever: StrictStr = ""
+    source: StrictStr = ""  # the document's path in the corpus
 
 
 class EvalResult(Record):

@@ -131,7 +131,7 @@ def run_info(run: str | Path, *, read_report: Callable[[Path], Any] | None = Non
                 if "distill/distill" in state else None)
     info = RunInfo(
         name=lay.name, path=lay.root, stages=list(state),
-        distilled=accepted.get("total") if isinstance(accepted, dict) else None,
+        distilled=accepted.get("total") if isinstance(accepted, dict) else accepted,
         has_samples=lay.has("distill", "report"), has_benchmark=lay.has("distill", "benchmark"),
         has_sft_data=lay.has("distill", "sft"), has_index=lay.has("rag", "manifest"),
         has_adapter=lay.has("train", "weights"),

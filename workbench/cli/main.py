@@ -98,8 +98,9 @@ def serve(
                                                      "(default: the spec).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
 ):
-    """Serve a model over an OpenAI-compatible API (/v1/chat/completions, /v1/models,
-    /health, and /v1/completions for prompt scoring)."""
+    """Serve a model over an OpenAI-compatible API: /v1/chat/completions (with tools and
+    tool_calls), /v1/completions (text, and prompt scoring with echo + logprobs), /tokenize
+    and /detokenize (vLLM's shape), /v1/models, /health. Unsupported fields get a 400."""
     from workbench.models import load_model
     from workbench.progress import quiet_libraries
     from workbench.serve import serve as run_server

@@ -5,15 +5,19 @@ is loaded, so importing this package stays cheap.
 """
 
 from workbench.models.base import (
+    Capabilities,
     ChatModel,
     ContinuationScore,
     Generation,
     GenerationParams,
     ScoreRequest,
+    TokenLogprobs,
 )
+from workbench.models.messages import ToolCall, ToolChoice, ToolSpec
 from workbench.models.registry import available_backends, load_model, register_backend
 
 __all__ = [
-    "ChatModel", "ContinuationScore", "Generation", "GenerationParams", "ScoreRequest",
+    "Capabilities", "ChatModel", "ContinuationScore", "Generation", "GenerationParams",
+    "ScoreRequest", "TokenLogprobs", "ToolCall", "ToolChoice", "ToolSpec",
     "available_backends", "load_model", "register_backend",
 ]

@@ -1,8 +1,10 @@
-"""The models protocol: chat generation and log-likelihood scoring.
+"""The models protocol: chat generation (with tool calls) and log-likelihood scoring.
 
-A conversation is a list of `{"role", "content"}` dicts (OpenAI form). Backends take batches;
-callers never need to know whether the batch runs on a local GPU, on this CPU, or as
-concurrent HTTP calls to a vLLM server.
+A conversation is a list of OpenAI-form message dicts: `{"role", "content"}`, an assistant
+turn may carry `tool_calls`, a `tool` turn answers one with `tool_call_id` (see
+`workbench.models.messages`). Backends take batches; callers never need to know whether the
+batch runs on a local GPU, on this CPU, or as concurrent HTTP calls to a vLLM server. What a
+backend can do beyond generation is declared in its `capabilities`, never probed for.
 """
 
 from __future__ import annotations
@@ -14,7 +16,23 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbench.models.messages import ToolCall, ToolChoice, ToolSpec
+
 Conversation = list[dict[str, Any]]
+Tools = Sequence[ToolSpec | dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend offers besides `generate`; callers check these instead of probing."""
+
+    generate: bool = True
+    score: bool = False  # `score`: log-likelihood of continuations
+    tool_calls: bool = False  # `generate(tools=...)` returns structured `Generation.tool_calls`
+    token_logprobs: bool = False  # `token_logprobs`: per-token logprobs of a text
+    stream: bool = False  # `stream` yields pieces as they come (otherwise all at once)
+    complete: bool = False  # `complete`: raw-text continuation, no chat template
+    tokenize: bool = False  # `tokenize` / `detokenize` with the model's own tokenizer
 
 
 class GenerationParams(BaseModel):
@@ -38,26 +56,38 @@ class GenerationParams(BaseModel):
 @dataclass
 class Generation:
     text: str
-    finish_reason: str = "stop"  # "stop" | "length" | "error"
+    finish_reason: str = "stop"  # "stop" | "length" | "tool_calls" | "error"
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
     cached: bool = False
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
+    def message(self) -> dict[str, Any]:
+        """The assistant turn to append to the conversation (OpenAI form)."""
+        msg: dict[str, Any] = {"role": "assistant", "content": self.text}
+        if self.tool_calls:
+            msg["tool_calls"] = [tc.model_dump(mode="json") for tc in self.tool_calls]
+        return msg
+
     def to_json(self) -> dict[str, Any]:
-        return {"text": self.text, "finish_reason": self.finish_reason,
-                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "error": self.error}
+        out = {"text": self.text, "finish_reason": self.finish_reason,
+               "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+               "error": self.error}
+        if self.tool_calls:
+            out["tool_calls"] = [tc.model_dump(mode="json") for tc in self.tool_calls]
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any], cached: bool = False) -> Generation:
         return cls(text=d["text"], finish_reason=d["finish_reason"],
                    prompt_tokens=d["prompt_tokens"], completion_tokens=d["completion_tokens"],
-                   error=d.get("error"), cached=cached)
+                   error=d.get("error"), cached=cached,
+                   tool_calls=[ToolCall.model_validate(t) for t in d.get("tool_calls") or ()])
 
 
 @dataclass
@@ -82,6 +112,16 @@ class ContinuationScore:
 
 
 @dataclass
+class TokenLogprobs:
+    """A text's tokens with their logprobs (OpenAI's `logprobs` object of a completion)."""
+
+    tokens: list[str]
+    offsets: list[int]  # character offset of each token in the text
+    logprobs: list[float | None]  # the first token has none
+    top: list[dict[str, float] | None] | None = None  # the likeliest tokens per position
+
+
+@dataclass
 class ModelInfo:
     identity: str  # stable id for cache keys and provenance
     backend: str
@@ -89,9 +129,11 @@ class ModelInfo:
 
 
 class ChatModel(abc.ABC):
-    """A backend. Subclasses register with `@register_backend(name)`."""
+    """A backend. Subclasses register with `@register_backend(name)` and declare what they
+    offer in `capabilities`; a method whose capability is off raises BackendError."""
 
     backend_name = "abstract"
+    capabilities = Capabilities()
 
     @property
     @abc.abstractmethod
@@ -100,14 +142,69 @@ class ChatModel(abc.ABC):
 
     @abc.abstractmethod
     def generate(self, conversations: Sequence[Conversation],
-                 params: GenerationParams | None = None) -> list[Generation]:
+                 params: GenerationParams | None = None, tools: Tools | None = None,
+                 tool_choice: ToolChoice | None = None) -> list[Generation]:
         """One Generation per conversation, in order. Per-item failures come back as
-        Generations with `error` set; a backend that cannot work at all raises BackendError."""
+        Generations with `error` set; a backend that cannot work at all raises BackendError.
+
+        With `tools` (OpenAI `tools` entries), a reply that calls tools comes back with
+        `tool_calls` set and finish_reason "tool_calls"; `tool_choice` is "auto" (default),
+        "none", "required" or `{"type": "function", "function": {"name": ...}}`."""
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
+        raise self._unsupported("score continuations")
+
+    def token_logprobs(self, text: str, top: int = 0) -> TokenLogprobs:
+        """Logprobs of every token of `text`, tokenised as a prompt (special tokens added
+        as usual); with `top`, also the `top` likeliest tokens at each position."""
+        raise self._unsupported("return token logprobs")
+
+    def complete(self, prompts: Sequence[str],
+                 params: GenerationParams | None = None) -> list[Generation]:
+        """Continue raw text prompts (no chat template)."""
+        raise self._unsupported("complete raw text")
+
+    def tokenize(self, prompt: str | Conversation, *, add_special_tokens: bool | None = None,
+                 add_generation_prompt: bool = True,
+                 tools: Tools | None = None) -> list[int]:
+        """Token ids of a text, or of a conversation rendered by the chat template.
+        `add_special_tokens` defaults to True for text and False for a conversation (the
+        template writes its own), as in vLLM's `/tokenize`."""
+        raise self._unsupported("tokenize")
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        raise self._unsupported("detokenize")
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence the model takes, when known."""
+        return None
+
+    @property
+    def chat_template(self) -> str | None:
+        """The Jinja chat template prompts are rendered with here (None: the server's)."""
+        return None
+
+    @property
+    def batch_size(self) -> int:
+        """Conversations the backend takes per call to good effect (the call cache stores
+        results after each such chunk)."""
+        return 8
+
+    def _tool_request(self, tools: Tools | None, tool_choice: ToolChoice | None
+                      ) -> tuple[list[ToolSpec] | None, ToolChoice]:
+        """Validated (tools or None, tool_choice); raises when this backend has no tool calls."""
+        from workbench.models.messages import as_tool_choice, as_tool_specs
+
+        specs = as_tool_specs(tools)
+        if specs and not self.capabilities.tool_calls:
+            raise self._unsupported("call tools")
+        return specs, as_tool_choice(tool_choice, specs)
+
+    def _unsupported(self, what: str):
         from workbench.errors import BackendError
 
-        raise BackendError(f"backend {self.backend_name!r} cannot score continuations")
+        return BackendError(f"backend {self.backend_name!r} cannot {what}")
 
     def stream(self, conversation: Conversation,
                params: GenerationParams | None = None) -> Iterator[str]:

@@ -1,7 +1,8 @@
 """A persistent cache of model calls (SQLite in WAL mode).
 
-The key is the model's identity + the conversation + the generation parameters, hashed; batch
-size and concurrency are not part of it, so re-batching a job never misses. Failures are
+The key is the model's identity + the conversation + the generation parameters (+ the tools
+offered and the tool choice, when there are tools), hashed; batch size and concurrency are
+not part of it, so re-batching a job never misses. Failures are
 stored as failures: they are never served as hits, and the next run retries them. Safe for
 several processes writing at once (WAL + busy timeout; one row per key).
 """
@@ -18,12 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from workbench.models.base import (
+    Capabilities,
     ChatModel,
     ContinuationScore,
     Conversation,
     Generation,
     GenerationParams,
     ScoreRequest,
+    TokenLogprobs,
+    Tools,
+)
+from workbench.models.messages import (
+    ToolChoice,
+    ToolSpec,
+    as_tool_choice,
+    as_tool_specs,
+    plain_conversation,
 )
 
 SCHEMA = """
@@ -42,15 +53,21 @@ def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def generation_key(model: str, conversation: Conversation, params: GenerationParams) -> str:
-    msgs = [{k: m[k] for k in ("role", "content", "reasoning_content") if m.get(k) is not None}
-            for m in conversation]
-    payload = {"kind": "generate", "model": model, "messages": msgs,
-               "params": params.model_dump(mode="json")}
+def generation_key(model: str, conversation: Conversation, params: GenerationParams,
+                   tools: list[ToolSpec] | None = None, tool_choice: ToolChoice = "auto") -> str:
+    payload: dict[str, Any] = {"kind": "generate", "model": model,
+                               "messages": plain_conversation(conversation),
+                               "params": params.model_dump(mode="json")}
+    if tools:  # absent otherwise, so keys made before tools existed still hit
+        payload["tools"] = [t.model_dump(mode="json", exclude_none=True) for t in tools]
+        payload["tool_choice"] = tool_choice if isinstance(tool_choice, str) else \
+            tool_choice.model_dump(mode="json")
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 
 def score_key(model: str, prompt: str | Conversation, continuation: str) -> str:
+    if not isinstance(prompt, str):
+        prompt = plain_conversation(prompt)
     payload = {"kind": "score", "model": model, "prompt": prompt, "continuation": continuation}
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
@@ -109,7 +126,7 @@ class CachedModel(ChatModel):
     def __init__(self, model: ChatModel, cache: CallCache, *, chunk_size: int | None = None):
         self.inner = model
         self.cache = cache
-        self.chunk_size = chunk_size or getattr(getattr(model, "opts", None), "batch_size", 8)
+        self.chunk_size = chunk_size or model.batch_size
         self.backend_name = model.backend_name
         self.calls_made = 0
 
@@ -117,10 +134,29 @@ class CachedModel(ChatModel):
     def identity(self) -> str:
         return self.inner.identity
 
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        return self.inner.capabilities
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.inner.max_positions
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.inner.chat_template
+
+    @property
+    def batch_size(self) -> int:
+        return self.inner.batch_size
+
     def generate(self, conversations: Sequence[Conversation],
-                 params: GenerationParams | None = None) -> list[Generation]:
+                 params: GenerationParams | None = None, tools: Tools | None = None,
+                 tool_choice: ToolChoice | None = None) -> list[Generation]:
         params = params or GenerationParams()
-        keys = [generation_key(self.identity, c, params) for c in conversations]
+        specs = as_tool_specs(tools)
+        choice = as_tool_choice(tool_choice, specs)
+        keys = [generation_key(self.identity, c, params, specs, choice) for c in conversations]
         out: list[Generation | None] = []
         for k in keys:
             hit = self.cache.get(k)
@@ -133,7 +169,10 @@ class CachedModel(ChatModel):
         firsts = [idxs[0] for idxs in unique.values()]
         for s in range(0, len(firsts), self.chunk_size):
             part = firsts[s:s + self.chunk_size]
-            gens = self.inner.generate([conversations[i] for i in part], params)
+            convs = [conversations[i] for i in part]
+            # only backends that take tools are asked with them (third-party ones may not)
+            gens = self.inner.generate(convs, params, tools=specs, tool_choice=choice) \
+                if specs else self.inner.generate(convs, params)
             self.calls_made += len(part)
             for i, g in zip(part, gens, strict=True):
                 self.cache.put(keys[i], "generate", self.identity, g.to_json(), ok=g.ok)
@@ -174,6 +213,19 @@ class CachedModel(ChatModel):
 
     def stream(self, conversation, params=None):
         return self.inner.stream(conversation, params)
+
+    # not cached: these serve HTTP prompt scoring and rendering, answered from the model
+    def token_logprobs(self, text: str, top: int = 0) -> TokenLogprobs:
+        return self.inner.token_logprobs(text, top)
+
+    def complete(self, prompts, params=None):
+        return self.inner.complete(prompts, params)
+
+    def tokenize(self, prompt, **kw):
+        return self.inner.tokenize(prompt, **kw)
+
+    def detokenize(self, ids):
+        return self.inner.detokenize(ids)
 
     def info(self):
         return self.inner.info()

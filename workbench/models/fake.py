@@ -2,8 +2,12 @@
 protocol as the real backends, so code under test cannot tell it apart.
 
 Responses come from `responses` (a list used in order, cycling) or from `script`, a
-`module:function` taking the conversation and returning text. `die_after` makes the process
-exit hard after that many calls: the resume tests use it to simulate a kill.
+`module:function` taking the conversation and returning a reply. A reply is text, or a dict
+`{"content": ..., "tool_calls": [{"name": ..., "arguments": {...}}, ...]}` for a scripted
+tool call. When the caller offers `tools`, text replies are parsed for tool calls with the
+local backend's parser (`tool_syntax`, Hermes `<tool_call>` blocks by default), so a script
+that writes what a model would write exercises the real parsing path. `die_after` makes the
+process exit hard after that many calls: the resume tests use it to simulate a kill.
 """
 
 from __future__ import annotations
@@ -15,22 +19,31 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from workbench.errors import WorkbenchError
+
 from workbench.models.base import (
+    Capabilities,
     ChatModel,
     ContinuationScore,
     Conversation,
     Generation,
     GenerationParams,
     ScoreRequest,
+    Tools,
 )
+from workbench.models.messages import NamedToolChoice, ToolCall, ToolChoice, plain_conversation
 from workbench.models.registry import register_backend
+from workbench.models.tools import FAMILIES, parse_tool_calls
+
+Reply = str | dict[str, Any]
 
 
 class FakeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    responses: list[str] | None = None
-    script: str | Callable[[Conversation], str] | None = None
+    responses: list[Reply] | None = None
+    script: str | Callable[[Conversation], Reply] | None = None
+    tool_syntax: str = "hermes"
     name: str = "fake"
     die_after: int | None = None
     fail_every: int | None = None  # every n-th call returns an error Generation
@@ -39,11 +52,17 @@ class FakeOptions(BaseModel):
 
 @register_backend("fake")
 class FakeChatModel(ChatModel):
+    capabilities = Capabilities(score=True, tool_calls=True)
+
     def __init__(self, spec: str = "fake", **options: Any):
         self.opts = FakeOptions(**options)
+        if self.opts.tool_syntax not in FAMILIES:
+            raise WorkbenchError(f"fake backend: tool_syntax {self.opts.tool_syntax!r} is not "
+                                 f"one of {', '.join(FAMILIES)}")
         self.calls = 0
         self.batches: list[int] = []
         self.seen: list[Conversation] = []
+        self.seen_tools: list[list[str]] = []  # tool names offered with each conversation
         fn = self.opts.script
         if isinstance(fn, str):
             mod, _, attr = fn.partition(":")
@@ -51,30 +70,42 @@ class FakeChatModel(ChatModel):
         self._script = fn
 
     @property
+    def batch_size(self) -> int:
+        return self.opts.batch_size
+
+    @property
     def identity(self) -> str:
         return f"fake:{self.opts.name}"
 
-    def _reply(self, conv: Conversation, params: GenerationParams) -> str:
+    def _reply(self, conv: Conversation, params: GenerationParams) -> Reply:
         if self._script is not None:
             return self._script(conv)
         if self.opts.responses:
             return self.opts.responses[(self.calls - 1) % len(self.opts.responses)]
-        return f"echo: {conv[-1]['content']}"
+        return f"echo: {conv[-1].get('content') or ''}"
 
     def generate(self, conversations: Sequence[Conversation],
-                 params: GenerationParams | None = None) -> list[Generation]:
+                 params: GenerationParams | None = None, tools: Tools | None = None,
+                 tool_choice: ToolChoice | None = None) -> list[Generation]:
         params = params or GenerationParams()
+        specs, choice = self._tool_request(tools, tool_choice)
+        offered = [t.name for t in specs or ()] if choice != "none" else []
         self.batches.append(len(conversations))
         out = []
-        for conv in conversations:
+        for conv in map(plain_conversation, conversations):
             if self.opts.die_after is not None and self.calls >= self.opts.die_after:
                 os._exit(137)  # like a SIGKILL: no cleanup, no flush
             self.calls += 1
             self.seen.append(conv)
+            self.seen_tools.append(offered)
             if self.opts.fail_every and self.calls % self.opts.fail_every == 0:
                 out.append(Generation(text="", finish_reason="error", error="scripted failure"))
                 continue
-            text = self._reply(conv, params)
+            reply = self._reply(conv, params)
+            if isinstance(reply, dict):
+                out.append(_check_choice(self._scripted_call(reply, offered), choice))
+                continue
+            text = reply
             for s in params.stop:
                 text = text.split(s, 1)[0]
             words = text.split()
@@ -83,17 +114,33 @@ class FakeChatModel(ChatModel):
                 finish = "length"
             else:
                 finish = "stop"
-            out.append(Generation(text=text, finish_reason=finish,
-                                  prompt_tokens=sum(len(m["content"].split()) for m in conv),
-                                  completion_tokens=len(text.split())))
+            gen = Generation(text=text, finish_reason=finish,
+                             prompt_tokens=_words(conv), completion_tokens=len(text.split()))
+            if offered:
+                content, calls = parse_tool_calls(text, self.opts.tool_syntax, offered)
+                if calls:
+                    gen.text, gen.tool_calls, gen.finish_reason = content, calls, "tool_calls"
+            out.append(_check_choice(gen, choice))
         return out
+
+    def _scripted_call(self, reply: dict[str, Any], offered: list[str]) -> Generation:
+        calls = [ToolCall.make(c["name"], c.get("arguments"), id=c.get("id"))
+                 for c in reply.get("tool_calls") or ()]
+        unknown = [c.function.name for c in calls if c.function.name not in offered]
+        if unknown:
+            raise WorkbenchError(f"fake backend: scripted call to {', '.join(unknown)}, which "
+                                 "the caller did not offer (tools: "
+                                 f"{', '.join(offered) or 'none'})")
+        text = reply.get("content") or ""
+        return Generation(text=text, finish_reason="tool_calls" if calls else "stop",
+                          completion_tokens=len(text.split()), tool_calls=calls)
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
         # Deterministic: a continuation scores higher the more of its words the prompt holds.
         out = []
         for req in requests:
             prompt = req.prompt if isinstance(req.prompt, str) else " ".join(
-                m["content"] for m in req.prompt)
+                m.get("content") or "" for m in plain_conversation(req.prompt))
             words = set(prompt.lower().split())
             row = []
             for c in req.continuations:
@@ -103,3 +150,20 @@ class FakeChatModel(ChatModel):
                                              n_tokens=len(toks), n_chars=len(c)))
             out.append(row)
         return out
+
+
+def _check_choice(gen: Generation, choice: ToolChoice) -> Generation:
+    """A script that ignores a forcing tool_choice is a bug in the test, not a model's slip."""
+    if choice == "required" and not gen.tool_calls:
+        raise WorkbenchError("fake backend: tool_choice is 'required' but the scripted reply "
+                             "calls no tool")
+    if isinstance(choice, NamedToolChoice) and (not gen.tool_calls or any(
+            c.function.name != choice.function.name for c in gen.tool_calls)):
+        raise WorkbenchError(f"fake backend: tool_choice names {choice.function.name!r} but "
+                             "the scripted reply calls "
+                             f"{[c.function.name for c in gen.tool_calls] or 'no tool'}")
+    return gen
+
+
+def _words(conv: Conversation) -> int:
+    return sum(len((m.get("content") or "").split()) for m in conv)

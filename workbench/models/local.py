@@ -23,15 +23,26 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import BackendError, WorkbenchError
 from workbench.models.base import (
+    Capabilities,
     ChatModel,
     ContinuationScore,
     Conversation,
     Generation,
     GenerationParams,
     ScoreRequest,
+    TokenLogprobs,
+    Tools,
 )
+from workbench.models.messages import ToolChoice, ToolSpec, plain_conversation
 from workbench.models.registry import register_backend
 from workbench.models.resolve import ModelSource, workbench_home
+from workbench.models.tools import (
+    TemplateTools,
+    forced_prefix,
+    parse_tool_calls,
+    strip_special_tokens,
+    template_messages,
+)
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +174,9 @@ def check_safetensors(file: Path) -> None:
 
 @register_backend("local")
 class LocalChatModel(ChatModel):
+    capabilities = Capabilities(score=True, tool_calls=True, token_logprobs=True, stream=True,
+                                complete=True, tokenize=True)
+
     def __init__(self, source: ModelSource, **options: Any):
         self.opts = LocalOptions(**options)
         self.source = source
@@ -200,6 +214,7 @@ class LocalChatModel(ChatModel):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self._lock = threading.Lock()
         self._identity = identity
+        self._tool_notice = False
 
     @classmethod
     def wrap(cls, model, tokenizer, *, device: str = "cpu", identity: str = "in-memory",
@@ -222,25 +237,91 @@ class LocalChatModel(ChatModel):
     def max_positions(self) -> int | None:
         return getattr(self.model.config, "max_position_embeddings", None)
 
+    @property
+    def batch_size(self) -> int:
+        return self.opts.batch_size
+
+    @property
+    def chat_template(self) -> str | None:
+        return getattr(self.tokenizer, "chat_template", None)
+
+    @property
+    def template_tools(self) -> TemplateTools:
+        """How this model's chat template takes tools (read from the template each time:
+        the template may be replaced after loading)."""
+        return TemplateTools.of(self.chat_template)
+
     # --- prompts ---------------------------------------------------------------------------
 
-    def render(self, conversation: Conversation) -> str:
-        """The prompt text for a conversation, ending with the assistant header."""
-        if not getattr(self.tokenizer, "chat_template", None):
+    def render(self, conversation: Conversation, tools: Tools | None = None,
+               tool_choice: ToolChoice | None = None) -> str:
+        """The prompt text for a conversation, ending with the assistant header (and, when
+        `tool_choice` forces a call, the start of that call)."""
+        specs, choice = self._tool_request(tools, tool_choice)
+        return self._prompt(conversation, specs, choice)[0]
+
+    def _prompt(self, conversation: Conversation, tools: list[ToolSpec] | None,
+                choice: ToolChoice, *, add_generation_prompt: bool = True) -> tuple[str, str]:
+        """(prompt text, forced prefix it ends with). tool_choice "none" offers no tools."""
+        tpl = self.chat_template
+        if not tpl:
             raise WorkbenchError(f"{self.source.name} has no chat template; pass the "
                                  "`chat_template` option")
-        return self.tokenizer.apply_chat_template(
-            [_plain(m) for m in conversation], add_generation_prompt=True, tokenize=False)
+        how = self.template_tools
+        offered = tools if choice != "none" else None
+        if offered:
+            self._notice_tools(how)
+        msgs = template_messages(plain_conversation(conversation), how, offered, choice)
+        kw: dict[str, Any] = {}
+        if offered and how.native:
+            kw["tools"] = [t.model_dump(mode="json", exclude_none=True) for t in offered]
+        text = self.tokenizer.apply_chat_template(
+            msgs, add_generation_prompt=add_generation_prompt, tokenize=False, **kw)
+        prefix = forced_prefix(how, choice, tpl) if offered and add_generation_prompt else ""
+        return text + prefix, prefix
+
+    def _notice_tools(self, how: TemplateTools) -> None:
+        if self._tool_notice:
+            return
+        self._tool_notice = True
+        if not how.native:
+            log.warning("%s: the chat template takes no tools; describing them in the system "
+                        "prompt and parsing <tool_call> blocks", self.source.name)
+        elif not how.known_family:
+            log.warning("%s: the chat template takes tools in a syntax not recognised; "
+                        "parsing <tool_call> blocks", self.source.name)
 
     # --- generation ------------------------------------------------------------------------
 
     def generate(self, conversations: Sequence[Conversation],
+                 params: GenerationParams | None = None, tools: Tools | None = None,
+                 tool_choice: ToolChoice | None = None) -> list[Generation]:
+        params = params or GenerationParams()
+        specs, choice = self._tool_request(tools, tool_choice)
+        calling = bool(specs) and choice != "none"
+        prompts = [self._prompt(c, specs, choice) for c in conversations]
+        out: list[Generation] = []
+        bs = self.opts.batch_size
+        for i in range(0, len(prompts), bs):
+            chunk = prompts[i:i + bs]
+            gens = self._generate_batch([p for p, _ in chunk], params, add_special_tokens=False,
+                                        keep_markers=calling)
+            if calling:
+                names = [t.name for t in specs or ()]
+                gens = [_with_tool_calls(g, prefix, self.template_tools.family, names)
+                        for g, (_, prefix) in zip(gens, chunk, strict=True)]
+            out.extend(gens)
+        return out
+
+    def complete(self, prompts: Sequence[str],
                  params: GenerationParams | None = None) -> list[Generation]:
+        """Continue raw prompts, tokenised like any text (special tokens added as usual)."""
         params = params or GenerationParams()
         out: list[Generation] = []
         bs = self.opts.batch_size
-        for i in range(0, len(conversations), bs):
-            out.extend(self._generate_batch(conversations[i:i + bs], params))
+        for i in range(0, len(prompts), bs):
+            out.extend(self._generate_batch(list(prompts[i:i + bs]), params,
+                                            add_special_tokens=True))
         return out
 
     def _gen_kwargs(self, params: GenerationParams) -> dict[str, Any]:
@@ -257,14 +338,15 @@ class LocalChatModel(ChatModel):
             kw.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
         return kw
 
-    def _generate_batch(self, convs: Sequence[Conversation],
-                        params: GenerationParams) -> list[Generation]:
+    def _generate_batch(self, prompts: list[str], params: GenerationParams, *,
+                        add_special_tokens: bool, keep_markers: bool = False
+                        ) -> list[Generation]:
         import torch
 
-        prompts = [self.render(c) for c in convs]
         tok = self.tokenizer
         tok.padding_side = "left"
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = tok(prompts, return_tensors="pt", padding=True,
+                  add_special_tokens=add_special_tokens)
         enc = {k: v.to(self.device) for k, v in enc.items()}
         with self._lock, torch.inference_mode():
             if params.seed is not None:
@@ -278,7 +360,11 @@ class LocalChatModel(ChatModel):
             while n and row[n - 1] == tok.pad_token_id:
                 n -= 1
             ended_eos = n < len(row) or (n and row[n - 1] in eos_ids)
-            text = tok.decode(row[:n], skip_special_tokens=True)
+            if keep_markers:  # tool-call markers may be special tokens (Mistral, Llama 3)
+                text = strip_special_tokens(tok.decode(row[:n], skip_special_tokens=False),
+                                            tok.all_special_tokens)
+            else:
+                text = tok.decode(row[:n], skip_special_tokens=True)
             text, hit_stop = _cut_at_stop(text, params.stop)
             finish = "stop" if (ended_eos or hit_stop) else "length"
             if finish == "length" and n < params.max_tokens:
@@ -453,24 +539,46 @@ class LocalChatModel(ChatModel):
             grouped[ri].append(res)
         return grouped
 
-    def token_logprobs(self, text: str) -> tuple[list[str], list[int], list[float | None]]:
-        """Per-token (text, char offset, logprob) of `text`; the first token has None.
+    def token_logprobs(self, text: str, top: int = 0) -> TokenLogprobs:
+        """Per-token logprobs of `text`, tokenised as a prompt (special tokens added as
+        usual, like vLLM); with `top`, the `top` likeliest tokens at each position too.
         Serves `/v1/completions` with `echo` + `logprobs` (prompt scoring over HTTP)."""
         import torch
 
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        enc = self.tokenizer(text, return_offsets_mapping=True)
         ids = enc["input_ids"]
-        offsets = [a for a, _ in enc["offset_mapping"]]
-        tokens = [self.tokenizer.decode([t]) for t in ids]
         if not ids:
-            return [], [], []
+            return TokenLogprobs([], [], [], [] if top else None)
         with self._lock, torch.inference_mode():
             logits = self.model(input_ids=torch.tensor([ids], device=self.device)).logits
         lp = torch.log_softmax(logits.float()[0], dim=-1).cpu()
         values: list[float | None] = [None]
         for k in range(1, len(ids)):
             values.append(lp[k - 1, ids[k]].item())
-        return tokens, offsets, values
+        tops: list[dict[str, float] | None] | None = None
+        if top:
+            tops = [None]
+            for k in range(1, len(ids)):
+                best = torch.topk(lp[k - 1], top)
+                tops.append({self.tokenizer.decode([int(i)]): float(v)
+                             for v, i in zip(best.values, best.indices, strict=True)})
+        return TokenLogprobs([self.tokenizer.decode([t]) for t in ids],
+                             [a for a, _ in enc["offset_mapping"]], values, tops)
+
+    def tokenize(self, prompt: str | Conversation, *, add_special_tokens: bool | None = None,
+                 add_generation_prompt: bool = True, tools: Tools | None = None) -> list[int]:
+        if isinstance(prompt, str):
+            text = prompt
+            add = True if add_special_tokens is None else add_special_tokens
+        else:
+            specs, choice = self._tool_request(tools, None)
+            text = self._prompt(prompt, specs, choice,
+                                add_generation_prompt=add_generation_prompt)[0]
+            add = bool(add_special_tokens)
+        return self.tokenizer(text, add_special_tokens=add)["input_ids"]
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids))
 
     def info(self):
         info = super().info()
@@ -479,11 +587,15 @@ class LocalChatModel(ChatModel):
         return info
 
 
-def _plain(m: dict[str, Any]) -> dict[str, Any]:
-    out = {"role": m["role"], "content": m["content"]}
-    if m.get("reasoning_content") is not None:
-        out["reasoning_content"] = m["reasoning_content"]
-    return out
+def _with_tool_calls(gen: Generation, prefix: str, family: str,
+                     names: list[str]) -> Generation:
+    """The generation with the tool calls its text holds; unchanged text when none parse."""
+    content, calls = parse_tool_calls(prefix + gen.text, family, names)
+    if not calls:
+        gen.text = prefix + gen.text
+        return gen
+    gen.text, gen.tool_calls, gen.finish_reason = content, calls, "tool_calls"
+    return gen
 
 
 def _eos_ids(model, tok) -> set[int]:

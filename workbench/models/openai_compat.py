@@ -4,8 +4,15 @@ or `workbench serve`.
 Calls run concurrently (bounded), retry with exponential backoff on 429, 5xx and connection
 errors (honouring Retry-After), and time out. The API key is read from an environment
 variable, sent only in the Authorization header, and never logged or shown in repr.
+Tools go out as OpenAI `tools` and calls come back from `message.tool_calls`.
+
 Scoring uses `/v1/completions` with `echo` and `logprobs` (vLLM and `workbench serve` offer
-it); a server without prompt logprobs gives a clear error.
+it); a server without prompt logprobs gives a clear error. A chat prompt is first rendered to
+text with the served model's chat template: locally from its tokenizer (the `tokenizer`
+option, or the served model name when it resolves to a model on this machine), otherwise by
+the server's `/tokenize` + `/detokenize` (vLLM, `workbench serve`). Special tokens the
+template writes and the server adds again when it tokenises the completion prompt (a second
+BOS) are taken out of the text, so the scored tokens are the ones the template makes.
 """
 
 from __future__ import annotations
@@ -20,14 +27,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.errors import BackendError
+from workbench.errors import BackendError, WorkbenchError
 from workbench.models.base import (
+    Capabilities,
     ChatModel,
     ContinuationScore,
     Conversation,
     Generation,
     GenerationParams,
     ScoreRequest,
+    Tools,
+)
+from workbench.models.messages import (
+    ToolCall,
+    ToolChoice,
+    ToolSpec,
+    plain_conversation,
 )
 from workbench.models.registry import register_backend
 from workbench.models.resolve import ModelSource
@@ -49,6 +64,11 @@ class OpenAIOptions(BaseModel):
     max_backoff_s: float = Field(30.0, ge=0)
     batch_size: int = Field(32, ge=1, description="Conversations handed over per chunk (the "
                                                   "call cache stores after each chunk).")
+    tokenizer: str | None = Field(None, description="Model spec or folder whose chat template "
+                                                    "renders conversations for scoring; "
+                                                    "'server' asks the server's /tokenize; "
+                                                    "default: the served model name if it "
+                                                    "resolves here, else the server.")
 
 
 class _Retryable(Exception):
@@ -59,10 +79,22 @@ class _Retryable(Exception):
 
 @register_backend("openai")
 class OpenAIChatModel(ChatModel):
+    capabilities = Capabilities(score=True, tool_calls=True, stream=True)
+
     def __init__(self, source: ModelSource, **options: Any):
         import httpx
 
         self.opts = OpenAIOptions(**options)
+        self._template_source: ModelSource | None = None
+        if self.opts.tokenizer not in (None, "server"):
+            from workbench.models.resolve import resolve_chat_model
+
+            self._template_source = resolve_chat_model(self.opts.tokenizer)
+            if self._template_source.kind == "openai":
+                raise WorkbenchError(f"tokenizer option {self.opts.tokenizer!r}: pass a local "
+                                     "model spec or folder (or 'server'), not a URL")
+        self._renderer: _Renderer | None = None
+        self._rendered: dict[str, str] = {}
         self.base_url = source.url
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.opts.api_key_env)
@@ -73,6 +105,10 @@ class OpenAIChatModel(ChatModel):
                                     limits=httpx.Limits(max_connections=self.opts.concurrency))
         self.sleeps: list[float] = []  # backoff delays taken (observable in tests)
         self.model_name = source.remote_model or self._first_model()
+
+    @property
+    def batch_size(self) -> int:
+        return self.opts.batch_size
 
     @property
     def identity(self) -> str:
@@ -96,7 +132,7 @@ class OpenAIChatModel(ChatModel):
                     raise _Retryable(f"HTTP {resp.status_code}",
                                      float(ra) if ra and ra.replace(".", "").isdigit() else None)
                 if resp.status_code >= 400:
-                    raise BackendError(f"{self.base_url}{path}: HTTP {resp.status_code}: "
+                    raise BackendError(f"{resp.request.url}: HTTP {resp.status_code}: "
                                        f"{_error_text(resp)}")
                 return resp.json()
             except (_Retryable, httpx.TransportError) as e:
@@ -110,7 +146,8 @@ class OpenAIChatModel(ChatModel):
                 delay *= 2
         if "connect" in last.lower() or "refused" in last.lower():
             raise BackendError(f"cannot reach {self.base_url}: {last}; is the server running?")
-        raise _GaveUp(f"{self.base_url}{path}: gave up after {self.opts.max_retries} retries "
+        where = path if "://" in path else f"{self.base_url}{path}"
+        raise _GaveUp(f"{where}: gave up after {self.opts.max_retries} retries "
                       f"({last})")
 
     def _first_model(self) -> str:
@@ -121,10 +158,10 @@ class OpenAIChatModel(ChatModel):
 
     # --- protocol --------------------------------------------------------------------------
 
-    def _chat_one(self, conv: Conversation, params: GenerationParams) -> Generation:
+    def _chat_one(self, conv: Conversation, params: GenerationParams,
+                  tools: list[ToolSpec] | None, tool_choice: ToolChoice) -> Generation:
         body: dict[str, Any] = {
-            "model": self.model_name,
-            "messages": [{"role": m["role"], "content": m["content"]} for m in conv],
+            "model": self.model_name, "messages": _wire_messages(conv),
             "max_tokens": params.max_tokens, "temperature": params.temperature,
             "top_p": params.top_p,
         }
@@ -134,6 +171,12 @@ class OpenAIChatModel(ChatModel):
             body["seed"] = params.seed
         if params.top_k is not None:
             body["top_k"] = params.top_k  # vLLM, llama.cpp and Ollama accept it
+        if params.repetition_penalty is not None:
+            body["repetition_penalty"] = params.repetition_penalty  # vLLM, workbench serve
+        if tools:
+            body["tools"] = [t.model_dump(mode="json", exclude_none=True) for t in tools]
+            body["tool_choice"] = tool_choice if isinstance(tool_choice, str) else \
+                tool_choice.model_dump(mode="json")
         try:
             data = self._request("POST", "/chat/completions", json=body)
         except _GaveUp as e:
@@ -144,26 +187,40 @@ class OpenAIChatModel(ChatModel):
             return Generation(text="", finish_reason="error", error=str(e))
         choice = data["choices"][0]
         usage = data.get("usage") or {}
-        return Generation(text=choice["message"].get("content") or "",
+        message = choice.get("message") or {}
+        try:
+            calls = [ToolCall.model_validate(tc) for tc in message.get("tool_calls") or ()]
+        except ValueError as e:
+            return Generation(text=message.get("content") or "", finish_reason="error",
+                              error=f"{self.base_url}: malformed tool_calls in the reply: {e}")
+        return Generation(text=message.get("content") or "",
                           finish_reason=choice.get("finish_reason") or "stop",
                           prompt_tokens=usage.get("prompt_tokens", 0),
-                          completion_tokens=usage.get("completion_tokens", 0))
+                          completion_tokens=usage.get("completion_tokens", 0),
+                          tool_calls=calls)
 
     def generate(self, conversations: Sequence[Conversation],
-                 params: GenerationParams | None = None) -> list[Generation]:
+                 params: GenerationParams | None = None, tools: Tools | None = None,
+                 tool_choice: ToolChoice | None = None) -> list[Generation]:
         params = params or GenerationParams()
+        specs, choice = self._tool_request(tools, tool_choice)
+
+        def one(conv: Conversation) -> Generation:
+            return self._chat_one(conv, params, specs, choice)
+
         if len(conversations) == 1:
-            return [self._chat_one(conversations[0], params)]
+            return [one(conversations[0])]
         with ThreadPoolExecutor(self.opts.concurrency) as pool:
-            return list(pool.map(lambda c: self._chat_one(c, params), conversations))
+            return list(pool.map(one, conversations))
 
     def stream(self, conversation: Conversation,
                params: GenerationParams | None = None) -> Iterator[str]:
         import json
 
         params = params or GenerationParams()
-        body = {"model": self.model_name, "messages": conversation, "stream": True,
-                "max_tokens": params.max_tokens, "temperature": params.temperature}
+        body = {"model": self.model_name, "messages": _wire_messages(conversation),
+                "stream": True, "max_tokens": params.max_tokens,
+                "temperature": params.temperature}
         if params.stop:
             body["stop"] = list(params.stop)
         with self._client.stream("POST", "/chat/completions", json=body) as resp:
@@ -180,13 +237,13 @@ class OpenAIChatModel(ChatModel):
                 if delta.get("content"):
                     yield delta["content"]
 
+    # --- scoring ---------------------------------------------------------------------------
+
     def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
-        jobs = []
-        for req in requests:
-            if not isinstance(req.prompt, str):
-                raise BackendError("scoring a chat conversation over HTTP needs the server's "
-                                   "chat template; pass the rendered prompt string instead")
-            jobs += [(req.prompt, c) for c in req.continuations]
+        prompts = [req.prompt if isinstance(req.prompt, str) else self.render(req.prompt)
+                   for req in requests]
+        jobs = [(p, c) for p, req in zip(prompts, requests, strict=True)
+                for c in req.continuations]
         with ThreadPoolExecutor(self.opts.concurrency) as pool:
             flat = list(pool.map(lambda pc: self._score_one(*pc), jobs))
         out, k = [], 0
@@ -194,6 +251,38 @@ class OpenAIChatModel(ChatModel):
             out.append(flat[k:k + len(req.continuations)])
             k += len(req.continuations)
         return out
+
+    def render(self, conversation: Conversation) -> str:
+        """The served model's prompt text for a conversation (ending with the assistant
+        header), as the server's completion endpoint should be sent it."""
+        import json
+
+        key = json.dumps(plain_conversation(conversation), sort_keys=True)
+        if key not in self._rendered:
+            if self._renderer is None:
+                self._renderer = self._make_renderer()
+            self._rendered[key] = self._renderer.render(plain_conversation(conversation))
+        return self._rendered[key]
+
+    def _make_renderer(self) -> _Renderer:
+        from workbench.errors import ModelNotFoundError
+        from workbench.models.resolve import resolve_chat_model
+
+        source = self._template_source
+        if source is None and self.opts.tokenizer is None:
+            try:
+                source = resolve_chat_model(self.model_name)
+            except ModelNotFoundError:
+                source = None
+            if source is not None and source.kind == "openai":
+                source = None
+            if source is None:
+                log.warning("%s is not a model on this machine: rendering chat prompts with "
+                            "the server's /tokenize (set the `tokenizer` option to render "
+                            "them here)", self.model_name)
+        if source is not None:
+            return _LocalRenderer(source)
+        return _ServerRenderer(self)
 
     def _score_one(self, prompt: str, continuation: str) -> ContinuationScore:
         body = {"model": self.model_name, "prompt": prompt + continuation, "max_tokens": 0,
@@ -208,7 +297,9 @@ class OpenAIChatModel(ChatModel):
             raise BackendError(f"{self.base_url} does not return prompt logprobs "
                                f"(/v1/completions with echo and logprobs): {e}; use a local "
                                "model or vLLM for log-likelihood scoring") from None
-        start = len(prompt)
+        # lm-evaluation-harness's convention, as the local backend: the prompt's trailing
+        # whitespace belongs to the continuation
+        start = len(prompt.rstrip())
         idx = [i for i, off in enumerate(offsets) if off >= start]
         total = sum(values[i] for i in idx if values[i] is not None)
         greedy = bool(top) and all(
@@ -222,6 +313,88 @@ class OpenAIChatModel(ChatModel):
 
 class _GaveUp(BackendError):
     pass
+
+
+def _wire_messages(conv: Conversation) -> list[dict[str, Any]]:
+    """Messages as OpenAI takes them: reasoning stays home, a tool-calling turn may have no
+    content."""
+    out = []
+    for m in plain_conversation(conv):
+        m.pop("reasoning_content", None)
+        m.setdefault("content", None if m.get("tool_calls") else "")
+        out.append(m)
+    return out
+
+
+class _Renderer:
+    def render(self, conversation: Conversation) -> str:
+        raise NotImplementedError
+
+
+def _strip_doubled_specials(text: str, plain: list[int], added: list[int], decode) -> str:
+    """`plain`: the ids of `text` as rendered; `added`: the same text tokenised with the
+    special tokens a completion request gets. When those repeat the text's first tokens
+    (a template that writes BOS, a server that adds BOS again), drop them from the text."""
+    extra = len(added) - len(plain)
+    if extra > 0 and added[extra:] == plain and added[:extra] == plain[:extra]:
+        head = decode(plain[:extra])
+        if text.startswith(head):
+            return text[len(head):]
+    return text
+
+
+class _LocalRenderer(_Renderer):
+    """The chat template from the served model's tokenizer on this machine."""
+
+    def __init__(self, source: ModelSource):
+        from transformers import AutoTokenizer
+
+        from workbench.models.local import model_folder
+
+        self.source = source
+        self.tokenizer = AutoTokenizer.from_pretrained(model_folder(source))
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise WorkbenchError(f"{source.name}: the tokenizer has no chat template to "
+                                 "render chat prompts with")
+
+    def render(self, conversation: Conversation) -> str:
+        from workbench.models.tools import TemplateTools, template_messages
+
+        tok = self.tokenizer
+        msgs = template_messages(conversation, TemplateTools.of(tok.chat_template), None)
+        text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        plain = tok(text, add_special_tokens=False)["input_ids"]
+        added = tok(text)["input_ids"]
+        return _strip_doubled_specials(text, plain, added,
+                                       lambda ids: tok.decode(ids))
+
+
+class _ServerRenderer(_Renderer):
+    """vLLM's `/tokenize` (messages -> ids) and `/detokenize` (ids -> text), which
+    `workbench serve` offers too; they live at the server root, not under /v1."""
+
+    def __init__(self, model: OpenAIChatModel):
+        self.model = model
+        self.root = model.base_url.rsplit("/v1", 1)[0] if model.base_url.endswith("/v1") \
+            else model.base_url
+
+    def _post(self, path: str, body: dict) -> dict:
+        try:
+            return self.model._request("POST", f"{self.root}{path}",
+                                       json={"model": self.model.model_name, **body})
+        except BackendError as e:
+            raise BackendError(
+                f"cannot render a chat prompt for scoring: {e}; pass the `tokenizer` option "
+                "(a local model spec or folder with the served model's chat template) or use "
+                "a server with /tokenize and /detokenize (vLLM, workbench serve)") from None
+
+    def render(self, conversation: Conversation) -> str:
+        plain = self._post("/tokenize", {"messages": _wire_messages(conversation),
+                                         "add_generation_prompt": True})["tokens"]
+        text = self._post("/detokenize", {"tokens": plain})["prompt"]
+        added = self._post("/tokenize", {"prompt": text})["tokens"]
+        return _strip_doubled_specials(
+            text, plain, added, lambda ids: self._post("/detokenize", {"tokens": ids})["prompt"])
 
 
 def _error_text(resp) -> str:
