@@ -86,11 +86,9 @@ class ChatMessageIn(_Strict):
         return out
 
 
-class ChatCompletionRequest(_Strict):
-    model: str | None = None
-    messages: list[ChatMessageIn] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+class _Sampling(_Strict):
+    """The sampling fields both generation routes accept."""
+
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=1)
@@ -99,23 +97,22 @@ class ChatCompletionRequest(_Strict):
     seed: int | None = None
     stream: bool = False
     n: int = Field(1, ge=1, le=1)
+
+
+class ChatCompletionRequest(_Sampling):
+    model: str | None = None
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
     tools: list[ToolSpec] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
 
 
-class CompletionRequest(_Strict):
+class CompletionRequest(_Sampling):
     model: str | None = None
     prompt: str | list[str]
     max_tokens: int = Field(16, ge=0)
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=1)
-    repetition_penalty: float | None = Field(None, gt=0.0)
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    stream: bool = False
-    n: int = Field(1, ge=1, le=1)
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=20)
 
