@@ -1,0 +1,258 @@
+"""Data environments: a SQLite file or a folder of CSV/TSV/Parquet files, profiled once.
+
+`DataEnvironment` is plain data (paths, the frozen profile, limits and the action history), so
+MCTS can deep-copy it at every expansion: connections and processes are opened per execution,
+never stored on the object. A folder is loaded once into a SQLite copy (in the cache folder,
+keyed by the folder's content hash) for SQL; Python code reads the original files with pandas.
+
+    env = DataEnvironment.open("datasets/envs/chinook.sqlite")
+    obs = env.step(Action(kind="sql", code="SELECT COUNT(*) FROM Track"))
+    print(obs.text)
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import sqlite3
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.errors import DataError, WorkbenchError
+from workbench.io import atomic_path
+from workbench.trajsynth.profile import (
+    DATA_SUFFIXES,
+    EnvProfile,
+    content_hash,
+    data_files,
+    load_profile,
+    profile_database,
+    save_profile,
+)
+from workbench.trajsynth.sandbox import (
+    PythonResult,
+    SandboxLimits,
+    SqlResult,
+    TableSource,
+    run_python,
+    run_sql,
+)
+
+REPO_ENVS = Path(__file__).resolve().parents[2] / "datasets" / "envs"
+SAMPLES = {"chinook": "chinook.sqlite", "sklearn_classic": "sklearn_classic"}
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class Action(BaseModel):
+    """One step of an agent: SQL or Python code to run in the sandbox."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["sql", "python"]
+    code: str
+
+
+class Observation(BaseModel):
+    """What the agent sees after an action, with the full typed result behind it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ok: bool
+    text: str
+    elapsed_s: float
+    sql: SqlResult | None = None
+    python: PythonResult | None = None
+
+
+class Step(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    action: Action
+    observation: Observation
+
+
+def default_cache_dir() -> Path:
+    """`$WB_HOME/trajsynth` (default ~/.cache/workbench/trajsynth)."""
+    from workbench.models.resolve import workbench_home
+
+    return workbench_home() / "trajsynth"
+
+
+def sample_environment(name: str) -> Path:
+    """The path of a shipped sample environment: `chinook` (SQLite) or `sklearn_classic`
+    (a CSV folder). Rebuild them with `python scripts/build_envs.py`."""
+    if name not in SAMPLES:
+        raise WorkbenchError(f"unknown sample environment {name!r}; known: "
+                             f"{', '.join(sorted(SAMPLES))}")
+    path = REPO_ENVS / SAMPLES[name]
+    if not path.exists():
+        raise WorkbenchError(f"{path} is missing; rebuild it with "
+                             f"`python scripts/build_envs.py {name}`")
+    return path
+
+
+def _table_name(path: Path) -> str:
+    name = re.sub(r"\W+", "_", path.stem).strip("_")
+    return name if name and not name[0].isdigit() else f"t_{name}"
+
+
+def _read_file(path: Path):
+    import pandas as pd
+
+    fmt = DATA_SUFFIXES[path.suffix.lower()]
+    try:
+        if fmt == "parquet":
+            return pd.read_parquet(path)
+        return pd.read_csv(path, sep="\t" if fmt == "tsv" else ",")
+    except (ValueError, OSError, ImportError) as e:
+        raise DataError(f"cannot read the table: {e}", path=str(path)) from None
+
+
+def folder_tables(folder: str | Path) -> dict[str, Path]:
+    """Table name → data file for a folder environment (names from the file stems)."""
+    files = data_files(folder)
+    if not files:
+        raise DataError("no .csv, .tsv or .parquet files in the folder", path=str(folder),
+                        code="empty")
+    out: dict[str, Path] = {}
+    for f in files:
+        name = _table_name(f)
+        if name.lower() in {k.lower() for k in out}:
+            raise DataError(f"two files give the table name {name!r}", path=str(f),
+                            code="duplicate_table")
+        out[name] = f
+    return out
+
+
+def materialise_folder(folder: str | Path, target: str | Path) -> Path:
+    """Load a folder's tables into a new SQLite file at `target` (atomically)."""
+    target = Path(target)
+    tables = folder_tables(folder)
+    with atomic_path(target, suffix=".sqlite") as tmp:
+        con = sqlite3.connect(tmp)
+        try:
+            for name, f in tables.items():
+                _read_file(f).to_sql(name, con, index=False)
+            con.commit()
+        finally:
+            con.close()
+    return target
+
+
+class DataEnvironment(BaseModel):
+    """A data environment and the agent's actions so far. Plain data only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: Literal["sqlite", "folder"]
+    source: str = Field(description="The SQLite file or the data folder the user gave.")
+    db_path: str = Field(description="The SQLite file SQL runs on (a copy for a folder).")
+    profile: EnvProfile
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    history: list[Step] = Field(default_factory=list)
+
+    # --- building ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, name: str | None = None,
+             cache_dir: str | os.PathLike | None = None, limits: SandboxLimits | None = None,
+             dictionary_max: int = 25, refresh: bool = False) -> DataEnvironment:
+        """Open a SQLite file or a data folder; profile it unless a profile for the same
+        content is cached (`<cache_dir>/<name>-<hash>/profile.json`)."""
+        src = Path(path).expanduser().resolve()
+        if not src.exists():
+            raise DataError("no such file or folder", path=str(path), code="not_found")
+        if src.is_file():
+            with open(src, "rb") as fh:
+                if fh.read(16) != SQLITE_MAGIC:
+                    raise DataError("not a SQLite database (and not a folder of CSV/Parquet "
+                                    "files)", path=str(path), code="bad_format")
+            kind: Literal["sqlite", "folder"] = "sqlite"
+        else:
+            kind = "folder"
+        name = name or re.sub(r"\W+", "_", src.stem if kind == "sqlite" else src.name)
+        digest = content_hash(src)
+        cache = Path(cache_dir) if cache_dir else default_cache_dir()
+        home = cache / f"{name}-{digest[:16]}"
+        db_path = src
+        files: dict[str, str] | None = None
+        if kind == "folder":
+            tables = folder_tables(src)
+            files = {t: f.name for t, f in tables.items()}
+            db_path = home / "tables.sqlite"
+            if refresh or not db_path.is_file():
+                materialise_folder(src, db_path)
+        profile_path = home / "profile.json"
+        profile = None
+        if not refresh and profile_path.is_file():
+            try:
+                profile = load_profile(profile_path)
+            except DataError:
+                profile = None
+            if profile is not None and (profile.content_hash != digest
+                                        or profile.dictionary_max != dictionary_max
+                                        or profile.name != name):
+                profile = None
+        if profile is None:
+            profile = profile_database(db_path, name=name, kind=kind, source=src,
+                                       content=digest, dictionary_max=dictionary_max,
+                                       source_files=files)
+            save_profile(profile, profile_path)
+        return cls(name=name, kind=kind, source=str(src), db_path=str(db_path),
+                   profile=profile, limits=limits or SandboxLimits())
+
+    # --- copying ----------------------------------------------------------------------------
+
+    def __deepcopy__(self, memo: dict | None = None) -> DataEnvironment:
+        """A copy with its own history list; the frozen profile, limits and steps are shared
+        (they are immutable), so MCTS expansions stay cheap."""
+        return self.model_copy(update={"history": list(self.history)})
+
+    def fork(self) -> DataEnvironment:
+        return copy.deepcopy(self)
+
+    # --- acting -----------------------------------------------------------------------------
+
+    @property
+    def actions(self) -> list[Action]:
+        """The action prefix so far."""
+        return [s.action for s in self.history]
+
+    def table_sources(self) -> list[TableSource]:
+        """Where the Python sandbox reads each table from."""
+        if self.kind == "sqlite":
+            return [TableSource(name=t.name, format="sqlite", path=self.db_path, table=t.name)
+                    for t in self.profile.tables]
+        folder = Path(self.source)
+        out = []
+        for t in self.profile.tables:
+            f = folder / (t.source_file or "")
+            out.append(TableSource(name=t.name, format=DATA_SUFFIXES[f.suffix.lower()],
+                                   path=str(f)))
+        return out
+
+    def run_sql(self, sql: str) -> SqlResult:
+        return run_sql(self.db_path, sql, self.limits)
+
+    def run_python(self, code: str, *, require_result: bool = True) -> PythonResult:
+        sources = self.table_sources()
+        return run_python(code, tables=sources, readable=[s.path for s in sources],
+                          limits=self.limits, require_result=require_result)
+
+    def execute(self, action: Action) -> Observation:
+        """Run an action without recording it."""
+        if action.kind == "sql":
+            r = self.run_sql(action.code)
+            return Observation(ok=r.ok, text=r.to_observation(), elapsed_s=r.elapsed_s, sql=r)
+        p = self.run_python(action.code)
+        return Observation(ok=p.ok, text=p.to_observation(), elapsed_s=p.elapsed_s, python=p)
+
+    def step(self, action: Action) -> Observation:
+        """Run an action and append it (with its observation) to the history."""
+        obs = self.execute(action)
+        self.history.append(Step(action=action, observation=obs))
+        return obs
