@@ -27,7 +27,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, timeout: float = 120.0, proc: subprocess.Popen | None = None) -> None:
+def wait_http(url: str, timeout: float = 120.0, proc: subprocess.Popen | None = None,
+              headers: dict | None = None) -> None:
     import httpx
 
     deadline = time.time() + timeout
@@ -35,7 +36,7 @@ def wait_http(url: str, timeout: float = 120.0, proc: subprocess.Popen | None = 
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}")
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
+            if httpx.get(url, timeout=2, headers=headers).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

@@ -9,7 +9,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 APP = REPO / "apps" / "streamlit"
@@ -355,3 +354,205 @@ def test_bring_your_own_benchmark_from_the_app(ws):
           "application/json")]).run()
     at.button(key="b-start").click().run()
     assert any(":2:" in e.value for e in at.error)  # the error names the line
+
+
+# --- workspaces confined to a root fixed at start ---------------------------------------------
+
+@pytest.fixture()
+def rooted(tmp_path, monkeypatch):
+    """A root holding the start workspace, a folder outside it and a symlink leading out."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    monkeypatch.setenv("WB_ROOT", str(root))
+    monkeypatch.setenv("WB_WORKSPACE", str(root / "ws"))
+    return root, outside
+
+
+REFUSED_WORKSPACES = {  # what the projects page is given -> a phrase of its message
+    "/etc": "outside the workspace root", "{outside}": "outside the workspace root",
+    "{outside}/new": "outside the workspace root", "../outside": "'..' is not allowed",
+    "ws/../../outside": "'..' is not allowed", "link": "outside the workspace root",
+    "link/new": "outside the workspace root", "{root}": "workspace root",
+    "": "give a workspace folder", "a\0b": "not a usable folder path",
+    "ws/corpus/x.md/sub": "cannot open the workspace"}
+
+
+def test_projects_page_opens_workspaces_only_inside_the_root(rooted):
+    """Each refused path: one message in the page (no traceback), the session keeps its
+    workspace and nothing is created; names and paths inside the root open or create."""
+    root, outside = rooted
+    at = page("projects").run()
+    assert not at.exception and at.session_state.workspace == str(root / "ws")
+    assert at.text_input(key="ws-path").value == "ws"  # shown relative to the root
+    assert any(str(root) in c.value for c in at.caption)
+    (root / "ws" / "corpus" / "x.md").write_text("# a\n")
+    for given, phrase in REFUSED_WORKSPACES.items():
+        at.text_input(key="ws-path").set_value(given.format(root=root, outside=outside))
+        at.button(key="ws-open").click().run()
+        assert not at.exception, (given, at.exception)
+        assert [phrase in e.value for e in at.error] == [True], (given, at.error)
+        assert at.session_state.workspace == str(root / "ws")
+    assert sorted(p.name for p in outside.iterdir()) == []  # nothing was created outside
+    assert sorted(p.name for p in root.iterdir()) == ["link", "ws"]
+    for given, made in (("team/p2", root / "team" / "p2"), (str(root / "p3"), root / "p3")):
+        at.text_input(key="ws-path").set_value(given)
+        at.button(key="ws-open").click().run()
+        assert not at.exception and not at.error
+        assert at.session_state.workspace == str(made)
+        assert sorted(p.name for p in made.iterdir()) == ["corpus", "jobs", "runs"]
+
+
+def test_app_command_fixes_the_root(tmp_path, monkeypatch):
+    """`workbench app` passes the root to Streamlit and refuses a start workspace outside it
+    with one line, before starting anything."""
+    import workbench.io
+    from workbench.cli.main import main
+
+    started: list[dict] = []
+    monkeypatch.setattr(workbench.io, "run_child",
+                        lambda cmd, env, cwd: started.append(env) or 0)
+    root = tmp_path / "root"
+    assert main(["app", "--root", str(root), "--max-corpus-mb", "5"]) == 0
+    assert started[-1]["WB_ROOT"] == str(root) and started[-1]["WB_MAX_CORPUS_MB"] == "5"
+    assert started[-1]["WB_WORKSPACE"] == str(root / "workspace")
+    assert main(["app", "--workspace", str(tmp_path / "w2")]) == 0  # default root: its folder
+    assert started[-1]["WB_ROOT"] == str(tmp_path) and len(started) == 2
+    assert main(["app", "--root", str(root), "--workspace", str(tmp_path / "elsewhere")]) == 1
+    assert len(started) == 2 and not (tmp_path / "elsewhere").exists()
+
+
+# --- the corpus: "Remove" sticks, and a total cap ----------------------------------------------
+
+def test_removed_upload_stays_removed_after_reruns(ws):
+    at = page("corpus").run()
+    at.file_uploader(key="corpus-upload").set_value(
+        [("a.md", b"# A\n\n## One\n\n" + b"alpha text. " * 20, "text/markdown"),
+         ("b.md", b"# B\n\n## Two\n\n" + b"beta text. " * 20, "text/markdown")]).run()
+    assert sorted(p.name for p in (ws / "corpus").iterdir()) == ["a.md", "b.md"]
+    assert sorted(s.value for s in at.success) == ["Saved a.md", "Saved b.md"]
+    at.button(key="rm-a.md").click().run()
+    assert not at.exception
+    for _ in range(3):  # the uploader still holds a.md on every rerun
+        assert sorted(p.name for p in (ws / "corpus").iterdir()) == ["b.md"]
+        assert not at.success and "1 documents" in [s.value for s in at.subheader]
+        at.run()
+    at.file_uploader(key="corpus-upload").set_value(  # uploading it again brings it back
+        [("a.md", b"# A\n\n## One\n\n" + b"alpha text. " * 20, "text/markdown")]).run()
+    assert sorted(p.name for p in (ws / "corpus").iterdir()) == ["a.md", "b.md"]
+
+
+def test_corpus_cap_refuses_an_upload_and_writes_nothing(tmp_path):
+    from workbench.errors import DataError
+    from workbench.workspace import MAX_CORPUS_MB, MB, corpus_bytes, open_workspace, save_upload
+
+    assert MAX_CORPUS_MB == 200
+    w = open_workspace(tmp_path / "w")
+    save_upload(w, "a.md", b"a" * (MB // 2), max_corpus_mb=1)
+    save_upload(w, "b.md", b"b" * (MB // 4), max_corpus_mb=1)
+    before = {p.name: p.read_bytes() for p in (w / "corpus").iterdir()}
+    with pytest.raises(DataError, match=r"c\.md: the corpus holds 0\.8 MB and this file is "
+                                        r"0\.5 MB: over the 1 MB corpus cap") as e:
+        save_upload(w, "c.md", b"c" * (MB // 2), max_corpus_mb=1)
+    assert e.value.code == "corpus_full"
+    assert {p.name: p.read_bytes() for p in (w / "corpus").iterdir()} == before  # no temp
+    save_upload(w, "a.md", b"A" * (3 * MB // 4), max_corpus_mb=1)  # a replacement fits:
+    assert corpus_bytes(w) == MB  # 3/4 + 1/4, the old a.md no longer counts
+    with pytest.raises(DataError, match="over the 1 MB corpus cap"):
+        save_upload(w, "d.md", b"d", max_corpus_mb=1)
+
+
+def test_corpus_page_shows_the_cap_refusal(ws, monkeypatch):
+    monkeypatch.setenv("WB_MAX_CORPUS_MB", "0.001")  # 1,048 bytes
+    at = page("corpus").run()
+    at.file_uploader(key="corpus-upload").set_value(
+        [("a.md", b"# A\n\n## One\n\n" + b"x" * 600, "text/markdown"),
+         ("b.md", b"# B\n\n## Two\n\n" + b"y" * 600, "text/markdown")]).run()
+    assert not at.exception
+    assert [s.value for s in at.success] == ["Saved a.md"]
+    assert len(at.error) == 1 and "b.md: the corpus holds 0.0 MB" in at.error[0].value \
+        and "over the 0.001 MB corpus cap" in at.error[0].value
+    assert sorted(p.name for p in (ws / "corpus").iterdir()) == ["a.md"]
+
+
+# --- run files read while a job may still be writing them ------------------------------------
+
+RUN_PAGES = ["projects", "distill", "retrieval", "train", "evaluate"]  # corpus reads no run
+READERS = {"distill": ["distill", "evaluate", "retrieval"], "eval_base": ["evaluate"],
+           "eval_sft": ["evaluate"], "adapter": ["train"], "index": ["retrieval"]}
+
+
+def _readers(rel: Path) -> list[str]:
+    """The pages that read a run file (by its folder); run-level state: every page."""
+    if len(rel.parts) > 1:
+        return READERS[rel.parts[0]]
+    return ["train"] if rel.name.startswith("adapter.") else \
+        ["evaluate"] if rel.suffix == ".png" else RUN_PAGES
+
+
+def test_pages_survive_half_written_run_files(finished_ws, tmp_path, monkeypatch):
+    """Every file the pages read (live metrics, the training manifest and curves, reports,
+    summaries, per-item results, samples, sections, review log, plots, index files, stage
+    state, job.json), cut to half its bytes and to nothing, one at a time and then all at
+    once: every page that reads it renders without an exception, and says "not ready yet"
+    where a file cannot be read at all."""
+    import shutil
+
+    import streamlit as st
+
+    from workbench.distill.api import load_samples, review_sample
+    from workbench.jobs import Job
+
+    w = tmp_path / "ws"
+    shutil.copytree(finished_ws, w)
+    monkeypatch.setenv("WB_WORKSPACE", str(w))
+    run = w / "runs" / "tiny"
+    review_sample(run, load_samples(run, reviewed=False)[0].id, "accept")  # review.jsonl
+    job = Job(id="20260101-000000-train-abcdef", kind="train", workspace=str(w), config={},
+              status="completed", progress=["step 3/3"])
+    job.folder.mkdir(parents=True)
+    job.save()
+    (job.folder / "log.txt").write_text("done\n")
+    model_files = {"adapter_config.json", "tokenizer.json", "tokenizer_config.json"}
+    files = sorted(p for p in run.rglob("*") if p.is_file() and p.suffix in (
+        ".json", ".jsonl", ".png", ".md", ".npy", ".index") and p.name not in model_files
+        and "sft" not in p.parts)
+    assert len(files) >= 30
+
+    apps = {name: page(name) for name in RUN_PAGES}  # reruns skip Streamlit's set-up scan
+
+    def render(names: list[str], why) -> list[str]:
+        shown = []
+        for name in names:
+            at = apps[name].run()
+            assert not at.exception, (why, name, at.exception)
+            if any("not ready yet" in c.value for c in at.caption):
+                shown.append(name)
+        return shown
+
+    renders, not_ready = 0, {}
+    for f in files + [job.folder / "job.json"]:
+        whole = f.read_bytes()
+        names = RUN_PAGES if f.name == "job.json" else _readers(f.relative_to(run))
+        for cut in (len(whole) // 2, 0):
+            f.write_bytes(whole[:cut])
+            if f.parent.name == "index":
+                st.cache_resource.clear()  # the retrieval page must load the cut index
+            not_ready[f.relative_to(w), cut] = render(names, (f, cut))
+            renders += len(names)
+        f.write_bytes(whole)
+    originals = {f: f.read_bytes() for f in files}
+    for cut in (0.5, 0):  # every file cut at once
+        for f, whole in originals.items():
+            f.write_bytes(whole[:int(len(whole) * cut)])
+        st.cache_resource.clear()
+        render(RUN_PAGES, cut)
+        renders += len(RUN_PAGES)
+    for rel in ("adapter/manifest.json", "adapter/training_curves.png", "comparison.png",
+                "distill/report.json", "index/manifest.json", "index/faiss.index"):
+        for cut in (0, len(originals[run / rel]) // 2):
+            assert not_ready[Path("runs/tiny") / rel, cut], (rel, cut)
+    print(f"{len(files) + 1} files x 2 cuts, then all at once: {renders} page renders, "
+          f"0 exceptions; {sum(map(bool, not_ready.values()))} of {len(not_ready)} cut files "
+          "shown as 'not ready yet'")

@@ -27,7 +27,7 @@ def run_job(tmp_path, db, die=None):
     script = tmp_path / "job.py"
     script.write_text(JOB)
     args = [sys.executable, str(script), str(db)] + ([str(die)] if die is not None else [])
-    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_killed_after_60_rerun_makes_exactly_40_calls(tmp_path):
@@ -148,3 +148,67 @@ def test_tools_are_part_of_the_key_and_tool_calls_come_back_from_the_cache(tmp_p
     old_key = hashlib.sha256(json.dumps(old, sort_keys=True, ensure_ascii=False,
                                         separators=(",", ":")).encode()).hexdigest()
     assert generation_key("fake:fake", PROMPTS[0], p) == old_key
+
+
+def _truncated_cache(path, keep):
+    """A real cache of 300 rows, cut to `keep` bytes (a disk full or a copy cut short)."""
+    full = path.with_name("full.sqlite")
+    cache = CallCache(full)
+    for i in range(300):
+        cache.put(f"k{i}", "generate", "fake:fake", {"text": "x" * 200})
+    cache.close()
+    data = full.read_bytes()
+    path.write_bytes(data[:keep(len(data))])
+
+
+@pytest.mark.parametrize("damage", ["random bytes", "text file", "truncated header",
+                                    "truncated half"])
+def test_corrupt_cache_is_moved_aside_and_a_fresh_one_starts(tmp_path, caplog, damage):
+    import logging
+    import random
+    import re
+
+    db = tmp_path / "calls.sqlite"
+    if damage == "random bytes":
+        db.write_bytes(random.Random(0).randbytes(10_000))
+    elif damage == "text file":
+        db.write_text("this is not a database\n" * 50)
+    else:
+        _truncated_cache(db, (lambda n: 60) if damage == "truncated header" else
+                         (lambda n: n // 2))
+    (tmp_path / "calls.sqlite-wal").write_bytes(b"stale wal")  # never replayed into the new one
+    before = db.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="workbench.models.cache"):
+        cache = CallCache(db)
+    names = sorted(p.name for p in tmp_path.glob("calls.sqlite.corrupt-*")
+                   if not p.name.endswith(("-wal", "-shm")))
+    assert len(names) == 1 and re.fullmatch(r"calls\.sqlite\.corrupt-\d{8}T\d{6}Z", names[0])
+    assert (tmp_path / names[0]).read_bytes() == before  # the bytes kept intact, for a look
+    assert cache.moved_aside == [tmp_path / names[0]]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and str(db) in warned[0] and names[0] in warned[0]
+    # the fresh cache works: a call is stored, and a later run is answered from it
+    first = CachedModel(load_model("fake"), cache)
+    first.generate(PROMPTS[:3])
+    assert first.calls_made == 3 and cache.stats() == {"ok": 3, "failed": 0}
+    cache.close()
+    later = CachedModel(load_model("fake"), CallCache(db))
+    later.generate(PROMPTS[:3])
+    assert later.calls_made == 0
+    assert [p.name for p in tmp_path.glob("calls.sqlite.corrupt-*")
+            if not p.name.endswith(("-wal", "-shm"))] == names  # nothing more moved aside
+
+
+def test_only_corruption_moves_a_cache_aside(tmp_path):
+    import sqlite3
+
+    from workbench.models.cache import _corrupt
+
+    with pytest.raises(sqlite3.OperationalError) as e:
+        sqlite3.connect(tmp_path / "x.sqlite").execute("SELECT * FROM missing")
+    assert not _corrupt(e.value)  # a query or lock error is not a damaged file
+    db = tmp_path / "garbage.sqlite"
+    db.write_bytes(b"\0" * 100 + b"x" * 4000)
+    with pytest.raises(sqlite3.DatabaseError) as e:
+        sqlite3.connect(db).execute("SELECT 1 FROM sqlite_master")
+    assert _corrupt(e.value)

@@ -36,16 +36,18 @@ def model_reply(conv):
 
 
 @contextlib.contextmanager
-def serving(model, name: str):
+def serving(model, name: str, limits=None):
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(model, name), host="127.0.0.1",
+    server = uvicorn.Server(uvicorn.Config(create_app(model, name, limits), host="127.0.0.1",
                                            port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        wait_http(f"http://127.0.0.1:{port}/health", timeout=60)
+        wait_http(f"http://127.0.0.1:{port}/health", timeout=60,
+                  headers={"Authorization": f"Bearer {limits.api_key}"}
+                  if limits is not None and limits.api_key else None)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         server.should_exit = True

@@ -74,8 +74,8 @@ class CoreConfig(Section):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, v: str) -> str:
-        from workbench.runs import check_run_name
         from workbench.errors import WorkbenchError
+        from workbench.runs import check_run_name
 
         try:
             return check_run_name(v)
@@ -125,18 +125,39 @@ def config_schema() -> dict[str, Any]:
     return experiment_config_model().model_json_schema()
 
 
+def _yaml_value(raw: str, what: str) -> Any:
+    """A scalar or collection written in YAML; text that is not YAML stays text."""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    except RecursionError:
+        raise ConfigError([f"{what}: value nested too deeply to read"]) from None
+
+
+def _one_line(text: str) -> str:
+    """`text` with line breaks and other unprintable characters escaped, so an error made of
+    user input stays on one line (keys and values may hold any character)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError([f"override {text!r} is not key=value (e.g. models.chat.spec=default)"])
     key, _, raw = text.partition("=")
     keys = key.strip().split(".")
     if not key.strip() or any(not k.strip() for k in keys):
-        raise ConfigError([f"override {text!r}: {key.strip()!r} is not a key path (e.g. "
-                           "train.max_steps=8)"])
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+        hint = "e.g. train.max_steps=8"
+        raise ConfigError([f"override {text!r}: {key.strip()!r} is not a key path ({hint})"])
+    value = _yaml_value(raw, f"override {key.strip()!r}") if raw.strip() else ""
     return [k.strip() for k in keys], value
 
 
@@ -160,11 +181,7 @@ def env_overrides(model: type[BaseModel], environ: dict[str, str] | None = None
         keys = [k.lower() for k in name[3:].split("__")]
         if keys[0] not in top:
             continue  # WB_HOME and friends are not config keys
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
-        out.append((keys, value))
+        out.append((keys, _yaml_value(raw, name)))
     return out
 
 
@@ -174,7 +191,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Load, merge and validate. Raises ConfigError listing every problem."""
     cls = cls or experiment_config_model()
     tree: dict[str, Any] = {}
-    source = str(path) if path else "config"
+    source = _one_line(str(path)) if path else "config"
     if path is not None:
         p = Path(path)
         if not p.exists():
@@ -193,13 +210,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
             raise ConfigError([f"{where}invalid YAML ({getattr(e, 'problem', e)})"],
                               source=source) from None
+        except RecursionError:
+            raise ConfigError(["YAML nested too deeply to read"], source=source) from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
             raise ConfigError(["top level must be a mapping of keys to values"], source=source)
         tree = loaded
     problems: list[str] = []
-    for keys, value in env_overrides(cls, environ):
+    try:
+        env = env_overrides(cls, environ)
+    except ConfigError as e:
+        problems.extend(e.problems)
+        env = []
+    for keys, value in env:
         _set(tree, keys, value)
     for text in overrides or []:
         try:
@@ -218,11 +242,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             elif err["type"] == "missing":
                 msg = "required"
             else:
-                msg = f"{msg} (got {err.get('input')!r})"
+                msg = f"{msg} (got {_shown(err.get('input'))})"
             problems.append(f"{loc}: {msg}")
-        raise ConfigError(problems, source=source) from None
+        raise ConfigError([_one_line(p) for p in problems], source=source) from None
     if problems:
-        raise ConfigError(problems, source=source)
+        raise ConfigError([_one_line(p) for p in problems], source=source)
     return cfg
 
 

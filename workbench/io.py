@@ -256,7 +256,7 @@ def describe_validation_error(e: Exception) -> str:
         return str(e)
     parts = []
     for err in errors():
-        loc = ".".join(str(x) for x in err.get("loc", ()))
+        loc = ".".join(s if (s := str(x)).isprintable() else repr(s) for x in err.get("loc", ()))
         msg = err.get("msg", "invalid")
         if err.get("type") == "missing":
             msg = "missing field"

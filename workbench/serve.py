@@ -16,16 +16,22 @@ and then sent as chunks, since a half-written call cannot be parsed.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import hmac
 import json
 import re
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from starlette.requests import Request  # at module level: FastAPI resolves the annotation
 
 from workbench.errors import WorkbenchError
-from workbench.models.base import ChatModel, Generation, GenerationParams
+from workbench.models.base import ChatModel, Generation, GenerationParams, cancel_context
 from workbench.models.messages import NamedToolChoice, ToolCall, ToolSpec, as_tool_choice
 
 
@@ -94,7 +100,7 @@ class _Sampling(_Strict):
     top_k: int | None = Field(None, ge=1)
     repetition_penalty: float | None = Field(None, gt=0.0)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)  # int64, as OpenAI
     stream: bool = False
     n: int = Field(1, ge=1, le=1)
 
@@ -129,7 +135,7 @@ class TokenizeRequest(_Strict):
 
     model: str | None = None
     prompt: str | None = None
-    messages: list[ChatMessageIn] | None = None
+    messages: list[ChatMessageIn] | None = Field(None, min_length=1)
     add_generation_prompt: bool = True
     add_special_tokens: bool | None = None
     tools: list[ToolSpec] | None = None
@@ -170,15 +176,232 @@ def _sse(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body)}\n\n"
 
 
-def create_app(model: ChatModel, served_name: str):
-    from fastapi import FastAPI, Request
+class ServerLimits(BaseModel):
+    """What `workbench serve` accepts and from whom (the CLI's options)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    api_key: str | None = Field(None, description="Required as `Authorization: Bearer <key>` "
+                                                   "on every route when set.")
+    docs: bool = Field(False, description="Serve /docs and /openapi.json.")
+    max_body_bytes: int = Field(1_000_000, ge=1, description="Larger request bodies get 413.")
+    max_queue: int = Field(16, ge=0, description="Requests that may wait while one generates; "
+                                                 "more get 429.")
+    disconnect_poll_s: float = Field(0.1, gt=0, description="How often a running request "
+                                                           "checks that its client is there.")
+    batch_window_ms: float = Field(10.0, ge=0, description="How long a greedy chat request "
+                                   "waits for others to share its batch; 0 turns batching "
+                                   "off.")
+
+
+class _Gate:
+    """Admission: at most `1 + max_queue` generation requests at once, the rest get 429."""
+
+    def __init__(self, capacity: int):
+        self.capacity, self.active = capacity, 0
+        self._lock = threading.Lock()
+
+    def admit(self) -> _Ticket | None:
+        with self._lock:
+            if self.active >= self.capacity:
+                return None
+            self.active += 1
+            return _Ticket(self)
+
+
+class _Ticket:
+    def __init__(self, gate: _Gate):
+        self.gate, self.done = gate, False
+
+    def release(self) -> None:
+        with self.gate._lock:
+            if not self.done:
+                self.done = True
+                self.gate.active -= 1
+
+
+class _AllSet:
+    """Set once every one of `events` is: a shared batch stops only when all its clients
+    have left."""
+
+    def __init__(self, events: list[threading.Event]):
+        self.events = events
+
+    def is_set(self) -> bool:
+        return all(e.is_set() for e in self.events)
+
+
+class _Batcher:
+    """Micro-batching: chat requests that arrive within `window_s` of each other and share
+    their generation settings (greedy decoding, same tools) run as one `generate` call of up
+    to the backend's batch size, so concurrent clients (say, distillation workers) share
+    batches. Seeded sampling is left alone: a shared batch would change its samples."""
+
+    def __init__(self, model: ChatModel, window_s: float):
+        import queue
+
+        self.model, self.window_s = model, window_s
+        self.max_batch = max(1, model.batch_size)
+        self.requests: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+        self.batches: list[int] = []  # sizes of the batches run, for /health and tests
+
+    @staticmethod
+    def batchable(params: GenerationParams) -> bool:
+        return params.greedy
+
+    def generate(self, conv, params: GenerationParams, tools: dict[str, Any]) -> Generation:
+        """Blocks until this conversation's reply is ready; call it in a worker thread."""
+        from concurrent.futures import Future
+
+        from workbench.models.base import cancel_event
+
+        with self._start:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="serve-batcher",
+                                                daemon=True)
+                self._thread.start()
+        done: Future = Future()
+        key = (params, json.dumps(_plain_tools(tools), sort_keys=True))
+        self.requests.put((key, conv, params, tools, cancel_event() or threading.Event(), done))
+        return done.result()
+
+    def _loop(self) -> None:
+        import queue
+
+        waiting: list = []
+        while True:
+            first = waiting.pop(0) if waiting else self.requests.get()
+            batch, deadline = [first], time.monotonic() + self.window_s
+            while len(batch) < self.max_batch:
+                timeout = deadline - time.monotonic()
+                try:
+                    item = self.requests.get(timeout=max(timeout, 0)) if timeout > 0 else \
+                        self.requests.get_nowait()
+                except queue.Empty:
+                    break
+                (batch if item[0] == first[0] else waiting).append(item)
+            self._run(batch)
+
+    def _run(self, batch: list) -> None:
+        _, _, params, tools, _, _ = batch[0]
+        live = [b for b in batch if not b[4].is_set()]
+        for b in batch:
+            if b[4].is_set():
+                b[5].set_exception(ApiGone())
+        if not live:
+            return
+        self.batches.append(len(live))
+        context = cancel_context(_AllSet([b[4] for b in live]))  # type: ignore[arg-type]
+        try:
+            gens = context.run(self.model.generate, [b[1] for b in live], params, **tools)
+        except Exception as e:  # noqa: BLE001 - handed to the request(s) it belongs to
+            if len(live) == 1:
+                live[0][5].set_exception(e)
+            else:  # one bad conversation must not fail the others: run each alone
+                for b in live:
+                    self._run([b])
+            return
+        for b, g in zip(live, gens, strict=True):
+            b[5].set_result(g)
+
+
+class ApiGone(Exception):
+    """The client left before its turn in a batch came."""
+
+
+def _plain_tools(tools: dict[str, Any]) -> Any:
+    if not tools:
+        return None
+    choice = tools.get("tool_choice")
+    return {"tools": [t.model_dump(mode="json") if hasattr(t, "model_dump") else t
+                      for t in tools["tools"]],
+            "tool_choice": choice.model_dump(mode="json") if hasattr(choice, "model_dump")
+            else choice}
+
+
+def _auth_ok(header: bytes | None, key: str) -> bool:
+    scheme, _, token = (header or b"").decode("latin-1").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(),
+                                                              key.encode())
+
+
+class _Guard:
+    """ASGI middleware: the API key on every route (401), and the body limit (413) enforced
+    while the body streams in, so an oversized body is never held whole."""
+
+    def __init__(self, app, limits: ServerLimits):
+        self.app, self.limits = app, limits
+
+    @staticmethod
+    async def _reply(send, status: int, message: str, code: str) -> None:
+        body = json.dumps({"error": {"message": message, "type": "invalid_request_error",
+                                     "param": None, "code": code}}).encode()
+        headers = [(b"content-type", b"application/json"),
+                   (b"content-length", str(len(body)).encode())]
+        if status == 401:
+            headers.append((b"www-authenticate", b"Bearer"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limits = self.limits
+        headers = dict(scope.get("headers") or [])
+        if limits.api_key and not _auth_ok(headers.get(b"authorization"), limits.api_key):
+            return await self._reply(send, 401, "missing or incorrect API key: send "
+                                                "`Authorization: Bearer <key>`",
+                                     "invalid_api_key")
+        too_big = (f"the request body is over the server's limit of {limits.max_body_bytes} "
+                   "bytes")
+        try:
+            declared = int(headers.get(b"content-length", b"0"))
+        except ValueError:
+            declared = 0
+        if declared > limits.max_body_bytes:
+            return await self._reply(send, 413, too_big, "request_too_large")
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left before sending its body
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > limits.max_body_bytes:
+                return await self._reply(send, 413, too_big, "request_too_large")
+            if not message.get("more_body"):
+                break
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()  # from here on only http.disconnect comes
+
+        return await self.app(scope, replay, send)
+
+
+def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None = None):
+    from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
+    from starlette.background import BackgroundTask
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    app = FastAPI(title="workbench OpenAI-compatible server", version="1")
+    limits = limits or ServerLimits()
+    app = FastAPI(title="workbench OpenAI-compatible server", version="1",
+                  docs_url="/docs" if limits.docs else None, redoc_url=None,
+                  openapi_url="/openapi.json" if limits.docs else None)
+    app.add_middleware(_Guard, limits=limits)
     created = int(time.time())
     caps = model.capabilities
+    gate = _Gate(1 + limits.max_queue)
+    batcher = _Batcher(model, limits.batch_window_ms / 1000) if limits.batch_window_ms else None
+    app.state.batcher = batcher
 
     class ApiError(Exception):
         def __init__(self, status: int, message: str, param: str | None = None,
@@ -219,6 +442,94 @@ def create_app(model: ChatModel, served_name: str):
                                        params[0] if params else None, "invalid_request"),
                             status_code=400)
 
+    # --- running work off the event loop, stopped when the client leaves ----------------
+
+    def admit() -> _Ticket:
+        ticket = gate.admit()
+        if ticket is None:
+            raise ApiError(429, f"the server is busy ({gate.active} requests running or "
+                                "queued); retry later", kind="rate_limit_error")
+        return ticket
+
+    class Work:
+        """One request's work, run in worker threads inside a context whose cancel event
+        is set when the client disconnects (or the request is cancelled)."""
+
+        def __init__(self, request: Request):
+            self.request, self.cancel = request, threading.Event()
+            self.context = cancel_context(self.cancel)
+
+        async def run(self, fn, *args, **kwargs):
+            loop = asyncio.get_running_loop()
+            fut = loop.run_in_executor(None, functools.partial(self.context.run, fn, *args,
+                                                               **kwargs))
+            try:
+                while True:
+                    done, _ = await asyncio.wait({fut}, timeout=limits.disconnect_poll_s)
+                    if done:
+                        return fut.result()
+                    if not self.cancel.is_set() and await self.request.is_disconnected():
+                        self.cancel.set()
+            except BaseException:
+                self.cancel.set()
+                raise
+
+    async def run_once(request: Request, fn, *args, **kwargs):
+        ticket = admit()
+        try:
+            return await Work(request).run(fn, *args, **kwargs)
+        finally:
+            ticket.release()
+
+    def streamed(request: Request, ticket: _Ticket, pieces: Iterator[str]):
+        """SSE from a sync iterator of events, each `next` in a worker thread; generation
+        stops when the client leaves (seen between events, or by polling while one is being
+        made), and the ticket is released then."""
+        work, end = Work(request), object()
+
+        async def events():
+            try:
+                while True:
+                    piece = await work.run(next, pieces, end)
+                    if piece is end:
+                        break
+                    yield piece
+                    if await request.is_disconnected():
+                        break
+            finally:
+                work.cancel.set()
+                ticket.release()
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 background=BackgroundTask(ticket.release))
+
+    def fit_length(n_prompt: int, max_tokens: int, explicit: bool, param: str) -> int:
+        """`max_tokens` that fits the model's positions after a prompt of `n_prompt` tokens:
+        an explicit one that does not fit is refused, the default is cut to what fits."""
+        limit = model.max_positions
+        if limit is None:
+            return max_tokens
+        if n_prompt >= limit or (explicit and n_prompt + max_tokens > limit):
+            raise ApiError(400, f"the prompt has {n_prompt} tokens and max_tokens is "
+                                f"{max_tokens}: together {n_prompt + max_tokens} exceed the "
+                                f"model's {limit} positions; shorten the prompt or lower "
+                                "max_tokens", param)
+        return min(max_tokens, limit - n_prompt)
+
+    def prompt_tokens(prompt, **kw) -> int | None:
+        """Tokens of a prompt (text or conversation), when the backend can count them."""
+        if not caps.tokenize or model.max_positions is None:
+            return None
+        from jinja2 import TemplateError
+
+        try:
+            return len(model.tokenize(prompt, **kw))
+        except TemplateError as e:
+            raise ApiError(400, f"the chat template refused the conversation: {e}",
+                           "messages") from None
+        except WorkbenchError as e:
+            raise ApiError(400, str(e)) from None
+
     def check_model(name: str | None) -> None:
         if name not in (None, "", served_name):
             raise ApiError(404, f"model {name!r} is not served here (serving {served_name!r})",
@@ -228,8 +539,15 @@ def create_app(model: ChatModel, served_name: str):
         from jinja2 import TemplateError
 
         try:
-            gens = model.generate(convs, params, **tools) if tools else \
-                model.generate(convs, params)
+            if batcher is not None and len(convs) == 1 and batcher.batchable(params):
+                try:
+                    gens = [batcher.generate(convs[0], params, tools)]
+                except ApiGone:
+                    raise ApiError(499, "the client closed the request",
+                                   kind="client_closed") from None
+            else:
+                gens = model.generate(convs, params, **tools) if tools else \
+                    model.generate(convs, params)
         except TemplateError as e:
             raise ApiError(400, f"the chat template refused the conversation: {e}",
                            "messages") from None
@@ -242,7 +560,10 @@ def create_app(model: ChatModel, served_name: str):
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "model": served_name}
+        return {"status": "ok", "model": served_name, "active": gate.active,
+                "capacity": gate.capacity,
+                "batches": len(batcher.batches) if batcher else None,
+                "batched_requests": sum(batcher.batches) if batcher else None}
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
@@ -276,11 +597,21 @@ def create_app(model: ChatModel, served_name: str):
             msg["tool_calls"] = [tc.model_dump(mode="json") for tc in calls]
         return msg
 
+    def chat_params(req: ChatCompletionRequest, conv, tools: dict[str, Any]
+                    ) -> GenerationParams:
+        asked = req.max_completion_tokens or req.max_tokens
+        max_tokens = asked or 256
+        n = prompt_tokens(conv, tools=tools.get("tools"))
+        if n is not None:
+            max_tokens = fit_length(n, max_tokens, asked is not None,
+                                    "max_completion_tokens" if req.max_completion_tokens
+                                    else "max_tokens" if asked else "messages")
+        return _params(req, max_tokens)
+
     @app.post("/v1/chat/completions")
-    def chat(req: ChatCompletionRequest):
+    async def chat(req: ChatCompletionRequest, request: Request):
         check_model(req.model)
         conv = conversation(req.messages)
-        params = _params(req, req.max_completion_tokens or req.max_tokens or 256)
         tools = tool_args(req)
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
@@ -289,20 +620,27 @@ def create_app(model: ChatModel, served_name: str):
                          "created": int(time.time()), "model": served_name,
                          "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
-        if req.stream and not tools:
-            def events():
-                yield chunk({"role": "assistant", "content": ""})
-                try:
-                    for piece in model.stream(conv, params):
-                        if piece:
-                            yield chunk({"content": piece})
-                    yield chunk({}, "stop")
-                except WorkbenchError as e:
-                    yield _sse(error_body(str(e), "server_error", None, 500))
-                yield "data: [DONE]\n\n"
+        ticket = admit()
+        try:
+            params = await Work(request).run(chat_params, req, conv, tools)
+            if req.stream and not tools:
+                def events():
+                    yield chunk({"role": "assistant", "content": ""})
+                    try:
+                        for piece in model.stream(conv, params):
+                            if piece:
+                                yield chunk({"content": piece})
+                        yield chunk({}, "stop")
+                    except WorkbenchError as e:
+                        yield _sse(error_body(str(e), "server_error", None, 500))
+                    yield "data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream")
-        gen = generate([conv], params, **tools)[0]
+                response, ticket = streamed(request, ticket, events()), None
+                return response
+            gen = (await Work(request).run(generate, [conv], params, **tools))[0]
+        finally:
+            if ticket is not None:
+                ticket.release()
         message = assistant_message(gen, req.parallel_tool_calls)
         if req.stream:
             def whole():
@@ -326,15 +664,23 @@ def create_app(model: ChatModel, served_name: str):
 
     # --- completions ---------------------------------------------------------------------
 
+    def text_tokens(i: int, prompt: str) -> int | None:
+        n = prompt_tokens(prompt)
+        if n == 0:
+            raise ApiError(400, f"prompt {i} is empty (0 tokens)", "prompt")
+        return n
+
     def scored_choice(i: int, prompt: str, top: int) -> dict[str, Any]:
+        n = text_tokens(i, prompt)
+        if n is not None and n > model.max_positions:
+            raise ApiError(400, f"prompt {i} has {n} tokens, over the model's "
+                                f"{model.max_positions} positions", "prompt")
         lp = model.token_logprobs(prompt, top)
         return {"index": i, "text": prompt, "finish_reason": "length",
                 "logprobs": {"tokens": lp.tokens, "text_offset": lp.offsets,
                              "token_logprobs": lp.logprobs, "top_logprobs": lp.top}}
 
-    @app.post("/v1/completions")
-    def completions(req: CompletionRequest):
-        check_model(req.model)
+    def completion_body(req: CompletionRequest) -> dict[str, Any]:
         prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
         rid, now = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
         if req.max_tokens == 0:
@@ -361,6 +707,9 @@ def create_app(model: ChatModel, served_name: str):
             if not caps.complete:
                 raise ApiError(400, f"prompt: backend {model.backend_name!r} cannot continue "
                                     "raw text; use /v1/chat/completions", "prompt")
+            for i, p in enumerate(prompts):
+                if (n := text_tokens(i, p)) is not None:
+                    fit_length(n, req.max_tokens, True, "max_tokens")
             try:
                 gens = model.complete(prompts, _params(req, req.max_tokens))
             except WorkbenchError as e:
@@ -373,16 +722,23 @@ def create_app(model: ChatModel, served_name: str):
                        for i, (p, g) in enumerate(zip(prompts, gens, strict=True))]
             n_prompt = sum(g.prompt_tokens for g in gens)
         n_completion = sum(g.completion_tokens for g in gens)
-        if req.stream:
-            def events():
-                for c in choices:
-                    yield _sse({"id": rid, "object": "text_completion", "created": now,
-                                "model": served_name, "choices": [c]})
-                yield "data: [DONE]\n\n"
-
-            return StreamingResponse(events(), media_type="text/event-stream")
         return {"id": rid, "object": "text_completion", "created": now, "model": served_name,
                 "choices": choices, "usage": _usage(n_prompt, n_completion)}
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest, request: Request):
+        check_model(req.model)
+        body = await run_once(request, completion_body, req)
+        if not req.stream:
+            return body
+
+        def events():
+            for c in body["choices"]:
+                yield _sse({"id": body["id"], "object": "text_completion",
+                            "created": body["created"], "model": served_name, "choices": [c]})
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     # --- tokenizer -----------------------------------------------------------------------
 
@@ -397,6 +753,8 @@ def create_app(model: ChatModel, served_name: str):
         if (req.prompt is None) == (req.messages is None):
             raise ApiError(400, "send exactly one of prompt and messages",
                            "prompt" if req.prompt is None else "messages")
+        from jinja2 import TemplateError
+
         try:
             if req.prompt is not None:
                 ids = model.tokenize(req.prompt, add_special_tokens=req.add_special_tokens)
@@ -405,6 +763,9 @@ def create_app(model: ChatModel, served_name: str):
                                      add_special_tokens=req.add_special_tokens,
                                      add_generation_prompt=req.add_generation_prompt,
                                      tools=req.tools)
+        except TemplateError as e:
+            raise ApiError(400, f"the chat template refused the conversation: {e}",
+                           "messages") from None
         except WorkbenchError as e:
             raise ApiError(400, str(e)) from None
         return {"count": len(ids), "max_model_len": model.max_positions, "tokens": ids}
@@ -413,13 +774,18 @@ def create_app(model: ChatModel, served_name: str):
     def detokenize(req: DetokenizeRequest):
         check_model(req.model)
         need_tokenizer()
-        return {"prompt": model.detokenize(req.tokens)}
+        try:
+            return {"prompt": model.detokenize(req.tokens)}
+        except WorkbenchError as e:
+            raise ApiError(400, str(e), "tokens") from None
 
     return app
 
 
 def serve(model: ChatModel, served_name: str, *, host: str = "127.0.0.1", port: int = 8000,
-          log_level: str = "warning") -> None:
+          limits: ServerLimits | None = None, log_level: str = "warning") -> None:
+    """Run the server until SIGTERM/SIGINT; requests still running get 5 s, then stop."""
     import uvicorn
 
-    uvicorn.run(create_app(model, served_name), host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(model, served_name, limits), host=host, port=port,
+                log_level=log_level, timeout_graceful_shutdown=5)

@@ -5,7 +5,9 @@
     <workspace>/jobs/     background jobs (see workbench.jobs)
 
 Uploaded names are reduced to a safe base name, so no upload can write outside the corpus
-folder; sizes are capped; nothing uploaded is ever unpickled.
+folder; sizes are capped (each file, and the corpus in all); nothing uploaded is ever
+unpickled. The app opens workspaces only inside a root folder fixed when it starts
+(`workspace_in`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from workbench.io import atomic_write_bytes
 from workbench.runs import RunLayout
 
 MAX_UPLOAD_MB = 20
+MAX_CORPUS_MB = 200  # all documents of one corpus together
+MB = 1024 * 1024
 
 
 def open_workspace(path: str | Path, create: bool = True) -> Path:
@@ -35,6 +39,36 @@ def open_workspace(path: str | Path, create: bool = True) -> Path:
     return root
 
 
+def workspace_in(root: str | Path, path: str | Path, *, create: bool = True) -> Path:
+    """Open the workspace `path` (relative to `root`, or absolute) only if it resolves to a
+    folder strictly inside `root`: `..` parts, absolute paths elsewhere and symlinks that
+    lead out are refused before anything is created."""
+    base = Path(root).expanduser().resolve()
+    text = str(path).strip()
+    if not text:
+        raise WorkbenchError(f"give a workspace folder inside {base}")
+    p = Path(text)
+    if ".." in p.parts:
+        raise WorkbenchError(f"{text!r}: '..' is not allowed in a workspace path")
+    try:
+        target = (p if p.is_absolute() else base / p).resolve()
+    except (OSError, ValueError, RuntimeError) as e:  # NUL bytes, symlink loops
+        raise WorkbenchError(f"{text!r}: not a usable folder path ({e})") from None
+    if target == base:
+        raise WorkbenchError(f"{text!r} is the workspace root {base} itself: give a folder "
+                             "inside it")
+    if not target.is_relative_to(base):
+        raise WorkbenchError(f"{text!r} is outside the workspace root {base}: workspaces are "
+                             "folders inside it")
+    if target.exists() and not target.is_dir():
+        raise WorkbenchError(f"{target}: not a folder")
+    try:
+        return open_workspace(target, create=create)
+    except OSError as e:
+        raise WorkbenchError(f"{target}: cannot open the workspace ({e.strerror or e})"
+                             ) from None
+
+
 def safe_name(name: str) -> str:
     """A plain file name: no folders, no '..', no control or odd characters."""
     name = unicodedata.normalize("NFKC", name).replace("\\", "/").split("/")[-1]
@@ -44,8 +78,11 @@ def safe_name(name: str) -> str:
     return name[:120]
 
 
-def save_upload(workspace: Path, name: str, data: bytes, *, max_mb: int = MAX_UPLOAD_MB
-                ) -> Path:
+def save_upload(workspace: Path, name: str, data: bytes, *, max_mb: int = MAX_UPLOAD_MB,
+                max_corpus_mb: float | None = None) -> Path:
+    """Store an upload in the corpus under its safe base name (replacing a file of that
+    name): a supported type, at most `max_mb`, and the corpus at most `max_corpus_mb`
+    (`MAX_CORPUS_MB` by default) with it; a refusal writes nothing."""
     fname = safe_name(name)
     if Path(fname).suffix.lower() not in SUPPORTED:
         raise DataError(f"{fname}: unsupported type (supported: "
@@ -57,6 +94,13 @@ def save_upload(workspace: Path, name: str, data: bytes, *, max_mb: int = MAX_UP
     target = (corpus / fname).resolve()
     if target.parent != corpus:  # belt and braces: never outside the corpus folder
         raise DataError(f"{name!r} would escape the workspace", code="bad_name")
+    cap = MAX_CORPUS_MB if max_corpus_mb is None else max_corpus_mb
+    total = corpus_bytes(workspace)
+    replaced = target.stat().st_size if target.is_file() else 0
+    if total - replaced + len(data) > cap * MB:
+        raise DataError(f"{fname}: the corpus holds {total / MB:.1f} MB and this file is "
+                        f"{len(data) / MB:.1f} MB: over the {cap:g} MB corpus cap (remove "
+                        "documents first)", code="corpus_full")
     atomic_write_bytes(target, data)
     return target
 
@@ -87,6 +131,17 @@ def save_benchmark(workspace: Path, name: str, data: bytes, *, max_mb: int = MAX
 def corpus_files(workspace: Path) -> list[Path]:
     return sorted(p for p in (workspace / "corpus").iterdir() if p.is_file()
                   and not p.name.startswith("."))
+
+
+def corpus_bytes(workspace: Path) -> int:
+    """The size of every document in the corpus together (what `MAX_CORPUS_MB` caps)."""
+    total = 0
+    for p in corpus_files(workspace):
+        try:
+            total += p.stat().st_size
+        except OSError:  # removed meanwhile
+            pass
+    return total
 
 
 def remove_file(workspace: Path, name: str) -> None:

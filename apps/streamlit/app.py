@@ -10,7 +10,7 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import navigation_pages  # noqa: E402
+from common import navigation_pages
 
 st.set_page_config(page_title="Domain-Agent Workbench",
                    page_icon=":material/settings_input_antenna:", layout="wide")

@@ -1,16 +1,21 @@
 """Shared bits of the app's pages: the current workspace and small rendering helpers.
-Pages hold no logic: they call one library function per action and render the result."""
+Pages hold no logic: they call one library function per action and render the result.
+
+Run files may be read while a job is still writing them: pages read them through the
+helpers here (or inside try/except) and show "not ready yet" instead of raising."""
 
 from __future__ import annotations
 
 import html
+import io
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
-
 from workbench.errors import WorkbenchError
-from workbench.workspace import RunInfo, list_runs, open_workspace
+from workbench.workspace import MAX_CORPUS_MB, RunInfo, list_runs, workspace_in
 
 PAGES = Path(__file__).parent / "pages"
 CORE_PAGES = [("projects.py", "Projects and runs", ":material/folder:"),
@@ -32,18 +37,90 @@ def navigation_pages() -> list[tuple[Path, str, str, bool]]:
     return out
 
 
+def root() -> Path:
+    """The folder every workspace of this app lives in, fixed when the app starts:
+    `WB_ROOT` (set by `workbench app --root`), else the folder holding `WB_WORKSPACE`."""
+    if os.environ.get("WB_ROOT"):
+        return Path(os.environ["WB_ROOT"]).expanduser().resolve()
+    return Path(os.environ.get("WB_WORKSPACE", "workspace")).expanduser().resolve().parent
+
+
 def workspace() -> Path:
+    """The session's workspace: the start one (`WB_WORKSPACE`, inside `root()`) until the
+    projects page opens another; a start workspace outside the root stops the page."""
     if "workspace" not in st.session_state:
-        st.session_state.workspace = str(open_workspace(
-            os.environ.get("WB_WORKSPACE", "workspace")))
+        start = os.environ.get("WB_WORKSPACE")
+        try:
+            ws = workspace_in(root(), Path(start).expanduser().resolve() if start
+                              else "workspace")
+        except WorkbenchError as e:
+            st.error(f"No workspace: {e}")
+            st.stop()
+        st.session_state.workspace = str(ws)
     return Path(st.session_state.workspace)
+
+
+def max_corpus_mb() -> float:
+    """The corpus cap of this app (`workbench app --max-corpus-mb`, else `MAX_CORPUS_MB`)."""
+    try:
+        cap = float(os.environ.get("WB_MAX_CORPUS_MB") or MAX_CORPUS_MB)
+    except ValueError:
+        return MAX_CORPUS_MB
+    return cap if cap > 0 else MAX_CORPUS_MB
 
 
 def runs() -> list[RunInfo]:
     """Every run folder of the workspace (CLI or app made), with its typed compare report."""
     from workbench.experiments.compare import read_report
 
-    return list_runs(workspace(), read_report=read_report)
+    try:
+        return list_runs(workspace(), read_report=read_report)
+    except (OSError, ValueError, WorkbenchError) as e:  # a folder renamed while listed
+        not_ready("the runs of this workspace", e)
+        return []
+
+
+def not_ready(what: str, e: Exception | None = None) -> None:
+    """A file a job may still be writing could not be read: say so, never raise."""
+    st.caption(f":material/hourglass_top: {what}: not ready yet"
+               + (f" ({str(e).splitlines()[0][:300]})" if e is not None and str(e) else ""))
+
+
+def read_or_none(what: str, read: Callable[[], Any]) -> Any:
+    """`read()`, or None with a "not ready yet" note when the file is missing or
+    half-written (any error: the page goes on)."""
+    try:
+        return read()
+    except Exception as e:  # noqa: BLE001 - a half-written file must never crash a page
+        not_ready(what, e)
+        return None
+
+
+def jsonl_rows(path: Path) -> list[dict]:
+    """The JSON object rows of a JSONL file a job may be appending to: a torn last line is
+    skipped; an unreadable file gives [] and a "not ready yet" note."""
+    from workbench.io import iter_jsonl_raw
+
+    def read() -> list[dict]:
+        return [obj for _, obj in iter_jsonl_raw(path, torn_tail=lambda _e: None)
+                if isinstance(obj, dict)]
+
+    return read_or_none(path.name, read) or []
+
+
+def show_image(path: Path, caption: str | None = None) -> None:
+    """An image file, or a "not ready yet" note when it is empty or cut short."""
+    from PIL import Image
+
+    def read() -> bytes:
+        data = path.read_bytes()
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()  # decodes it all: a truncated file raises here, not in st.image
+        return data
+
+    data = read_or_none(path.name, read)
+    if data is not None:
+        st.image(data, caption=caption)
 
 
 def base_config(name: str, **sections) -> dict:
@@ -71,7 +148,7 @@ def job_panel(kind: str, key: str) -> None:
     """Status, progress and log of the newest job of a kind; survives reloads (on disk)."""
     from workbench.jobs import list_jobs, stop_job
 
-    jobs = list_jobs(workspace(), kind=kind)
+    jobs = read_or_none(f"{kind} jobs", lambda: list_jobs(workspace(), kind=kind))
     if not jobs:
         st.caption(f"No {kind} job started from the app yet.")
         return
@@ -84,11 +161,15 @@ def job_panel(kind: str, key: str) -> None:
     cols = st.columns(3)
     if job.status == "running":
         if cols[0].button("Stop", key=f"{key}-stop"):
-            stop_job(job)
-            st.rerun()
+            try:
+                stop_job(job)
+            except Exception as e:  # noqa: BLE001 - e.g. the job ended meanwhile
+                show_error(e)
+            else:
+                st.rerun()
         cols[1].button("Refresh", key=f"{key}-refresh")
     with st.expander("log"):
-        st.code(job.log_text(80) or "(empty)")
+        st.code(read_or_none("the job log", lambda: job.log_text(80)) or "(empty)")
 
 
 def pct(x: float | None) -> str:
@@ -130,7 +211,8 @@ def sections_of(run: Path) -> dict:
     lay = RunLayout.at(run)
     if not lay.has("distill", "sections"):
         return {}
-    return {s.id: s for s in read_records(lay.artifact("distill", "sections"), Section)}
+    return read_or_none("the distilled sections", lambda: {
+        s.id: s for s in read_records(lay.artifact("distill", "sections"), Section)}) or {}
 
 
 def show_section(sec) -> None:

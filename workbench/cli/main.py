@@ -97,12 +97,25 @@ def serve(
     name: Annotated[Optional[str], typer.Option(help="Model name clients send "
                                                      "(default: the spec).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    api_key: Annotated[Optional[str], typer.Option(
+        envvar="WB_API_KEY", show_envvar=True,
+        help="Require `Authorization: Bearer <key>` on every route (401 otherwise).")] = None,
+    docs: Annotated[bool, typer.Option(help="Serve /docs and /openapi.json.")] = False,
+    max_body_mb: Annotated[float, typer.Option(help="Request bodies over this get 413.",
+                                               min=0.001)] = 1.0,
+    max_queue: Annotated[int, typer.Option(help="Requests that may wait while one "
+                                                "generates; more get 429.", min=0)] = 16,
 ):
     """Serve a model over an OpenAI-compatible API: /v1/chat/completions (with tools and
     tool_calls), /v1/completions (text, and prompt scoring with echo + logprobs), /tokenize
-    and /detokenize (vLLM's shape), /v1/models, /health. Unsupported fields get a 400."""
+    and /detokenize (vLLM's shape), /v1/models, /health.
+
+    Unsupported fields, and a prompt plus max_tokens longer than the model takes, get a 400
+    in OpenAI's error shape; generation stops when the client disconnects; SIGTERM or
+    Ctrl-C stops the server within 10 s. Bind beyond 127.0.0.1 only with --api-key."""
     from workbench.models import load_model
     from workbench.progress import quiet_libraries
+    from workbench.serve import ServerLimits
     from workbench.serve import serve as run_server
 
     quiet_libraries()
@@ -116,8 +129,14 @@ def serve(
         if w := fingerprint_warning(adapter, m.tokenizer):
             echo_err(w)
     served = name or ("smollm2-135m-instruct" if model == "default" else model)
-    echo_err(f"serving {m.identity} as {served!r} on http://{host}:{port}/v1")
-    run_server(m, served, host=host, port=port)
+    limits = ServerLimits(api_key=api_key or None, docs=docs,
+                          max_body_bytes=int(max_body_mb * 1_000_000), max_queue=max_queue)
+    if host not in ("127.0.0.1", "localhost", "::1") and not limits.api_key:
+        echo_err(f"warning: serving on {host} without --api-key: anyone who can reach it "
+                 "can use the model")
+    echo_err(f"serving {m.identity} as {served!r} on http://{host}:{port}/v1"
+             + (" (API key required)" if limits.api_key else ""))
+    run_server(m, served, host=host, port=port, limits=limits)
 
 
 # --- data ---------------------------------------------------------------------------------
@@ -246,26 +265,49 @@ def add_pipeline_groups(root: typer.Typer) -> None:
 # --- app and jobs -------------------------------------------------------------------------
 
 @app.command("app")
-def app_cmd(workspace: Annotated[Path, typer.Option(help="Project folder (corpus, runs, "
-                                                         "jobs).")] = Path("workspace"),
+def app_cmd(workspace: Annotated[Path | None, typer.Option(
+                help="Project folder opened first (corpus, runs, jobs); it must lie inside "
+                     "--root. Default: ROOT/workspace.")] = None,
+            root: Annotated[Path | None, typer.Option(
+                help="The folder every workspace of the app lives in: the projects page "
+                     "opens or creates folders inside it only. Default: the folder holding "
+                     "--workspace, else the current folder.")] = None,
+            max_corpus_mb: Annotated[float | None, typer.Option(
+                help="Cap on all documents of one corpus together, in MB (default 200).")]
+            = None,
             port: Annotated[int, typer.Option(help="TCP port.")] = 8501,
             host: Annotated[str, typer.Option(help="Interface; 0.0.0.0 exposes the app to "
                                                    "the network.")] = "127.0.0.1"):
-    """Start the Streamlit app for domain experts (XSRF protection on, uploads capped)."""
+    """Start the Streamlit app for domain experts (XSRF protection on, uploads capped,
+    workspaces confined to --root)."""
     import os
 
     from workbench.errors import WorkbenchError
     from workbench.io import run_child
-    from workbench.workspace import open_workspace, streamlit_command
+    from workbench.workspace import streamlit_command, workspace_in
 
     script = Path(__file__).resolve().parents[2] / "apps" / "streamlit" / "app.py"
     if not script.exists():
         raise WorkbenchError(f"the app is not installed here ({script} missing); run from a "
                              "checkout of the workbench")
-    ws = open_workspace(workspace)
-    env = dict(os.environ, WB_WORKSPACE=str(ws))
+    start = workspace.expanduser().resolve() if workspace is not None else None
+    base = (root.expanduser() if root is not None
+            else start.parent if start is not None else Path.cwd()).resolve()
+    if base.exists() and not base.is_dir():
+        raise WorkbenchError(f"{base}: the workspace root is not a folder")
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WorkbenchError(f"{base}: cannot use as the workspace root ({e.strerror or e})"
+                             ) from None
+    ws = workspace_in(base, start if start is not None else "workspace")
+    env = dict(os.environ, WB_WORKSPACE=str(ws), WB_ROOT=str(base))
+    if max_corpus_mb is not None:
+        if max_corpus_mb <= 0:
+            raise WorkbenchError(f"--max-corpus-mb must be positive, got {max_corpus_mb:g}")
+        env["WB_MAX_CORPUS_MB"] = f"{max_corpus_mb:g}"
     cmd = streamlit_command(script, host=host, port=port)
-    echo_err(f"workbench app on http://{host}:{port} (workspace {ws})")
+    echo_err(f"workbench app on http://{host}:{port} (workspace {ws}, root {base})")
     raise typer.Exit(run_child(cmd, env=env, cwd=script.parent))
 
 

@@ -10,16 +10,47 @@ backend can do beyond generation is declared in its `capabilities`, never probed
 from __future__ import annotations
 
 import abc
+import contextlib
+import contextvars
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workbench.models.messages import ToolCall, ToolChoice, ToolSpec
 
 Conversation = list[dict[str, Any]]
 Tools = Sequence[ToolSpec | dict[str, Any]]
+
+_CANCEL: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "workbench_cancel", default=None)
+
+
+@contextlib.contextmanager
+def cancel_on(event: threading.Event) -> Iterator[threading.Event]:
+    """Generation started inside this block stops soon after `event` is set (local backends
+    check it between tokens; the rest of the batch is cut short, its text is kept). Threads
+    see it when they run in a copy of this context (`contextvars.copy_context`)."""
+    token = _CANCEL.set(event)
+    try:
+        yield event
+    finally:
+        _CANCEL.reset(token)
+
+
+def cancel_context(event: threading.Event) -> contextvars.Context:
+    """A copy of the current context in which `cancel_event()` is `event`: work run in it
+    with `context.run(fn, ...)`, from any thread, stops soon after `event` is set."""
+    context = contextvars.copy_context()
+    context.run(_CANCEL.set, event)
+    return context
+
+
+def cancel_event() -> threading.Event | None:
+    """The event of the innermost `cancel_on` block, if any."""
+    return _CANCEL.get()
 
 
 @dataclass(frozen=True)
@@ -48,9 +79,16 @@ class GenerationParams(BaseModel):
     seed: int | None = Field(None, description="Seed for sampling; same seed, same sample.")
     repetition_penalty: float | None = Field(None, gt=0.0)
 
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stops(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(s for s in v if s)  # "" would stop everywhere; clients mean "none"
+
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        """Temperatures under 1e-5 decode greedily (as vLLM does): sampling at such a
+        temperature overflows the softmax and is greedy decoding anyway."""
+        return self.temperature < 1e-5
 
 
 @dataclass

@@ -4,17 +4,23 @@ The key is the model's identity + the conversation + the generation parameters (
 offered and the tool choice, when there are tools), hashed; batch size and concurrency are
 not part of it, so re-batching a job never misses. Failures are
 stored as failures: they are never served as hits, and the next run retries them. Safe for
-several processes writing at once (WAL + busy timeout; one row per key).
+several processes writing at once (WAL + busy timeout; one row per key). A cache file that
+SQLite finds corrupt or not a database at all is moved aside (`calls.sqlite.corrupt-<UTC time>`,
+with its `-wal`/`-shm`) with a warning, and a fresh cache starts: the cache only saves calls,
+so losing it costs time, never a run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
+import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +42,8 @@ from workbench.models.messages import (
     as_tool_specs,
     plain_conversation,
 )
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -77,23 +85,80 @@ class CallCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        with self._conn() as c:
-            c.executescript(SCHEMA)
+        self._lock = threading.Lock()
+        self._generation = 0  # bumped when the file is replaced: every thread reconnects
+        self.moved_aside: list[Path] = []
+        self._run(lambda c: c.executescript(SCHEMA))
         self.hits = self.misses = 0
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
+        if conn is not None and self._local.generation != self._generation:
+            conn.close()
+            conn = None
         if conn is None:
+            self._local.inode = _inode(self.path)
             conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=60000")
-            self._local.conn = conn
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("PRAGMA busy_timeout=60000")
+            except BaseException:
+                conn.close()
+                raise
+            self._local.conn, self._local.generation = conn, self._generation
+            self._local.inode = _inode(self.path)
         return conn
+
+    def _run(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
+        """`op(connection)`; a corrupt file is moved aside and `op` retried once on a fresh
+        cache."""
+        try:
+            return op(self._conn())
+        except sqlite3.DatabaseError as e:
+            if not _corrupt(e):
+                raise
+            self._recover(e)
+            return op(self._conn())
+
+    def _recover(self, error: sqlite3.DatabaseError) -> None:
+        """Move the corrupt file (and its -wal/-shm) aside, unless another thread or process
+        already did (the file under the name is no longer the one this thread opened)."""
+        import fcntl
+
+        seen = getattr(self._local, "inode", None)
+        self.close()
+        with self._lock:
+            fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # one process at a time moves it
+                now = _inode(self.path)
+                if now is not None and (seen is None or now == seen):
+                    aside = self._aside_name()
+                    os.replace(self.path, aside)
+                    for ext in ("-wal", "-shm"):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.replace(f"{self.path}{ext}", f"{aside}{ext}")
+                    self.moved_aside.append(aside)
+                    log.warning("call cache %s is unreadable (%s): moved aside to %s; starting "
+                                "a fresh cache", self.path, error, aside.name)
+                self._generation += 1
+            finally:
+                os.close(fd)  # releases the lock
+
+    def _aside_name(self) -> Path:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+        return aside
 
     def get(self, key: str) -> Any | None:
         """The stored value of a successful call, or None (absent or failed)."""
-        row = self._conn().execute("SELECT ok, value FROM calls WHERE key=?", (key,)).fetchone()
+        row = self._run(lambda c: c.execute("SELECT ok, value FROM calls WHERE key=?",
+                                            (key,)).fetchone())
         if row is None or not row[0]:
             self.misses += 1
             return None
@@ -101,14 +166,14 @@ class CallCache:
         return json.loads(row[1])
 
     def put(self, key: str, kind: str, model: str, value: Any, ok: bool = True) -> None:
-        self._conn().execute(
+        row = (key, kind, model, int(ok), _canonical(value), time.time())
+        self._run(lambda c: c.execute(
             "INSERT OR REPLACE INTO calls (key, kind, model, ok, value, created) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (key, kind, model, int(ok), _canonical(value), time.time()))
+            "VALUES (?, ?, ?, ?, ?, ?)", row))
 
     def stats(self) -> dict[str, int]:
-        rows = self._conn().execute(
-            "SELECT ok, COUNT(*) FROM calls GROUP BY ok").fetchall()
+        rows = self._run(lambda c: c.execute(
+            "SELECT ok, COUNT(*) FROM calls GROUP BY ok").fetchall())
         counts = dict(rows)
         return {"ok": counts.get(1, 0), "failed": counts.get(0, 0)}
 
@@ -117,6 +182,21 @@ class CallCache:
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def _corrupt(e: sqlite3.DatabaseError) -> bool:
+    """SQLite says the file is damaged or not a database (not: locked, busy, read-only)."""
+    name = getattr(e, "sqlite_errorname", None)
+    if name:
+        return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+    return type(e) is sqlite3.DatabaseError
 
 
 class CachedModel(ChatModel):

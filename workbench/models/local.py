@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import BackendError, WorkbenchError
+from workbench.io import fsync_dir, recover_dir, replace_dir
 from workbench.models.base import (
     Capabilities,
     ChatModel,
@@ -32,6 +33,7 @@ from workbench.models.base import (
     ScoreRequest,
     TokenLogprobs,
     Tools,
+    cancel_event,
 )
 from workbench.models.messages import ToolChoice, ToolSpec, plain_conversation
 from workbench.models.registry import register_backend
@@ -90,20 +92,87 @@ def _gguf_cache_dir(source: ModelSource) -> Path:
     return workbench_home() / "models" / f"{Path(source.gguf_file).stem}-{tag[:12]}"
 
 
+_DONE = "workbench-source.json"  # written last: a conversion folder without it is unfinished
+
+
+def _converted(folder: Path) -> bool:
+    return (folder / _DONE).is_file() and (folder / "model.safetensors").is_file()
+
+
 def convert_gguf(source: ModelSource, *, force: bool = False) -> Path:
     """Convert a GGUF model once into a safetensors folder; return that folder.
 
-    The folder appears under its final name only when complete (temp dir + rename), so a
-    conversion killed half-way is redone, never half-loaded.
+    The conversion is written into `.<name>.tmp-<pid>`, finished with `workbench-source.json`,
+    fsynced and renamed in with `replace_dir`, so the final name only ever holds a complete
+    conversion (a previous one is removed only once the new one is in). A folder under the
+    final name without the finishing file is never taken as converted. Conversions of one
+    model hold a lock (`.<name>.lock`): a second process waits and then uses the first one's
+    folder, and temp folders found while holding it are leftovers of a killed conversion.
     """
     target = _gguf_cache_dir(source)
-    if (target / "model.safetensors").exists() and not force:
+    if _converted(target) and not force:
+        if _leftovers(target):  # of a killed conversion; unless one is running right now
+            with _conversion_lock(target, wait=False) as held:
+                if held:
+                    _tidy(target)
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _conversion_lock(target):
+        _tidy(target)
+        if _converted(target) and not force:  # converted meanwhile, or put back just now
+            return target
+        t0 = time.perf_counter()
+        log.info("converting %s to safetensors (once)", source.gguf_file)
+        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+        try:
+            _write_conversion(source, tmp)
+            (tmp / _DONE).write_text(json.dumps(
+                {"gguf": str(source.path / source.gguf_file),
+                 "seconds": time.perf_counter() - t0}))
+            _fsync_tree(tmp)
+            replace_dir(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return target
+
+
+@contextlib.contextmanager
+def _conversion_lock(target: Path, *, wait: bool = True) -> Iterator[bool]:
+    """An exclusive lock on `.<name>.lock` next to `target`, released when the process ends
+    however it ends. Yields whether it is held (always, with `wait`)."""
+    import fcntl
+
+    fd = os.open(target.parent / f".{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)
+
+
+def _leftovers(target: Path) -> list[Path]:
+    return [*target.parent.glob(f".{target.name}.tmp-*"),
+            *target.parent.glob(f".{target.name}.old-*")]
+
+
+def _tidy(target: Path) -> None:
+    """With the lock held: put back a folder set aside by a `replace_dir` killed between its
+    renames, and remove the temp folders of killed conversions."""
+    recover_dir(target)
+    for p in target.parent.glob(f".{target.name}.tmp-*"):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _write_conversion(source: ModelSource, folder: Path) -> None:
+    """Dequantise the GGUF and save it (config, safetensors weights, tokenizer) into `folder`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    t0 = time.perf_counter()
-    log.info("converting %s to safetensors (once)", source.gguf_file)
     tok = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
     quantised = AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file,
                                                      dtype=torch.float32)
@@ -117,17 +186,22 @@ def convert_gguf(source: ModelSource, *, force: bool = False) -> Path:
         raise BackendError(f"converting {source.gguf_file}: weights do not match "
                            f"(missing {real_missing[:3]}, unexpected {unexpected[:3]})")
     fresh.tie_weights()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    fresh.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    (tmp / "workbench-source.json").write_text(json.dumps(
-        {"gguf": str(source.path / source.gguf_file), "seconds": time.perf_counter() - t0}))
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
-    return target
+    fresh.save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file under `folder` (and the folders), so the rename that publishes the
+    folder never reaches the disk before its contents."""
+    for p in [folder, *folder.rglob("*")]:
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        elif p.is_dir():
+            fsync_dir(p)
 
 
 def model_folder(source: ModelSource) -> Path:
@@ -324,9 +398,25 @@ class LocalChatModel(ChatModel):
                                             add_special_tokens=True))
         return out
 
-    def _gen_kwargs(self, params: GenerationParams) -> dict[str, Any]:
+    def _gen_kwargs(self, params: GenerationParams,
+                    cancel: threading.Event | None = None) -> dict[str, Any]:
         kw: dict[str, Any] = {"max_new_tokens": params.max_tokens,
                               "pad_token_id": self.tokenizer.pad_token_id}
+        criteria = []
+        if cancel is not None:
+            criteria.append(_cancel_criterion(cancel))
+        if params.stop:
+            cache = self.__dict__.setdefault("_stop_criteria", {})
+            if params.stop not in cache:  # building one takes ~0.2 s over a 49k vocabulary
+                if len(cache) >= 64:
+                    cache.clear()
+                cache[params.stop] = _stop_criterion(self.tokenizer, params.stop)
+            if cache[params.stop] is not None:
+                criteria.append(cache[params.stop])
+        if criteria:
+            from transformers import StoppingCriteriaList
+
+            kw["stopping_criteria"] = StoppingCriteriaList(criteria)
         if params.greedy:
             kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
@@ -334,8 +424,6 @@ class LocalChatModel(ChatModel):
                       top_k=params.top_k or 0)
         if params.repetition_penalty:
             kw["repetition_penalty"] = params.repetition_penalty
-        if params.stop:
-            kw.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
         return kw
 
     def _generate_batch(self, prompts: list[str], params: GenerationParams, *,
@@ -351,7 +439,7 @@ class LocalChatModel(ChatModel):
         with self._lock, torch.inference_mode():
             if params.seed is not None:
                 torch.manual_seed(params.seed)
-            seqs = self.model.generate(**enc, **self._gen_kwargs(params))
+            seqs = self.model.generate(**enc, **self._gen_kwargs(params, cancel_event()))
         new = seqs[:, enc["input_ids"].shape[1]:]
         eos_ids = _eos_ids(self.model, tok)
         gens = []
@@ -384,13 +472,15 @@ class LocalChatModel(ChatModel):
         streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True,
                                         skip_special_tokens=True)
         errors: list[BaseException] = []
+        cancel = cancel_event()  # read here: the thread below does not share this context
 
         def run():
             try:
                 with self._lock, torch.inference_mode():
                     if params.seed is not None:
                         torch.manual_seed(params.seed)
-                    self.model.generate(**enc, streamer=streamer, **self._gen_kwargs(params))
+                    self.model.generate(**enc, streamer=streamer,
+                                        **self._gen_kwargs(params, cancel))
             except BaseException as e:  # surfaced to the consumer below
                 errors.append(e)
                 streamer.end()
@@ -578,6 +668,9 @@ class LocalChatModel(ChatModel):
         return self.tokenizer(text, add_special_tokens=add)["input_ids"]
 
     def detokenize(self, ids: Sequence[int]) -> str:
+        size = len(self.tokenizer)
+        if bad := [i for i in ids if not 0 <= i < size]:
+            raise WorkbenchError(f"token ids must be in 0..{size - 1}; got {bad[0]}")
         return self.tokenizer.decode(list(ids))
 
     def info(self):
@@ -596,6 +689,32 @@ def _with_tool_calls(gen: Generation, prefix: str, family: str,
         return gen
     gen.text, gen.tool_calls, gen.finish_reason = content, calls, "tool_calls"
     return gen
+
+
+def _cancel_criterion(event: threading.Event):
+    """A stopping criterion that ends every sequence of the batch once `event` is set."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class Cancelled(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), event.is_set(), dtype=torch.bool,
+                              device=input_ids.device)
+
+    return Cancelled()
+
+
+def _stop_criterion(tokenizer, stops: Sequence[str]):
+    """transformers' stop-string criterion, or None when it cannot map the strings onto the
+    vocabulary (it refuses some characters): the text is still cut at them afterwards, the
+    generation just runs on to its end."""
+    from transformers import StopStringCriteria
+
+    try:
+        return StopStringCriteria(tokenizer, list(stops))
+    except ValueError:
+        log.info("stop strings %r not mappable to tokens; cutting the text afterwards", stops)
+        return None
 
 
 def _eos_ids(model, tok) -> set[int]:

@@ -1,9 +1,14 @@
 """Checkpoints that a crash can never half-write, and resume that finds only complete ones.
 
-A checkpoint is written into `.checkpoint-N.tmp`, completed with a `COMPLETE` marker, then
-renamed to `checkpoint-N`. Resume takes the newest `checkpoint-N` that has the marker, so a
-crash at any point (even a folder named `checkpoint-N` left by another tool) is never picked.
-Everything is safetensors or JSON: loading a checkpoint never unpickles anything.
+A checkpoint is written into `.checkpoint-N.tmp`, completed with a `COMPLETE` marker, fsynced,
+then renamed to `checkpoint-N` (`replace_dir`: a previous `checkpoint-N` is moved aside first
+and removed only once the new one is in place). Rotation renames an old checkpoint out of the
+`checkpoint-N` names before deleting it, and only after the newer ones are complete, so a kill
+mid-deletion never leaves a half-deleted folder that looks complete. Resume (`latest_checkpoint`)
+first undoes an interrupted replacement and removes leftovers (`recover`), then takes the newest
+`checkpoint-N` that has the marker, so a crash at any point (even a folder named `checkpoint-N`
+left by another tool) is never picked. Everything is safetensors or JSON: loading a checkpoint
+never unpickles anything.
 """
 
 from __future__ import annotations
@@ -13,11 +18,15 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.io import fsync_dir, recover_dir, replace_dir
+
 MARKER = "COMPLETE"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
+_ASIDE = re.compile(r"^\.(checkpoint-\d+)\.old-\d+$")  # set aside by an interrupted replace_dir
 
 
 def _optimizer_tensors(opt) -> tuple[dict, dict]:
@@ -31,7 +40,7 @@ def _optimizer_tensors(opt) -> tuple[dict, dict]:
 
 
 def save_checkpoint(folder: Path, step: int, *, model, optimizer, state: dict[str, Any],
-                    fault: callable = None) -> Path:
+                    fault: Callable[[str], None] | None = None) -> Path:
     """`fault(stage)` is a test hook called between the writes (crash injection)."""
     import numpy as np
     import torch
@@ -40,6 +49,7 @@ def save_checkpoint(folder: Path, step: int, *, model, optimizer, state: dict[st
     fault = fault or (lambda stage: None)
     final = folder / f"checkpoint-{step}"
     tmp = folder / f".checkpoint-{step}.tmp"
+    recover(folder)  # leftovers of an earlier process killed while saving (the tmp among them)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp, safe_serialization=True)
@@ -59,11 +69,23 @@ def save_checkpoint(folder: Path, step: int, *, model, optimizer, state: dict[st
     (tmp / "trainer_state.json").write_text(json.dumps(full_state))
     fault("state")
     (tmp / MARKER).write_text("ok")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    _fsync_tree(tmp)
+    replace_dir(tmp, final)  # a previous checkpoint-N is removed only once this one is in
     fault("renamed")
     return final
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file of `folder` and the folder itself, so the rename that publishes it
+    never reaches the disk before its contents."""
+    for p in folder.iterdir():
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    fsync_dir(folder)
 
 
 def _jsonable(obj):
@@ -89,15 +111,40 @@ def complete_checkpoints(folder: Path) -> list[Path]:
 
 
 def latest_checkpoint(folder: Path) -> Path | None:
+    """The newest complete checkpoint (after `recover`), or None."""
+    recover(folder)
     done = complete_checkpoints(folder)
     return done[-1] if done else None
 
 
+def recover(folder: Path) -> None:
+    """Clean up after a process killed while saving or rotating: a checkpoint set aside by an
+    interrupted `replace_dir` is put back (or dropped when its successor is in place), and
+    unfinished writes (`.checkpoint-N.tmp`) and half-deleted folders (`.checkpoint-N.del-*`)
+    are removed. Only the process that writes checkpoints may call it (resume, save)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    for p in list(folder.iterdir()):
+        m = _ASIDE.match(p.name)
+        if m:
+            recover_dir(folder / m.group(1))
+    for pattern in (".checkpoint-*.tmp", ".checkpoint-*.del-*"):
+        for p in folder.glob(pattern):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def rotate(folder: Path, keep: int) -> None:
-    for p in complete_checkpoints(folder)[:-keep]:
-        shutil.rmtree(p, ignore_errors=True)
-    for p in Path(folder).glob(".checkpoint-*.tmp"):  # leftovers of crashed writes
-        shutil.rmtree(p, ignore_errors=True)
+    """Keep the newest `keep` complete checkpoints. Each older one is first renamed out of
+    the `checkpoint-N` names (one atomic step), then deleted: a kill mid-deletion leaves a
+    `.checkpoint-N.del-*` leftover for `recover`, never a half-deleted `checkpoint-N`."""
+    folder = Path(folder)
+    for p in complete_checkpoints(folder)[:-keep] if keep > 0 else []:
+        doomed = folder / f".{p.name}.del-{os.getpid()}"
+        os.replace(p, doomed)
+        fsync_dir(folder)
+        shutil.rmtree(doomed, ignore_errors=True)
+    recover(folder)
 
 
 def load_checkpoint(ckpt: Path, *, model, optimizer) -> dict[str, Any]:

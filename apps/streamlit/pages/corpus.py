@@ -1,28 +1,55 @@
+import hashlib
+
 import streamlit as st
-from common import show_error, workspace
+from common import max_corpus_mb, read_or_none, show_error, workspace
 
 from workbench.corpus import ingest
-from workbench.workspace import MAX_UPLOAD_MB, corpus_files, remove_file, save_upload
+from workbench.workspace import (
+    MAX_UPLOAD_MB,
+    MB,
+    corpus_bytes,
+    corpus_files,
+    remove_file,
+    save_upload,
+)
 
 st.title("Corpus")
 ws = workspace()
+cap = max_corpus_mb()
 files = st.file_uploader("Upload documents (md, txt, html, pdf)", accept_multiple_files=True,
                          type=["md", "markdown", "txt", "html", "htm", "pdf"],
-                         key="corpus-upload", help=f"Up to {MAX_UPLOAD_MB} MB a file.")
+                         key="corpus-upload",
+                         help=f"Up to {MAX_UPLOAD_MB} MB a file, {cap:g} MB in all.")
+# The uploader hands back its files on every rerun: each one is saved once per session (by
+# workspace, the uploader's file id, name, size and hash), so "Remove" below sticks.
+saved: set[tuple[str, str, str, int, str]] = st.session_state.setdefault("corpus-saved", set())
 for f in files or []:
+    data = f.getvalue()
+    mark = (str(ws), str(getattr(f, "file_id", "")), f.name, len(data),
+            hashlib.sha256(data).hexdigest())
+    if mark in saved:
+        continue
     try:
-        saved = save_upload(ws, f.name, f.getvalue())
-        st.success(f"Saved {saved.name}")
-    except Exception as e:
-        show_error(e)
+        path = save_upload(ws, f.name, data, max_corpus_mb=cap)
+    except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+        show_error(e)  # not marked: it is tried again while it stays in the uploader
+    else:
+        saved.add(mark)
+        st.success(f"Saved {path.name}")
 have = corpus_files(ws)
 st.subheader(f"{len(have)} documents")
+st.caption(f"{corpus_bytes(ws) / MB:.1f} MB of the {cap:g} MB corpus cap")
 for p in have:
     c1, c2 = st.columns([5, 1])
-    c1.write(f"`{p.name}` ({p.stat().st_size / 1024:.1f} KB)")
+    size = read_or_none(p.name, lambda p=p: p.stat().st_size)
+    c1.write(f"`{p.name}`" + (f" ({size / 1024:.1f} KB)" if size is not None else ""))
     if c2.button("Remove", key=f"rm-{p.name}"):
-        remove_file(ws, p.name)
-        st.rerun()
+        try:
+            remove_file(ws, p.name)
+        except Exception as e:  # noqa: BLE001 - e.g. removed in another tab meanwhile
+            show_error(e)
+        else:
+            st.rerun()
 if have:
     report = ingest(ws / "corpus")
     st.subheader(f"Sections found: {len(report.sections)}")

@@ -1,6 +1,16 @@
 import streamlit as st
-from common import base_config, job_panel, options_html, pick_run, runs, sections_of, \
-    show_error, show_section, workspace
+from common import (
+    base_config,
+    job_panel,
+    not_ready,
+    options_html,
+    pick_run,
+    runs,
+    sections_of,
+    show_error,
+    show_section,
+    workspace,
+)
 
 from workbench.domains import available_packs, load_pack
 from workbench.jobs import start_job
@@ -36,7 +46,7 @@ if go:
             cfg["models"]["chat"] = {"spec": teacher}
         job = start_job(ws, "distill", cfg)
         st.success(f"Started job {job.id}")
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
         show_error(e)
 job_panel("distill", "distill")
 
@@ -45,8 +55,13 @@ done = [r for r in runs() if r.has_samples]
 if not done:
     st.caption("No finished distillation yet.")
 else:
-    from workbench.distill.api import export_run, load_samples, read_report, read_review, \
-        review_sample
+    from workbench.distill.api import (
+        export_run,
+        load_samples,
+        read_report,
+        read_review,
+        review_sample,
+    )
 
     info = pick_run("Run", done, "d-run")
     run = info.path
@@ -61,8 +76,8 @@ else:
         samples = load_samples(run, reviewed=False)
         review = read_review(dist)
         sections = sections_of(run)
-    except Exception as e:
-        show_error(e)
+    except Exception as e:  # noqa: BLE001 - a file a job is still writing
+        not_ready("the samples of this run", e)
         st.stop()
     if samples:
         i = st.number_input("Sample", 0, len(samples) - 1, 0, key="d-sample")
@@ -94,7 +109,7 @@ else:
                 if b3.button("Save edit", key=f"edit-{s.id}"):
                     review_sample(run, s.id, "edit", {"question": q, "solution": sol})
                     st.rerun()
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
                 show_error(e)
         with right:
             show_section(sections.get(s.provenance.section_id))
@@ -102,6 +117,11 @@ else:
     style = st.selectbox("Style", ["instruct", "thinking"], key="d-style")
     if st.button("Export training set", key="d-export"):
         out = dist / f"export.{style}.{fmt}.jsonl"
-        n = export_run(run, out, fmt=fmt, style=style)
-        st.success(f"Wrote {n} examples to {out}")
-        st.download_button("Download", out.read_bytes(), file_name=out.name, key="d-dl")
+        try:
+            n = export_run(run, out, fmt=fmt, style=style)
+            data = out.read_bytes()
+        except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+            show_error(e)
+        else:
+            st.success(f"Wrote {n} examples to {out}")
+            st.download_button("Download", data, file_name=out.name, key="d-dl")

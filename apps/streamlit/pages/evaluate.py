@@ -1,6 +1,18 @@
 import streamlit as st
-from common import acc_text, base_config, job_panel, options_html, pct, runs, \
-    sections_of, show_error, show_section, workspace
+from common import (
+    acc_text,
+    base_config,
+    job_panel,
+    not_ready,
+    options_html,
+    pct,
+    runs,
+    sections_of,
+    show_error,
+    show_image,
+    show_section,
+    workspace,
+)
 
 from workbench.evaluate.report import SCORING_LABELS, read_eval_results, read_eval_summary
 from workbench.jobs import start_job
@@ -27,7 +39,7 @@ with st.expander("Run the whole comparison (distil, index, base vs RAG vs SFT)")
                               compare={"eval_items": int(items)})
             job = start_job(ws, "compare", cfg)
             st.success(f"Started job {job.id}")
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             show_error(e)
     job_panel("compare", "compare")
 
@@ -62,7 +74,7 @@ with st.expander("Evaluate a benchmark of your own (MMLU/ARC-style JSONL, CSV, o
                           index=str(lay.folder("rag")), hit_vs_miss=False)
             job = start_job(ws, "eval", base_config(b_name, eval=ev))
             st.success(f"{n} items read; started job {job.id}")
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             show_error(e)
     job_panel("eval", "eval")
 
@@ -133,8 +145,8 @@ def drill_down(info) -> None:
                       key=f"ev-{info.name}")
     try:
         rows = read_eval_results(eval_folder(lay, ev))
-    except Exception as e:
-        show_error(e)
+    except Exception as e:  # noqa: BLE001 - a file a job is still writing
+        not_ready("the per-item results", e)
         return
     conds = list(dict.fromkeys(r.condition for r in rows))
     if not conds:
@@ -148,8 +160,8 @@ def drill_down(info) -> None:
     if info.has_benchmark:
         try:
             items = {it.id: it for it in load_benchmark(lay.artifact("distill", "benchmark"))}
-        except Exception as e:
-            show_error(e)
+        except Exception as e:  # noqa: BLE001 - a file a job is still writing
+            not_ready("the benchmark", e)
     item = items.get(r.example_id)
     preds = dict(r.extra.get("predictions") or {})
     if not preds and r.prediction is not None:
@@ -200,7 +212,7 @@ for name in picked:
         comparison_table(rep, f"table-{info.name}")
         comparisons_view(rep.comparisons, f"pairs-{info.name}")
         if lay.has("compare", "plot"):
-            st.image(str(lay.artifact("compare", "plot")))
+            show_image(lay.artifact("compare", "plot"))
         if rep.retrieval:
             st.markdown("**Retrieval quality** (source section of each question)")
             st.dataframe([{"retriever": k, **{m: round(v, 3) for m, v in vals.items()}}
@@ -217,6 +229,6 @@ for name in picked:
                           for c, cs in s.conditions.items()], hide_index=True,
                          key=f"table-{info.name}")
             comparisons_view(s.comparisons, f"pairs-{info.name}")
-        except Exception as e:
-            show_error(e)
+        except Exception as e:  # noqa: BLE001 - a file a job is still writing
+            not_ready("the evaluation summary", e)
     drill_down(info)

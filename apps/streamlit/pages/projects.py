@@ -1,17 +1,22 @@
 import streamlit as st
-from common import acc_text, runs, show_error, workspace
+from common import acc_text, read_or_none, root, runs, show_error, workspace
 
 from workbench.jobs import list_jobs
-from workbench.workspace import open_workspace
+from workbench.workspace import workspace_in
 
 st.title("Projects and runs")
-path = st.text_input("Workspace folder", value=str(workspace()), key="ws-path",
+base = root()
+current = workspace()
+st.caption(f"Workspaces are folders inside `{base}` (fixed when the app started): give a "
+           "name relative to it, or a path inside it.")
+path = st.text_input("Workspace folder", value=str(current.relative_to(base))
+                     if current.is_relative_to(base) else str(current), key="ws-path",
                      help="A folder for this project: corpus, runs and jobs live in it.")
 if st.button("Open or create", key="ws-open"):
     try:
-        st.session_state.workspace = str(open_workspace(path))
+        st.session_state.workspace = str(workspace_in(base, path))
         st.success(f"Workspace: {st.session_state.workspace}")
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
         show_error(e)
 ws = workspace()
 st.subheader("Runs")
@@ -35,7 +40,7 @@ for r in infos:
                            "accuracy (headline, 95% CI)": acc_text(row.headline_accuracy)}
                           for row in r.report.rows], hide_index=True, key=f"runs-{r.name}")
 st.subheader("Jobs")
-jobs = list_jobs(ws)
+jobs = read_or_none("the jobs of this workspace", lambda: list_jobs(ws))
 if jobs:
     st.dataframe([{"id": j.id, "kind": j.kind,
                    "status": j.status,

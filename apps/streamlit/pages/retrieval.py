@@ -2,7 +2,7 @@ import html
 import re
 
 import streamlit as st
-from common import base_config, job_panel, pick_run, runs, show_error, workspace
+from common import base_config, job_panel, not_ready, pick_run, runs, show_error, workspace
 
 from workbench.jobs import start_job
 
@@ -16,7 +16,7 @@ with st.expander("Build an index from the corpus", expanded=not indexes):
         try:
             job = start_job(ws, "rag", base_config(name, corpus=str(ws / "corpus")))
             st.success(f"Started job {job.id}")
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             show_error(e)
 job_panel("rag", "index")  # button keys "index-*" (tests/test_e2e_browser.py)
 if not indexes:
@@ -24,15 +24,23 @@ if not indexes:
     st.stop()
 
 
-@st.cache_resource(show_spinner="Loading index")
-def load(path: str):
+@st.cache_resource(show_spinner="Loading index", max_entries=4)
+def load(path: str, stamp: tuple[int, int]):
+    """The index at `path`; `stamp` (its manifest's mtime and size) makes a rebuilt index
+    load afresh instead of the cached old one."""
     from workbench.rag.index import RagIndex
 
     return RagIndex.load(path)
 
 
-folder = pick_run("Index", indexes, "r-index").layout.folder("rag")
-index = load(str(folder))
+lay = pick_run("Index", indexes, "r-index").layout
+folder = lay.folder("rag")
+try:
+    made = lay.artifact("rag", "manifest").stat()
+    index = load(str(folder), (made.st_mtime_ns, made.st_size))
+except Exception as e:  # noqa: BLE001 - an index a job is still writing
+    not_ready(f"the index of {lay.name}", e)
+    st.stop()
 query = st.text_input("Query", key="r-query", placeholder="e.g. what limits the VSWR of a match?")
 c1, c2, c3 = st.columns(3)
 w_kw = c1.slider("Keyword weight", 0.0, 3.0, 1.0, 0.1, key="r-wk")
@@ -70,5 +78,5 @@ if bench:
         try:
             st.dataframe(benchmark_retrieval_metrics(index, load_benchmark(b)),
                          key="r-metrics-table")
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             show_error(e)

@@ -1,7 +1,17 @@
 import streamlit as st
-from common import base_config, job_panel, pick_run, runs, show_error, workspace
+from common import (
+    base_config,
+    job_panel,
+    jsonl_rows,
+    not_ready,
+    pick_run,
+    read_or_none,
+    runs,
+    show_error,
+    show_image,
+    workspace,
+)
 
-from workbench.io import read_jsonl
 from workbench.jobs import list_jobs, start_job
 from workbench.records import RunManifest
 
@@ -37,16 +47,16 @@ if go and source is not None:
                             "every": int(save_every), "max_items": 20}})
         job = start_job(ws, "train", cfg)
         st.success(f"Started job {job.id}")
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
         show_error(e)
 job_panel("train", "train")
-jobs = list_jobs(ws, kind="train")
+jobs = read_or_none("the train jobs", lambda: list_jobs(ws, kind="train")) or []
 if jobs and jobs[0].status in ("failed", "stopped") and jobs[0].config \
         and st.button("Resume", key="t-resume"):
     try:
         start_job(ws, "train", jobs[0].config)
         st.rerun()
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
         show_error(e)
 
 st.subheader("Adapters and training curves")
@@ -58,10 +68,12 @@ info = pick_run("Run", trained, "t-run")
 lay = info.layout
 if info.has_adapter:
     st.markdown(f"**Adapter:** `{lay.artifact('train', 'adapter')}`")
-    if lay.has("train", "manifest"):
+    m = read_or_none("the training manifest", lambda: RunManifest.model_validate_json(
+        lay.artifact("train", "manifest").read_bytes())) \
+        if lay.has("train", "manifest") else None
+    if m is not None:
+        o = m.outputs
         try:
-            m = RunManifest.model_validate_json(lay.artifact("train", "manifest").read_bytes())
-            o = m.outputs
             final = o.get("final") or {}
             st.dataframe([{"status": m.status, "steps": o.get("steps"),
                            "base model": o.get("base_model"),
@@ -72,13 +84,13 @@ if info.has_adapter:
                            "domain accuracy": final.get("domain_accuracy"),
                            "device": o.get("device"), "dtype": o.get("dtype")}],
                          hide_index=True, key="t-manifest")
-        except Exception as e:
-            show_error(e)
+        except Exception as e:  # noqa: BLE001 - an odd manifest, never a traceback
+            not_ready("the training manifest", e)
 else:
     st.caption("Training in progress or stopped: no exported adapter yet.")
 metrics_file = lay.artifact("train", "live") if lay.has("train", "live") \
     else lay.artifact("train", "metrics")
-rows = read_jsonl(metrics_file) if metrics_file.exists() else []
+rows = jsonl_rows(metrics_file) if metrics_file.exists() else []
 if rows:
     steps_ = [r.get("step", i + 1) for i, r in enumerate(rows)]
     st.markdown("**Training loss**")
@@ -93,4 +105,4 @@ if rows:
                        "domain accuracy": [r.get("domain_accuracy") for r in ev]}, x="step",
                       y="domain accuracy")
 if lay.has("train", "curves"):
-    st.image(str(lay.artifact("train", "curves")), caption="training_curves.png")
+    show_image(lay.artifact("train", "curves"), caption="training_curves.png")

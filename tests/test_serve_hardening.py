@@ -1,0 +1,364 @@
+"""`workbench serve` against hostile and careless clients, over real HTTP on 127.0.0.1:
+API key on every route, docs off by default, body limit, prompt + max_tokens over the
+model's positions, a bounded queue, generation stopped when the client leaves (stream and
+non-stream), SIGTERM, and ≥ 500 fuzzed request bodies with no 500 and every error in
+OpenAI's shape."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import REPO, free_port, wait_http
+from test_serve_tools import serving
+from workbench.models import load_model
+from workbench.serve import ServerLimits
+
+
+def assert_openai_error(resp: httpx.Response, status: int | None = None) -> dict:
+    assert resp.status_code != 500, resp.text
+    if status is not None:
+        assert resp.status_code == status, resp.text
+    body = resp.json()
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}, body
+    assert isinstance(err["message"], str) and err["message"]
+    assert isinstance(err["type"], str)
+    return err
+
+
+@pytest.fixture(scope="module")
+def slow_tiny(tiny_model):
+    """The tiny random model, slowed to ~5 ms a forward pass so that a long generation
+    lasts seconds, with a counter of forward passes (one per generated token)."""
+    model = load_model(tiny_model, device="cpu")
+    calls = {"n": 0}
+
+    def hook(*_):
+        calls["n"] += 1
+        time.sleep(0.005)
+
+    handle = model.model.register_forward_pre_hook(hook)
+    yield model, calls
+    handle.remove()
+
+
+@pytest.fixture(scope="module")
+def tiny_server(slow_tiny):
+    model, calls = slow_tiny
+    with serving(model, "tiny", ServerLimits(max_queue=1, max_body_bytes=200_000)) as url:
+        yield url.removesuffix("/v1"), calls
+
+
+CHAT = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}
+
+
+def test_api_key_on_every_route_and_docs_off(slow_tiny):
+    model, _ = slow_tiny
+    with serving(model, "tiny", ServerLimits(api_key="s3cret")) as url:
+        base = url.removesuffix("/v1")
+        routes = [("GET", "/health", None), ("GET", "/v1/models", None),
+                  ("POST", "/v1/chat/completions", CHAT),
+                  ("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
+                  ("POST", "/tokenize", {"prompt": "Hi"}),
+                  ("POST", "/detokenize", {"tokens": [1, 2]}),
+                  ("GET", "/docs", None), ("GET", "/no/such/route", None)]
+        for method, path, body in routes:
+            for headers in ({}, {"Authorization": "Bearer wrong"},
+                            {"Authorization": "s3cret"}, {"Authorization": "Basic s3cret"}):
+                r = httpx.request(method, base + path, json=body, headers=headers)
+                err = assert_openai_error(r, 401)
+                assert err["code"] == "invalid_api_key"
+                assert r.headers["www-authenticate"] == "Bearer"
+        good = {"Authorization": "Bearer s3cret"}
+        for method, path, body in routes[:6]:
+            assert httpx.request(method, base + path, json=body, headers=good,
+                                 timeout=60).status_code == 200, path
+        for path in ("/docs", "/openapi.json", "/redoc"):
+            assert_openai_error(httpx.get(base + path, headers=good), 404)
+    with serving(load_model("fake"), "fake", ServerLimits(docs=True)) as url:
+        base = url.removesuffix("/v1")
+        assert httpx.get(base + "/docs").status_code == 200
+        assert "/v1/chat/completions" in httpx.get(base + "/openapi.json").json()["paths"]
+
+
+def test_body_limit_with_and_without_content_length(tiny_server):
+    base, _ = tiny_server
+    big = {"messages": [{"role": "user", "content": "x" * 300_000}]}
+    err = assert_openai_error(httpx.post(base + "/v1/chat/completions", json=big), 413)
+    assert "200000 bytes" in err["message"]
+
+    def chunks():  # no content-length: the limit holds while the body streams in
+        for _ in range(100):
+            yield b"x" * 10_000
+
+    r = httpx.post(base + "/v1/chat/completions", content=chunks(),
+                   headers={"content-type": "application/json"})
+    assert_openai_error(r, 413)
+    assert httpx.post(base + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+
+
+def test_prompt_plus_max_tokens_over_the_positions_is_a_400_naming_both(tiny_server):
+    base, _ = tiny_server
+    long = " ".join(["word"] * 1000)  # ~1,000 tokens of the model's 1,024 positions
+    n = len(httpx.post(base + "/tokenize", json={
+        "messages": [{"role": "user", "content": long}]}).json()["tokens"])
+    r = httpx.post(base + "/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": long}], "max_tokens": 500})
+    err = assert_openai_error(r, 400)
+    assert f"{n} tokens" in err["message"] and "max_tokens is 500" in err["message"]
+    assert "1024 positions" in err["message"] and err["param"] == "max_tokens"
+    r = httpx.post(base + "/v1/completions", json={"prompt": long, "max_tokens": 500})
+    assert "max_tokens is 500" in assert_openai_error(r, 400)["message"]
+    r = httpx.post(base + "/v1/completions", json={
+        "prompt": long * 2, "max_tokens": 0, "echo": True, "logprobs": 0})
+    assert "1024 positions" in assert_openai_error(r, 400)["message"]
+    # without an explicit max_tokens, the reply is cut to what fits instead
+    short_of = " ".join(["word"] * 990)
+    r = httpx.post(base + "/v1/chat/completions", timeout=120, json={
+        "messages": [{"role": "user", "content": short_of}]})
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    assert usage["prompt_tokens"] + usage["completion_tokens"] <= 1024
+
+
+def _stop_is_prompt(calls: dict, base: str, t_gone: float) -> tuple[float, int]:
+    """Seconds from the client's leaving until the server is idle, and the forward passes
+    made from 1 s after it to 1.5 s after it (0 when generation stopped)."""
+    while httpx.get(base + "/health").json()["active"] and time.time() - t_gone < 10:
+        time.sleep(0.02)
+    idle_after = time.time() - t_gone
+    time.sleep(max(0.0, 1.0 - (time.time() - t_gone)))
+    at_1s = calls["n"]
+    time.sleep(0.5)
+    return idle_after, calls["n"] - at_1s
+
+
+def test_streaming_client_that_leaves_after_5_tokens_stops_generation(tiny_server):
+    base, calls = tiny_server
+    body = {"messages": [{"role": "user", "content": "Tell a long story"}],
+            "max_tokens": 900, "stream": True, "temperature": 1.0, "seed": 1}
+    start = calls["n"]
+    with httpx.Client(timeout=60) as client, \
+            client.stream("POST", base + "/v1/chat/completions", json=body) as r:
+        assert r.status_code == 200
+        pieces = 0
+        for line in r.iter_lines():
+            if line.startswith("data:") and '"content"' in line and '""' not in line:
+                pieces += 1
+            if pieces >= 5:
+                break
+    t_gone = time.time()
+    made_before = calls["n"] - start
+    idle_after, after_1s = _stop_is_prompt(calls, base, t_gone)
+    print(f"stream: {made_before} passes before leaving, idle {idle_after:.2f} s after, "
+          f"{after_1s} passes from 1 s to 1.5 s after; at 5 ms a pass, 900 tokens take "
+          f"≥ 4.5 s")
+    assert idle_after < 1.0 and after_1s == 0
+    assert calls["n"] - start < 300  # far from the 900 asked for
+
+
+def test_non_streaming_client_that_times_out_stops_generation(tiny_server):
+    base, calls = tiny_server
+    body = {"messages": [{"role": "user", "content": "Tell a long story"}],
+            "max_tokens": 900, "temperature": 1.0, "seed": 2}
+    start = calls["n"]
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(base + "/v1/chat/completions", json=body, timeout=0.6)
+    t_gone = time.time()
+    idle_after, after_1s = _stop_is_prompt(calls, base, t_gone)
+    print(f"non-stream: idle {idle_after:.2f} s after the client left; {after_1s} passes "
+          f"from 1 s to 1.5 s after; {calls['n'] - start} passes in all")
+    assert idle_after < 1.0 and after_1s == 0
+    assert calls["n"] - start < 400
+
+
+def test_bounded_queue_answers_429_when_full(tiny_server):
+    base, _ = tiny_server
+    body = {"messages": [{"role": "user", "content": "Tell a long story"}],
+            "max_tokens": 600, "temperature": 1.0}
+    started = threading.Barrier(3)
+    results: list[int] = []
+
+    def hold():
+        with httpx.Client(timeout=60) as c:
+            with c.stream("POST", base + "/v1/chat/completions",
+                          json={**body, "stream": True}) as r:
+                results.append(r.status_code)
+                started.wait()
+                for _ in r.iter_lines():
+                    if len(results) >= 3:
+                        break
+
+    threads = [threading.Thread(target=hold) for _ in range(2)]  # capacity: 1 + max_queue 1
+    for t in threads:
+        t.start()
+    started.wait(timeout=30)
+    r = httpx.post(base + "/v1/chat/completions", json=CHAT, timeout=30)
+    err = assert_openai_error(r, 429)
+    assert err["type"] == "rate_limit_error"
+    results.append(r.status_code)  # lets the holders go
+    for t in threads:
+        t.join(timeout=30)
+    assert results[:2] == [200, 200]
+    deadline = time.time() + 10
+    while httpx.get(base + "/health").json()["active"] and time.time() < deadline:
+        time.sleep(0.05)
+    assert httpx.post(base + "/v1/chat/completions", json=CHAT, timeout=60).status_code == 200
+
+
+# --- fuzzing ----------------------------------------------------------------------------
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+                     st.floats(allow_nan=False), st.text(max_size=20))
+_json = st.recursive(_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=8)
+_message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "system", "assistant", "tool", "bot", 5])},
+    optional={"content": st.one_of(st.text(max_size=40), _json),
+              "tool_calls": _json, "tool_call_id": _json, "name": _json})
+_sampling = {"temperature": _json | st.floats(0, 2), "top_p": _json | st.floats(0, 1),
+             "top_k": _json | st.integers(-5, 50), "seed": st.integers(-(2**70), 2**70),
+             "stop": _json, "stream": st.booleans() | _json, "n": _json,
+             "repetition_penalty": _json, "model": st.sampled_from(["fake", "other", None]),
+             "max_tokens": st.integers(-3, 40) | _json}
+_chat = st.fixed_dictionaries({}, optional={
+    "messages": st.lists(_message, max_size=3) | _json, "tools": _json,
+    "tool_choice": _json | st.sampled_from(["auto", "none", "required"]),
+    "max_completion_tokens": _json, "parallel_tool_calls": _json, **_sampling,
+    "logprobs": _json, "response_format": _json})
+_completion = st.fixed_dictionaries({}, optional={
+    "prompt": st.text(max_size=40) | st.lists(st.text(max_size=10), max_size=3) | _json,
+    "echo": st.booleans() | _json, "logprobs": st.integers(-2, 25) | _json, **_sampling})
+_tokenize = st.fixed_dictionaries({}, optional={
+    "prompt": st.text(max_size=40) | _json, "messages": st.lists(_message, max_size=2),
+    "add_generation_prompt": _json, "add_special_tokens": _json, "tools": _json})
+_detokenize = st.fixed_dictionaries({"tokens": st.lists(st.integers(-(2**70), 2**70),
+                                                        max_size=5) | _json})
+_near_valid_chat = st.fixed_dictionaries(  # valid bodies, with values at the edges
+    {"messages": st.lists(st.fixed_dictionaries({"role": st.just("user"),
+                                                 "content": st.text(max_size=60)}),
+                          min_size=1, max_size=2)},
+    optional={"max_tokens": st.integers(1, 12), "temperature": st.floats(0, 2),
+              "top_p": st.floats(0.01, 1), "top_k": st.integers(1, 100),
+              "seed": st.integers(-(2**63), 2**63 - 1), "stream": st.booleans(),
+              "stop": st.text(max_size=5) | st.lists(st.text(max_size=5), max_size=2),
+              "repetition_penalty": st.floats(0.01, 5),
+              "tools": st.just([{"type": "function", "function": {"name": "f"}}]),
+              "tool_choice": st.sampled_from(["auto", "none", "required"])})
+_ROUTES = [("/v1/chat/completions", _near_valid_chat), ("/v1/chat/completions", _chat), ("/v1/completions", _completion),
+           ("/tokenize", _tokenize), ("/detokenize", _detokenize)]
+_request = st.one_of(
+    *[st.tuples(st.just(path), strat.map(lambda b: json.dumps(b).encode()))
+      for path, strat in _ROUTES],
+    st.tuples(st.sampled_from([p for p, _ in _ROUTES]), st.binary(max_size=60)))
+
+_seen = {"n": 0, "by_status": {}}
+
+
+@pytest.fixture(scope="module")
+def fuzz_servers(tiny_model, slow_tiny):
+    model, _ = slow_tiny
+    with serving(load_model("fake"), "fake") as fake_url, \
+            serving(model, "fake", ServerLimits(max_queue=4)) as tiny_url:
+        yield [fake_url.removesuffix("/v1"), tiny_url.removesuffix("/v1")]
+    print(f"fuzzed {_seen['n']} requests; statuses {_seen['by_status']}")
+    assert _seen["n"] >= 500
+
+
+@settings(max_examples=600, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(req=_request, which=st.integers(0, 3))
+def test_fuzzed_bodies_never_get_a_500_and_errors_are_openai_shaped(fuzz_servers, req, which):
+    path, body = req
+    base = fuzz_servers[0 if which else 1]  # a quarter go to the tiny real model
+    r = httpx.post(base + path, content=body, timeout=120,
+                   headers={"content-type": "application/json"})
+    _seen["n"] += 1
+    _seen["by_status"][r.status_code] = _seen["by_status"].get(r.status_code, 0) + 1
+    assert r.status_code in (200, 400, 404), (r.status_code, body, r.text)
+    if r.status_code != 200:
+        assert_openai_error(r)
+    elif "text/event-stream" not in r.headers.get("content-type", ""):
+        r.json()
+
+
+# --- process ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_workbench_serve_stops_within_10s_while_streaming(tiny_model, sig):
+    port = free_port()
+    env = {**os.environ, "WB_API_KEY": "k"}
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "serve", "--model",
+                             tiny_model, "--port", str(port), "--device", "cpu"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/health", timeout=120, proc=proc,
+                  headers={"Authorization": "Bearer k"})
+        assert httpx.get(base + "/health").status_code == 401  # the key came from the env
+        holder = threading.Thread(target=lambda: httpx.post(
+            base + "/v1/chat/completions", headers={"Authorization": "Bearer k"},
+            timeout=60, json={"messages": [{"role": "user", "content": "Go on"}],
+                              "max_tokens": 1000, "stream": True}), daemon=True)
+        holder.start()
+        time.sleep(1.0)
+        t0 = time.time()
+        proc.send_signal(sig)
+        proc.wait(timeout=10)
+        print(f"{sig.name}: exited {proc.returncode} after {time.time() - t0:.2f} s")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            pytest.fail("workbench serve did not stop within 10 s")
+
+
+# --- batching ---------------------------------------------------------------------------
+
+def test_concurrent_greedy_clients_share_batches_with_the_same_replies(tiny_model):
+    """8 clients at once get what each gets alone, in fewer model calls than requests."""
+    model = load_model(tiny_model, device="cpu", batch_size=8)
+    prompts = [f"Question {i}: name a {w}" for i, w in
+               enumerate(["resistor", "capacitor", "filter", "antenna", "mixer", "amplifier",
+                          "balun", "coupler"])]
+
+    def ask(base: str, p: str) -> str:
+        r = httpx.post(base + "/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "user", "content": p}], "max_tokens": 12})
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["message"]["content"]
+
+    with serving(model, "tiny", ServerLimits(batch_window_ms=0)) as url:
+        alone = [ask(url.removesuffix("/v1"), p) for p in prompts]
+    with serving(model, "tiny", ServerLimits(batch_window_ms=50)) as url:
+        base = url.removesuffix("/v1")
+        together: list[str | None] = [None] * len(prompts)
+        go = threading.Barrier(len(prompts))
+
+        def client(i: int) -> None:
+            go.wait()
+            together[i] = ask(base, prompts[i])
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        health = httpx.get(base + "/health").json()
+    same = sum(a == b for a, b in zip(alone, together, strict=True))
+    print(f"{len(prompts)} concurrent clients: {health['batches']} model calls, "
+          f"{same}/{len(prompts)} replies identical to one at a time")
+    assert health["batched_requests"] == len(prompts)
+    assert health["batches"] <= len(prompts) // 2
+    assert same == len(prompts)
