@@ -1,10 +1,13 @@
 """Trajectory synthesis: verified data-agent trajectories by Monte Carlo tree search.
 
 The foundation is here: sandboxed data environments (`env`), their profiles (`profile`) and
-the read-only SQL / isolated Python executors (`sandbox`). Importing this package is cheap
+the read-only SQL / isolated Python executors (`sandbox`). On top: the verified task pool
+(`tasks`, with the query language in `queries`, the seed templates and compositions in
+`templates`, and the answer check used as the reward in `answers`). Importing this package is cheap
 (pydantic only; pandas is imported when a folder is loaded or a table is read).
 """
 
+from workbench.trajsynth.answers import AnswerSpec, check_answer
 from workbench.trajsynth.env import (
     Action,
     DataEnvironment,
@@ -28,7 +31,19 @@ from workbench.trajsynth.sandbox import (
     run_python,
     run_sql,
 )
+from workbench.trajsynth.tasks import (
+    PoolConfig,
+    PoolSummary,
+    Task,
+    TaskPool,
+    build_pool,
+    load_pool,
+    paraphrase_tasks,
+    save_pool,
+)
 
-__all__ = ["Action", "ColumnProfile", "DataEnvironment", "EnvProfile", "JoinKey", "Observation",
-           "PythonResult", "SandboxLimits", "SqlResult", "Step", "TableProfile", "TableSource",
-           "load_profile", "run_python", "run_sql", "sample_environment", "save_profile"]
+__all__ = ["Action", "AnswerSpec", "ColumnProfile", "DataEnvironment", "EnvProfile", "JoinKey",
+           "Observation", "PoolConfig", "PoolSummary", "PythonResult", "SandboxLimits",
+           "SqlResult", "Step", "TableProfile", "TableSource", "Task", "TaskPool", "build_pool",
+           "check_answer", "load_pool", "load_profile", "paraphrase_tasks", "run_python",
+           "run_sql", "sample_environment", "save_pool", "save_profile"]
