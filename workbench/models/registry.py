@@ -15,7 +15,10 @@ _BUILTIN = {
     "local": "workbench.models.local",
     "openai": "workbench.models.openai_compat",
     "fake": "workbench.models.fake",
+    "ctranslate2": "workbench.models.ct2",
 }
+# Other names a config may use: `-s models.chat.backend=transformers|ctranslate2`.
+_ALIASES = {"transformers": "local", "ct2": "ctranslate2"}
 
 
 def register_backend(name: str):
@@ -30,6 +33,7 @@ def register_backend(name: str):
 
 
 def _backend(name: str) -> Callable[..., ChatModel]:
+    name = _ALIASES.get(name, name)
     if name not in _BACKENDS and name in _BUILTIN:
         importlib.import_module(_BUILTIN[name])
     if name not in _BACKENDS:
@@ -39,7 +43,25 @@ def _backend(name: str) -> Callable[..., ChatModel]:
 
 
 def available_backends() -> list[str]:
-    return sorted(set(_BACKENDS) | set(_BUILTIN))
+    return sorted(set(_BACKENDS) | set(_BUILTIN) | set(_ALIASES))
+
+
+def backend_uses(spec: str = "default", backend: str | None = None,
+                 options: dict[str, Any] | None = None) -> dict[str, str]:
+    """Which backend serves each use of a spec ({"generate": ..., "score": ...}), without
+    loading it; the transformers backend is called "transformers" here."""
+    from workbench.models.resolve import resolve_chat_model
+
+    if backend == "fake" or spec.startswith("fake"):
+        name = "fake"
+    else:
+        name = backend or ("openai" if resolve_chat_model(spec).kind == "openai" else "local")
+    uses = getattr(_backend(name), "uses", None)
+    if uses is not None:
+        return uses(options)
+    name = _ALIASES.get(name, name)
+    shown = "transformers" if name == "local" else name
+    return {"generate": shown, "score": shown}
 
 
 def load_model(spec: str = "default", *, backend: str | None = None,

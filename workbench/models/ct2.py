@@ -1,0 +1,772 @@
+"""CTranslate2 backend: int8 (CPU) or float16/bfloat16 (CUDA) generation and scoring.
+
+Any local Hugging Face folder (the bundled GGUF after its safetensors conversion included) is
+converted once with `ctranslate2.converters.TransformersConverter` into a folder next to the
+safetensors cache, `workbench_home()/models/ct2-<name>-<quantization>-<key>`, keyed by the
+source files (names, sizes, mtimes), the quantization, the adapter's hash and the
+CTranslate2 major version. The conversion is written into a temp folder, finished with a
+`COMPLETE` marker, fsynced and renamed in (`replace_dir`); a folder without the marker is
+never loaded, it is rebuilt. A LoRA adapter is merged into a temporary copy of the base
+model (peft `merge_and_unload`) and that copy is converted, cached by the adapter's hash.
+
+Prompts are rendered with the model's own tokenizer and chat template through the
+transformers backend's own code (`LocalChatModel._prompt` and friends are borrowed, not
+copied), tool calls go through the same parsers, and scoring follows lm-eval's
+context/continuation split exactly as `LocalChatModel._encode_pair` does.
+
+Seeds: CTranslate2 seeds each worker thread's random generator once, at that thread's first
+draw (`set_random_seed` does not restart a generator that has drawn). A seeded sampling call
+therefore runs on a fresh one-shot `Generator` (loading the converted folder again: ~0.1 s
+for the bundled model), so the same seed gives the same sample whatever ran before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from workbench.errors import BackendError, WorkbenchError
+from workbench.io import replace_dir
+from workbench.models.base import (
+    Capabilities,
+    ChatModel,
+    ContinuationScore,
+    Conversation,
+    Generation,
+    GenerationParams,
+    ScoreRequest,
+    TokenLogprobs,
+    Tools,
+    cancel_event,
+)
+from workbench.models.local import (
+    LocalChatModel,
+    _conversion_lock,
+    _cut_at_stop,
+    _fsync_tree,
+    _leftovers,
+    _tidy,
+    _with_tool_calls,
+    check_adapter_dir,
+    model_folder,
+)
+from workbench.models.messages import ToolChoice
+from workbench.models.registry import register_backend
+from workbench.models.resolve import ModelSource, workbench_home
+from workbench.models.tools import strip_special_tokens
+
+log = logging.getLogger(__name__)
+
+COMPLETE = "COMPLETE"  # written last: a conversion folder without it is never loaded
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                 "float16", "bfloat16", "float32")
+SCORE_BYTES = 256 * 2**20  # log-probabilities held at once while scoring (rows x len x vocab)
+
+# Conversions done by this process, per cache folder name (tests check reuse with it).
+conversions: dict[str, int] = {}
+_SEED_LOCK = threading.Lock()  # set_random_seed is process-wide
+
+
+class CT2Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N.")
+    quantization: str = Field("auto", description="Weights of the conversion: auto (int8 on "
+                                                  "CPU, bfloat16 or float16 on CUDA), "
+                                                  + ", ".join(QUANTIZATIONS) + ".")
+    compute_type: str = Field("default", description="CTranslate2 compute type at load "
+                                                     "(default: the conversion's).")
+    intra_threads: int = Field(1, ge=0, description="OpenMP threads per generation (1 was "
+                                                    "~3x faster than 2 on a 2-core CPU; 0: "
+                                                    "CTranslate2's default).")
+    inter_threads: int = Field(1, ge=1, description="Batches run in parallel (a call's batch "
+                                                    "is split across them).")
+    batch_size: int = Field(8, ge=1, description="Conversations per batch.")
+    chat_template: str | None = Field(None, description="Jinja template when the tokenizer "
+                                                        "has none.")
+    adapter: str | None = Field(None, description="PEFT LoRA adapter folder: merged into a "
+                                                  "copy of the model, then converted (cached).")
+    scoring: Literal["ctranslate2", "transformers"] = Field(
+        "ctranslate2", description="Backend for score/token_logprobs: this one, or the "
+                                   "transformers model (loaded on first use).")
+    cache_dir: str | None = Field(None, description="Where conversions are cached (default: "
+                                                    "<workbench home>/models).")
+    # The transformers backend's own options, accepted so that a config written for it
+    # switches with `-s models.chat.backend=ctranslate2` alone; they do not apply here.
+    dtype: str | None = Field(None, description="Ignored (transformers only).")
+    threads: int | None = Field(None, description="Ignored (transformers only; see "
+                                                  "intra_threads).")
+    merge_adapter: bool | None = Field(None, description="Ignored: adapters are always "
+                                                         "merged here.")
+
+    @field_validator("quantization")
+    @classmethod
+    def _known_quantization(cls, v: str) -> str:
+        if v != "auto" and v not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be auto or one of {', '.join(QUANTIZATIONS)}")
+        return v
+
+
+# --- conversion --------------------------------------------------------------------------------
+
+def pick_device(device: str = "auto") -> tuple[str, int]:
+    """(CTranslate2 device, device index)."""
+    import ctranslate2
+
+    if device == "auto":
+        device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    name, _, index = device.partition(":")
+    if name not in ("cpu", "cuda"):
+        raise WorkbenchError(f"device {device!r}: the ctranslate2 backend runs on cpu or cuda")
+    return name, int(index or 0)
+
+
+def pick_quantization(device: str, quantization: str = "auto") -> str:
+    import ctranslate2
+
+    supported = ctranslate2.get_supported_compute_types(device)
+    if quantization == "auto":
+        if device == "cpu":
+            return "int8"
+        return "bfloat16" if "bfloat16" in supported else "float16"
+    return quantization
+
+
+def source_fingerprint(folder: Path) -> str:
+    """A hash of the folder's files (relative name, size, mtime): changes when any file does,
+    without reading gigabytes of weights on every load."""
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if any(part.startswith(".") for part in rel.parts) or not p.is_file():
+            continue
+        st = p.stat()
+        h.update(f"{rel.as_posix()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def adapter_fingerprint(adapter: Path) -> str:
+    """sha256 of the adapter's weights and config (the merge depends on both)."""
+    from workbench.io import sha256_file
+
+    h = hashlib.sha256()
+    h.update(sha256_file(adapter / "adapter_model.safetensors").encode())
+    h.update((adapter / "adapter_config.json").read_bytes())
+    return h.hexdigest()
+
+
+def ct2_cache_dir(folder: Path, quantization: str, *, adapter: Path | None = None,
+                  cache_dir: str | os.PathLike | None = None) -> Path:
+    import ctranslate2
+
+    parts = [source_fingerprint(folder), quantization,
+             adapter_fingerprint(adapter) if adapter else "",
+             ctranslate2.__version__.split(".")[0]]
+    key = hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+    root = Path(cache_dir) if cache_dir else workbench_home() / "models"
+    name = folder.name[:48] + ("+lora" if adapter else "")
+    return root / f"ct2-{name}-{quantization}-{key}"
+
+
+def is_complete(folder: Path) -> bool:
+    return (folder / COMPLETE).is_file() and (folder / "model.bin").is_file()
+
+
+def convert_ct2(folder: str | os.PathLike, quantization: str = "int8", *,
+                adapter: str | os.PathLike | None = None,
+                cache_dir: str | os.PathLike | None = None, force: bool = False) -> Path:
+    """Convert a Hugging Face folder (with an optional LoRA adapter merged in) into a
+    CTranslate2 folder once; return the cached folder.
+
+    Same protocol as `convert_gguf`: written into `.<name>.tmp-<pid>`, finished with
+    `COMPLETE`, fsynced and renamed in with `replace_dir` under a per-folder lock. A folder
+    under the final name without `COMPLETE` (a partial or broken conversion) is rebuilt."""
+    folder = Path(folder)
+    adapter_dir = check_adapter_dir(adapter) if adapter else None
+    if quantization not in QUANTIZATIONS:
+        raise WorkbenchError(f"quantization {quantization!r}: use one of "
+                             f"{', '.join(QUANTIZATIONS)}")
+    target = ct2_cache_dir(folder, quantization, adapter=adapter_dir, cache_dir=cache_dir)
+    if is_complete(target) and not force:
+        if _leftovers(target):
+            with _conversion_lock(target, wait=False) as held:
+                if held:
+                    _tidy(target)
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _conversion_lock(target):
+        _tidy(target)
+        if is_complete(target) and not force:
+            return target
+        if target.exists() and not force:
+            log.warning("%s: unfinished conversion (no %s); converting again", target, COMPLETE)
+        t0 = time.perf_counter()
+        log.info("converting %s to CTranslate2 %s (once)", folder, quantization)
+        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            meta = _write_ct2(folder, tmp, quantization, adapter_dir)
+            meta.update(seconds=round(time.perf_counter() - t0, 2))
+            (tmp / COMPLETE).write_text(json.dumps(meta, indent=2))
+            _fsync_tree(tmp)
+            replace_dir(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        conversions[target.name] = conversions.get(target.name, 0) + 1
+    return target
+
+
+def _write_ct2(folder: Path, out: Path, quantization: str,
+               adapter: Path | None) -> dict[str, Any]:
+    import ctranslate2
+    from transformers import AutoConfig, AutoTokenizer
+
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.merge-", dir=out.parent) as merged:
+        src = folder
+        if adapter is not None:
+            _merge_adapter(folder, adapter, Path(merged))
+            src = Path(merged)
+        try:
+            ctranslate2.converters.TransformersConverter(
+                str(src), low_cpu_mem_usage=True).convert(str(out), quantization=quantization,
+                                                          force=True)
+        except (NotImplementedError, ValueError, KeyError) as e:
+            raise BackendError(f"{folder}: CTranslate2 cannot convert this model ({e})") from e
+        tok = AutoTokenizer.from_pretrained(src)
+        tok.save_pretrained(out)
+        config = AutoConfig.from_pretrained(src)
+        eos = _config_eos(src, config)
+    if tok.eos_token_id is not None:
+        eos.add(tok.eos_token_id)
+    return {"source": str(folder), "adapter": str(adapter) if adapter else None,
+            "adapter_sha256": adapter_fingerprint(adapter) if adapter else None,
+            "quantization": quantization, "ctranslate2": ctranslate2.__version__,
+            "max_position_embeddings": getattr(config, "max_position_embeddings", None),
+            "eos_token_ids": sorted(eos)}
+
+
+def _config_eos(folder: Path, config) -> set[int]:
+    ids: Any = None
+    if (folder / "generation_config.json").is_file():
+        from transformers import GenerationConfig
+
+        ids = GenerationConfig.from_pretrained(folder).eos_token_id
+    if ids is None:
+        ids = getattr(config, "eos_token_id", None)
+    ids = ids if isinstance(ids, list) else [ids]
+    return {int(i) for i in ids if i is not None}
+
+
+def _merge_adapter(folder: Path, adapter: Path, out: Path) -> None:
+    """The base model with the LoRA adapter merged in, saved as a plain HF folder."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
+    merged.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(folder).save_pretrained(out)
+    if (folder / "generation_config.json").is_file():
+        shutil.copy2(folder / "generation_config.json", out / "generation_config.json")
+
+
+# --- the backend -------------------------------------------------------------------------------
+
+@register_backend("ctranslate2")
+class CT2ChatModel(ChatModel):
+    capabilities = Capabilities(score=True, tool_calls=True, token_logprobs=True, stream=True,
+                                complete=True, tokenize=True)
+
+    # Prompt rendering, tokenising and lm-eval's pair encoding are the transformers
+    # backend's own code: they only use the tokenizer and the chat template.
+    chat_template = LocalChatModel.chat_template
+    template_tools = LocalChatModel.template_tools
+    render = LocalChatModel.render
+    _prompt = LocalChatModel._prompt
+    _notice_tools = LocalChatModel._notice_tools
+    _encode_pair = LocalChatModel._encode_pair
+    tokenize = LocalChatModel.tokenize
+    detokenize = LocalChatModel.detokenize
+
+    def __init__(self, source: ModelSource, **options: Any):
+        self.opts = CT2Options(**options)
+        if source.kind == "openai" or source.path is None:
+            raise WorkbenchError(f"{source.name}: the ctranslate2 backend runs local models, "
+                                 "not a server")
+        from transformers import AutoTokenizer
+
+        self.source = source
+        self.device, self.device_index = pick_device(self.opts.device)
+        self.quantization = pick_quantization(self.device, self.opts.quantization)
+        t0 = time.perf_counter()
+        self.folder = convert_ct2(model_folder(source), self.quantization,
+                                  adapter=self.opts.adapter, cache_dir=self.opts.cache_dir)
+        self.meta = json.loads((self.folder / COMPLETE).read_text())
+        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        self.generator = self._new_generator(self.opts.inter_threads)
+        self.compute_type = self.generator.compute_type
+        self.load_seconds = time.perf_counter() - t0
+        if self.opts.chat_template:
+            self.tokenizer.chat_template = self.opts.chat_template
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.eos_ids = set(self.meta.get("eos_token_ids") or [])
+        if self.tokenizer.eos_token_id is not None:
+            self.eos_ids.add(self.tokenizer.eos_token_id)
+        self._tool_notice = False
+        self._scorer: ChatModel | None = None
+        self._scorer_lock = threading.Lock()
+        adapter = ("+adapter:" + self.meta["adapter_sha256"][:16]
+                   if self.meta.get("adapter_sha256") else "")
+        scoring = "+score:transformers" if self.opts.scoring == "transformers" else ""
+        self._identity = f"ctranslate2:{source.name}{adapter}:{self.compute_type}{scoring}"
+
+    def _new_generator(self, inter_threads: int):
+        import ctranslate2
+
+        return ctranslate2.Generator(str(self.folder), device=self.device,
+                                     device_index=self.device_index,
+                                     compute_type=self.opts.compute_type,
+                                     inter_threads=inter_threads,
+                                     intra_threads=self.opts.intra_threads)
+
+    @classmethod
+    def uses(cls, options: dict[str, Any] | None = None) -> dict[str, str]:
+        """Which backend serves each use with these options (nothing is loaded)."""
+        scoring = (options or {}).get("scoring", "ctranslate2")
+        return {"generate": "ctranslate2", "score": scoring}
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.meta.get("max_position_embeddings")
+
+    @property
+    def batch_size(self) -> int:
+        return self.opts.batch_size
+
+    # --- generation ----------------------------------------------------------------------
+
+    def generate(self, conversations: Sequence[Conversation],
+                 params: GenerationParams | None = None, tools: Tools | None = None,
+                 tool_choice: ToolChoice | None = None) -> list[Generation]:
+        params = params or GenerationParams()
+        specs, choice = self._tool_request(tools, tool_choice)
+        calling = bool(specs) and choice != "none"
+        prompts = [self._prompt(c, specs, choice) for c in conversations]
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in prompts]
+        gens = self._generate_ids(ids, params, keep_markers=calling)
+        if calling:
+            names = [t.name for t in specs or ()]
+            gens = [_with_tool_calls(g, prefix, self.template_tools.family, names)
+                    for g, (_, prefix) in zip(gens, prompts, strict=True)]
+        return gens
+
+    def complete(self, prompts: Sequence[str],
+                 params: GenerationParams | None = None) -> list[Generation]:
+        """Continue raw prompts, tokenised like any text (special tokens added as usual)."""
+        params = params or GenerationParams()
+        ids = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
+        return self._generate_ids(ids, params)
+
+    def _start_id(self) -> int:
+        tok = self.tokenizer
+        return tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+
+    def _sampling(self, params: GenerationParams) -> dict[str, Any]:
+        kw: dict[str, Any] = {"max_length": params.max_tokens,
+                              "end_token": sorted(self.eos_ids)}
+        if params.greedy:
+            kw.update(sampling_topk=1)
+        else:
+            kw.update(sampling_topk=params.top_k or 0, sampling_topp=params.top_p,
+                      sampling_temperature=params.temperature)
+        if params.repetition_penalty:
+            kw["repetition_penalty"] = params.repetition_penalty
+        return kw
+
+    def _generate_ids(self, ids: list[list[int]], params: GenerationParams, *,
+                      keep_markers: bool = False) -> list[Generation]:
+        if not ids:
+            return []
+        tok = self.tokenizer
+        starts = [tok.convert_ids_to_tokens(row or [self._start_id()]) for row in ids]
+        watch = _Watch(len(ids), params.stop, cancel_event(), tok, keep_markers)
+        kw = self._sampling(params)
+        kw.update(include_prompt_in_result=False, return_end_token=True)
+        seeded = params.seed is not None and not params.greedy
+        # a seeded call runs on one fresh worker thread, which then draws every number
+        parts = 1 if seeded else self.opts.inter_threads
+        cap = max(1, min(self.opts.batch_size, math.ceil(len(ids) / parts)))
+        groups = length_groups([len(s) for s in starts], params.max_tokens, cap)
+        results: list[Any] = [None] * len(ids)
+        try:
+            if seeded:
+                gate = _SeedGate(params.seed)
+                try:
+                    gen = self._new_generator(1)
+                    for group in groups:
+                        out = gen.generate_batch([starts[i] for i in group],
+                                                 callback=gate.wrap(watch.of(group)), **kw)
+                        for i, res in zip(group, out, strict=True):
+                            results[i] = res
+                finally:
+                    gate.release()
+            else:  # queued at once: with inter_threads > 1 the groups run in parallel
+                pending = [(group, self.generator.generate_batch(
+                    [starts[i] for i in group], asynchronous=True, callback=watch.of(group),
+                    **kw)) for group in groups]
+                for group, out in pending:
+                    for i, res in zip(group, out, strict=True):
+                        results[i] = res.result()
+        except (RuntimeError, ValueError) as e:
+            raise BackendError(f"generation failed: {e}") from e
+        gens = []
+        for i, (res, prompt) in enumerate(zip(results, ids, strict=True)):
+            row = list(res.sequences_ids[0])
+            ended_eos = bool(row) and row[-1] in self.eos_ids
+            n = len(row) - 1 if ended_eos else len(row)
+            text = watch.decode(row[:n])
+            text, hit_stop = _cut_at_stop(text, params.stop)
+            finish = "stop" if (ended_eos or hit_stop or watch.hit[i]) else "length"
+            if finish == "length" and n < params.max_tokens:
+                finish = "stop"
+            gens.append(Generation(text=text, finish_reason=finish,
+                                   prompt_tokens=len(prompt), completion_tokens=n))
+        return gens
+
+    def stream(self, conversation: Conversation,
+               params: GenerationParams | None = None) -> Iterator[str]:
+        """Yield text pieces as tokens come; text that may be the start of a stop string is
+        held back until it is known not to be one."""
+        params = params or GenerationParams()
+        ids = self.tokenizer(self.render(conversation), add_special_tokens=False)["input_ids"]
+        cancel = cancel_event()  # read here: the generation thread has its own context
+        kw = self._sampling(params)
+        if cancel is not None:
+            kw["callback"] = lambda step: cancel.is_set()
+        stop_on_cancel = (lambda step: cancel.is_set()) if cancel is not None else None
+        out: list[int] = []
+        emitted = ""
+        gen, gate = self.generator, None
+        if params.seed is not None and not params.greedy:
+            gate = _SeedGate(params.seed)
+        try:
+            if gate is not None:
+                gen = self._new_generator(1)
+                stop_on_cancel = gate.wrap(stop_on_cancel)
+            if stop_on_cancel is not None:
+                kw["callback"] = stop_on_cancel
+            steps = gen.generate_tokens(self.tokenizer.convert_ids_to_tokens(ids), **kw)
+            try:
+                for step in steps:
+                    if step.token_id in self.eos_ids:
+                        break
+                    out.append(step.token_id)
+                    text = self.tokenizer.decode(out, skip_special_tokens=True)
+                    if text.endswith("\ufffd"):  # half of a multi-byte character
+                        continue
+                    cut, hit = _cut_at_stop(text, params.stop)
+                    safe = cut if hit else cut[:len(cut) - _held_back(cut, params.stop)]
+                    if len(safe) > len(emitted):
+                        yield safe[len(emitted):]
+                        emitted = safe
+                    if hit:
+                        return
+            except RuntimeError as e:
+                raise BackendError(f"generation failed: {e}") from e
+            finally:
+                steps.close()
+        finally:
+            if gate is not None:
+                gate.release()
+        text = self.tokenizer.decode(out, skip_special_tokens=True)
+        cut, _ = _cut_at_stop(text, params.stop)
+        if len(cut) > len(emitted):
+            yield cut[len(emitted):]
+
+    # --- scoring ---------------------------------------------------------------------------
+
+    def _transformers_scorer(self) -> ChatModel:
+        with self._scorer_lock:
+            if self._scorer is None:
+                opts: dict[str, Any] = {"batch_size": self.opts.batch_size,
+                                        "chat_template": self.opts.chat_template,
+                                        "adapter": self.opts.adapter,
+                                        "device": ("cpu" if self.device == "cpu"
+                                                   else f"cuda:{self.device_index}")}
+                self._scorer = LocalChatModel(self.source, **opts)
+            return self._scorer
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
+        """Log-likelihood of each continuation after its prompt (lm-eval's conventions,
+        `LocalChatModel._encode_pair`).
+
+        CTranslate2 has no key/value cache to share between the continuations of a prompt,
+        so rows are shared instead: a continuation is read off any row that starts with its
+        context and all but its last token. The letters of a multiple-choice item ("A".."D",
+        or the template's newline and a letter) then cost one pass over the prompt, not
+        four; the options of a cloze item cost one pass each."""
+        if self.opts.scoring == "transformers":
+            return self._transformers_scorer().score(requests)
+        flat: list[tuple[int, list[int], list[int], int]] = []
+        for ri, req in enumerate(requests):
+            prompt = req.prompt if isinstance(req.prompt, str) else self.render(req.prompt)
+            for cont in req.continuations:
+                ctx, cont_ids = self._encode_pair(prompt, cont)
+                if not cont_ids:
+                    raise BackendError(f"continuation {cont!r} encodes to no tokens")
+                if not ctx:  # score from the BOS/EOS token like lm-eval does
+                    ctx = [self._start_id()]
+                flat.append((ri, ctx, cont_ids, len(cont)))
+        needed = [tuple(ctx + cont[:-1]) for _, ctx, cont, _ in flat]
+        rows = _covering_rows(needed)
+        row_of = [rows.index_of(r) for r in needed]
+        spans: list[list[tuple[int, list[int]]]] = [[] for _ in rows.rows]
+        for (_, ctx, cont, _), r in zip(flat, row_of, strict=True):
+            spans[r].append((len(ctx), cont))
+        logprobs = self._row_logprobs(rows.rows, spans)
+        taken = [0] * len(rows.rows)
+        grouped: list[list[ContinuationScore]] = [[] for _ in requests]
+        for k, (ri, _, cont, nchar) in enumerate(flat):
+            r = row_of[k]
+            total, greedy = logprobs[r][taken[r]]
+            taken[r] += 1
+            grouped[ri].append(ContinuationScore(logprob=total, n_tokens=len(cont),
+                                                 n_chars=nchar, is_greedy=greedy))
+        return grouped
+
+    def _forward(self, batch: list[list[int]]):
+        """Log-probabilities [rows, positions, vocab] as a float32 numpy array."""
+        import ctranslate2
+        import numpy as np
+
+        try:
+            out = self.generator.forward_batch(batch, return_log_probs=True)
+        except (RuntimeError, ValueError) as e:
+            raise BackendError(f"scoring failed: {e}") from e
+        if out.device != "cpu":
+            out = out.to(ctranslate2.DataType.float32).to_device(ctranslate2.Device.cpu)
+        elif str(out.dtype) != "DataType.float32":
+            out = out.to(ctranslate2.DataType.float32)
+        return np.asarray(out)
+
+    def _row_logprobs(self, rows: list[tuple[int, ...]],
+                      spans: list[list[tuple[int, list[int]]]]
+                      ) -> list[list[tuple[float, bool]]]:
+        """For each row, (sum of logprobs, all greedy) of each (start, tokens) span read off
+        it: token k of a span is predicted at position start + k - 1."""
+        vocab = len(self.tokenizer)
+        order = sorted(range(len(rows)), key=lambda r: len(rows[r]))
+        chunks: list[list[int]] = []
+        for r in order:  # similar lengths together; bounded memory per forward pass
+            width = len(rows[r])
+            if chunks and len(chunks[-1]) < 64 and \
+                    (len(chunks[-1]) + 1) * width * vocab * 4 <= SCORE_BYTES:
+                chunks[-1].append(r)
+            else:
+                chunks.append([r])
+        out: list[list[tuple[float, bool]]] = [[] for _ in rows]
+
+        def run(chunk: list[int]) -> None:
+            lp = self._forward([list(rows[r]) for r in chunk])
+            for j, r in enumerate(chunk):
+                for start, toks in spans[r]:
+                    pos = range(start - 1, start - 1 + len(toks))
+                    picked = lp[j, list(pos), toks]
+                    best = lp[j, list(pos)].argmax(-1)
+                    out[r].append((float(picked.sum(dtype="float64")),
+                                   bool((best == toks).all())))
+
+        if self.opts.inter_threads > 1 and len(chunks) > 1:
+            with ThreadPoolExecutor(self.opts.inter_threads) as pool:
+                list(pool.map(run, chunks))
+        else:
+            for c in chunks:
+                run(c)
+        return out
+
+    def token_logprobs(self, text: str, top: int = 0) -> TokenLogprobs:
+        if self.opts.scoring == "transformers":
+            return self._transformers_scorer().token_logprobs(text, top)
+        import numpy as np
+
+        enc = self.tokenizer(text, return_offsets_mapping=True)
+        ids = enc["input_ids"]
+        if not ids:
+            return TokenLogprobs([], [], [], [] if top else None)
+        lp = self._forward([ids])[0]
+        values: list[float | None] = [None]
+        values += [float(lp[k - 1, ids[k]]) for k in range(1, len(ids))]
+        tops: list[dict[str, float] | None] | None = None
+        if top:
+            tops = [None]
+            for k in range(1, len(ids)):
+                best = np.argsort(-lp[k - 1])[:top]
+                tops.append({self.tokenizer.decode([int(i)]): float(lp[k - 1, i])
+                             for i in best})
+        return TokenLogprobs([self.tokenizer.decode([t]) for t in ids],
+                             [a for a, _ in enc["offset_mapping"]], values, tops)
+
+    def info(self):
+        info = super().info()
+        info.details.update(device=self.device, compute_type=self.compute_type,
+                            quantization=self.quantization, folder=str(self.folder),
+                            source=self.source.describe(), load_seconds=self.load_seconds,
+                            intra_threads=self.opts.intra_threads,
+                            inter_threads=self.opts.inter_threads, scoring=self.opts.scoring)
+        return info
+
+    def close(self) -> None:
+        gen = getattr(self, "generator", None)
+        if gen is not None:
+            gen.unload_model()
+        if self._scorer is not None:
+            self._scorer.close()
+
+
+class _Watch:
+    """The per-token callbacks of a call's batches: stop a row once its text holds a stop
+    string, and every row once the cancel event is set. Decodes ids like the results."""
+
+    def __init__(self, n: int, stops: Sequence[str], cancel: threading.Event | None, tok,
+                 keep_markers: bool):
+        self.stops, self.cancel, self.tok, self.keep = tuple(stops), cancel, tok, keep_markers
+        self.ids: list[list[int]] = [[] for _ in range(n)]
+        self.hit = [False] * n
+        # a stop of k characters spans at most 4k tokens (byte-level pieces)
+        self.window = 4 * max((len(s) for s in self.stops), default=0) + 4
+
+    def decode(self, ids: Sequence[int]) -> str:
+        if self.keep:  # tool-call markers may be special tokens (Mistral, Llama 3)
+            return strip_special_tokens(self.tok.decode(ids, skip_special_tokens=False),
+                                        self.tok.all_special_tokens)
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+    def of(self, rows: Sequence[int]):
+        """The callback of one batch holding these rows (None when nothing is watched)."""
+        if not self.stops and self.cancel is None:
+            return None
+        return lambda step: self._step(rows[step.batch_id], step.token_id)
+
+    def _step(self, i: int, token_id: int) -> bool:
+        if self.cancel is not None and self.cancel.is_set():
+            return True
+        if not self.stops:
+            return False
+        row = self.ids[i]
+        row.append(token_id)
+        tail = self.tok.decode(row[-self.window:], skip_special_tokens=not self.keep)
+        if any(s in tail for s in self.stops) and _cut_at_stop(self.decode(row), self.stops)[1]:
+            self.hit[i] = True
+            return True
+        return False
+
+
+STEP_GROWTH = 0.2  # a decoding step of a batch of b costs (1 + 0.2 (b - 1)) steps of one
+
+
+def length_groups(lengths: Sequence[int], max_tokens: int, cap: int) -> list[list[int]]:
+    """Split prompts (by index) into batches of at most `cap` that cost the fewest decoding
+    steps. CTranslate2 forwards a batch's prompts at once only up to the shortest one; each
+    further prompt token is a decoding step of the whole batch (a 37- and a 414-token prompt
+    together took 12 s, apart 1 s). A batch of b prompts whose lengths spread over d tokens
+    costs about (d + max_tokens) (1 + STEP_GROWTH (b - 1)) steps; the split is the cheapest
+    over contiguous runs of the prompts sorted by length."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    sl = [lengths[i] for i in order]
+    n = len(order)
+    best, cut = [0.0] + [math.inf] * n, [0] * (n + 1)
+    for i in range(1, n + 1):
+        for j in range(max(0, i - cap), i):
+            cost = best[j] + (sl[i - 1] - sl[j] + max_tokens) * (1 + STEP_GROWTH * (i - j - 1))
+            if cost < best[i]:
+                best[i], cut[i] = cost, j
+    groups, i = [], n
+    while i > 0:
+        groups.append(order[cut[i]:i])
+        i = cut[i]
+    return groups[::-1]
+
+
+class _Rows:
+    def __init__(self, rows: list[tuple[int, ...]]):
+        self.rows = rows
+
+    def index_of(self, needed: tuple[int, ...]) -> int:
+        import bisect
+
+        i = bisect.bisect_left(self.rows, needed)
+        return i  # _covering_rows guarantees rows[i] starts with `needed`
+
+
+def _covering_rows(needed: list[tuple[int, ...]]) -> _Rows:
+    """The fewest rows that cover every needed row (a row covers those it starts with),
+    sorted: a needed row is covered by the first kept row not below it."""
+    uniq = sorted(set(needed))
+    kept = [r for i, r in enumerate(uniq)
+            if i + 1 == len(uniq) or uniq[i + 1][:len(r)] != r]
+    return _Rows(kept)
+
+
+def _held_back(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest end of `text` that begins some stop string."""
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best
+
+
+class _SeedGate:
+    """`set_random_seed` under the process-wide seed lock, held until the fresh generator's
+    worker thread has drawn its first number (it calls back with its first token), so that
+    concurrent seeded calls each start from their own seed."""
+
+    def __init__(self, seed: int):
+        import ctranslate2
+
+        _SEED_LOCK.acquire()
+        self._held, self._mu = True, threading.Lock()
+        try:
+            ctranslate2.set_random_seed(seed & 0xFFFFFFFF)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        with self._mu:
+            if self._held:
+                self._held = False
+                _SEED_LOCK.release()
+
+    def wrap(self, callback):
+        def first_draw_done(step) -> bool:
+            self.release()
+            return bool(callback(step)) if callback is not None else False
+
+        return first_draw_done
+
+
+__all__ = ["COMPLETE", "QUANTIZATIONS", "CT2ChatModel", "CT2Options", "convert_ct2",
+           "ct2_cache_dir", "is_complete", "length_groups", "source_fingerprint"]
