@@ -14,11 +14,11 @@ import time
 
 import httpx
 import pytest
+from conftest import REPO, free_port, wait_http
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import REPO, free_port, wait_http
 from test_serve_tools import serving
+
 from workbench.models import load_model
 from workbench.serve import ServerLimits
 
@@ -189,14 +189,13 @@ def test_bounded_queue_answers_429_when_full(tiny_server):
     results: list[int] = []
 
     def hold():
-        with httpx.Client(timeout=60) as c:
-            with c.stream("POST", base + "/v1/chat/completions",
-                          json={**body, "stream": True}) as r:
-                results.append(r.status_code)
-                started.wait()
-                for _ in r.iter_lines():
-                    if len(results) >= 3:
-                        break
+        with httpx.Client(timeout=60) as c, c.stream("POST", base + "/v1/chat/completions",
+                      json={**body, "stream": True}) as r:
+            results.append(r.status_code)
+            started.wait()
+            for _ in r.iter_lines():
+                if len(results) >= 3:
+                    break
 
     threads = [threading.Thread(target=hold) for _ in range(2)]  # capacity: 1 + max_queue 1
     for t in threads:
