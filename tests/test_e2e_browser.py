@@ -81,7 +81,24 @@ def _wait_job(page, button_key: str, timeout: float = 600) -> None:
         else:
             page.reload()
         page.wait_for_timeout(2000)
-    raise TimeoutError("job did not finish")
+    page.screenshot(path=str(ARTIFACTS / f"wait-{button_key}-timeout.png"), full_page=True)
+    raise TimeoutError(f"job did not finish; the page ends: {page.inner_text('body')[-800:]}")
+
+
+def _start_job(page, button: str, ws: Path, kind: str, tries: int = 3) -> None:
+    """Click `button` until a `kind` job exists in the workspace: a click that lands while
+    Streamlit is still re-running the page after navigation can be dropped on a loaded
+    machine (seen once in CI), so the job folder on disk, not the page, says it started."""
+    for _ in range(tries):
+        page.get_by_role("button", name=button).click()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if any((ws / "jobs").glob(f"*-{kind}-*/job.json")):
+                page.get_by_text("Started job").wait_for(timeout=30000)
+                return
+            page.wait_for_timeout(500)
+    page.screenshot(path=str(ARTIFACTS / f"start-{kind}-failed.png"), full_page=True)
+    raise AssertionError(f"clicking {button!r} {tries} times started no {kind} job")
 
 
 def test_upload_distil_and_retrieve_in_a_browser(app, tmp_path):
@@ -106,8 +123,7 @@ def test_upload_distil_and_retrieve_in_a_browser(app, tmp_path):
 
         page.get_by_role("link", name="Distill").click()
         page.get_by_text("Start distillation").wait_for(timeout=20000)
-        page.get_by_role("button", name="Start distillation").click()
-        page.get_by_text("Started job").wait_for(timeout=30000)
+        _start_job(page, "Start distillation", ws, "distill")
         _wait_job(page, "distill", timeout=900)
         page.get_by_role("link", name="Distill").click()
         page.get_by_text("accepted").first.wait_for(timeout=30000)
@@ -119,7 +135,7 @@ def test_upload_distil_and_retrieve_in_a_browser(app, tmp_path):
         page.screenshot(path=str(ARTIFACTS / "distill.png"), full_page=True)
 
         page.get_by_role("link", name="Retrieval playground").click()
-        page.get_by_role("button", name="Build index").click()
+        _start_job(page, "Build index", ws, "rag")
         _wait_job(page, "index", timeout=300)
         page.reload()
         page.get_by_label("Query").fill("What VSWR does a reflection coefficient of 0.2 give?")
