@@ -48,22 +48,40 @@ def load_examples(cfg) -> tuple[Path, list[ChatExample]]:
     return path, read_dataset(path, cfg.data_format)
 
 
-def _plain(ex: ChatExample) -> list[dict]:
-    # reasoning stays in the target: as a <think> block before the answer
-    return [{"role": m.role, "content": join_reasoning(m.reasoning_content, m.content)
-             if m.role == "assistant" else m.content} for m in ex.messages]
+def _plain(ex: ChatExample, template: str | None = None) -> tuple[list[dict], list | None]:
+    """Template-ready messages and the `tools=` argument. Reasoning stays in the target (a
+    <think> block before the answer); tool calls and results are rendered the way the
+    template renders them, or as text with the tools described in the system prompt when it
+    takes no tools (`models.tools.template_messages`, the same as at inference)."""
+    msgs = [{"role": m.role, "content": join_reasoning(m.reasoning_content, m.content)
+             if m.role == "assistant" else m.content,
+             **({"tool_calls": [tc.model_dump(mode="json") for tc in m.tool_calls]}
+                if m.tool_calls else {}),
+             **({"tool_call_id": m.tool_call_id} if m.tool_call_id else {}),
+             **({"name": m.name} if m.name else {})} for m in ex.messages]
+    if not ex.tools and not any(m.tool_calls or m.role == "tool" for m in ex.messages):
+        return [{"role": m["role"], "content": m["content"]} for m in msgs], None
+    from workbench.models.tools import TemplateTools, template_messages
+
+    how = TemplateTools.of(template)
+    out = template_messages(msgs, how, ex.tools)
+    tools = [t.model_dump(mode="json", exclude_none=True) for t in ex.tools] \
+        if ex.tools and how.native else None
+    return out, tools
 
 
 def tokenize_example(tok, ex: ChatExample, idx: int = 0) -> Tokenized:
-    msgs = _plain(ex)
+    msgs, tools = _plain(ex, getattr(tok, "chat_template", None))
+    extra = {"tools": tools} if tools else {}
     ids: list[int] = []
     labels: list[int] = []
     rendered = ""
     for i, m in enumerate(msgs):
         if m["role"] != "assistant":
             continue
-        prefix = tok.apply_chat_template(msgs[:i], add_generation_prompt=True, tokenize=False)
-        full = tok.apply_chat_template(msgs[:i + 1], tokenize=False)
+        prefix = tok.apply_chat_template(msgs[:i], add_generation_prompt=True, tokenize=False,
+                                         **extra)
+        full = tok.apply_chat_template(msgs[:i + 1], tokenize=False, **extra)
         if not prefix.startswith(rendered) or not full.startswith(prefix):
             raise WorkbenchError("the chat template does not render conversations as prefixes "
                                  "of their continuations; assistant-only masking needs that")

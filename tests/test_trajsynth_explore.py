@@ -1,0 +1,291 @@
+"""The MCTS trajectory explorer (issue 11, part 3) and its exports. Each test prints its
+figure."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from workbench.errors import DataError
+from workbench.trajsynth.api import explore_pool, export, select_tasks, tree_path
+from workbench.trajsynth.env import DataEnvironment, sample_environment
+from workbench.trajsynth.explore import (
+    ExploreConfig,
+    GrammarGenerator,
+    ModelGenerator,
+    ModelPrior,
+    PrefixTrie,
+    UniformPrior,
+    explore_task,
+    extract_sql,
+    load_tree,
+    save_tree,
+    tree_bytes,
+)
+from workbench.trajsynth.grammar import Grammar, Plan, literals, mentions
+from workbench.trajsynth.queries import lit, qi
+from workbench.trajsynth.tasks import PoolConfig, build_pool
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("trajsynth-cache")
+
+
+@pytest.fixture(scope="module")
+def chinook(cache) -> DataEnvironment:
+    return DataEnvironment.open(sample_environment("chinook"), cache_dir=cache)
+
+
+@pytest.fixture(scope="module")
+def pool(chinook):
+    return build_pool(chinook, PoolConfig(seed=0))
+
+
+@pytest.fixture(scope="module")
+def toy(cache, tmp_path_factory) -> DataEnvironment:
+    path = tmp_path_factory.mktemp("toy") / "shop.sqlite"
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE region (region_id INTEGER PRIMARY KEY, name TEXT);
+        CREATE TABLE sale (sale_id INTEGER PRIMARY KEY, region_id INTEGER REFERENCES region,
+                           item TEXT, amount REAL, day TEXT);
+        INSERT INTO region VALUES (1, 'north'), (2, 'south'), (3, 'east');
+        INSERT INTO sale VALUES
+          (1, 1, 'pen', 2.5, '2021-01-03'), (2, 1, 'ink', 4.0, '2021-02-10'),
+          (3, 2, 'pen', 2.5, '2022-01-05'), (4, 2, 'pad', 3.0, '2022-03-01'),
+          (5, 3, 'cap', 9.0, '2022-03-09'), (6, 1, 'mug', 6.0, '2023-05-01'),
+          (7, 2, 'mug', 6.0, '2023-06-01'), (8, 3, 'pen', 2.5, '2023-07-01');
+    """)
+    con.commit()
+    con.close()
+    return DataEnvironment.open(path, cache_dir=cache)
+
+
+def _agrees(m, q) -> bool:
+    """Does grammar move `m` agree with reference query `q`?"""
+    v, slot = m.value, m.slot
+    if slot == "measure":
+        return v[0] == q.agg and (v[0] == "count" or v[1] == q.column)
+    if slot == "k":
+        return v[0] == q.k
+    if slot == "values":
+        return list(v[0]) == list(q.values)
+    if slot == "lit":
+        return v[1] in (q.extra if v[2] == "extra" else q.conds)
+    if slot == "direction":
+        return v == q.descending
+    if slot == "submit":
+        return True
+    return v == getattr(q, slot)  # op, table, column, target, group
+
+
+def _gold_path(g: Grammar, q) -> Plan | None:
+    """Walk the grammar choosing, at every slot, the option that agrees with the reference
+    query (test-only: the explorer never reads it)."""
+    plan = Plan()
+    while (opts := g.options(plan)):
+        pick = next((m for m in opts if _agrees(m, q)), None)
+        if pick is None and opts[0].slot == "lit":
+            pick = opts[-1]  # the literal is not a filter
+        if pick is None:
+            return None
+        plan = g.apply(plan, pick)
+    return plan
+
+
+def _probe(env):
+    def probe(t, c, v):
+        r = env.run_sql(f"SELECT 1 FROM {qi(t)} WHERE {qi(c)} = {lit(v)} LIMIT 1")
+        return r.ok and bool(r.rows)
+    return probe
+
+
+# --- the grammar ------------------------------------------------------------------------------
+
+
+def test_literals_and_mentions():
+    q = "How many more Track rows does the MediaType Name value 'AAC audio file' have than " \
+        "'Guns N' Roses'? Top 5 in 2009, over 1.98"
+    got = [(x.text, x.value) for x in literals(q)]
+    assert ("AAC audio file", "AAC audio file") in got
+    assert ("Guns N' Roses", "Guns N' Roses") in got  # the longer reading is kept too
+    assert ("5", 5) in got and ("2009", 2009) in got and ("1.98", 1.98) in got
+    assert mentions(q, "MediaType") and mentions("how many media types", "MediaType")
+    assert not mentions(q, "Playlist")
+
+
+@pytest.mark.parametrize("name", ["chinook", "sklearn_classic"])
+def test_grammar_reaches_every_task_of_the_pool(name, cache):
+    env = DataEnvironment.open(sample_environment(name), cache_dir=cache)
+    p = build_pool(env, PoolConfig(seed=0))
+    reached = 0
+    for t in p.tasks:
+        plan = _gold_path(Grammar(env.profile, t.question, probe=_probe(env)), t.query)
+        reached += plan is not None and t.check(env.run_sql(plan.sql()))
+    print(f"\nG1 {name}: the grammar reaches a verified query for {reached}/{len(p.tasks)} "
+          "pool tasks")
+    assert reached == len(p.tasks)
+
+
+def test_every_path_terminates(chinook, pool):
+    """Random walks end (submitted, or at a slot with no option: a failed terminal) within
+    the slot bound."""
+    rng = random.Random(0)
+    longest, dead, walks = 0, 0, 0
+    for t in pool.tasks[::5]:
+        g = Grammar(chinook.profile, t.question, probe=_probe(chinook))
+        for _ in range(40):
+            plan, depth = Plan(), 0
+            while (opts := g.options(plan)):
+                plan = g.apply(plan, rng.choice(opts))
+                depth += 1
+                assert depth <= 8 + len(g.lits)
+            longest = max(longest, depth)
+            dead += not plan.submitted
+            walks += 1
+    print(f"\nG2: {walks} random walks all ended; {dead} at a dead end ({100 * dead / walks:.1f}"
+          f"%), longest path {longest} moves")
+    assert dead / walks < 0.1
+
+
+# --- the search -------------------------------------------------------------------------------
+
+
+def _hardest(pool, n=3):
+    return sorted(pool.tasks, key=lambda t: (-t.difficulty, t.id))[:n]
+
+
+def test_same_seed_same_tree_and_round_trip(chinook, pool, tmp_path):
+    cfg = ExploreConfig(prior="uniform", iterations=150, stop_after=0, seed=3)
+    task = next(t for t in pool.tasks if t.category == "comparison")
+    runs = []
+    for _ in range(2):
+        tree, _search = explore_task(task, chinook, GrammarGenerator(UniformPrior(), cfg),
+                                    config=cfg, trie=PrefixTrie(chinook.profile.content_hash))
+        runs.append(tree)
+    h = [hashlib.sha256(tree_bytes(t)).hexdigest() for t in runs]
+    # mcts-simple counts wins on the nodes below the root
+    root = [(t.nodes[0].visits, sum(n.wins for n in t.nodes if n.parent == 0), len(t.nodes))
+            for t in runs]
+    print(f"\nM1: same seed twice -> root (visits, wins, nodes) {root[0]} / {root[1]}, tree "
+          f"sha256 {h[0][:12]} / {h[1][:12]}")
+    assert h[0] == h[1] and root[0] == root[1]
+    assert root[0][0] == 150 and root[0][1] > 0
+    path = save_tree(runs[0], tmp_path / "t.json")
+    again = load_tree(path)
+    assert tree_bytes(again) == tree_bytes(runs[0])
+    assert json.loads(path.read_text())["version"] == 1  # JSON, never pickle
+    path.write_text(path.read_text()[:200])
+    with pytest.raises(DataError, match="t.json"):
+        load_tree(path)
+
+
+def test_grammar_search_finds_the_known_query_in_9_of_10_seeds(toy, bundled_model):
+    """On a toy environment, with the bundled model's log-likelihood as the prior."""
+    p = build_pool(toy, PoolConfig(seed=0, python_check=False))
+    tasks = _hardest(p, 3)
+    prior = ModelPrior(bundled_model)  # one prior for all seeds: its scores are cached
+    rows = []
+    for task in tasks:
+        found, iters = 0, []
+        for seed in range(10):
+            cfg = ExploreConfig(iterations=300, seed=seed)
+            _tree, search = explore_task(task, toy, GrammarGenerator(prior, cfg), config=cfg)
+            found += bool(search.verified_sql)
+            iters.append(search.ledger.iterations)
+        rows.append((task.question, found, sorted(iters)[5]))
+        assert found >= 9, task.question
+    print("\nM2: seeds (of 10) finding a verified query within 300 iterations, median "
+          "iterations:\n" + "\n".join(f"  {f}/10, {m} it: {q}" for q, f, m in rows))
+
+
+def test_reflections_and_trie(chinook, pool):
+    cfg = ExploreConfig(prior="uniform", iterations=60)
+    trie = PrefixTrie(chinook.profile.content_hash)
+    tasks = pool.tasks
+    ledgers = []
+    for t in tasks:
+        tree, search = explore_task(t, chinook, GrammarGenerator(UniformPrior(), cfg),
+                                    config=cfg, trie=trie)
+        ledgers.append(search.ledger)
+        assert all(r["reason"] for r in tree.reflections)
+        if tree.reflections:
+            assert any(n.terminal and n.verified is False and n.reason for n in tree.nodes)
+    saved = sum(x.executions_saved for x in ledgers)
+    runs = sum(x.executions for x in ledgers)
+    print(f"\nM3: {len(tasks)} tasks, <= 60 iterations each: {runs} executions, {saved} "
+          f"answered by the shared trie ({100 * saved / (runs + saved):.0f}%)")
+    assert saved > 0
+
+
+def test_model_generator_through_the_chat_protocol(chinook, pool):
+    """Free-form SQL proposals from a scripted model (same interface as the real backends):
+    proposals are executed, votes become priors, the wrong statement's reflection reaches the
+    next prompt, the answer move ends the path."""
+    from workbench.models import load_model
+
+    task = next(t for t in pool.tasks if t.query.op == "count" and len(t.query.conds) == 1
+                and t.query.conds[0].op == "eq")
+    good = f"```sql\n{task.program}\n```"
+    bad = "```sql\nSELECT COUNT(*) FROM Track\n```"
+    model = load_model("fake", backend="fake", responses=[bad, good, "I think SELECT 1", good])
+    cfg = ExploreConfig(generator="model", iterations=30, proposals=4, seed=0)
+    _tree, search = explore_task(task, chinook, ModelGenerator(model, cfg), config=cfg)
+    print(f"\nM4: scripted model: {search.ledger.model_calls} proposals, verified "
+          f"{len(search.verified_sql)}, reflections {len(search.reflections)}")
+    assert search.verified_sql
+    assert search.ledger.model_calls >= 4
+    assert extract_sql("Sure:\n```sql\nSELECT 1;\n```") == "SELECT 1"
+    assert extract_sql("no sql here") is None
+    if search.reflections:
+        assert any("Earlier attempts" in m["content"] for conv in model.seen for m in conv)
+
+
+# --- the pipeline and the exports ---------------------------------------------------------------
+
+
+def test_explore_pool_resumes_and_exports(chinook, pool, tmp_path, bundled_model):
+    from workbench.records import ChatExample
+    from workbench.train.data import IGNORE, tokenize_example
+
+    cfg = ExploreConfig(prior="uniform", iterations=100)
+    tasks = select_tasks(pool, "train", 8)
+    logs: list[str] = []
+    s1 = explore_pool(chinook, tasks, tmp_path, cfg, log=logs.append)
+    def nodes():  # the trees; ledgers differ (a re-run's executions come from the trie)
+        return {t.id: [n.model_dump() for n in load_tree(tree_path(tmp_path, t)).nodes]
+                for t in tasks}
+
+    first = nodes()
+    for t in tasks[:3]:
+        tree_path(tmp_path, t).unlink()
+    tree_path(tmp_path, tasks[3]).write_text("{torn")
+    s2 = explore_pool(chinook, tasks, tmp_path, cfg, log=logs.append)
+    assert any("4 of 8 trees already searched; 4 to go" in m for m in logs), logs
+    assert nodes() == first
+    assert s2["tasks_verified"] == s1["tasks_verified"]
+    ex = export(tmp_path, tasks, chinook)
+    print(f"\nE1: {s1['tasks_verified']}/8 verified; resumed 4 of 8 trees, identical "
+          f"nodes; exports {ex}")
+    assert ex["sft"] >= 6
+    rows = [json.loads(x) for x in (tmp_path / "sft.messages.jsonl").read_text().splitlines()]
+    tok = bundled_model.tokenizer
+    for r in rows:
+        ex_ = ChatExample.model_validate(r)
+        assert r["metadata"]["env_hash"] == chinook.profile.content_hash
+        t = tokenize_example(tok, ex_)
+        trained = tok.decode([i for i, lab in zip(t.input_ids, t.labels, strict=True)
+                              if lab != IGNORE])
+        assert "run_sql" in trained  # the call is trained
+        tool_text = r["messages"][3]["content"]
+        assert tool_text.splitlines()[-1] not in trained  # "(1 rows)": the result is masked
+    prefs = [json.loads(x) for x in (tmp_path / "preferences.jsonl").read_text().splitlines()]
+    assert prefs and all(p["chosen"] != p["rejected"] for p in prefs)
+    icl = (tmp_path / "icl_bank.jsonl").read_text().splitlines()
+    assert len(icl) == ex["icl"] and "SQL: SELECT" in json.loads(icl[0])["text"]

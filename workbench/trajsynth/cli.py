@@ -1,0 +1,88 @@
+"""`workbench trajsynth ...`: profile an environment, build its task pool, search, export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+EnvArg = Annotated[str, typer.Argument(help="A SQLite file, a folder of CSV/TSV/Parquet files, "
+                                            "or a shipped sample (chinook, sklearn_classic).")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Experiment YAML.")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", "-s", help="Override a config key, e.g. -s trajsynth.explore.iterations=100.")]
+OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder to write into.")]
+
+
+def _cfg(config, set_):
+    from workbench.config import load_config
+
+    return load_config(config, set_)
+
+
+def register(group: typer.Typer) -> None:
+    @group.command("profile")
+    def profile(env: EnvArg, digest: Annotated[bool, typer.Option(
+            help="Print the prompt digest instead of the JSON profile.")] = True):
+        """Profile an environment (tables, typed columns, keys, joins, value dictionaries);
+        cached by content hash."""
+        from workbench.trajsynth.api import open_env
+
+        e = open_env(env)
+        typer.echo(e.profile.digest() if digest else e.profile.model_dump_json(indent=1))
+
+    @group.command("tasks")
+    def tasks(env: EnvArg, out: OutOpt, config: ConfigOpt = None, set_: SetOpt = None):
+        """Synthesise and verify the task pool: OUT/tasks.jsonl and tasks.summary.json."""
+        from workbench.trajsynth.api import open_env
+        from workbench.trajsynth.tasks import build_pool, format_summary, save_pool
+
+        tc = _cfg(config, set_).trajsynth
+        pool = build_pool(open_env(env), tc.pool)
+        save_pool(pool, out / "tasks.jsonl")
+        typer.echo(format_summary(pool.summary))
+        typer.echo(f"wrote {out / 'tasks.jsonl'}")
+
+    @group.command("explore")
+    def explore(env: EnvArg, out: OutOpt, config: ConfigOpt = None, set_: SetOpt = None):
+        """Search OUT/tasks.jsonl with MCTS (one tree per task under OUT/trees; a re-run only
+        searches what is missing) and export SFT, ICL and preference data."""
+        from workbench.progress import quiet_libraries
+        from workbench.trajsynth.api import (
+            _load_chat_model,
+            explore_pool,
+            export,
+            open_env,
+            select_tasks,
+        )
+        from workbench.trajsynth.tasks import load_pool
+
+        quiet_libraries()
+        cfg = _cfg(config, set_)
+        tc = cfg.trajsynth
+        e = open_env(env)
+        pool = load_pool(out / "tasks.jsonl")
+        todo = select_tasks(pool, tc.split, tc.limit)
+        s = explore_pool(e, todo, out, tc.explore, model=_load_chat_model(cfg, tc.explore),
+                         log=lambda m: typer.echo(m, err=True))
+        ex = export(out, todo, e)
+        lo, hi = s["yield_ci95"]
+        typer.echo(f"{s['tasks_verified']}/{s['tasks']} tasks verified ({100 * s['yield']:.0f}% "
+                   f"[{100 * lo:.0f}, {100 * hi:.0f}]); {s['ledger']['executions']} executions, "
+                   f"prefix hit rate {100 * s['prefix_hit_rate']:.0f}%, "
+                   f"{s['ledger']['model_calls']} model calls; {ex['sft']} SFT, "
+                   f"{ex['preferences']} preference pairs in {out}")
+
+    @group.command("export")
+    def export_cmd(env: EnvArg, out: OutOpt, config: ConfigOpt = None, set_: SetOpt = None):
+        """Write OUT/sft.messages.jsonl, icl_bank.jsonl and preferences.jsonl from the saved
+        trees (no search)."""
+        from workbench.trajsynth.api import export, open_env, select_tasks
+        from workbench.trajsynth.tasks import load_pool
+
+        tc = _cfg(config, set_).trajsynth
+        pool = load_pool(out / "tasks.jsonl")
+        ex = export(out, select_tasks(pool, tc.split, tc.limit), open_env(env))
+        typer.echo(f"{ex['sft']} SFT conversations, {ex['icl']} ICL entries, "
+                   f"{ex['preferences']} preference pairs in {out}")

@@ -1,0 +1,22 @@
+"""The trajectory-synthesis pipeline as the registry sees it (data only; nothing heavy
+imported)."""
+
+from workbench.registry import Artifact, Pipeline, Stage
+
+PIPELINE = Pipeline(
+    name="trajsynth",
+    help="Trajectory synthesis for data agents: a verified task pool over a SQLite file or a "
+         "CSV/Parquet folder, MCTS search per task, SFT / ICL / preference exports.",
+    config="workbench.trajsynth.api:TrajsynthConfig",
+    run="workbench.trajsynth.api:run",
+    stages=(
+        Stage("tasks", help="profile the environment, synthesise and verify the task pool",
+              outputs=(Artifact("tasks", "tasks.jsonl", "Task"),
+                       Artifact("tasks_summary", "tasks.summary.json"))),
+        Stage("explore", help="one MCTS tree per task (resumable), the prefix trie",
+              outputs=(Artifact("explore", "explore.json"),
+                       Artifact("trie", "trie.json"))),
+    ),
+    cli="workbench.trajsynth.cli:register",
+    order=60,
+)
