@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO
 
 APP = REPO / "apps" / "streamlit"
-PAGES = ["projects", "corpus", "distill", "retrieval", "train", "evaluate"]
+PAGES = ["projects", "corpus", "distill", "retrieval", "train", "evaluate", "trajsynth"]
 TESTS = str(Path(__file__).parent)
 sys.path.insert(0, str(APP))
 
@@ -556,3 +556,26 @@ def test_pages_survive_half_written_run_files(finished_ws, tmp_path, monkeypatch
     print(f"{len(files) + 1} files x 2 cuts, then all at once: {renders} page renders, "
           f"0 exceptions; {sum(map(bool, not_ready.values()))} of {len(not_ready)} cut files "
           "shown as 'not ready yet'")
+
+
+def test_trajectories_page_shows_the_pool_the_tree_and_the_ledger(ws):
+    """A search run made outside the app: the pool table, the tree browser (graph + node
+    table with the verified path marked) and the cost ledger render."""
+    from workbench.trajsynth.api import explore_pool, open_env
+    from workbench.trajsynth.explore import ExploreConfig
+    from workbench.trajsynth.tasks import build_pool, save_pool
+
+    out = ws / "runs" / "ts" / "trajsynth"
+    env = open_env("chinook")
+    pool = build_pool(env)
+    save_pool(pool, out / "tasks.jsonl")
+    explore_pool(env, pool.tasks[:6], out, ExploreConfig(prior="uniform", iterations=50),
+                 log=lambda m: None)
+    at = page("trajsynth").run()
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
+    assert "Green: a verified path" in text
+    assert any(m.label == "Tasks verified" for m in at.metric)
+    frames = [d.value for d in at.dataframe]
+    nodes = next(f for f in frames if "verified path" in f.columns)
+    assert nodes["verified path"].any() and (nodes["visits"] > 0).all()

@@ -289,3 +289,53 @@ def test_explore_pool_resumes_and_exports(chinook, pool, tmp_path, bundled_model
     assert prefs and all(p["chosen"] != p["rejected"] for p in prefs)
     icl = (tmp_path / "icl_bank.jsonl").read_text().splitlines()
     assert len(icl) == ex["icl"] and "SQL: SELECT" in json.loads(icl[0])["text"]
+
+
+# --- adaptive selection and the cost model ------------------------------------------------------
+
+
+def test_escalation_bandit_and_cost_model(chinook, pool, tmp_path):
+    from workbench.trajsynth.api import read_attempts
+    from workbench.trajsynth.costmodel import held_out_brier
+    from workbench.trajsynth.select import Arm, SelectionConfig
+
+    cheap = Arm(name="greedy", rank=0,
+                explore=ExploreConfig(prior="uniform", strategy="greedy"))
+    strong = Arm(name="mcts", rank=1, explore=ExploreConfig(prior="uniform", iterations=200))
+    tasks = pool.tasks
+    sel = SelectionConfig(policy="escalate", escalate_after=2, max_attempts=2)
+    s = explore_pool(chinook, tasks, tmp_path / "esc", cheap.explore, arms=[cheap, strong],
+                     selection=sel, log=lambda m: None)
+    att = read_attempts(tmp_path / "esc" / "attempts.jsonl")
+    first = [a for a in att if a.attempt == 0]
+    skipped = sum(a.arm == "mcts" and a.reason.startswith("escalated:") for a in first)
+    cheap_only = sum(a.verified for a in att if a.arm == "greedy")
+    print(f"\nS1 escalate: {s['tasks_verified']}/{len(tasks)} verified (greedy alone "
+          f"{cheap_only}); {s['escalations']} escalations after a failure, {skipped} tasks "
+          f"started on mcts (greedy failed twice in a row in their context); per arm "
+          f"{s['arms']}; cost model {s['cost_model']}")
+    assert s["escalations"] > 0 and skipped > 0
+    assert s["tasks_verified"] > cheap_only
+    assert all(a.reason for a in att)
+    b = held_out_brier([a for a in att if a.arm != "-"], ["greedy", "mcts"])
+    assert b["brier"] is not None and b["brier"] <= b["base_brier"] + 0.02
+
+    # the bandit, with a cost cap the cost model enforces once fitted
+    band = SelectionConfig(policy="bandit", max_attempts=2, refit_every=5)
+    s2 = explore_pool(chinook, tasks[:40], tmp_path / "band", cheap.explore,
+                      arms=[cheap, strong], selection=band, log=lambda m: None)
+    explore_pool(chinook, tasks[:40], tmp_path / "band2", cheap.explore,
+                 arms=[cheap, strong], selection=band, log=lambda m: None)
+
+    def decisions(folder):
+        return [(a.task_id, a.arm, a.verified, a.reason)
+                for a in read_attempts(tmp_path / folder / "attempts.jsonl")]
+
+    assert decisions("band") == decisions("band2")  # deterministic
+    capped = SelectionConfig(policy="escalate", max_attempts=2, max_cost_per_verified=1.0,
+                             refit_every=5)
+    s4 = explore_pool(chinook, tasks, tmp_path / "cap", cheap.explore, arms=[cheap, strong],
+                      selection=capped, log=lambda m: None)
+    print(f"S2 bandit (40 tasks): per arm {s2['arms']}; cap 1 cost unit per verified: "
+          f"{s4['stopped']} tasks stopped, {s4['tasks_verified']} verified")
+    assert s4["stopped"] > 0

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json
+from workbench.trajsynth.costmodel import Attempt, held_out_brier
 from workbench.trajsynth.env import SAMPLES, DataEnvironment, sample_environment
 from workbench.trajsynth.explore import (
     ExploreConfig,
@@ -30,11 +31,14 @@ from workbench.trajsynth.explore import (
     ModelGenerator,
     ModelPrior,
     PrefixTrie,
+    TaskTree,
+    TreeNode,
     UniformPrior,
     explore_task,
     load_tree,
     save_tree,
 )
+from workbench.trajsynth.select import Arm, SelectionConfig, Selector
 from workbench.trajsynth.tasks import PoolConfig, Task, TaskPool, build_pool, load_pool, save_pool
 
 
@@ -48,6 +52,10 @@ class TrajsynthConfig(BaseModel):
         f"shipped sample ({', '.join(sorted(SAMPLES))})."))
     pool: PoolConfig = Field(default_factory=PoolConfig)
     explore: ExploreConfig = Field(default_factory=ExploreConfig)
+    arms: list[Arm] = Field(default_factory=list, description=(
+        "Several ways to search (generator, model, settings), cheap to strong; empty: one arm "
+        "from `explore` and models.chat."))
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
     split: Literal["train", "held_out", "all"] = Field(
         "all", description="Which tasks to search (exports use the train split).")
     limit: int | None = Field(None, ge=1, description="Search at most this many tasks.")
@@ -62,14 +70,14 @@ def tree_path(out: Path, task: Task) -> Path:
     return out / "trees" / f"{task.id}.json"
 
 
-def _reusable(path: Path, task: Task, config: ExploreConfig) -> bool:
+def _reusable(path: Path, task: Task, configs: list[ExploreConfig]) -> bool:
     if not path.is_file():
         return False
     try:
         tree = load_tree(path)
     except Exception:  # noqa: BLE001 - a torn or foreign tree is searched again
         return False
-    return tree.config == config and tree.env_hash == task.env_hash and tree.task_id == task.id
+    return tree.config in configs and tree.env_hash == task.env_hash and tree.task_id == task.id
 
 
 def make_generator(config: ExploreConfig, model) -> GrammarGenerator | ModelGenerator:
@@ -77,11 +85,15 @@ def make_generator(config: ExploreConfig, model) -> GrammarGenerator | ModelGene
         if model is None:
             raise WorkbenchError("explore.generator=model needs a chat model")
         return ModelGenerator(model, config)
-    prior = ModelPrior(model, config.prior_temperature) if config.prior == "model" \
-        else UniformPrior()
     if config.prior == "model" and model is None:
         raise WorkbenchError("explore.prior=model needs a chat model")
+    prior = ModelPrior(model, config.prior_temperature) if config.prior == "model" \
+        else UniformPrior()
     return GrammarGenerator(prior, config)
+
+
+def needs_model(config: ExploreConfig) -> bool:
+    return config.generator == "model" or config.prior == "model"
 
 
 def select_tasks(pool: TaskPool, split: str, limit: int | None) -> list[Task]:
@@ -89,34 +101,103 @@ def select_tasks(pool: TaskPool, split: str, limit: int | None) -> list[Task]:
     return tasks[:limit] if limit else tasks
 
 
+def read_attempts(path: Path) -> list[Attempt]:
+    from workbench.io import iter_jsonl_raw
+
+    if not path.is_file():
+        return []
+    out = []
+    for _, row in iter_jsonl_raw(path, torn_tail=lambda e: None):
+        try:
+            out.append(Attempt.model_validate(row))
+        except ValueError:
+            continue  # a row from another version: the log is advisory
+    return out
+
+
 def explore_pool(env: DataEnvironment, tasks: list[Task], out: str | Path,
-                 config: ExploreConfig, *, model=None, log=print) -> dict[str, Any]:
-    """Search every task (skipping those whose tree is already there), save trees and the
-    trie after each task, and write explore.json."""
+                 config: ExploreConfig, *, model=None, log=print, arms: list[Arm] | None = None,
+                 selection: SelectionConfig | None = None, load_model=None) -> dict[str, Any]:
+    """Search every task (skipping those whose tree is already there) with the arms the
+    selector picks, escalating after a failed search; save each task's tree (the verified
+    attempt, else the last), the trie and the attempt log as it goes; write explore.json.
+
+    `model` serves arms without a model spec; `load_model(spec)` loads the others."""
+    from workbench.io import append_line
     from workbench.progress import progress
 
     out = Path(out)
     (out / "trees").mkdir(parents=True, exist_ok=True)
+    arms = arms or [Arm(name="default", explore=config)]
+    selection = selection or SelectionConfig(max_attempts=1)
     trie_file = out / "trie.json"
     trie = PrefixTrie.load(trie_file, env.profile.content_hash)
-    todo = [t for t in tasks if not _reusable(tree_path(out, t), t, config)]
+    attempts_file = out / "attempts.jsonl"
+    selector = Selector(arms, selection, read_attempts(attempts_file))
+    configs = [a.explore for a in arms]
+    todo = [t for t in tasks if not _reusable(tree_path(out, t), t, configs)]
     if len(todo) < len(tasks):
         log(f"{len(tasks) - len(todo)} of {len(tasks)} trees already searched; "
             f"{len(todo)} to go")
-    generator = None
-    models = [model.identity] if model is not None and (
-        config.generator == "model" or config.prior == "model") else []
+    models: dict[str | None, Any] = {None: model}
+    generators: dict[str, GrammarGenerator | ModelGenerator] = {}
+
+    def generator(arm: Arm) -> tuple[GrammarGenerator | ModelGenerator, list[str]]:
+        m = None
+        if needs_model(arm.explore):
+            if arm.model not in models:
+                if load_model is None:
+                    raise WorkbenchError(f"arm {arm.name}: no way to load model {arm.model}")
+                models[arm.model] = load_model(arm.model)
+            m = models[arm.model]
+        if arm.name not in generators:
+            generators[arm.name] = make_generator(arm.explore, m)
+        return generators[arm.name], [m.identity] if m is not None else []
+
+    n_columns = sum(len(t.columns) for t in env.profile.tables)
     for task in progress(todo, desc="searching tasks"):
-        if generator is None:
-            generator = make_generator(config, model)
-        tree, _ = explore_task(task, env, generator, config=config, trie=trie, models=models)
-        save_tree(tree, tree_path(out, task))
+        ctx = {"env_name": env.name, "category": task.category, "difficulty": task.difficulty,
+               "n_tables": len(env.profile.tables), "n_columns": n_columns, "prev_errors": 0}
+        order, stopped = selector.plan(ctx)
+        best = None
+        for i, (arm, why) in enumerate(order):
+            gen, ids = generator(arm)
+            pred = selector.predicted({**ctx, "prev_errors": i}, arm)
+            tree, search = explore_task(task, env, gen, config=arm.explore, trie=trie,
+                                        models=ids, arm=arm.name)
+            led = search.ledger
+            att = Attempt(task_id=task.id, env_name=env.name, category=task.category,
+                          difficulty=task.difficulty, n_tables=ctx["n_tables"],
+                          n_columns=n_columns, arm=arm.name, attempt=i, prev_errors=i,
+                          verified=bool(search.verified_sql),
+                          tokens=led.prompt_tokens + led.completion_tokens + led.scored_tokens,
+                          executions=led.executions, model_calls=led.model_calls,
+                          seconds=round(led.wall_s, 3),
+                          predicted_success=round(pred["success"], 4) if pred else None,
+                          reason=why)
+            append_line(attempts_file, att.model_dump_json())
+            selector.record(att)
+            best = tree
+            if att.verified:
+                break
+        if best is None:  # stopped by the cost cap: an empty tree records why
+            best = TaskTree(task_id=task.id, env_hash=task.env_hash, arm="", generator="",
+                            models=[], config=arms[0].explore, ledger=Ledger(),
+                            nodes=[TreeNode(id=0, parent=None, action=None, move=None,
+                                            prior=1.0, visits=0, wins=0)],
+                            reflections=[{"sql": None, "reason": stopped, "plan": ""}])
+            append_line(attempts_file, Attempt(
+                task_id=task.id, env_name=env.name, category=task.category,
+                difficulty=task.difficulty, n_tables=ctx["n_tables"], n_columns=n_columns,
+                arm="-", verified=False, reason=stopped or "").model_dump_json())
+        save_tree(best, tree_path(out, task))
         trie.save(trie_file)
     trie.save(trie_file)
-    return summarise(out, tasks, trie)
+    return summarise(out, tasks, trie, arms=[a.name for a in arms])
 
 
-def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None) -> dict[str, Any]:
+def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
+              arms: list[str] | None = None) -> dict[str, Any]:
     total = Ledger()
     by_cat: dict[str, list[int]] = {}
     found = 0
@@ -131,6 +212,21 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None) -> d
     from workbench.evaluate.stats import wilson_interval
 
     lo, hi = wilson_interval(found, len(tasks))
+    ids = {t.id for t in tasks}
+    attempts = [a for a in read_attempts(out / "attempts.jsonl") if a.task_id in ids]
+    per_arm: dict[str, dict[str, Any]] = {}
+    for a in attempts:
+        d = per_arm.setdefault(a.arm, {"attempts": 0, "verified": 0, "tokens": 0,
+                                       "executions": 0, "seconds": 0.0})
+        d["attempts"] += 1
+        d["verified"] += a.verified
+        d["tokens"] += a.tokens
+        d["executions"] += a.executions
+        d["seconds"] = round(d["seconds"] + a.seconds, 2)
+    for d in per_arm.values():
+        d["tokens_per_verified"] = round(d["tokens"] / d["verified"], 1) if d["verified"] \
+            else None
+    arm_names = arms or sorted({a.arm for a in attempts if a.arm != "-"})
     summary = {
         "tasks": len(tasks), "tasks_verified": found,
         "yield": found / len(tasks) if tasks else 0.0, "yield_ci95": [lo, hi],
@@ -141,6 +237,10 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None) -> d
         "verified_per_1000_model_calls": (1000 * total.verified / total.model_calls
                                           if total.model_calls else None),
         "trie_entries": len(trie.results) if trie else None,
+        "arms": per_arm,
+        "escalations": sum(a.attempt > 0 for a in attempts),
+        "stopped": sum(a.arm == "-" for a in attempts),
+        "cost_model": held_out_brier([a for a in attempts if a.arm != "-"], arm_names),
     }
     atomic_write_json(out / "explore.json", summary)
     return summary
@@ -154,13 +254,20 @@ def export(out: str | Path, tasks: list[Task], env: DataEnvironment) -> dict[str
     return export_trees(trees, env.name, env.profile.digest(max_values=6), out)
 
 
-def _load_chat_model(cfg, config: ExploreConfig):
-    if config.generator == "grammar" and config.prior == "uniform":
-        return None
+def explore(cfg, env: DataEnvironment, tasks: list[Task], out: Path, *, log=print
+            ) -> dict[str, Any]:
+    """`explore_pool` with the config's arms, selection and models."""
     from workbench.models import load_model
 
+    tc: TrajsynthConfig = cfg.trajsynth
     chat = cfg.models.chat
-    return load_model(chat.spec, backend=chat.backend, **chat.options)
+    arms = tc.arms or [Arm(name="default", explore=tc.explore)]
+    default = None
+    if any(needs_model(a.explore) and a.model is None for a in arms):
+        default = load_model(chat.spec, backend=chat.backend, **chat.options)
+    return explore_pool(env, tasks, out, tc.explore, model=default, log=log, arms=arms,
+                        selection=tc.selection if tc.arms else SelectionConfig(max_attempts=1),
+                        load_model=lambda spec: load_model(spec))
 
 
 def run(cfg, ctx):
@@ -186,12 +293,13 @@ def run(cfg, ctx):
     model_spec = cfg.models.chat.model_dump()
 
     def search() -> dict[str, Any]:
-        model = _load_chat_model(cfg, tc.explore)
-        s = explore_pool(env, tasks, out, tc.explore, model=model, log=ctx.log)
+        s = explore(cfg, env, tasks, out, log=ctx.log)
         return {"verified": s["tasks_verified"], "tasks": s["tasks"]}
 
     ctx.stages("trajsynth").run("explore", (file_hash(pool_file), tc.explore.model_dump(),
-                                            tc.split, tc.limit, model_spec), search)
+                                            [a.model_dump() for a in tc.arms],
+                                            tc.selection.model_dump(), tc.split, tc.limit,
+                                            model_spec), search)
     summary = summarise(out, tasks)
     ex = export(out, tasks, env)
     lo, hi = summary["yield_ci95"]

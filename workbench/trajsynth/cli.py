@@ -49,13 +49,8 @@ def register(group: typer.Typer) -> None:
         """Search OUT/tasks.jsonl with MCTS (one tree per task under OUT/trees; a re-run only
         searches what is missing) and export SFT, ICL and preference data."""
         from workbench.progress import quiet_libraries
-        from workbench.trajsynth.api import (
-            _load_chat_model,
-            explore_pool,
-            export,
-            open_env,
-            select_tasks,
-        )
+        from workbench.trajsynth.api import explore as explore_tasks
+        from workbench.trajsynth.api import export, open_env, select_tasks
         from workbench.trajsynth.tasks import load_pool
 
         quiet_libraries()
@@ -64,8 +59,7 @@ def register(group: typer.Typer) -> None:
         e = open_env(env)
         pool = load_pool(out / "tasks.jsonl")
         todo = select_tasks(pool, tc.split, tc.limit)
-        s = explore_pool(e, todo, out, tc.explore, model=_load_chat_model(cfg, tc.explore),
-                         log=lambda m: typer.echo(m, err=True))
+        s = explore_tasks(cfg, e, todo, out, log=lambda m: typer.echo(m, err=True))
         ex = export(out, todo, e)
         lo, hi = s["yield_ci95"]
         typer.echo(f"{s['tasks_verified']}/{s['tasks']} tasks verified ({100 * s['yield']:.0f}% "

@@ -57,6 +57,10 @@ class ExploreConfig(BaseModel):
     generator: Literal["grammar", "model"] = Field(
         "grammar", description="Where moves come from: the schema grammar (prior from the "
                                "model's log-likelihood) or free-form SQL from the model.")
+    strategy: Literal["mcts", "sample", "greedy"] = Field(
+        "mcts", description="mcts: the tree search; sample: independent prior-weighted paths "
+                            "from the root (best-of-N, the baseline); greedy: one path of "
+                            "the likeliest moves (a single ReAct-style path).")
     prior: Literal["model", "uniform"] = Field(
         "model", description="grammar: score options with the model (model) or not (uniform).")
     iterations: int = Field(200, ge=1, description="MCTS iterations per task (at most).")
@@ -624,11 +628,13 @@ class PUCT(UCT):
             game.take_action(a)
         return path
 
-    def simulation(self, path: list[PUCTNode]) -> list[PUCTNode]:
+    def simulation(self, path: list[PUCTNode], greedy: bool = False) -> list[PUCTNode]:
+        """A rollout to a terminal: moves drawn by prior (or the likeliest, `greedy`)."""
         game = self.copied_game
         while not game.has_outcome():
             actions, priors = game.possible_actions(), game.priors()
-            a = self.rng.choices(actions, weights=priors)[0]
+            a = max(actions, key=lambda i: priors[i]) if greedy else \
+                self.rng.choices(actions, weights=priors)[0]
             game.take_action(a)
             path[-1].add_child(game.current_player(), str(game.get_state()), a,
                                prior=priors[a])
@@ -664,6 +670,7 @@ class TaskTree(BaseModel):
     version: int = TREE_VERSION
     task_id: str
     env_hash: str
+    arm: str = Field("", description="The arm (generator + model + settings) that searched.")
     generator: str
     models: list[str]
     config: ExploreConfig
@@ -703,7 +710,7 @@ def _tree_nodes(search: Search, root: PUCTNode) -> tuple[list[TreeNode], dict[tu
 
 def explore_task(task: Task, env: DataEnvironment, generator: GrammarGenerator | ModelGenerator,
                  *, config: ExploreConfig, trie: PrefixTrie | None = None,
-                 models: Sequence[str] = ()) -> tuple[TaskTree, Search]:
+                 models: Sequence[str] = (), arm: str = "") -> tuple[TaskTree, Search]:
     """Search one task; the tree (JSON-ready) and the search state (for trajectories)."""
     if task.env_hash != env.profile.content_hash:
         raise DataError(f"task {task.id} was built on environment {task.env_hash[:12]}, not "
@@ -714,17 +721,22 @@ def explore_task(task: Task, env: DataEnvironment, generator: GrammarGenerator |
                           "big")
     mcts = PUCT(TaskGame(search), seed=seed, c=config.c_puct)
     t0 = time.perf_counter()
-    for _ in range(config.iterations):
+    budget = 1 if config.strategy == "greedy" else config.iterations
+    for _ in range(budget):
         if search.done:
             break
-        mcts.step()
+        if config.strategy == "mcts":
+            mcts.step()
+        else:
+            mcts.copied_game = deepcopy(mcts.game)
+            mcts.backpropagation(mcts.simulation([mcts.root], greedy=config.strategy == "greedy"))
         search.ledger.iterations += 1
     search.ledger.wall_s = time.perf_counter() - t0
     for path in search.verified_sql.values():
         trie.visit([f"{m.slot}:{m.key}" for m in search.moves(path)])
     nodes, ids = _tree_nodes(search, mcts.root)
     verified = [ids[p] for p in search.verified_sql.values() if p in ids]
-    tree = TaskTree(task_id=task.id, env_hash=task.env_hash, generator=generator.name,
+    tree = TaskTree(task_id=task.id, env_hash=task.env_hash, arm=arm, generator=generator.name,
                     models=list(models), config=config, nodes=nodes,
                     verified_paths=[_node_path(nodes, v) for v in verified],
                     reflections=search.reflections[:50], ledger=search.ledger)

@@ -18,5 +18,6 @@ PIPELINE = Pipeline(
                        Artifact("trie", "trie.json"))),
     ),
     cli="workbench.trajsynth.cli:register",
+    page="trajsynth.py", page_title="Trajectories", page_icon=":material/account_tree:",
     order=60,
 )
