@@ -289,6 +289,12 @@ def test_explore_pool_resumes_and_exports(chinook, pool, tmp_path, bundled_model
     assert prefs and all(p["chosen"] != p["rejected"] for p in prefs)
     icl = (tmp_path / "icl_bank.jsonl").read_text().splitlines()
     assert len(icl) == ex["icl"] and "SQL: SELECT" in json.loads(icl[0])["text"]
+    # the ICL bank as a retrieval index: a task's own question finds its demonstration
+    from workbench import registry
+
+    first = json.loads(icl[0])
+    hits = registry.provider("query_index")(ex["icl_index"], first["question"], k=1)
+    assert hits and first["id"] in hits[0].heading_path
 
 
 # --- adaptive selection and the cost model ------------------------------------------------------
@@ -339,3 +345,24 @@ def test_escalation_bandit_and_cost_model(chinook, pool, tmp_path):
     print(f"S2 bandit (40 tasks): per arm {s2['arms']}; cap 1 cost unit per verified: "
           f"{s4['stopped']} tasks stopped, {s4['tasks_verified']} verified")
     assert s4["stopped"] > 0
+
+
+def test_downstream_check_zero_shot_icl_and_sft(toy, tmp_path):
+    """The three conditions run end to end on the bundled model (a toy environment, a few
+    LoRA steps): accuracies with intervals and outcome counts, McNemar against zero-shot."""
+    from workbench.trajsynth.downstream import DownstreamConfig, format_downstream, run_downstream
+
+    p = build_pool(toy, PoolConfig(seed=0, python_check=False))
+    cfg = ExploreConfig(prior="uniform", iterations=100)
+    explore_pool(toy, p.tasks, tmp_path, cfg, log=lambda m: None)
+    export(tmp_path, [t.model_copy(update={"split": "train"}) for t in p.tasks], toy)
+    res = run_downstream(toy, p.tasks[:3], tmp_path,
+                         DownstreamConfig(k=1, max_tokens=48, sft_steps=2, sft_max_length=1024))
+    print("\nD1 (toy, 3 tasks, 2 LoRA steps: a plumbing check, not a result)\n"
+          + format_downstream(res))
+    for name in ("zero_shot", "icl", "sft"):
+        s = res["conditions"][name]
+        assert s["n"] == 3 and sum(s["outcomes"].values()) == 3
+        assert 0 <= s["ci95"][0] <= s["accuracy"] <= s["ci95"][1] <= 1
+    assert (tmp_path / "sft_adapter" / "adapter_model.safetensors").is_file()
+    assert json.loads((tmp_path / "downstream.json").read_text())["tasks"] == 3

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench.corpus import IngestReport, load_sections
 from workbench.rag.base import Filters
 from workbench.rag.index import RagConfig, RagIndex
-from workbench.corpus import IngestReport, load_sections
 from workbench.records import RetrievalHit
 from workbench.registry import PipelineResult
 
@@ -19,6 +19,12 @@ def build_index(corpus: str | Path, out: str | Path, config: RagConfig | None = 
         log(report.summary())
     index = RagIndex.build(sections, out, config=config, log=log)
     return index, report
+
+
+def index_sections(sections, out: str | Path, log=print):
+    """Index ready-made `Section`s (another pipeline's documents, e.g. an ICL demonstration
+    bank) with the default retrieval settings; the registry's `section_index` service."""
+    return RagIndex.build(list(sections), out, config=RagConfig(), log=log)
 
 
 def query_index(index_dir: str | Path, text: str, *, retriever: str = "hybrid", k: int = 10,

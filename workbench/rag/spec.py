@@ -16,6 +16,8 @@ PIPELINE = Pipeline(
     page="retrieval.py", page_title="Retrieval playground", page_icon=":material/search:",
     order=30,
     provides=(("contexts", "workbench.rag.api:context_providers"),
+              ("section_index", "workbench.rag.api:index_sections"),
+              ("query_index", "workbench.rag.api:query_index"),
               ("benchmark_retrieval_metrics",
                "workbench.rag.evaluate:benchmark_retrieval_metrics")),
 )

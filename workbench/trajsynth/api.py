@@ -246,12 +246,16 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
     return summary
 
 
-def export(out: str | Path, tasks: list[Task], env: DataEnvironment) -> dict[str, Any]:
+def export(out: str | Path, tasks: list[Task], env: DataEnvironment, *, index: bool = True,
+           log=print) -> dict[str, Any]:
+    """The SFT, ICL and preference files from the saved trees (and the ICL retrieval index
+    unless `index=False`)."""
     from workbench.trajsynth.export import export_trees
 
     out = Path(out)
     trees = [(load_tree(tree_path(out, t)), t) for t in tasks if tree_path(out, t).is_file()]
-    return export_trees(trees, env.name, env.profile.digest(max_values=6), out)
+    return export_trees(trees, env.name, env.profile.digest(max_values=6), out, index=index,
+                        log=log)
 
 
 def explore(cfg, env: DataEnvironment, tasks: list[Task], out: Path, *, log=print
@@ -301,12 +305,12 @@ def run(cfg, ctx):
                                             tc.selection.model_dump(), tc.split, tc.limit,
                                             model_spec), search)
     summary = summarise(out, tasks)
-    ex = export(out, tasks, env)
+    ex = export(out, tasks, env, log=ctx.log)
     lo, hi = summary["yield_ci95"]
     return PipelineResult(
         pipeline="trajsynth", run_dir=str(ctx.layout.root),
         outputs={"tasks": str(pool_file), "sft": str(out / "sft.messages.jsonl"),
-                 "icl": str(out / "icl_bank.jsonl"),
+                 "icl": str(out / "icl_bank.jsonl"), "icl_index": str(out / "icl_index"),
                  "preferences": str(out / "preferences.jsonl")},
         figures={"tasks": summary["tasks"], "verified": summary["tasks_verified"],
                  "sft": ex["sft"], "preferences": ex["preferences"],

@@ -80,3 +80,33 @@ def register(group: typer.Typer) -> None:
         ex = export(out, select_tasks(pool, tc.split, tc.limit), open_env(env))
         typer.echo(f"{ex['sft']} SFT conversations, {ex['icl']} ICL entries, "
                    f"{ex['preferences']} preference pairs in {out}")
+
+    @group.command("report")
+    def report(env: EnvArg, out: OutOpt,
+               conditions: Annotated[str, typer.Option(
+                   help="Comma-separated: zero_shot, icl, sft.")] = "zero_shot,icl,sft",
+               k: Annotated[int, typer.Option(help="icl: demonstrations per question.")] = 3,
+               max_tasks: Annotated[int | None, typer.Option(
+                   help="Held-out tasks scored at most.")] = None,
+               sft_steps: Annotated[int, typer.Option(help="sft: LoRA steps.")] = 60,
+               model: Annotated[str, typer.Option(help="The agent's model spec.")] = "default"):
+        """The downstream check on the held-out tasks of OUT/tasks.jsonl: execution accuracy
+        of a one-step SQL agent zero-shot, with k retrieved ICL demonstrations, and after LoRA
+        SFT on OUT/sft.messages.jsonl; intervals, outcomes, McNemar vs zero-shot."""
+        from workbench.progress import quiet_libraries
+        from workbench.trajsynth.api import open_env
+        from workbench.trajsynth.downstream import (
+            DownstreamConfig,
+            format_downstream,
+            run_downstream,
+        )
+        from workbench.trajsynth.tasks import load_pool
+
+        quiet_libraries()
+        pool = load_pool(out / "tasks.jsonl")
+        cfg = DownstreamConfig(conditions=[c.strip() for c in conditions.split(",") if c.strip()],
+                               k=k, max_tasks=max_tasks, sft_steps=sft_steps)
+        res = run_downstream(open_env(env), pool.split("held_out"), out, cfg, model_spec=model,
+                             log=lambda m: typer.echo(m, err=True))
+        typer.echo(format_downstream(res))
+        typer.echo(f"wrote {out / 'downstream.json'}")

@@ -183,10 +183,29 @@ def preference_pair(tree: TaskTree, task: Task, traj: Trajectory, env_name: str,
                          "rejected_reason": miss.reason}}
 
 
+def icl_sections(entries: list[dict[str, Any]]) -> list:
+    """The ICL bank as `Section`s for a retrieval index: the question and the compact
+    trajectory are the text; the provenance rides along as metadata."""
+    from workbench.io import sha256_text
+    from workbench.records import Section
+
+    out = []
+    for i, e in enumerate(entries):
+        doc = f"icl:{e['metadata']['env_name']}"
+        heading = [e["metadata"]["category"], e["id"]]
+        out.append(Section(id=Section.make_id(doc, heading, i), doc_id=doc,
+                           source="icl_bank.jsonl", heading_path=heading, text=e["text"],
+                           content_hash=sha256_text(e["text"])[:16], order=i,
+                           metadata={"trajectory": e["id"], **e["metadata"]}))
+    return out
+
+
 def export_trees(trees: list[tuple[TaskTree, Task]], env_name: str, digest: str,
-                 out_dir: str | Path) -> dict[str, Any]:
+                 out_dir: str | Path, *, index: bool = False, log=print) -> dict[str, Any]:
     """Write sft.messages.jsonl, icl_bank.jsonl and preferences.jsonl (train-split tasks only
-    for SFT and preferences; the ICL bank too: held-out tasks are for measuring)."""
+    for SFT and preferences; the ICL bank too: held-out tasks are for measuring); with
+    `index`, also the ICL bank as a retrieval index (keyword + semantic + hybrid) in
+    icl_index/, through the registry's `section_index` service."""
     from workbench.io import write_jsonl
 
     out = Path(out_dir)
@@ -204,5 +223,9 @@ def export_trees(trees: list[tuple[TaskTree, Task]], env_name: str, digest: str,
     write_jsonl(out / "sft.messages.jsonl", sft)
     write_jsonl(out / "icl_bank.jsonl", icl)
     write_jsonl(out / "preferences.jsonl", prefs)
+    if index and icl:
+        from workbench import registry
+
+        registry.provider("section_index")(icl_sections(icl), out / "icl_index", log=log)
     return {"sft": len(sft), "icl": len(icl), "preferences": len(prefs),
-            "dir": str(out)}
+            "icl_index": str(out / "icl_index") if index and icl else None, "dir": str(out)}
