@@ -58,6 +58,41 @@ def run(name, env, tasks, cfg, prior_factory, shared_trie: bool) -> dict:
     return row
 
 
+def adaptive(env, tasks, model, iterations: int) -> list[dict]:
+    """Adaptive selection (escalate: greedy first, MCTS after a failure or after greedy
+    failed twice in a context) vs always-cheap (greedy) vs always-strong (MCTS), all with
+    the model prior: cost per verified task in model tokens."""
+    import tempfile
+
+    from workbench.trajsynth.api import explore_pool
+    from workbench.trajsynth.select import Arm, SelectionConfig
+
+    cheap = Arm(name="greedy", rank=0, explore=ExploreConfig(strategy="greedy"))
+    strong = Arm(name="mcts", rank=1, explore=ExploreConfig(iterations=iterations))
+    out = []
+    for name, arms, sel in [
+            ("always cheap (greedy)", [cheap], SelectionConfig(max_attempts=1)),
+            ("always strong (mcts)", [strong], SelectionConfig(max_attempts=1)),
+            ("adaptive (escalate)", [cheap, strong],
+             SelectionConfig(policy="escalate", escalate_after=2, max_attempts=2))]:
+        cpu0 = time.process_time()
+        with tempfile.TemporaryDirectory() as d:
+            s = explore_pool(env, tasks, d, arms[0].explore, model=model, arms=arms,
+                             selection=sel, log=lambda m: None)
+        cpu = time.process_time() - cpu0
+        tokens = sum(v["tokens"] for v in s["arms"].values())
+        lo, hi = s["yield_ci95"]
+        row = {"strategy": name, "tasks": s["tasks"], "verified": s["tasks_verified"],
+               "ci95": [round(lo, 3), round(hi, 3)], "tokens": tokens,
+               "tokens_per_verified": round(tokens / s["tasks_verified"], 1)
+               if s["tasks_verified"] else None,
+               "model_calls": s["ledger"]["model_calls"], "cpu_s": round(cpu, 1),
+               "escalations": s["escalations"]}
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--env", default="chinook")
@@ -87,6 +122,7 @@ def main() -> None:
         run("mcts, uniform, trie off", env, tasks, ExploreConfig(prior="uniform", **base),
             UniformPrior, False),
     ]
+    rows += adaptive(env, tasks, model, a.iterations)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"env": a.env, "tasks": len(tasks), "iterations": a.iterations,

@@ -366,3 +366,38 @@ def test_downstream_check_zero_shot_icl_and_sft(toy, tmp_path):
         assert 0 <= s["ci95"][0] <= s["accuracy"] <= s["ci95"][1] <= 1
     assert (tmp_path / "sft_adapter" / "adapter_model.safetensors").is_file()
     assert json.loads((tmp_path / "downstream.json").read_text())["tasks"] == 3
+
+
+def test_prefix_seeding_saves_model_calls_at_equal_yield(chinook, pool):
+    """Scripted agent (same protocol as the real backends) that first lists the tables, then
+    writes the task's query: after two verified tasks, new roots start from the shared first
+    statement without asking the model, at the same yield."""
+    from workbench.models import load_model
+
+    tasks = [t for t in pool.tasks if t.query.op == "count"][:8]
+    gold = {t.question: t.program for t in tasks}
+    first = "SELECT name FROM sqlite_master WHERE type = 'table'"
+
+    def reply(conv):
+        user = conv[-1]["content"]
+        question = user.split("Question: ", 1)[1].split("\n", 1)[0]
+        return f"```sql\n{gold[question] if 'You ran:' in user else first}\n```"
+
+    rows = {}
+    for seed_prefixes in (0, 2):
+        model = load_model("fake", backend="fake", script=reply)
+        cfg = ExploreConfig(generator="model", iterations=20, proposals=2,
+                            seed_prefixes=seed_prefixes)
+        trie, verified, calls, saved = PrefixTrie(chinook.profile.content_hash), 0, 0, 0
+        for t in tasks:
+            _, search = explore_task(t, chinook, ModelGenerator(model, cfg), config=cfg,
+                                     trie=trie)
+            verified += bool(search.verified_sql)
+            calls += search.ledger.model_calls
+            saved += search.ledger.model_calls_saved
+        rows[seed_prefixes] = (verified, calls, saved)
+    print(f"\nP1: 8 tasks, seeding off: {rows[0][0]} verified, {rows[0][1]} model calls; on: "
+          f"{rows[2][0]} verified, {rows[2][1]} model calls ({rows[2][2]} root proposals from "
+          f"the trie, {100 * (1 - rows[2][1] / rows[0][1]):.0f}% fewer calls)")
+    assert rows[2][0] == rows[0][0] == len(tasks)
+    assert rows[2][1] < rows[0][1] and rows[2][2] > 0

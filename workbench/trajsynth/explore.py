@@ -79,6 +79,10 @@ class ExploreConfig(BaseModel):
     max_depth: int = Field(4, ge=1, le=12, description="model: statements per path (then "
                                                        "the only move is to answer).")
     reflections: int = Field(3, ge=0, description="model: reflections shown in the prompt.")
+    seed_prefixes: int = Field(2, ge=0, description=(
+        "model: a new task's root is seeded with the statements that began the verified "
+        "paths of at least this many earlier tasks (from the prefix trie), and the model is "
+        "asked only for the rest of the root's proposals; 0: off."))
     seed: int = 0
 
     def digest(self) -> str:
@@ -154,6 +158,18 @@ class PrefixTrie:
     def prefixes(self, min_count: int = 2) -> list[list[str]]:
         """Action sequences reached at least `min_count` times (for seeding new trees)."""
         return [p.split("\x1f") for p, n in sorted(self.paths.items()) if n >= min_count]
+
+    def first_statements(self, min_count: int, limit: int) -> list[str]:
+        """The SQL that began verified paths of at least `min_count` tasks, most frequent
+        first (ties by text)."""
+        rows = []
+        for p, n in self.paths.items():
+            if "\x1f" in p or n < min_count or not p.startswith("sql:"):
+                continue
+            r = self.results.get(p.removeprefix("sql:"))
+            if r and r.get("sql") and r.get("error") is None:
+                rows.append((-n, r["sql"]))
+        return [sql for _, sql in sorted(rows)[:limit]]
 
     def save(self, path: str | Path) -> None:
         atomic_write_json(path, {"version": 1, "env_hash": self.env_hash,
@@ -487,16 +503,24 @@ class ModelGenerator:
             return []
         if len(sqls) >= self.config.max_depth:
             return answer
-        conv = self.conversation(search, path)
-        seed = int.from_bytes(hashlib.sha256(
-            f"{self.config.seed}:{search.task.id}:{path}".encode()).digest()[:4], "big")
-        params = GenerationParams(max_tokens=self.config.max_tokens,
-                                  temperature=self.config.temperature, seed=seed)
-        t0 = time.perf_counter()
-        gens = self.model.generate([conv] * self.config.proposals, params)
-        search.ledger.model_s += time.perf_counter() - t0
-        search.ledger.model_calls += len(gens)
         counts: dict[str, list] = {}
+        wanted = self.config.proposals
+        if not path and self.config.seed_prefixes:
+            for sql in search.trie.first_statements(self.config.seed_prefixes, wanted):
+                counts.setdefault(action_key("sql", sql), [sql, 0])[1] += 1
+            search.ledger.model_calls_saved += len(counts)
+            wanted -= len(counts)
+        gens = []
+        if wanted > 0:
+            conv = self.conversation(search, path)
+            seed = int.from_bytes(hashlib.sha256(
+                f"{self.config.seed}:{search.task.id}:{path}".encode()).digest()[:4], "big")
+            params = GenerationParams(max_tokens=self.config.max_tokens,
+                                      temperature=self.config.temperature, seed=seed)
+            t0 = time.perf_counter()
+            gens = self.model.generate([conv] * wanted, params)
+            search.ledger.model_s += time.perf_counter() - t0
+            search.ledger.model_calls += len(gens)
         for g in gens:
             search.ledger.prompt_tokens += g.prompt_tokens or 0
             search.ledger.completion_tokens += g.completion_tokens or 0
