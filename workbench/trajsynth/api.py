@@ -227,12 +227,18 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
         d["tokens_per_verified"] = round(d["tokens"] / d["verified"], 1) if d["verified"] \
             else None
     arm_names = arms or sorted({a.arm for a in attempts if a.arm != "-"})
+    ledger = total.model_dump(mode="json")
+    for k in ("sandbox_s", "model_s", "wall_s"):  # trees keep no timings (same seed, same bytes)
+        ledger.pop(k, None)
+    ledger["search_seconds"] = round(sum(a.seconds for a in attempts), 1)
+    if trie is None and (out / "trie.json").is_file():
+        trie = PrefixTrie.load(out / "trie.json", tasks[0].env_hash) if tasks else None
     summary = {
         "tasks": len(tasks), "tasks_verified": found,
         "yield": found / len(tasks) if tasks else 0.0, "yield_ci95": [lo, hi],
         "by_category": {k: {"verified": v[0], "tasks": v[1]} for k, v in sorted(by_cat.items())},
         "by_split": dict(Counter(t.split for t in tasks)),
-        "ledger": total.model_dump(mode="json"),
+        "ledger": ledger,
         "prefix_hit_rate": total.hit_rate,
         "verified_per_1000_model_calls": (1000 * total.verified / total.model_calls
                                           if total.model_calls else None),
