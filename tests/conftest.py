@@ -95,3 +95,43 @@ def tiny_model(tmp_path_factory):
     LlamaForCausalLM(cfg).save_pretrained(out)
     tok.save_pretrained(out)
     return str(out)
+
+
+# --- trajectory synthesis: shared environments ----------------------------------------------
+
+SHOP_SQL = """
+    CREATE TABLE region (region_id INTEGER PRIMARY KEY, name TEXT);
+    CREATE TABLE sale (sale_id INTEGER PRIMARY KEY, region_id INTEGER REFERENCES region,
+                       item TEXT, amount REAL, day TEXT);
+    INSERT INTO region VALUES (1, 'north'), (2, 'south'), (3, 'east');
+    INSERT INTO sale VALUES
+      (1, 1, 'pen', 2.5, '2021-01-03'), (2, 1, 'ink', 4.0, '2021-02-10'),
+      (3, 2, 'pen', 2.5, '2022-01-05'), (4, 2, 'pad', 3.0, '2022-03-01'),
+      (5, 3, 'cap', 9.0, '2022-03-09'), (6, 1, 'mug', 6.0, '2023-05-01'),
+      (7, 2, 'mug', 6.0, '2023-06-01');
+"""
+
+
+def make_shop(path: Path, extra_sql: str = "") -> Path:
+    """A tiny shop database (regions tie on counts, a value matches two rows) at `path`."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.executescript(SHOP_SQL + extra_sql)
+    con.commit()
+    con.close()
+    return path
+
+
+@pytest.fixture(scope="session")
+def trajsynth_cache(tmp_path_factory) -> Path:
+    """One profile cache for the trajectory-synthesis tests."""
+    return tmp_path_factory.mktemp("trajsynth-cache")
+
+
+@pytest.fixture(scope="session")
+def chinook(trajsynth_cache):
+    """The shipped Chinook environment (read-only; tests fork it, never step it)."""
+    from workbench.trajsynth.env import DataEnvironment, sample_environment
+
+    return DataEnvironment.open(sample_environment("chinook"), cache_dir=trajsynth_cache)

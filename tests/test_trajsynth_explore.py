@@ -6,10 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import sqlite3
-from pathlib import Path
 
 import pytest
+from conftest import make_shop
 
 from workbench.errors import DataError
 from workbench.trajsynth.api import explore_pool, export, select_tasks, tree_path
@@ -33,38 +32,16 @@ from workbench.trajsynth.tasks import PoolConfig, build_pool
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("trajsynth-cache")
-
-
-@pytest.fixture(scope="module")
-def chinook(cache) -> DataEnvironment:
-    return DataEnvironment.open(sample_environment("chinook"), cache_dir=cache)
-
-
-@pytest.fixture(scope="module")
 def pool(chinook):
     return build_pool(chinook, PoolConfig(seed=0))
 
 
 @pytest.fixture(scope="module")
-def toy(cache, tmp_path_factory) -> DataEnvironment:
-    path = tmp_path_factory.mktemp("toy") / "shop.sqlite"
-    con = sqlite3.connect(path)
-    con.executescript("""
-        CREATE TABLE region (region_id INTEGER PRIMARY KEY, name TEXT);
-        CREATE TABLE sale (sale_id INTEGER PRIMARY KEY, region_id INTEGER REFERENCES region,
-                           item TEXT, amount REAL, day TEXT);
-        INSERT INTO region VALUES (1, 'north'), (2, 'south'), (3, 'east');
-        INSERT INTO sale VALUES
-          (1, 1, 'pen', 2.5, '2021-01-03'), (2, 1, 'ink', 4.0, '2021-02-10'),
-          (3, 2, 'pen', 2.5, '2022-01-05'), (4, 2, 'pad', 3.0, '2022-03-01'),
-          (5, 3, 'cap', 9.0, '2022-03-09'), (6, 1, 'mug', 6.0, '2023-05-01'),
-          (7, 2, 'mug', 6.0, '2023-06-01'), (8, 3, 'pen', 2.5, '2023-07-01');
-    """)
-    con.commit()
-    con.close()
-    return DataEnvironment.open(path, cache_dir=cache)
+def toy(trajsynth_cache, tmp_path_factory) -> DataEnvironment:
+    """The shop of conftest with one more sale."""
+    path = make_shop(tmp_path_factory.mktemp("toy") / "shop.sqlite",
+                     "INSERT INTO sale VALUES (8, 3, 'pen', 2.5, '2023-07-01');")
+    return DataEnvironment.open(path, cache_dir=trajsynth_cache)
 
 
 def _agrees(m, q) -> bool:
@@ -121,8 +98,8 @@ def test_literals_and_mentions():
 
 
 @pytest.mark.parametrize("name", ["chinook", "sklearn_classic"])
-def test_grammar_reaches_every_task_of_the_pool(name, cache):
-    env = DataEnvironment.open(sample_environment(name), cache_dir=cache)
+def test_grammar_reaches_every_task_of_the_pool(name, trajsynth_cache):
+    env = DataEnvironment.open(sample_environment(name), cache_dir=trajsynth_cache)
     p = build_pool(env, PoolConfig(seed=0))
     reached = 0
     for t in p.tasks:

@@ -50,16 +50,6 @@ CHINOOK_FKS = {("Album", "ArtistId", "Artist", "ArtistId"),
 IRIS_MEANS = {"setosa": 1.462, "versicolor": 4.26, "virginica": 5.552}  # petal length, cm
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("trajsynth-cache")
-
-
-@pytest.fixture(scope="module")
-def chinook(cache) -> DataEnvironment:
-    return DataEnvironment.open(sample_environment("chinook"), cache_dir=cache)
-
-
 @pytest.fixture
 def chinook_copy(tmp_path) -> Path:
     """A private copy in its own folder, so "no file created next to it" can be checked."""
@@ -407,7 +397,7 @@ def test_select_returns_typed_rows_with_a_row_cap(chinook):
 # --- profiles and environments -------------------------------------------------------------------
 
 
-def test_chinook_profile_finds_11_tables_and_their_foreign_keys(chinook, cache):
+def test_chinook_profile_finds_11_tables_and_their_foreign_keys(chinook, trajsynth_cache):
     p = chinook.profile
     fks = {(j.from_table, j.from_columns[0], j.to_table, j.to_columns[0])
            for j in p.foreign_keys}
@@ -425,17 +415,17 @@ def test_chinook_profile_finds_11_tables_and_their_foreign_keys(chinook, cache):
     assert p.table("Invoice").column("InvoiceDate").kind == "datetime"
     assert p.table("PlaylistTrack").primary_key == ["PlaylistId", "TrackId"]
     # saved once as JSON; reopening reuses it; a fresh profile is byte-identical
-    saved = next(cache.glob("chinook-*/profile.json"))
+    saved = next(trajsynth_cache.glob("chinook-*/profile.json"))
     assert load_profile(saved) == p
     mtime = saved.stat().st_mtime_ns
-    again = DataEnvironment.open(sample_environment("chinook"), cache_dir=cache)
+    again = DataEnvironment.open(sample_environment("chinook"), cache_dir=trajsynth_cache)
     assert again.profile == p and saved.stat().st_mtime_ns == mtime
-    fresh = DataEnvironment.open(sample_environment("chinook"), cache_dir=cache, refresh=True)
+    fresh = DataEnvironment.open(sample_environment("chinook"), cache_dir=trajsynth_cache, refresh=True)
     assert fresh.profile.model_dump_json() == p.model_dump_json()
 
 
-def test_csv_environment_profiles_and_runs_a_join(cache):
-    env = DataEnvironment.open(sample_environment("sklearn_classic"), cache_dir=cache)
+def test_csv_environment_profiles_and_runs_a_join(trajsynth_cache):
+    env = DataEnvironment.open(sample_environment("sklearn_classic"), cache_dir=trajsynth_cache)
     p = env.profile
     joins = {(j.from_table, j.from_columns[0], j.to_table, j.to_columns[0], j.cardinality)
              for j in p.inferred_joins}
@@ -461,7 +451,7 @@ def test_csv_environment_profiles_and_runs_a_join(cache):
     assert [s.action.kind for s in env.history] == ["sql", "python"]
 
 
-def test_parquet_folder_runs_with_no_code_change(tmp_path, cache):
+def test_parquet_folder_runs_with_no_code_change(tmp_path, trajsynth_cache):
     import pandas as pd
 
     folder = tmp_path / "shop"
@@ -470,7 +460,7 @@ def test_parquet_folder_runs_with_no_code_change(tmp_path, cache):
         folder / "customers.parquet")
     pd.DataFrame({"order_id": [10, 11, 12, 13], "customer_id": [1, 1, 3, 2],
                   "amount": [5.0, 7.5, 2.5, 4.0]}).to_parquet(folder / "orders.parquet")
-    env = DataEnvironment.open(folder, cache_dir=cache)
+    env = DataEnvironment.open(folder, cache_dir=trajsynth_cache)
     assert [(j.from_table, j.to_table) for j in env.profile.inferred_joins] == \
         [("orders", "customers")]
     sql = env.run_sql("SELECT c.country, SUM(o.amount) FROM orders o JOIN customers c "

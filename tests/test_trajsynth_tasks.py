@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import math
 import re
-import sqlite3
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from conftest import make_shop
 
 from workbench.errors import DataError
 from workbench.trajsynth.answers import AnswerSpec, check_answer, values_equal
@@ -35,16 +34,6 @@ from workbench.trajsynth.templates import Candidate
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("trajsynth-cache")
-
-
-@pytest.fixture(scope="module")
-def chinook(cache) -> DataEnvironment:
-    return DataEnvironment.open(sample_environment("chinook"), cache_dir=cache)
-
-
-@pytest.fixture(scope="module")
 def chinook_pool(chinook):
     t0 = time.monotonic()
     pool = build_pool(chinook, PoolConfig(seed=0))
@@ -54,24 +43,10 @@ def chinook_pool(chinook):
 
 
 @pytest.fixture(scope="module")
-def toy(cache, tmp_path_factory) -> DataEnvironment:
+def toy(trajsynth_cache, tmp_path_factory) -> DataEnvironment:
     """A tiny shop: regions tie on counts, a value matches two rows."""
-    path = tmp_path_factory.mktemp("toy") / "shop.sqlite"
-    con = sqlite3.connect(path)
-    con.executescript("""
-        CREATE TABLE region (region_id INTEGER PRIMARY KEY, name TEXT);
-        CREATE TABLE sale (sale_id INTEGER PRIMARY KEY, region_id INTEGER REFERENCES region,
-                           item TEXT, amount REAL, day TEXT);
-        INSERT INTO region VALUES (1, 'north'), (2, 'south'), (3, 'east');
-        INSERT INTO sale VALUES
-          (1, 1, 'pen', 2.5, '2021-01-03'), (2, 1, 'ink', 4.0, '2021-02-10'),
-          (3, 2, 'pen', 2.5, '2022-01-05'), (4, 2, 'pad', 3.0, '2022-03-01'),
-          (5, 3, 'cap', 9.0, '2022-03-09'), (6, 1, 'mug', 6.0, '2023-05-01'),
-          (7, 2, 'mug', 6.0, '2023-06-01');
-    """)
-    con.commit()
-    con.close()
-    return DataEnvironment.open(path, cache_dir=cache)
+    path = make_shop(tmp_path_factory.mktemp("toy") / "shop.sqlite")
+    return DataEnvironment.open(path, cache_dir=trajsynth_cache)
 
 
 # --- the pool on Chinook ---------------------------------------------------------------------
@@ -181,8 +156,8 @@ def test_save_load_round_trip(chinook_pool, tmp_path):
 # --- a second environment, no code change -------------------------------------------------------
 
 
-def test_csv_environment_gives_tasks_with_no_code_change(cache):
-    env = DataEnvironment.open(sample_environment("sklearn_classic"), cache_dir=cache)
+def test_csv_environment_gives_tasks_with_no_code_change(trajsynth_cache):
+    env = DataEnvironment.open(sample_environment("sklearn_classic"), cache_dir=trajsynth_cache)
     t0 = time.monotonic()
     pool = build_pool(env, PoolConfig(seed=0))
     took = time.monotonic() - t0

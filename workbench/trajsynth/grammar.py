@@ -42,6 +42,8 @@ OP_TEXT = {
     "above_avg": "count the rows above the average",
     "share": "the percentage of rows that meet a condition",
 }
+_FIELD = {"op": "op", "table": "table", "column": "column", "target": "target",
+          "group": "group", "direction": "descending"}  # slots that set one plan field
 _NEEDS_MEASURE = ("agg", "top", "group", "compare", "difference")
 _RANKED = ("top", "argmax")
 MAX_K = 50
@@ -257,24 +259,14 @@ class Grammar:
                 return replace(p, extra=(*p.extra, cond))
             return replace(p, conds=(*p.conds, cond))
         p = replace(plan, filled=(*plan.filled, move.slot))
-        if move.slot == "op":
-            return replace(p, op=move.value)
-        if move.slot == "table":
-            return replace(p, table=move.value)
+        if move.slot in _FIELD:
+            return replace(p, **{_FIELD[move.slot]: move.value})
         if move.slot == "measure":
             agg, col = move.value
             return replace(p, agg=agg, column=col)
-        if move.slot == "column":
-            return replace(p, column=move.value)
-        if move.slot == "target":
-            return replace(p, target=move.value)
-        if move.slot == "group":
-            return replace(p, group=move.value)
         if move.slot == "k":
             k, text = move.value
             return replace(p, k=k, used=p.used | ({text} if text else set()))
-        if move.slot == "direction":
-            return replace(p, descending=move.value)
         if move.slot == "values":
             values, texts = move.value
             return replace(p, values=tuple(values), used=p.used | set(texts))
