@@ -74,6 +74,13 @@ def test_models_list_shows_bundled_defaults():
     assert r.returncode == 0
     assert "smollm2-135m-instruct" in r.stdout and "minilm" in r.stdout
     assert "missing" not in r.stdout
+    assert "generate -> transformers, score -> transformers" in r.stdout
+    # per use: int8 CTranslate2 generates, scoring stays on transformers (parity not met)
+    r = run_cli("models", "list", "-s", "models.chat.backend=ctranslate2")
+    assert "generate -> ctranslate2, score -> transformers" in r.stdout, r.stdout + r.stderr
+    r = run_cli("models", "list", "-s", "models.chat.backend=ctranslate2",
+                "-s", "models.chat.options.quantization=float32")
+    assert "generate -> ctranslate2, score -> ctranslate2" in r.stdout
 
 
 @pytest.mark.slow

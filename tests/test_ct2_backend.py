@@ -154,7 +154,8 @@ def test_scoring_parity_with_transformers_on_100_items(bundled_model):
     ref = bundled_model.score(reqs)
     f32 = load_model("default", backend="ctranslate2", quantization="float32")
     p32 = parity(ref, f32.score(reqs), gold)
-    i8 = load_model("default", backend="ctranslate2")  # int8, for the record
+    i8 = load_model("default", backend="ctranslate2", scoring="ctranslate2")  # int8, the record
+    assert load_model("default", backend="ctranslate2").scoring == "transformers"  # auto
     p8 = parity(ref, i8.score(reqs), gold)
     print(f"\nfloat32: {p32}\nint8: {p8}")
     assert p32["items"] == 100 and p32["same_choice"] >= 0.98
@@ -265,7 +266,9 @@ def test_backend_forced_from_the_config(tiny_model, tmp_path):
     assert {"ctranslate2", "transformers", "local"} <= set(available_backends())
     assert backend_uses("default") == {"generate": "transformers", "score": "transformers"}
     assert backend_uses("default", "ctranslate2") == {"generate": "ctranslate2",
-                                                      "score": "ctranslate2"}
+                                                      "score": "transformers"}  # int8: auto
+    assert backend_uses("default", "ctranslate2", {"quantization": "float32"}) == {
+        "generate": "ctranslate2", "score": "ctranslate2"}
     assert backend_uses("default", "ctranslate2", {"scoring": "transformers"}) == {
         "generate": "ctranslate2", "score": "transformers"}
 

@@ -26,7 +26,11 @@ class ModelConfig(Section):
     spec: str = Field("default", description="Bundled name, local folder, .gguf file, hub id in "
                                              "the local HF cache, or an OpenAI-compatible URL "
                                              "(URL#model).")
-    backend: str | None = Field(None, description="Force a backend (local, openai, fake).")
+    backend: str | None = Field(None, description=(
+        "Force a backend: transformers (alias local), ctranslate2 (alias ct2), openai, fake. "
+        "ctranslate2 generates with int8 weights on CPU and scores on transformers unless "
+        "its float32 parity applies (`workbench models list -s models.chat.backend=...` "
+        "shows which backend serves each use)."))
     options: dict[str, Any] = Field(default_factory=dict,
                                     description="Backend options (device, dtype, batch_size, "
                                                 "concurrency, api_key_env, ...).")

@@ -67,12 +67,22 @@ def smoke(config: ConfigArg = None, set_: SetOpt = None,
 # --- models -------------------------------------------------------------------------------
 
 @models_app.command("list")
-def models_list():
-    """Show the bundled default models and where they resolve on this machine."""
+def models_list(config: Annotated[Optional[Path], typer.Option(
+        "--config", "-c", help="Experiment YAML whose models.chat to describe.")] = None,
+        set_: SetOpt = None):
+    """Show the bundled default models and where they resolve on this machine, then which
+    backend serves the configured chat model for each use (generation, scoring); force one
+    with -s models.chat.backend=transformers|ctranslate2."""
+    from workbench.config import load_config
     from workbench.models.inventory import bundled_inventory
+    from workbench.models.registry import backend_uses
 
     for row in bundled_inventory():
         typer.echo(f"{row['name']:<24} {row['role']:<9} {row['status']:<14} {row['where']}")
+    chat = load_config(config, set_).models.chat
+    uses = backend_uses(chat.spec, chat.backend, chat.options)
+    typer.echo(f"models.chat {chat.spec} ({chat.backend or 'auto'}): "
+               + ", ".join(f"{use} -> {b}" for use, b in uses.items()))
 
 
 @models_app.command("resolve")
