@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> dict:
         ref, ref_rate = timed_score(tf, reqs)
         for q in args.score_quantizations.split(","):
             ct = load_model("default", backend="ctranslate2", quantization=q,
-                            intra_threads=args.score_threads, batch_size=8)
+                            intra_threads=args.score_threads, batch_size=8,
+                            scoring="ctranslate2")  # measure its own scoring, never auto
             got, rate = timed_score(ct, reqs)
             figures["scoring"].append({"quantization": ct.compute_type,
                                        "ct2_items_per_s": rate,
