@@ -18,6 +18,9 @@ class LoraSettings(_Section):
     target_modules: list[str] | None = Field(
         None, description="Module names to adapt; default per architecture (attention "
                           "projections).")
+    freeze_a: bool = Field(False, description="Keep the A matrices at their initialisation "
+                                              "and train only B (FFA-LoRA: averaging B across "
+                                              "sites is then exactly averaging BA).")
 
 
 class DomainEvalSettings(_Section):

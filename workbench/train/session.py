@@ -168,6 +168,10 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
 
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     model = _with_adapter(model, cfg.lora)
+    if cfg.lora.freeze_a:
+        for name, p in model.named_parameters():
+            if ".lora_A." in name:
+                p.requires_grad_(False)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant":
                                                                            False})
@@ -269,6 +273,34 @@ def adapter_state(session: TrainingSession) -> dict[str, torch.Tensor]:
     from peft import get_peft_model_state_dict
 
     state = get_peft_model_state_dict(session.model, adapter_name=session.model.active_adapter)
+    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+
+
+def init_adapter_state(lora: LoraSettings, *, model_spec: str | None = None, model=None,
+                       seed: int = 0) -> dict[str, torch.Tensor]:
+    """The adapter `setup` would start from (same seed: same A, B = 0) without data or an
+    optimizer: what a federated server sends out in round 1. `model` is consumed (LoRA layers
+    are injected into it)."""
+    import torch
+
+    if (model_spec is None) == (model is None):
+        raise WorkbenchError("pass a model_spec or an in-memory model, not both or neither")
+    if model is None:
+        from transformers import AutoModelForCausalLM
+
+        from workbench.models.local import model_folder
+        from workbench.models.resolve import resolve_chat_model
+
+        source = resolve_chat_model(model_spec)
+        if source.kind == "openai":
+            raise WorkbenchError("an adapter needs local weights, not an HTTP endpoint")
+        model = AutoModelForCausalLM.from_pretrained(model_folder(source),
+                                                     dtype=torch.float32)
+    torch.manual_seed(seed)
+    from peft import get_peft_model_state_dict
+
+    peft = _with_adapter(model, lora)
+    state = get_peft_model_state_dict(peft, adapter_name=peft.active_adapter)
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
 

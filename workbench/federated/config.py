@@ -1,0 +1,90 @@
+"""Federated settings (the `federated:` section of an experiment config).
+
+One config drives both ways to run: in process (`workbench fed sim`, tests, the experiment)
+and a real Flower deployment (`workbench fed up` / `run` / `down`), where the server app reads
+the same JSON and the sites get their part in each round's message.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.train.config import LoraSettings
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SplitSettings(_Section):
+    """How one QTSA dataset becomes per-site data (for experiments; real sites bring their
+    own folders)."""
+
+    source: str = Field("datasets/rf_distilled", description="A distillation run folder or "
+                        "the shipped rf_distilled sample (mcQTSA/ndQTSA + benchmark.jsonl).")
+    sites: int = Field(3, ge=2, le=16, description="Number of sites.")
+    by: Literal["chapter", "random"] = Field(
+        "chapter", description="chapter: whole corpus documents go to one site each "
+                               "(non-IID, as real sites are); random: rows are dealt out.")
+    eval_fraction: float = Field(0.2, gt=0, lt=1, description="Per-site held-out share.")
+    canaries: int = Field(2, ge=0, description="Unique secret strings planted in each site's "
+                                               "training rows; none may ever leave a site.")
+
+
+class LocalTrain(_Section):
+    """What each site does with the global adapter in one round."""
+
+    steps: int = Field(4, ge=1, description="Optimizer steps per site per round.")
+    learning_rate: float = Field(3e-4, gt=0)
+    batch_size: int = Field(4, ge=1)
+    max_length: int = Field(512, ge=16)
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings(r=8, alpha=16,
+                                                                     dropout=0.0))
+
+
+class Guards(_Section):
+    """What Flower's own strategies lack: bounded waits, minimum success, failure budget."""
+
+    min_nodes: int = Field(2, ge=1, description="Sites that must be connected before round 1.")
+    wait_nodes_s: float = Field(60.0, gt=0, description="Give up (non-zero exit) when fewer "
+                                "than min_nodes are connected after this many seconds.")
+    min_replies: int = Field(1, ge=1, description="Successful replies a round needs; with "
+                             "fewer the round fails and the global adapter stays as it was.")
+    round_timeout_s: float = Field(120.0, gt=0, description="Seconds a round waits for "
+                                   "replies (Flower's default is an hour).")
+    max_failed_rounds: int = Field(2, ge=1, description="Consecutive failed rounds before the "
+                                   "run aborts with a non-zero exit.")
+
+
+class DeploySettings(_Section):
+    """The loopback deployment `workbench fed up` starts (real sites run their own
+    SuperNode; see the README)."""
+
+    port: int = Field(9190, ge=1024, le=65535, description="SuperLink port (Fleet, Control "
+                      "and ServerApp APIs share it); SuperNodes take the following ports.")
+    home: str = Field(".fed", description="Deployment folder: FLWR_HOME, pids, logs, certs.")
+
+
+class FederatedConfig(_Section):
+    track: Literal["lora"] = Field("lora", description="lora: FedAvg over LoRA adapters.")
+    model: str = Field("default", description="Base model spec every site resolves locally.")
+    rounds: int = Field(3, ge=1)
+    aggregation: Literal["fedavg", "ffa"] = Field(
+        "fedavg", description="fedavg: average A and B separately (what FlowerTune does; not "
+                              "the average of BA); ffa: FFA-LoRA, A frozen at its shared "
+                              "initialisation and only B averaged, which is exact.")
+    sites_dir: str | None = Field(None, description="Folder of per-site data folders; None: "
+                                  "split `split.source` into <run>/federated/sites.")
+    split: SplitSettings = Field(default_factory=SplitSettings)
+    local: LocalTrain = Field(default_factory=LocalTrain)
+    guards: Guards = Field(default_factory=Guards)
+    deploy: DeploySettings = Field(default_factory=DeploySettings)
+    baselines: bool = Field(True, description="Also train local-only and centralised adapters "
+                                              "at equal total steps, for the report.")
+    mc_eval: bool = Field(True, description="Score each site's benchmark items (cloze "
+                                            "log-likelihood) with the final adapters.")
+    keep_replies: bool = Field(False, description="Save every site's returned adapter per "
+                               "round under <out>/replies (audit; tests check the average).")
+    seed: int = 0

@@ -1,0 +1,1 @@
+"""wbfed: the Flower client and server apps of the Domain-Agent Workbench."""

@@ -1,0 +1,147 @@
+"""A site's private data, and splitting one QTSA dataset into sites for experiments.
+
+A site folder holds `train.jsonl` (ChatExample: messages, sharegpt or alpaca), optionally
+`eval.jsonl` (same formats) and `benchmark.jsonl` (MCItem), and `site.json` (its name and, for
+split sites, which documents it got and the canaries planted in its rows). Nothing in it is
+ever sent: the client app reads it from the path in its node config.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+from workbench.formats import read_dataset, write_dataset
+from workbench.io import atomic_write_json, read_jsonl, write_jsonl
+from workbench.records import ChatExample, MCItem, QTSASample
+
+SITE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
+@dataclass
+class SiteData:
+    name: str
+    folder: Path
+    train: list[ChatExample]
+    eval: list[ChatExample] = field(default_factory=list)
+    benchmark: list[MCItem] = field(default_factory=list)
+    canaries: list[str] = field(default_factory=list)
+
+
+def load_site(folder: str | Path) -> SiteData:
+    """Read a site folder; every problem names the file (and line) at fault."""
+    d = Path(folder)
+    if not d.is_dir():
+        raise WorkbenchError(f"site data folder {d} does not exist (node config data-path)")
+    meta = {}
+    if (d / "site.json").exists():
+        try:
+            meta = json.loads((d / "site.json").read_text())
+        except json.JSONDecodeError as e:
+            raise WorkbenchError(f"{d / 'site.json'}: not JSON ({e})") from None
+    name = str(meta.get("name") or d.name)
+    if not SITE_NAME.match(name):
+        raise WorkbenchError(f"{d}: site name {name!r} must be 1-32 of a-z 0-9 _ - "
+                             f"(it is the one string a site sends)")
+    if not (d / "train.jsonl").exists():
+        raise WorkbenchError(f"{d}: no train.jsonl (the site's SFT rows)")
+    train = read_dataset(d / "train.jsonl", "auto")
+    if not train:
+        raise WorkbenchError(f"{d / 'train.jsonl'}: no rows")
+    ev = read_dataset(d / "eval.jsonl", "auto") if (d / "eval.jsonl").exists() else []
+    bench = (read_jsonl(d / "benchmark.jsonl", MCItem.model_validate)
+             if (d / "benchmark.jsonl").exists() else [])
+    return SiteData(name=name, folder=d, train=train, eval=ev, benchmark=bench,
+                    canaries=list(meta.get("canaries", [])))
+
+
+def split_sites(source: str | Path, out: str | Path, *, sites: int, by: str = "chapter",
+                eval_fraction: float = 0.2, canaries: int = 2, seed: int = 0) -> list[Path]:
+    """Deal a distillation run's QTSA rows (and benchmark items) out to `sites` folders.
+
+    by="chapter": each corpus document goes whole to one site (largest first, to the site
+    with the fewest rows), so sites differ in topic as real sites do; "random": rows are
+    dealt out at random. Each site keeps `eval_fraction` of its rows for held-out loss. With
+    `canaries`, that many unique secret strings are appended to as many training rows."""
+    from workbench.registry import provider
+
+    to_chat = provider("qtsa_chat")
+    src = Path(source)
+    rows: list[QTSASample] = []
+    for name in ("mcQTSA.jsonl", "ndQTSA.jsonl"):
+        for p in (src / name, src / "distill" / name):
+            if p.exists():
+                rows += [s for s in read_jsonl(p, QTSASample.model_validate)
+                         if s.split != "benchmark"]
+                break
+    if not rows:
+        raise WorkbenchError(f"{src}: no mcQTSA.jsonl / ndQTSA.jsonl rows to split")
+    bench_path = next((p for p in (src / "benchmark.jsonl", src / "distill" / "benchmark.jsonl")
+                       if p.exists()), None)
+    bench = read_jsonl(bench_path, MCItem.model_validate) if bench_path else []
+    rng = random.Random(seed)
+    owner: dict[str, int] = {}
+    buckets: list[list[QTSASample]] = [[] for _ in range(sites)]
+    if by == "chapter":
+        docs: dict[str, list[QTSASample]] = {}
+        for s in rows:
+            docs.setdefault(s.provenance.doc_id or s.provenance.section_id, []).append(s)
+        if len(docs) < sites:
+            raise WorkbenchError(f"{src}: {len(docs)} documents cannot make {sites} sites "
+                                 f"by chapter; use split.by=random or fewer sites")
+        for doc, items in sorted(docs.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            i = min(range(sites), key=lambda j: (len(buckets[j]), j))
+            buckets[i] += items
+            owner[doc] = i
+    elif by == "random":
+        shuffled = rows[:]
+        rng.shuffle(shuffled)
+        for k, s in enumerate(shuffled):
+            buckets[k % sites].append(s)
+    else:
+        raise WorkbenchError(f"split.by={by!r}: use chapter or random")
+    out = Path(out)
+    folders = []
+    for i, bucket in enumerate(buckets):
+        d = out / f"site-{i}"
+        d.mkdir(parents=True, exist_ok=True)
+        bucket = sorted(bucket, key=lambda s: s.id)
+        rng.shuffle(bucket)
+        n_eval = max(1, round(len(bucket) * eval_fraction))
+        ev, tr = bucket[:n_eval], bucket[n_eval:]
+        if not tr:
+            raise WorkbenchError(f"site-{i} got {len(bucket)} rows: too few to train on")
+        train = [to_chat(s) for s in tr]
+        planted = []
+        for k in range(min(canaries, len(train))):
+            token = f"CANARY-{secrets.token_hex(6)}"
+            planted.append(token)
+            msg = train[k].messages[-1]
+            train[k].messages[-1] = msg.model_copy(
+                update={"content": f"{msg.content}\n(site record {token})"})
+        write_dataset(d / "train.jsonl", train, "messages")
+        write_dataset(d / "eval.jsonl", [to_chat(s) for s in ev], "messages")
+        site_bench = [b for b in bench
+                      if owner.get(b.provenance.doc_id if b.provenance else "", -1) == i] \
+            if by == "chapter" else bench[i::sites]
+        write_jsonl(d / "benchmark.jsonl", site_bench)
+        atomic_write_json(d / "site.json", {
+            "name": f"site-{i}", "source": str(src), "by": by,
+            "documents": sorted(k for k, v in owner.items() if v == i),
+            "rows": {"train": len(tr), "eval": len(ev), "benchmark": len(site_bench)},
+            "canaries": planted})
+        folders.append(d)
+    return folders
+
+
+def site_folders(sites_dir: str | Path) -> list[Path]:
+    d = Path(sites_dir)
+    found = sorted(p for p in d.iterdir() if (p / "train.jsonl").exists()) if d.is_dir() else []
+    if not found:
+        raise WorkbenchError(f"{d}: no site folders (each needs a train.jsonl)")
+    return found
