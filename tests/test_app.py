@@ -12,7 +12,8 @@ import pytest
 from conftest import REPO
 
 APP = REPO / "apps" / "streamlit"
-PAGES = ["projects", "corpus", "distill", "retrieval", "train", "evaluate", "trajsynth"]
+PAGES = ["projects", "corpus", "distill", "retrieval", "train", "evaluate", "trajsynth",
+         "federated"]
 TESTS = str(Path(__file__).parent)
 sys.path.insert(0, str(APP))
 
@@ -579,3 +580,27 @@ def test_trajectories_page_shows_the_pool_the_tree_and_the_ledger(ws):
     frames = [d.value for d in at.dataframe]
     nodes = next(f for f in frames if "verified path" in f.columns)
     assert nodes["verified path"].any() and (nodes["visits"] > 0).all()
+
+
+def test_federated_page_shows_rounds_sites_and_conditions(ws, tiny_model):
+    """A federated run made outside the app: the round table, per-site metrics and the
+    conditions table with intervals render."""
+    from workbench.config import load_config
+    from workbench.runs import RunContext, RunLayout, run_pipeline
+
+    cfg = load_config(None, [f"federated.model={tiny_model}", "federated.rounds=2",
+                             "federated.local.steps=1", "federated.local.batch_size=2",
+                             "federated.local.lora.r=4", "federated.local.lora.alpha=8",
+                             f"federated.split.source={REPO / 'datasets' / 'rf_distilled'}",
+                             f"output_dir={ws / 'runs'}", "name=fedrun"])
+    run_pipeline("fed", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
+    at = page("federated").run()
+    assert not at.exception, at.exception
+    assert {m.label for m in at.metric} >= {"Rounds done", "Canaries leaked"}
+    assert next(m for m in at.metric if m.label == "Canaries leaked").value == "0"
+    frames = [d.value for d in at.dataframe]
+    rounds = next(f for f in frames if "participants" in f.columns)
+    assert list(rounds["participants"]) == ["3/3", "3/3", "3/3"]
+    conds = next(f for f in frames if "condition" in f.columns)
+    assert set(conds["condition"]) == {"no training", "local-only", "federated",
+                                       "centralised"}

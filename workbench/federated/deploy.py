@@ -75,6 +75,7 @@ class Deployment:
 
     def __post_init__(self):
         self.home = Path(self.home).resolve()
+        self._procs: dict[str, subprocess.Popen] = {}
 
     # -- environment ---------------------------------------------------------------------------
     @property
@@ -155,6 +156,7 @@ class Deployment:
         with open(logs / f"{name}.log", "ab") as out:
             p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env(),
                                  cwd=self.home, start_new_session=True)
+        self._procs[name] = p
         pids = self.pids()
         pids[name] = p.pid
         atomic_write_json(self.pid_file, pids)
@@ -186,6 +188,18 @@ class Deployment:
 
     def add_node(self, index: int, data_path: Path, **kw) -> int:
         return self._spawn(f"supernode-{index}", self.supernode_command(index, data_path, **kw))
+
+    def wait_exit(self, name: str, timeout_s: float) -> int | None:
+        """The exit status of a process this object started, or None if it still runs after
+        `timeout_s`. (Flower exits 1 for its own error codes >= 100 and logs `Exit Code: N`.)"""
+        try:
+            return self._procs[name].wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def log_text(self, name: str) -> str:
+        p = self.home / "logs" / f"{name}.log"
+        return p.read_text(errors="replace") if p.exists() else ""
 
     def wait_port(self, port: int, wait_s: float) -> None:
         t0 = time.monotonic()

@@ -54,6 +54,10 @@ class FedAbort(WorkbenchError):
 
     exit_code = 4
 
+    def __init__(self, message: str, **details: Any):
+        super().__init__(message)
+        self.details = details
+
 
 @dataclass
 class RoundLog:
@@ -156,7 +160,8 @@ class FedServer:
                 raise FedAbort(f"{len(nodes)} of the {g.min_nodes} required sites connected "
                                f"after {waited:.0f} s (guards.min_nodes="
                                f"{g.min_nodes}, guards.wait_nodes_s={g.wait_nodes_s:g}); "
-                               f"start more SuperNodes or lower guards.min_nodes")
+                               f"start more SuperNodes or lower guards.min_nodes",
+                               connected=len(nodes), required=g.min_nodes, waited_s=waited)
             time.sleep(min(self.poll_s, g.wait_nodes_s - waited))
 
     # -- one exchange -------------------------------------------------------------------------
@@ -273,9 +278,15 @@ class FedServer:
 
 
 def read_rounds(out: str | Path) -> list[dict]:
+    """The round log; a torn last line (a crash mid-append) is skipped."""
     p = Path(out) / "rounds.jsonl"
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] \
-        if p.exists() else []
+    rows = []
+    for line in p.read_text().splitlines() if p.exists() else []:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
 
 
 def serve(grid: Grid, config_file: str, out_dir: str) -> dict[str, Any]:
@@ -298,6 +309,7 @@ def serve(grid: Grid, config_file: str, out_dir: str) -> dict[str, Any]:
     try:
         return FedServer(cfg, out, log=log).run(grid)
     except FedAbort as e:
-        atomic_write_json(out / "abort.json", {"message": str(e), "exit_code": e.exit_code})
+        atomic_write_json(out / "abort.json", {"message": str(e), "exit_code": e.exit_code,
+                                               **e.details})
         log(f"abort: {e}")
         raise

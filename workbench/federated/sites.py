@@ -20,6 +20,7 @@ from workbench.formats import read_dataset, write_dataset
 from workbench.io import atomic_write_json, read_jsonl, write_jsonl
 from workbench.records import ChatExample, MCItem, QTSASample
 
+REPO = Path(__file__).resolve().parents[2]
 SITE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
 
@@ -72,6 +73,8 @@ def split_sites(source: str | Path, out: str | Path, *, sites: int, by: str = "c
 
     to_chat = provider("qtsa_chat")
     src = Path(source)
+    if not src.exists() and not src.is_absolute() and (REPO / src).exists():
+        src = REPO / src  # the shipped sample, from any working folder
     rows: list[QTSASample] = []
     for name in ("mcQTSA.jsonl", "ndQTSA.jsonl"):
         for p in (src / name, src / "distill" / name):

@@ -1,0 +1,103 @@
+import json
+from pathlib import Path
+
+import streamlit as st
+from common import (
+    base_config, job_panel, jsonl_rows, read_or_none, show_error, show_image, workspace,
+)
+
+from workbench.jobs import start_job
+
+st.title("Federated rounds")
+st.caption("Sites train one shared LoRA adapter on data that never leaves them (Flower); "
+           "each round's global adapter is evaluated where the data is, against local-only "
+           "and centralised training at the same number of steps.")
+ws = workspace()
+
+with st.form("fed-form"):
+    c1, c2, c3, c4 = st.columns(4)
+    n_sites = c1.number_input("Sites", 2, 8, 3, key="fed-sites")
+    rounds = c2.number_input("Rounds", 1, 50, 3, key="fed-rounds")
+    steps = c3.number_input("Steps per site per round", 1, 100, 2, key="fed-steps")
+    agg = c4.selectbox("Aggregation", ["fedavg", "ffa"], key="fed-agg",
+                       help="ffa: FFA-LoRA, A frozen and only B averaged (exact)")
+    c5, c6 = st.columns(2)
+    source = c5.text_input("QTSA source (distillation run folder)",
+                           value="datasets/rf_distilled", key="fed-source")
+    name = c6.text_input("Run name", value="federated", key="fed-name")
+    go = st.form_submit_button("Start rounds (in process)")
+if go:
+    try:
+        cfg = base_config(name, federated={
+            "rounds": int(rounds), "aggregation": agg,
+            "split": {"source": source.strip(), "sites": int(n_sites)},
+            "local": {"steps": int(steps)}})
+        job = start_job(ws, "fed", cfg)
+        st.success(f"Started job {job.id}")
+    except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+        show_error(e)
+job_panel("fed", "fed")
+st.caption("A real deployment (one SuperNode per site) runs from the command line: "
+           "`workbench fed up`, `workbench fed run`, `workbench fed down`.")
+
+runs_dir = ws / "runs"
+found = sorted({p.parents[2] for p in runs_dir.glob("*/fed/federated/rounds.jsonl")}) \
+    if runs_dir.is_dir() else []
+if not found:
+    st.caption("No federated run yet.")
+    st.stop()
+run = st.selectbox("Run", found, format_func=lambda p: p.name, key="fed-run")
+out = Path(run) / "fed"
+rounds_log = jsonl_rows(out / "federated" / "rounds.jsonl")
+train = [r for r in rounds_log if r.get("kind") == "train"]
+report = read_or_none("report.json", lambda: json.loads((out / "report.json").read_text())) \
+    if (out / "report.json").exists() else None
+
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Rounds done", len(train))
+m2.metric("Failed rounds", sum(r["status"] == "failed" for r in train))
+mb = [(r["bytes_down"] + r["bytes_up"]) / 1e6 for r in train]
+m3.metric("MB per round", f"{sum(mb) / len(mb):.1f}" if mb else "–",
+          help="adapter tensors sent to the sites plus those sent back")
+m4.metric("Canaries leaked", report["figures"]["canary_leaks"] if report else "–",
+          help="secret strings planted in sites' rows, searched in every reply")
+
+tab_rounds, tab_sites, tab_cond = st.tabs(["Rounds", "By site", "Conditions"])
+with tab_rounds:
+    st.dataframe([{"round": r["round"], "kind": r["kind"], "status": r["status"],
+                   "participants": f"{r['used']}/{r['sent']}", "failures": len(r["failures"]),
+                   "examples": r["num_examples"], "MB down": round(r["bytes_down"] / 1e6, 2),
+                   "MB up": round(r["bytes_up"] / 1e6, 2), "seconds": round(r["seconds"], 1),
+                   "sha256": r["sha256"][:12]} for r in rounds_log],
+                 hide_index=True, use_container_width=True)
+    failures = [dict(round=r["round"], **f) for r in rounds_log for f in r["failures"]]
+    if failures:
+        with st.expander(f"Failures ({len(failures)})"):
+            st.dataframe(failures, hide_index=True, use_container_width=True)
+with tab_sites:
+    rows = [{"round": r["round"], "kind": r["kind"], "site": site, **{k: round(v, 4)
+            for k, v in m.items()}} for r in rounds_log for site, m in r["sites"].items()]
+    st.dataframe(rows, hide_index=True, use_container_width=True)
+    if train:
+        chart = {}
+        for r in train:
+            for site, m in r["sites"].items():
+                if "eval-loss-before" in m:
+                    chart.setdefault(site, {})[r["round"] - 1] = m["eval-loss-before"]
+        st.caption("Held-out loss of the global adapter each site received, by round")
+        st.line_chart(chart)
+with tab_cond:
+    if report is None:
+        st.caption("The report is written when the baselines and evaluations finish.")
+    else:
+        st.dataframe([{"condition": t["label"],
+                       "held-out loss": round(t["eval_loss"], 4) if t["eval_loss"] else None,
+                       "MC accuracy": t["mc_accuracy"],
+                       "95% interval": (f"{t['mc_ci95'][0]:.2f}–{t['mc_ci95'][1]:.2f}"
+                                        if t["mc_ci95"] else ""),
+                       "predictions A/B/C/D": "/".join(str(t["predictions"][k])
+                                                       for k in "ABCD"),
+                       "p vs federated": t.get("mcnemar_p_vs_federated")}
+                      for t in report["conditions"]], hide_index=True,
+                     use_container_width=True)
+        show_image(out / "rounds.png", "Each site's held-out loss by round")
