@@ -59,3 +59,75 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
                    mc=bool(cfg["mc"]))
     out["num-examples"] = float(len(site.eval) or len(site.train))
     return _reply(msg, site.name, {k: v for k, v in out.items() if isinstance(v, float)})
+
+
+def handle_knowledge(msg: Message, context: Context) -> Message:
+    """Track B at a site: work the local tasks with the view, propose operations, filter,
+    gate, reply with operations and counts."""
+    import json
+
+    from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+
+    from workbench.federated.config import KnowledgeSettings
+    from workbench.federated.knowledge import (
+        Op, PrivacyFilter, ab_gate, ops_to_record, review_candidates,
+    )
+    from workbench.registry import provider
+
+    cfg = msg.content["config"]
+    path = context.node_config.get("data-path")
+    if not path:
+        raise ValueError("this SuperNode has no data-path in its node config")
+    ks = KnowledgeSettings.model_validate_json(str(cfg["knowledge-json"]))
+    view = json.loads(str(cfg["view-json"]))
+    site = provider("knowledge_site")(str(path), iterations=ks.learn_iterations,
+                                      seed=int(cfg["seed"]))
+    dev = site.tasks("dev")
+    gate_tasks, eval_tasks = dev[0::2], dev[1::2]
+    learned = site.attempt(site.tasks("learn"), view, boost=ks.boost)
+    evals = site.attempt(eval_tasks, view, iterations=ks.eval_iterations, boost=ks.boost)
+    metrics = {"learn-tasks": len(learned), "learn-success": sum(o.verified for o in learned),
+               "eval-tasks": len(evals), "eval-success": sum(o.verified for o in evals),
+               "eval-iterations": sum(o.iterations for o in evals)}
+    ops: list[Op] = []
+    if bool(site.meta.get("contribute", True)):
+        proposed = [Op(op=o["op"], count=o["count"], target=o.get("target", ""),
+                       **({"kind": o["unit"]["kind"], "family": o["unit"]["family"],
+                           "text": o["unit"]["text"], "steps": o["unit"]["steps"]}
+                          if "unit" in o else {}))
+                    for o in site.propose(learned, view, min_support=ks.min_support)]
+        filt = PrivacyFilter([t for o in learned for t in o.texts], site.identifiers,
+                             site.canaries, n=ks.ngram)
+        dropped = 0
+        for op in proposed:
+            if op.op in ("ADD", "EDIT"):
+                text, why = filt.check(op.text)
+                if text is None:
+                    dropped += 1
+                    continue
+                op = op.model_copy(update={"text": text})
+            ops.append(op)
+        metrics.update({"proposed": len(proposed), "dropped-privacy": dropped})
+        def success(units, family):
+            tasks = [t for t in gate_tasks if t.category == family]
+            if not tasks:
+                return 0.0
+            r = site.attempt(tasks, units, iterations=ks.eval_iterations, boost=ks.boost)
+            return sum(o.verified for o in r) / len(r)
+
+        if ks.gate and not site.poison:
+            before = len(ops)
+            ops, _ = ab_gate(ops, view, success)
+            metrics["dropped-gate"] = before - len(ops)
+        if not site.poison:  # review what other sites proposed, on the same gate slice
+            votes, _ = review_candidates(
+                json.loads(str(cfg["candidates-json"])), view, success,
+                lambda fam: sum(t.category == fam for t in gate_tasks))
+            ops += votes
+            metrics["reviewed"] = len(votes)
+    metrics["sent-ops"] = len(ops)
+    content = {"knowledge": ConfigRecord(ops_to_record(ops)),
+               "families": ConfigRecord({k: int(v) for k, v in site.families.items()}),
+               "metrics": MetricRecord({k: float(v) for k, v in metrics.items()}),
+               "site": ConfigRecord({"name": site.name})}
+    return Message(RecordDict(content), reply_to=msg)

@@ -67,8 +67,39 @@ class DeploySettings(_Section):
     home: str = Field(".fed", description="Deployment folder: FLWR_HOME, pids, logs, certs.")
 
 
+class KnowledgeSettings(_Section):
+    """Track B: knowledge units (workflows) evolved across data-agent sites."""
+
+    k_min: int = Field(2, ge=1, description="Sites that must support a unit before it is "
+                                            "active and sent out.")
+    learn_iterations: int = Field(24, ge=1, description="Search iterations per local task "
+                                                        "when a site works its tasks.")
+    eval_iterations: int = Field(6, ge=1, description="Search budget per task when success "
+                                                      "is measured (gate and report).")
+    boost: float = Field(8.0, ge=1, description="How much a workflow raises the prior of "
+                                                "the options it predicts.")
+    min_support: int = Field(2, ge=1, description="Verified plans a site needs before it "
+                                                  "proposes a workflow.")
+    gate: bool = Field(True, description="Local A/B gate: keep a new unit only if it does "
+                                         "not lower success on the site's gate slice.")
+    ngram: int = Field(5, ge=2, description="Word n-gram the privacy filter matches against "
+                                            "the site's own trajectories.")
+    chinook_parts: int = Field(3, ge=1, description="Experiment sites: Chinook split by "
+                                                    "customer into this many sites ...")
+    extra: list[str] = Field(default_factory=lambda: ["sklearn_classic"],
+                             description="... plus these shipped environments as sites.")
+    scaffolds: list[str] = Field(default_factory=lambda: ["react", "plan", "reflexion"],
+                                 description="Scaffold of each site, in turn.")
+    listener: int | None = Field(3, description="A site that receives units and contributes "
+                                                "none (cross-scaffold transfer); None: none.")
+    poison: int | None = Field(2, description="A site that pushes a harmful workflow every "
+                                              "round (how often it gets promoted); None: none.")
+
+
 class FederatedConfig(_Section):
-    track: Literal["lora"] = Field("lora", description="lora: FedAvg over LoRA adapters.")
+    track: Literal["lora", "knowledge"] = Field(
+        "lora", description="lora: FedAvg over LoRA adapters; knowledge: knowledge units "
+                            "(workflows) across data-agent sites.")
     model: str = Field("default", description="Base model spec every site resolves locally.")
     rounds: int = Field(3, ge=1)
     aggregation: Literal["fedavg", "ffa"] = Field(
@@ -79,6 +110,7 @@ class FederatedConfig(_Section):
                                   "split `split.source` into <run>/federated/sites.")
     split: SplitSettings = Field(default_factory=SplitSettings)
     local: LocalTrain = Field(default_factory=LocalTrain)
+    knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     guards: Guards = Field(default_factory=Guards)
     deploy: DeploySettings = Field(default_factory=DeploySettings)
     baselines: bool = Field(True, description="Also train local-only and centralised adapters "

@@ -175,3 +175,177 @@ def _plot(path: Path, train_rounds: list[dict], by: dict, names: list[str]) -> N
     fig.tight_layout()
     atomic_savefig(fig, path)
     plt.close(fig)
+
+
+# --- track B ----------------------------------------------------------------------------------
+
+KCONDS = {"none": "no units", "local": "local-only units", "federated": "federated units"}
+POISON_FLOW = ("lookup", ["op=count", "lit=conds:gt"])  # trajsynth.knowledge.POISON
+
+
+def _rate(rows: list[dict], key: str = "eval") -> dict[str, list[tuple[int, float]]]:
+    out: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for r in rows:
+        for site, m in r["sites"].items():
+            if m.get(f"{key}-tasks"):
+                out[site].append((r["round"], m[f"{key}-success"] / m[f"{key}-tasks"]))
+    return out
+
+
+def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], summary: dict, *,
+                           adapter_bytes: int | None, seconds: float) -> dict[str, Any]:
+    import json as _json
+
+    from workbench.evaluate.stats import mcnemar_exact, wilson_interval
+
+    ks = fc.knowledge
+    fed_rounds = read_rounds(out / "federated")
+    sites = sorted({r["site"] for r in rows})
+    meta = {r["site"]: r for r in rows}
+    local_rounds = {s: read_rounds(out / "local" / s) for s in sites}
+    by = defaultdict(dict)
+    for r in rows:
+        by[r["condition"]][r["site"]] = r
+    table = []
+    for cond in [c for c in KCONDS if c in by]:
+        ver = [v for s in sites for v in by[cond][s]["verified"]]
+        k, n = sum(ver), len(ver)
+        row = {"condition": cond, "label": KCONDS[cond], "verified": k, "n": n,
+               "rate": k / n if n else None, "ci95": wilson_interval(k, n) if n else None,
+               "by_site": {s: (sum(by[cond][s]["verified"]), len(by[cond][s]["verified"]))
+                           for s in sites},
+               "iterations": sum(i for s in sites for i in by[cond][s]["iterations"])}
+        if cond != "federated" and "federated" in by:
+            row["mcnemar_p_vs_federated"] = mcnemar_exact(
+                ver, [v for s in sites for v in by["federated"][s]["verified"]])
+        table.append(row)
+    listener = next((s for s in sites if not meta[s]["contributes"]), None)
+    transfer = None
+    if listener and "none" in by and "federated" in by:
+        a, b = by["none"][listener]["verified"], by["federated"][listener]["verified"]
+        transfer = {"site": listener, "scaffold": meta[listener]["scaffold"],
+                    "none": [sum(a), len(a)], "federated": [sum(b), len(b)],
+                    "mcnemar_p": mcnemar_exact(a, b)}
+    # poisoning: was the adversary's workflow ever active?
+    from workbench.federated.knowledge import Unit, votes
+
+    poison_active, poison_sites, poison_against = 0, 0, 0
+    for p in sorted((out / "federated" / "kb").glob("round-*.json")):
+        kb = _json.loads(p.read_text())
+        for u in kb["units"].values():
+            if (u["family"], u["steps"]) == POISON_FLOW:
+                pro, con = votes(Unit.model_validate(u))
+                poison_sites, poison_against = max(poison_sites, pro), max(poison_against, con)
+                poison_active += u["status"] == "active"
+    k_rounds = [r for r in fed_rounds]
+    kbytes = [r["bytes_down"] + r["bytes_up"] for r in k_rounds]
+    lora_round = 2 * len(sites) * adapter_bytes if adapter_bytes else None
+    wire = summary.get("wire", {})
+    fed_t = next((t for t in table if t["condition"] == "federated"), None)
+    none_t = next((t for t in table if t["condition"] == "none"), None)
+    headline = (f"eval success {fed_t['verified']}/{fed_t['n']} with federated units vs "
+                f"{none_t['verified']}/{none_t['n']} without" if fed_t and none_t else "")
+    figures = {"sites": len(sites), "rounds": fc.rounds,
+               "rate": {t["condition"]: t["rate"] for t in table},
+               "active_units": len(summary.get("active", [])),
+               "knowledge_bytes_per_round": sum(kbytes) / max(len(kbytes), 1),
+               "lora_bytes_per_round": lora_round,
+               "canary_leaks": wire.get("canary_leaks"), "poison_active_rounds": poison_active,
+               "poison_sites_against": poison_against,
+               "transfer": transfer, "seconds": round(seconds, 1)}
+    lines = [f"# Federated knowledge units: {len(sites)} data-agent sites x {fc.rounds} rounds",
+             "", f"Each site works its learning tasks with its scaffold ({ks.learn_iterations} "
+             f"search iterations per task) and the units in its view, proposes operations "
+             f"(workflows need {ks.min_support} verified plans), filters them (privacy), gates "
+             f"them (A/B on a gate slice: {'on' if ks.gate else 'off'}) and sends operations "
+             f"and counts. A unit is active when {ks.k_min} sites support it. Success is the "
+             f"share of a held-back slice of each site's tasks verified within "
+             f"{ks.eval_iterations} iterations. Wall time {seconds:.0f} s.", "",
+             "## Sites", "", "| site | scaffold | contributes | adversary |", "|---|---|---|---|"]
+    lines += [f"| {s} | {meta[s]['scaffold']} | {'yes' if meta[s]['contributes'] else 'no'} | "
+              f"{'yes' if meta[s]['poison'] else ''} |" for s in sites]
+    lines += ["", "## Final evaluation", "",
+              "Wilson 95% intervals; p: exact McNemar against federated units on the same "
+              "tasks.", "",
+              "| units | verified [95% CI] | " + " | ".join(sites)
+              + " | iterations | p vs federated |",
+              "|---|---|" + "---|" * len(sites) + "---|---|"]
+    for t in table:
+        lo, hi = t["ci95"] or (0, 0)
+        p = t.get("mcnemar_p_vs_federated")
+        lines.append(f"| {t['label']} | {t['verified']}/{t['n']} = {t['rate']:.2f} "
+                     f"[{lo:.2f}, {hi:.2f}] | "
+                     + " | ".join(f"{a}/{b}" for a, b in (t["by_site"][s] for s in sites))
+                     + f" | {t['iterations']} | {_fmt(p, 3) if p is not None else '–'} |")
+    if transfer:
+        lines += ["", "## Cross-scaffold transfer", "",
+                  f"{transfer['site']} ({transfer['scaffold']}) contributed nothing: with the "
+                  f"units the other sites' scaffolds evolved it verified "
+                  f"{transfer['federated'][0]}/{transfer['federated'][1]} vs "
+                  f"{transfer['none'][0]}/{transfer['none'][1]} without (McNemar p "
+                  f"{transfer['mcnemar_p']:.3f})."]
+    lines += ["", "## By round", "", "Each site's eval success with the view it received "
+              "(round 1: no units yet); federated vs local-only.", "",
+              "| round | " + " | ".join(f"{s} fed | {s} local" for s in sites) + " | active "
+              "units | ops | KB down | KB up |",
+              "|---|" + "---|---|" * len(sites) + "---|---|---|---|"]
+    fr = _rate(fed_rounds)
+    lr = {s: dict(_rate(local_rounds[s]).get(s, [])) for s in sites}
+    for r in fed_rounds:
+        cells = []
+        for s in sites:
+            f = dict(fr.get(s, [])).get(r["round"])
+            cells += [_fmt(f, 2) if f is not None else "–",
+                      _fmt(lr[s].get(r["round"]), 2) if lr[s].get(r["round"]) is not None
+                      else "–"]
+        ops = ", ".join(f"{k} {v}" for k, v in r["ops"].items() if v)
+        lines.append(f"| {r['round']} | " + " | ".join(cells) + f" | {r['active']} | "
+                     f"{ops or '–'} | {r['bytes_down'] / 1e3:.1f} | {r['bytes_up'] / 1e3:.1f} |")
+    lines += ["", "## Active units", "", "| family | workflow | sites for | against | "
+              "support (counts) |", "|---|---|---|---|---|"]
+    lines += [f"| {u['family']} | {u['text']} | {u['sites']} | {u['against']} | "
+              f"{u['support']} |" for u in summary.get("active", [])]
+    lines += ["", "## What left the sites", "",
+              f"- bytes per round: knowledge {figures['knowledge_bytes_per_round'] / 1e3:.1f} "
+              f"kB" + (f" vs {lora_round / 1e6:.1f} MB for the LoRA adapters of `{fc.model}` "
+                       f"({lora_round / max(figures['knowledge_bytes_per_round'], 1):,.0f}x)"
+                       if lora_round else ""),
+              f"- planted canaries found in replies: {wire.get('canary_leaks')} (of "
+              f"{wire.get('canaries')} planted in the sites' data)",
+              f"- record names: {', '.join(wire.get('record_names', []))}",
+              f"- adversary's workflow (`{' -> '.join(POISON_FLOW[1])}` for lookups) active in "
+              f"{poison_active} of {len(k_rounds)} rounds; most sites for it: "
+              f"{poison_sites}, against it: {poison_against} (k_min {ks.k_min})"]
+    _plot_knowledge(out / "rounds.png", fr, lr, sites)
+    lines += ["", "![success by round](rounds.png)"]
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    report = {"figures": figures, "conditions": table, "headline": headline}
+    atomic_write_json(out / "report.json", report)
+    return report
+
+
+def _plot_knowledge(path: Path, fr, lr, sites) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from workbench.io import atomic_savefig
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for s in sites:
+        pts = fr.get(s, [])
+        if pts:
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                            label=f"{s} federated")
+            loc = sorted(lr[s].items())
+            if loc:
+                ax.plot([p[0] for p in loc], [p[1] for p in loc], linestyle=":",
+                        color=line.get_color(), label=f"{s} local-only")
+    ax.set_xlabel("round (its eval uses the view received that round)")
+    ax.set_ylabel("share of eval tasks verified")
+    ax.set_title("Site success by round")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    atomic_savefig(fig, path)
+    plt.close(fig)

@@ -377,9 +377,12 @@ class GrammarGenerator:
 
     name = "grammar"
 
-    def __init__(self, prior: Prior, config: ExploreConfig) -> None:
+    def __init__(self, prior: Prior, config: ExploreConfig, guide=None) -> None:
         self.prior = prior
         self.config = config
+        # guide(search, path, moves, weights) -> weights: shared know-how (e.g. federated
+        # workflows) reweighting a node's options before the search sees them
+        self.guide = guide
         self._grammars: dict[str, Grammar] = {}
         self._plans: dict[tuple, Plan] = {}
 
@@ -425,6 +428,8 @@ class GrammarGenerator:
         if rho and search.failed_moves:
             w = [x * (1 - rho) ** search.failed_moves.get(f"{m.slot}:{m.key}", 0)
                  for x, m in zip(w, moves, strict=True)]
+        if self.guide is not None:
+            w = self.guide(search, path, moves, w)
         return _normalised(w)
 
     def is_terminal(self, search: Search, path: tuple) -> bool:

@@ -18,6 +18,9 @@ PIPELINE = Pipeline(
                        Artifact("trie", "trie.json"))),
     ),
     cli="workbench.trajsynth.cli:register",
+    # data-agent sites for the federated knowledge track (workflows from verified plans)
+    provides=(("knowledge_site", "workbench.trajsynth.knowledge:DataAgentSite"),
+              ("knowledge_sites", "workbench.trajsynth.knowledge:make_data_sites")),
     page="trajsynth.py", page_title="Trajectories", page_icon=":material/account_tree:",
     order=60,
 )

@@ -6,7 +6,7 @@ adapter tensors, allow-listed numbers and the site's name only."""
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from workbench.federated.client import handle_evaluate, handle_train
+from workbench.federated.client import handle_evaluate, handle_knowledge, handle_train
 
 app = ClientApp()
 
@@ -19,3 +19,8 @@ def train(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     return handle_evaluate(msg, context)
+
+
+@app.query("knowledge")
+def knowledge(msg: Message, context: Context) -> Message:
+    return handle_knowledge(msg, context)

@@ -1,0 +1,282 @@
+"""Data-agent know-how that can leave a site: workflows abstracted from verified plans.
+
+A verified plan is a sequence of grammar moves (operation, table, measure, grouping, literal
+conditions...). Its *workflow* keeps what transfers and drops what identifies: the operation,
+the aggregate, the grouping kind, the ranking direction, the shape of each literal condition
+(comparison, how many joins away) — never a table, column or value. A workflow is keyed by
+the task family (the task's category), e.g.
+
+    group_rank: op=top -> group=column -> measure=count -> direction=desc
+
+`WorkflowGuide` reweights the grammar's options toward the next step of the workflows that
+match the plan so far, so a site that holds good workflows verifies with fewer iterations.
+`DataAgentSite` is one site: its own environment (a SQLite file or table folder), its task
+pool, its scaffold (a search strategy over the same grammar and model), and the ExpeL-style
+operations it proposes after a round (ADD / AGREE / EDIT / REMOVE with counts). The federated
+pipeline reaches it through the registry (service `knowledge_site`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.io import atomic_write_json
+from workbench.trajsynth.grammar import Move
+
+# a scaffold is a strategy over the same grammar, prior and environment
+SCAFFOLDS: dict[str, dict[str, Any]] = {
+    "react": {"strategy": "greedy"},  # one step at a time, best option first, no lookahead
+    "plan": {"strategy": "sample"},  # whole plans sampled from the prior, best kept
+    "reflexion": {"strategy": "mcts", "reflection_penalty": 0.5},  # failures steer the tree
+}
+
+
+# the experiments' harmful workflow: answer a lookup by counting rows (never right)
+POISON = ("op=count", "lit=conds:gt")
+
+
+def abstract_step(m: Move) -> str | None:
+    """The transferable part of a move, or None for what names the schema or the data."""
+    k = m.key
+    if m.slot == "op":
+        return f"op={k}"
+    if m.slot == "measure":
+        return f"measure={k.split(':')[0]}"
+    if m.slot == "group":
+        return f"group={k.split(':')[0]}"
+    if m.slot == "direction":
+        return f"direction={k}"
+    if m.slot == "lit":
+        tokens = k.split(":")
+        kind, i, hops = tokens[0], 1, 0
+        while i + 1 < len(tokens) and tokens[i] == "via":
+            hops, i = hops + 1, i + 2
+        if kind in ("conds", "extra") and i < len(tokens):
+            return f"lit={kind}:{tokens[i]}" + (f":via{hops}" if hops else "")
+        return f"lit={kind}"
+    return None  # table, column, target, values, k, submit: schema- or data-specific
+
+
+def workflow_of(moves: Sequence[Move]) -> tuple[str, ...]:
+    return tuple(s for s in (abstract_step(m) for m in moves) if s)
+
+
+def workflow_text(family: str, steps: Sequence[str]) -> str:
+    return f"{family}: " + " -> ".join(steps)
+
+
+class WorkflowGuide:
+    """Multiplies the prior of options that continue a known workflow of the task's family
+    by `boost` (the plan so far must match the workflow's first steps)."""
+
+    def __init__(self, units: Sequence[dict], boost: float = 8.0):
+        self.by_family: dict[str, list[tuple[str, ...]]] = defaultdict(list)
+        for u in units:
+            if u.get("kind") == "workflow" and u.get("steps"):
+                self.by_family[u["family"]].append(tuple(u["steps"]))
+        self.boost = boost
+
+    def __call__(self, search, path: tuple, moves: list[Move], w: list[float]) -> list[float]:
+        flows = self.by_family.get(search.task.category)
+        if not flows:
+            return w
+        done = workflow_of(search.moves(path))
+        expected = {f[len(done)] for f in flows if len(f) > len(done) and f[:len(done)] == done}
+        if not expected:
+            return w
+        return [x * (self.boost if abstract_step(m) in expected else 1.0)
+                for x, m in zip(w, moves, strict=True)]
+
+
+@dataclass
+class Outcome:
+    task_id: str
+    family: str
+    verified: bool
+    iterations: int
+    executions: int
+    workflow: tuple[str, ...] = ()
+    guided: bool = False  # a workflow of its family was in the view
+    texts: list[str] = field(default_factory=list)  # question, SQL, observations (private)
+
+
+# --- a site -----------------------------------------------------------------------------------
+
+class DataAgentSite:
+    """One site of the knowledge track. `folder/site.json` names the environment, the
+    scaffold and, for experiments, canaries planted in the data and a `poison` flag."""
+
+    def __init__(self, folder: str | Path, *, iterations: int = 8, seed: int = 0):
+        from workbench.trajsynth.api import open_env
+        from workbench.trajsynth.tasks import build_pool, load_pool, save_pool
+
+        self.folder = Path(folder)
+        try:
+            self.meta = json.loads((self.folder / "site.json").read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise WorkbenchError(f"{self.folder / 'site.json'}: {e}") from None
+        self.name = self.meta.get("name", self.folder.name)
+        self.scaffold = self.meta.get("scaffold", "reflexion")
+        if self.scaffold not in SCAFFOLDS:
+            raise WorkbenchError(f"{self.folder / 'site.json'}: scaffold "
+                                 f"{self.scaffold!r}; use {', '.join(SCAFFOLDS)}")
+        self.env = open_env(str(self.meta["env"]))
+        pool_file = self.folder / "tasks.jsonl"
+        if not pool_file.exists():
+            save_pool(build_pool(self.env), pool_file)
+        self.pool = load_pool(pool_file)
+        self.iterations, self.seed = iterations, seed
+        self.canaries = list(self.meta.get("canaries", []))
+        self.poison = bool(self.meta.get("poison", False))
+
+    @property
+    def families(self) -> dict[str, int]:
+        return dict(Counter(t.category for t in self.pool.tasks))
+
+    def tasks(self, part: str, limit: int | None = None) -> list:
+        """learn: training tasks the site works on each round; dev: the slice its A/B gate
+        measures on; test: held-out tasks for the report."""
+        train = self.pool.split("train")
+        if part == "learn":
+            out = train[::2]
+        elif part == "dev":
+            out = train[1::2]
+        elif part == "test":
+            out = self.pool.split("held_out") or train[1::2]
+        else:
+            raise ValueError(part)
+        return out[:limit] if limit else out
+
+    @property
+    def identifiers(self) -> list[str]:
+        """Names of this site's data that must never leave it in a unit's text."""
+        p = self.env.profile
+        names = list(p.table_names)
+        for t in p.tables:
+            names += [c.name for c in t.columns]
+        return names + [e for t in self.pool.tasks for e in t.entities]
+
+    def attempt(self, tasks: Sequence, units: Sequence[dict], *, scaffold: str | None = None,
+                iterations: int | None = None, boost: float = 8.0) -> list[Outcome]:
+        from workbench.trajsynth.explore import (
+            ExploreConfig, GrammarGenerator, UniformPrior, explore_task,
+        )
+
+        cfg = ExploreConfig(prior="uniform", iterations=iterations or self.iterations,
+                            stop_after=1, seed=self.seed,
+                            **SCAFFOLDS[scaffold or self.scaffold])
+        guide = WorkflowGuide(units, boost=boost)
+        gen = GrammarGenerator(UniformPrior(), cfg, guide=guide)
+        out = []
+        for t in tasks:
+            tree, search = explore_task(t, self.env, gen, config=cfg)
+            paths = list(search.verified_sql.values())
+            flow = workflow_of(search.moves(paths[0])) if paths else ()
+            texts = [t.question, t.program] + [r.get("sql") or "" for r in search.reflections]
+            out.append(Outcome(t.id, t.category, bool(paths), search.ledger.iterations,
+                               search.ledger.executions, flow,
+                               guided=t.category in guide.by_family, texts=texts))
+        return out
+
+    def propose(self, outcomes: Sequence[Outcome], view: Sequence[dict], *,
+                min_support: int = 2) -> list[dict]:
+        """ExpeL-style operations from this round's outcomes against the current view:
+        AGREE with a unit its verified plans followed; ADD a workflow seen verified at least
+        `min_support` times that no unit holds; EDIT a unit of the family when another
+        workflow with the same operation won more often; REMOVE a unit whose family failed
+        under guidance at least `min_support` times with no verified plan following it."""
+        by_fam: dict[str, Counter] = defaultdict(Counter)
+        failed: Counter = Counter()
+        for o in outcomes:
+            if o.verified:
+                by_fam[o.family][o.workflow] += 1
+            elif o.guided:
+                failed[o.family] += 1
+        held = {(u["family"], tuple(u["steps"])): u for u in view if u.get("kind") == "workflow"}
+        ops = []
+        for fam, flows in sorted(by_fam.items()):
+            for flow, n in flows.most_common():
+                if (fam, flow) in held:
+                    ops.append({"op": "AGREE", "target": held[(fam, flow)]["id"], "count": n})
+                elif n >= min_support:
+                    rival = next((u for (f, s), u in held.items() if f == fam and s
+                                  and s[0] == flow[0] and flows[s] < n), None)
+                    unit = {"kind": "workflow", "family": fam, "steps": list(flow),
+                            "text": workflow_text(fam, flow)}
+                    ops.append({"op": "EDIT", "target": rival["id"], "unit": unit, "count": n}
+                               if rival else {"op": "ADD", "unit": unit, "count": n})
+        for (fam, steps), u in held.items():
+            if failed[fam] >= min_support and not by_fam[fam][steps]:
+                ops.append({"op": "REMOVE", "target": u["id"], "count": failed[fam]})
+        if self.poison:  # an experiment's adversary: counting rows to answer lookups
+            ops.append({"op": "ADD", "count": 50, "unit": {
+                "kind": "workflow", "family": "lookup", "steps": list(POISON),
+                "text": workflow_text("lookup", POISON)}})
+        return ops
+
+
+# --- experiment sites ---------------------------------------------------------------------
+
+def make_data_sites(out: str | Path, *, chinook_parts: int = 2, extra: Sequence[str] = (
+        "sklearn_classic",), scaffolds: Sequence[str] = ("react", "plan", "reflexion"),
+        canaries: int = 2, poison: int | None = None, seed: int = 0) -> list[Path]:
+    """Sites for the knowledge track: Chinook split by customer (same schema, different
+    customers, invoices and answers at each site), plus whole shipped environments of other
+    schemas. Canary strings (fixed by `seed`) are planted in each Chinook part's customer
+    data."""
+    import hashlib
+
+    from workbench.trajsynth.env import sample_environment
+
+    out = Path(out)
+    folders = []
+    src = sample_environment("chinook")
+    specs: list[tuple[str, Any]] = [("chinook", i) for i in range(chinook_parts)]
+    specs += [(name, None) for name in extra]
+    for i, (env_name, part) in enumerate(specs):
+        d = out / f"site-{i}"
+        d.mkdir(parents=True, exist_ok=True)
+        planted = []
+        if part is not None:
+            db = d / "env.sqlite"
+            if not db.exists():
+                tmp = d / "env.sqlite.tmp"
+                shutil.copyfile(src, tmp)
+                con = sqlite3.connect(tmp)
+                keep = f"CustomerId % {chinook_parts} = {part}"
+                con.execute("DELETE FROM InvoiceLine WHERE InvoiceId IN (SELECT InvoiceId FROM "
+                            f"Invoice WHERE CustomerId IN (SELECT CustomerId FROM Customer "
+                            f"WHERE NOT ({keep})))")
+                con.execute("DELETE FROM Invoice WHERE CustomerId IN (SELECT CustomerId FROM "
+                            f"Customer WHERE NOT ({keep}))")
+                con.execute(f"DELETE FROM Customer WHERE NOT ({keep})")
+                for k, (cid,) in enumerate(con.execute(
+                        "SELECT CustomerId FROM Customer ORDER BY CustomerId "
+                        f"LIMIT {canaries}").fetchall()):
+                    digest = hashlib.sha256(f"{seed}:{i}:{k}".encode()).hexdigest()[:12]
+                    token = f"CANARY-{digest}"
+                    planted.append(token)
+                    con.execute("UPDATE Customer SET Company = ? WHERE CustomerId = ?",
+                                (token, cid))
+                con.commit()
+                con.execute("VACUUM")
+                con.close()
+                tmp.replace(db)
+            else:
+                planted = json.loads((d / "site.json").read_text()).get("canaries", [])
+            env = str(db.resolve())
+        else:
+            env = env_name
+        atomic_write_json(d / "site.json", {
+            "name": f"site-{i}", "env": env, "scaffold": scaffolds[i % len(scaffolds)],
+            "canaries": planted, "poison": poison == i})
+        folders.append(d)
+    return folders
