@@ -604,3 +604,18 @@ def test_federated_page_shows_rounds_sites_and_conditions(ws, tiny_model):
     conds = next(f for f in frames if "condition" in f.columns)
     assert set(conds["condition"]) == {"no training", "local-only", "federated",
                                        "centralised"}
+
+
+def test_federated_page_shows_a_knowledge_run(ws):
+    from workbench.config import load_config
+    from workbench.runs import RunContext, RunLayout, run_pipeline
+
+    cfg = load_config(None, ["federated.track=knowledge", "federated.rounds=2",
+                             "federated.model=", "federated.guards.min_nodes=4",
+                             "federated.knowledge.learn_iterations=8",
+                             f"output_dir={ws / 'runs'}", "name=krun"])
+    run_pipeline("fed", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
+    at = page("federated").run()
+    assert not at.exception, at.exception
+    assert any(m.label == "Active units" for m in at.metric)
+    assert next(m for m in at.metric if m.label == "Canaries leaked").value == "0"

@@ -353,3 +353,29 @@ def test_experiment_reports_federated_local_and_central(tiny_model, tmp_path, mo
     before = {p: p.stat().st_mtime for p in out.rglob("*.safetensors")}
     run_pipeline("fed", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
     assert {p: p.stat().st_mtime for p in out.rglob("*.safetensors")} == before
+
+
+def test_check_reply_refuses_missing_or_odd_tensors():
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+    from workbench.federated.inprocess import InProcessGrid
+    from workbench.federated.server import check_reply
+
+    InProcessGrid(None, [])  # sets the process's Flower task identity
+    glob = {"m.lora_A.weight": np.zeros((2, 2), np.float32)}
+    metrics = MetricRecord({"num-examples": 4.0})
+
+    def reply(**content):
+        return Message(RecordDict(content), dst_node_id=5, message_type="train")
+
+    ok = reply(arrays=ArrayRecord({"m.lora_A.weight": Array.from_numpy_ndarray(
+        np.ones((2, 2), np.float32))}), metrics=metrics, site=ConfigRecord({"name": "a"}))
+    assert check_reply(ok, glob)[0] == "a"
+    for bad, why in ((reply(metrics=metrics), "without arrays"),
+                     (reply(arrays=ArrayRecord({"m.lora_A.weight": Array.from_numpy_ndarray(
+                         np.array([["a", "b"], ["c", "d"]]))}), metrics=metrics),
+                      "floating point"),
+                     (reply(arrays=ok.content["arrays"], metrics=MetricRecord(
+                         {"num-examples": 4.0, "rows": 3.0})), "allow-listed")):
+        with pytest.raises(ValueError, match=why):
+            check_reply(bad, glob)

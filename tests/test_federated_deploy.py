@@ -201,6 +201,7 @@ def test_sigkilled_site_mid_round_leaves_the_survivors_replies(tiny_model, sites
     log = [json.loads(x) for x in rounds.read_text().splitlines()]
     r2 = next(r for r in log if r["round"] == 2 and r["kind"] == "train")
     survivors = [load_site(s) for s in sites[:2]]
+    assert r2["sent"] == 3  # the victim was still online when round 2 went out
     assert r2["status"] == "ok" and r2["used"] == 2
     assert sorted(r2["sites"]) == ["site-0", "site-1"]
     assert r2["num_examples"] == sum(len(s.train) for s in survivors)
@@ -246,3 +247,29 @@ def test_tls_and_node_authentication(tiny_model, sites, tmp_path):
         assert log[0]["sent"] == 1 and list(log[0]["sites"]) == ["site-0"]
     finally:
         d.down()
+
+
+def test_knowledge_track_over_a_real_deployment(tmp_path):
+    """Track B's messages (operations as lists of short strings) through a real SuperLink
+    and two SuperNodes whose node configs point at data-agent sites."""
+    from workbench.trajsynth.knowledge import make_data_sites
+
+    sites = make_data_sites(tmp_path / "ksites", chinook_parts=2, extra=())
+    port = free_base()
+    d = Deployment(tmp_path / "dep", port=port, insecure=True)
+    cfg = write_config(tmp_path / "k.yaml", {
+        "track": "knowledge", "model": "", "rounds": 2, "deploy": {"port": port},
+        "guards": {"min_nodes": 2, "round_timeout_s": 120},
+        "knowledge": {"k_min": 1, "learn_iterations": 8, "listener": None, "poison": None}})
+    try:
+        d.up(sites, wait_s=120)
+        r = fed_run(cfg, d.home, tmp_path / "srv", "--insecure")
+    finally:
+        d.down()
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = [json.loads(x) for x in (tmp_path / "srv" / "rounds.jsonl").read_text().splitlines()]
+    assert [x["used"] for x in log] == [2, 2] and sorted(log[0]["sites"]) == ["site-0",
+                                                                             "site-1"]
+    assert log[0]["bytes_up"] > 0 and log[1]["bytes_down"] > 0
+    kb = json.loads((tmp_path / "srv" / "kb" / "round-0002.json").read_text())
+    assert kb["round"] == 2

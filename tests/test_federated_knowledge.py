@@ -142,3 +142,42 @@ def test_knowledge_server_resumes_after_a_crash(knowledge_run, tmp_path):
     a = json.loads((tmp_path / "cut" / "kb" / "round-0002.json").read_text())
     b = json.loads((whole / "kb" / "round-0002.json").read_text())
     assert a["units"].keys() == b["units"].keys()
+
+
+def test_knowledge_replies_outside_the_allow_list_are_refused():
+    from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+
+    from workbench.federated.config import FederatedConfig
+    from workbench.federated.inprocess import InProcessGrid
+    from workbench.federated.server import KnowledgeServer
+
+    InProcessGrid(None, [])  # sets the process's Flower task identity
+    srv = KnowledgeServer(FederatedConfig(track="knowledge"), "/nonexistent")
+    good = {"knowledge": ConfigRecord(ops_to_record([wf("join", "op=count")])),
+            "metrics": MetricRecord({"eval-tasks": 3.0}),
+            "site": ConfigRecord({"name": "site-0"})}
+
+    def reply(**content):
+        return Message(RecordDict(content), dst_node_id=5, message_type="query.knowledge")
+
+    assert srv.check(reply(**good))[0] == "site-0"
+    for bad, why in (({"metrics": MetricRecord({"SELECT * FROM patients": 1.0})}, "allow"),
+                     ({"notes": ConfigRecord({"x": "row"})}, "allow-list"),
+                     ({"families": ConfigRecord({"Patient Name": 3})}, "families"),
+                     ({"knowledge": ConfigRecord({**ops_to_record([wf("join", "op=count")]),
+                                                 "steps": ["x" * 60]})}, "")):
+        with pytest.raises((ValueError, TypeError), match=why):
+            srv.check(reply(**{**good, **bad}))
+
+
+def test_a_site_exception_leaves_without_its_text(capsys):
+    from workbench.federated.client import site_errors
+
+    @site_errors
+    def handler(msg, ctx):
+        raise ValueError("bad row: 'Luis Goncalves, CANARY-1234'")
+
+    with pytest.raises(RuntimeError) as e:
+        handler(None, None)
+    assert "CANARY" not in str(e.value) and "ValueError at the site" in str(e.value)
+    assert "CANARY-1234" in capsys.readouterr().err  # kept in the site's own log

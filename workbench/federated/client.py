@@ -18,6 +18,26 @@ if TYPE_CHECKING:
     from flwr.app import Context, Message
 
 
+def site_errors(handler):
+    """A site's exception goes to the server as its type and a fixed line; the message, which
+    can quote the site's rows (a validation error shows the bad value), stays in the site's
+    own log (the SuperNode's output)."""
+    import functools
+    import sys
+    import traceback
+
+    @functools.wraps(handler)
+    def wrapped(msg, context):
+        try:
+            return handler(msg, context)
+        except Exception as e:  # noqa: BLE001 -- re-raised without its text
+            traceback.print_exc(file=sys.stderr)
+            raise RuntimeError(f"{type(e).__name__} at the site (details in the site's log)"
+                               ) from None
+
+    return wrapped
+
+
 def _job(msg: Message, context: Context):
     cfg = msg.content["config"]
     path = context.node_config.get("data-path")
@@ -41,6 +61,7 @@ def _reply(msg: Message, site_name: str, metrics: dict, state=None) -> Message:
     return Message(RecordDict(content), reply_to=msg)
 
 
+@site_errors
 def handle_train(msg: Message, context: Context) -> Message:
     from workbench.federated.task import local_train
 
@@ -51,6 +72,7 @@ def handle_train(msg: Message, context: Context) -> Message:
     return _reply(msg, site.name, res.metrics, res.state)
 
 
+@site_errors
 def handle_evaluate(msg: Message, context: Context) -> Message:
     from workbench.federated.task import evaluate
 
@@ -61,6 +83,7 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
     return _reply(msg, site.name, {k: v for k, v in out.items() if isinstance(v, float)})
 
 
+@site_errors
 def handle_knowledge(msg: Message, context: Context) -> Message:
     """Track B at a site: work the local tasks with the view, propose operations, filter,
     gate, reply with operations and counts."""
@@ -101,8 +124,9 @@ def handle_knowledge(msg: Message, context: Context) -> Message:
         dropped = 0
         for op in proposed:
             if op.op in ("ADD", "EDIT"):
-                text, why = filt.check(op.text)
-                if text is None:
+                text, _ = filt.check(op.text)
+                rest, _ = filt.check(" ".join([op.family, *op.steps]))
+                if text is None or rest is None or "<slot>" in rest:
                     dropped += 1
                     continue
                 op = op.model_copy(update={"text": text})

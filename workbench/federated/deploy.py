@@ -145,10 +145,13 @@ class Deployment:
         return self.home / "pids.json"
 
     def pids(self) -> dict[str, int]:
+        """The processes `up` started that still run Flower (a pid the system gave to some
+        other program since is not ours)."""
         try:
-            return json.loads(self.pid_file.read_text())
+            raw = json.loads(self.pid_file.read_text())
         except (OSError, json.JSONDecodeError):
             return {}
+        return {k: v for k, v in raw.items() if _is_flower(v)}
 
     def _spawn(self, name: str, cmd: list[str]) -> int:
         logs = self.home / "logs"
@@ -176,14 +179,18 @@ class Deployment:
         self.write_cli_config()
         if self.security.node_keys:
             self.make_node_keys(len(sites))
-        self._spawn("superlink", self.superlink_command())
-        self.wait_port(self.port, wait_s)
-        if self.security.node_keys:
-            for i in range(len(sites)):
-                self.register_node(self.security.node_keys / f"site-{i}.pub")
-        for i, s in enumerate(sites):
-            self._spawn(f"supernode-{i}", self.supernode_command(i, s))
-        self.wait_nodes(len(sites), wait_s)
+        try:
+            self._spawn("superlink", self.superlink_command())
+            self.wait_port(self.port, wait_s)
+            if self.security.node_keys:
+                for i in range(len(sites)):
+                    self.register_node(self.security.node_keys / f"site-{i}.pub")
+            for i, s in enumerate(sites):
+                self._spawn(f"supernode-{i}", self.supernode_command(i, s))
+            self.wait_nodes(len(sites), wait_s)
+        except BaseException:
+            self.down(grace_s=5)  # nothing half-started is left behind
+            raise
         return self.pids()
 
     def add_node(self, index: int, data_path: Path, **kw) -> int:
@@ -213,8 +220,13 @@ class Deployment:
                           f"{wait_s:g} s; see {self.home / 'logs' / 'superlink.log'}")
 
     def flwr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run([_bin("flwr"), *args], env=self.env(), cwd=self.home,
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        try:
+            return subprocess.run([_bin("flwr"), *args], env=self.env(), cwd=self.home,
+                                  capture_output=True, text=True, timeout=timeout,
+                                  check=False)
+        except subprocess.TimeoutExpired:
+            raise DeployError(f"`flwr {args[0]}` did not answer within {timeout:g} s; is the "
+                              f"SuperLink up? see {self.home / 'logs'}") from None
 
     def nodes(self) -> list[dict]:
         """The SuperLink's view of its SuperNodes (`flwr supernode list`)."""
@@ -301,6 +313,9 @@ class Deployment:
             st = self.status(run_id)
             if str(st.get("status", "")).startswith("finished"):
                 return st
+            if not st and "superlink" not in self.pids():
+                raise DeployError(f"the SuperLink is gone (run {run_id} unknown); see "
+                                  f"{self.home / 'logs' / 'superlink.log'}")
             if time.monotonic() - t0 > timeout_s:
                 self.flwr("stop", str(run_id), CONNECTION)
                 raise DeployError(f"run {run_id} did not finish within {timeout_s:g} s "
@@ -314,13 +329,23 @@ def _port_busy(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _is_flower(pid: int | None) -> bool:
+    if not pid or not pid_alive(pid):
+        return False
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc: trust the pid file
+    return b"flower-" in cmd or b"flwr" in cmd
+
+
 def _signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(os.getpgid(pid), sig)
     except (ProcessLookupError, PermissionError):
         try:
             os.kill(pid, sig)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             pass
 
 

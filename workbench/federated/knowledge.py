@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -66,9 +66,10 @@ class Op(BaseModel):
     count: int = Field(1, ge=1, le=10_000)
     target: str = ""
     kind: Literal["workflow", "insight", ""] = ""
-    family: str = Field("", max_length=40)
+    family: str = Field("", max_length=40, pattern=r"^[a-z0-9_]*$")
     text: str = Field("", max_length=200)
-    steps: list[str] = Field(default_factory=list, max_length=16)
+    steps: list[Annotated[str, Field(max_length=48)]] = Field(default_factory=list,
+                                                             max_length=16)
 
 
 # --- the wire: ops as parallel lists of short strings and numbers ------------------------------
@@ -89,7 +90,7 @@ def ops_from_record(rec: dict[str, Any]) -> list[Op]:
         raise ValueError("knowledge record lists differ in length")
     return [Op(op=rec["op"][i], count=int(rec["count"][i]), target=rec["target"][i],
                kind=rec["kind"][i], family=rec["family"][i], text=rec["text"][i],
-               steps=[s for s in rec["steps"][i].split("|") if s]) for i in range(n)]
+               steps=[s for s in str(rec["steps"][i]).split("|") if s]) for i in range(n)]
 
 
 # --- the site side: privacy filter and A/B gate ----------------------------------------------
@@ -163,18 +164,24 @@ class KnowledgeBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
     round: int = 0
     units: dict[str, Unit] = Field(default_factory=dict)
+    families: dict[str, list[str]] = Field(default_factory=dict)  # node -> task families
+    failed_streak: int = 0
 
     def active(self) -> list[Unit]:
         return [u for u in self.units.values() if u.status == "active"]
 
-    def candidates_for(self, site: str, families: Sequence[str] | None, limit: int = 20
-                       ) -> list[dict]:
-        """Candidate units a site has not voted on yet, of its families: for its review."""
+    def candidates_for(self, site: str, families: Sequence[str] | None, limit: int = 20,
+                       rnd: int = 0) -> list[dict]:
+        """Candidate units a site has not voted on yet, of its families, for its review: at
+        most `limit`, rotated by round so units it could not judge do not hide the rest."""
         fams = set(families or ())
         out = [u.public() for u in sorted(self.units.values(), key=lambda u: u.id)
                if u.status == "candidate" and site not in u.support and site not in u.against
                and (not fams or u.family in fams)]
-        return out[:limit]
+        if len(out) > limit:
+            start = (rnd * limit) % len(out)
+            out = (out[start:] + out[:start])[:limit]
+        return out
 
     def view(self, families: Sequence[str] | None) -> list[dict]:
         """The active units of a site's task families (all of them when it named none)."""
@@ -278,6 +285,7 @@ def apply_round(kb: KnowledgeBase, updates: Sequence[tuple[str, list[Op]]], *, k
 @dataclass
 class KnowledgeRound:
     round: int
+    kind: str = "knowledge"
     status: str = "ok"
     sent: int = 0
     used: int = 0

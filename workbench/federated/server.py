@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -113,11 +114,18 @@ def check_reply(msg: Message, global_state: State | None) -> tuple[str, State | 
             raise ValueError("site record must be {name: 1-32 of a-z 0-9 _ -}")
         name = site["name"]
     state = None
+    if global_state is not None and "arrays" not in content:
+        raise ValueError("a train reply without arrays")
     if "arrays" in content:
         rec = content["arrays"]
         if not isinstance(rec, ArrayRecord):
             raise ValueError("arrays is not an ArrayRecord")
-        state = from_record(rec)
+        try:
+            state = from_record(rec)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"arrays do not decode as NumPy tensors ({e})") from None
+        if any(v.dtype.kind != "f" for v in state.values()):
+            raise ValueError("arrays must be floating point")
         if global_state is not None:
             if set(state) != set(global_state):
                 raise ValueError("tensor names differ from the global adapter's")
@@ -190,9 +198,12 @@ class FedServer:
                 continue
             try:
                 name, st, metrics = check_reply(r, state if kind == "train" else None)
-            except ValueError as e:
-                log.failures.append({"node": node, "code": "rejected", "reason": str(e)})
+                if name and name in log.sites:
+                    raise ValueError(f"site name {name!r} already replied this round")
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
+                log.failures.append({"node": node, "code": "rejected", "reason": str(e)[:200]})
                 continue
+            log.sites[name or f"node-{node}"] = metrics
             if "arrays" in r.content:
                 log.bytes_up += r.content["arrays"].count_bytes()
             good.append((name or f"node-{node}", st, metrics))
@@ -202,7 +213,6 @@ class FedServer:
                                  "reason": f"{missing} of {len(msgs)} sites sent no reply "
                                            f"within {timeout:g} s"})
         log.used = len(good)
-        log.sites = {name: m for name, _, m in good}
         return log, good
 
     def _keep(self, rnd: int, good) -> None:
@@ -283,6 +293,9 @@ class KnowledgeServer(FedServer):
     the same guards as the adapter rounds."""
 
     REPLY_KEYS = frozenset({"knowledge", "families", "metrics", "site"})
+    METRICS = frozenset({"learn-tasks", "learn-success", "eval-tasks", "eval-success",
+                         "eval-iterations", "proposed", "dropped-privacy", "dropped-gate",
+                         "reviewed", "sent-ops"})
 
     def check(self, msg: Message) -> tuple[str, list, dict[str, int], dict[str, float]]:
         from flwr.app import ConfigRecord, MetricRecord
@@ -296,14 +309,18 @@ class KnowledgeServer(FedServer):
                 or not isinstance(c.get("metrics"), MetricRecord):
             raise ValueError("a knowledge reply needs knowledge and metrics records")
         ops = ops_from_record(dict(c["knowledge"].items()))
+        if extra := set(c["metrics"].keys()) - self.METRICS:
+            raise ValueError(f"metrics outside the allow-list: {len(extra)}")
         metrics = {k: float(v) for k, v in c["metrics"].items()
-                   if isinstance(v, int | float) and math.isfinite(v)}
+                   if isinstance(v, int | float) and not isinstance(v, bool)
+                   and math.isfinite(v)}
         if len(metrics) != len(c["metrics"]):
             raise ValueError("metrics must be finite numbers")
         fams = {}
         if "families" in c:
-            fams = {str(k)[:40]: int(v) for k, v in c["families"].items()
-                    if isinstance(v, int)}
+            fams = {str(k): int(v) for k, v in c["families"].items() if isinstance(v, int)}
+            if len(fams) > 64 or any(not re.fullmatch(r"[a-z0-9_]{1,40}", k) for k in fams):
+                raise ValueError("families must be up to 64 short a-z0-9_ names")
         name = c["site"]["name"] if "site" in c else ""
         if name and not SITE_NAME.match(str(name)):
             raise ValueError("bad site name")
@@ -325,15 +342,16 @@ class KnowledgeServer(FedServer):
         else:
             kb = KnowledgeBase()
             save_kb(self.out, kb)
-        families: dict[int, list[str]] = {}
-        streak = 0
+        families = kb.families  # node -> its task families (saved with the KB)
+        streak = kb.failed_streak
         for rnd in range(kb.round + 1, cfg.rounds + 1):
             nodes = self.wait_for_nodes(grid)
             log = KnowledgeRound(round=rnd, sent=len(nodes))
             msgs = []
             for n in nodes:
-                view = json.dumps(kb.view(families.get(n)))
-                review = json.dumps(kb.candidates_for(f"node-{n}", families.get(n)))
+                view = json.dumps(kb.view(families.get(str(n))))
+                review = json.dumps(kb.candidates_for(f"node-{n}", families.get(str(n)),
+                                                      rnd=rnd))
                 log.bytes_down += len(view.encode()) + len(review.encode())
                 msgs.append(Message(RecordDict({"config": ConfigRecord({
                     "round": rnd, "seed": cfg.seed, "view-json": view,
@@ -353,10 +371,13 @@ class KnowledgeServer(FedServer):
                     continue
                 try:
                     name, ops, fams, metrics = self.check(r)
-                except (ValueError, TypeError, KeyError) as e:
-                    log.failures.append({"node": node, "code": "rejected", "reason": str(e)})
+                    if name and name in log.sites:
+                        raise ValueError(f"site name {name!r} already replied this round")
+                except (ValueError, TypeError, KeyError, AttributeError) as e:
+                    log.failures.append({"node": node, "code": "rejected",
+                                         "reason": str(e)[:200]})
                     continue
-                families[node] = sorted(fams)
+                families[str(node)] = sorted(fams)
                 log.bytes_up += record_bytes(ops_to_record(ops)) + record_bytes(fams)
                 log.sites[name or f"node-{node}"] = metrics
                 updates.append((f"node-{node}", ops))
@@ -374,6 +395,7 @@ class KnowledgeServer(FedServer):
                 log.ops = apply_round(kb, updates, k_min=ks.k_min, rnd=rnd)
             log.active = len(kb.active())
             log.candidates = sum(u.status == "candidate" for u in kb.units.values())
+            kb.failed_streak = streak
             save_kb(self.out, kb)
             log_round(self.out, log)
             self.log(f"round {rnd}: {log.used}/{log.sent} sites, {log.active} active units, "
@@ -413,6 +435,7 @@ def serve(grid: Grid, config_file: str, out_dir: str) -> dict[str, Any]:
     cfg = FederatedConfig.model_validate_json(Path(config_file).read_text())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "abort.json").unlink(missing_ok=True)  # a resumed run starts without the old one
     logger = logging.getLogger("workbench.federated")
 
     def log(line: str) -> None:

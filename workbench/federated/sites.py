@@ -12,6 +12,7 @@ import json
 import random
 import re
 import secrets
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +110,10 @@ def split_sites(source: str | Path, out: str | Path, *, sites: int, by: str = "c
     else:
         raise WorkbenchError(f"split.by={by!r}: use chapter or random")
     out = Path(out)
+    for old in out.glob("site-*"):  # a previous split into more sites
+        if old.name.split("-")[-1].isdigit() and int(old.name.split("-")[-1]) >= sites \
+                and (old / "site.json").exists():
+            shutil.rmtree(old)
     folders = []
     for i, bucket in enumerate(buckets):
         d = out / f"site-{i}"

@@ -72,8 +72,6 @@ def local_train(site: SiteData, start: State | None, *, model: str, local: Local
     rows = train_steps(s, cfg.max_steps)
     metrics["train-loss"] = sum(r["loss"] for r in rows) / len(rows)
     metrics["steps"] = float(len(rows))
-    if s.eval_set:
-        metrics["eval-loss"] = eval_loss(s)
     metrics["seconds"] = time.perf_counter() - t0
     return LocalResult(from_torch(adapter_state(s)), metrics)
 

@@ -247,7 +247,7 @@ def make_data_sites(out: str | Path, *, chinook_parts: int = 2, extra: Sequence[
         planted = []
         if part is not None:
             db = d / "env.sqlite"
-            if not db.exists():
+            if not (db.exists() and (d / "site.json").exists()):  # both, or build again
                 tmp = d / "env.sqlite.tmp"
                 shutil.copyfile(src, tmp)
                 con = sqlite3.connect(tmp)

@@ -53,6 +53,32 @@ train = [r for r in rounds_log if r.get("kind") == "train"]
 report = read_or_none("report.json", lambda: json.loads((out / "report.json").read_text())) \
     if (out / "report.json").exists() else None
 
+if any(r.get("kind") == "knowledge" for r in rounds_log):
+    st.subheader("Knowledge units")
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("Rounds done", len(rounds_log))
+    m2.metric("Active units", rounds_log[-1]["active"] if rounds_log else 0)
+    kb = [(r["bytes_down"] + r["bytes_up"]) / 1e3 for r in rounds_log]
+    m3.metric("kB per round", f"{sum(kb) / len(kb):.1f}" if kb else "–")
+    m4.metric("Canaries leaked", report["figures"]["canary_leaks"] if report else "–")
+    st.dataframe([{"round": r["round"], "status": r["status"],
+                   "participants": f"{r['used']}/{r['sent']}", "active units": r["active"],
+                   "candidates": r["candidates"], "ops": ", ".join(
+                       f"{k} {v}" for k, v in r["ops"].items() if v),
+                   "kB down": round(r["bytes_down"] / 1e3, 1),
+                   "kB up": round(r["bytes_up"] / 1e3, 1)} for r in rounds_log],
+                 hide_index=True, use_container_width=True)
+    st.dataframe([{"round": r["round"], "site": site, **m} for r in rounds_log
+                  for site, m in r["sites"].items()], hide_index=True,
+                 use_container_width=True)
+    if report:
+        st.dataframe([{"units": t["label"], "verified": f"{t['verified']}/{t['n']}",
+                       "95% interval": f"{t['ci95'][0]:.2f}–{t['ci95'][1]:.2f}",
+                       "p vs federated": t.get("mcnemar_p_vs_federated")}
+                      for t in report["conditions"]], hide_index=True)
+        show_image(out / "rounds.png", "Each site's success by round")
+    st.stop()
+
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Rounds done", len(train))
 m2.metric("Failed rounds", sum(r["status"] == "failed" for r in train))
