@@ -137,10 +137,13 @@ def test_deployment_rounds_average_exactly_and_guards_hold(tiny_model, sites, tm
             r = fed_run(cfg, home, tmp_path / "srv", "--insecure")
             assert r.returncode == 0, r.stdout + r.stderr
             assert "finished:completed" in r.stdout
+            everything = d.processes()
+            assert len(everything) > len(pids)  # SuperExec processes run under them
         finally:
             stopped = d.down()
     assert stopped and not any(os.path.exists(f"/proc/{p}") and _running(p)
                                for p in pids.values())
+    assert not [p for p in everything if _running(p)]  # SuperExec and app processes too
     # F8: nothing of ours listened outside loopback
     assert sockets.seen and all(a.startswith("127.0.0.1:") for a in sockets.seen), \
         sockets.seen
@@ -273,3 +276,49 @@ def test_knowledge_track_over_a_real_deployment(tmp_path):
     assert log[0]["bytes_up"] > 0 and log[1]["bytes_down"] > 0
     kb = json.loads((tmp_path / "srv" / "kb" / "round-0002.json").read_text())
     assert kb["round"] == 2
+
+
+def test_server_app_killed_then_resumed_ends_like_an_uninterrupted_run(tiny_model, sites,
+                                                                       tmp_path):
+    """F6 on the real deployment: SIGKILL the ServerApp process after round 2 of 4, submit
+    again with the same server folder: it resumes at round 3 and its final adapter equals an
+    uninterrupted (in-process) run of the same rounds."""
+    from workbench.federated.api import run_federated
+    from workbench.federated.config import FederatedConfig
+
+    port = free_base()
+    d = Deployment(tmp_path / "dep", port=port, insecure=True)
+    section = fed_section(tiny_model, port, rounds=4, keep_replies=False)
+    cfg = write_config(tmp_path / "fed.yaml", section)
+    out = tmp_path / "srv"
+    out.mkdir()
+    fc = FederatedConfig.model_validate(section)
+    (out / "config.json").write_text(fc.model_dump_json())
+    try:
+        d.up(sites, wait_s=120)
+        run_id = d.submit(out / "config.json", out)
+        t0 = time.monotonic()
+        while not (out / "global" / "round-0002" / "round.json").exists():
+            assert time.monotonic() - t0 < 400, "round 2 never ended"
+            time.sleep(0.3)
+        ours = d.processes()
+        victims = [p for p in ours if b"flwr-serverapp" in Path(f"/proc/{p}/cmdline")
+                   .read_bytes()]
+        assert len(victims) == 1, ours
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        first = d.wait_run(run_id, 120)
+        assert first["status"] != "finished:completed"
+        r = fed_run(cfg, d.home, out, "--insecure")
+    finally:
+        d.down()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "resuming after round 2" in (out / "server.log").read_text() or \
+        "resuming after round 3" in (out / "server.log").read_text()
+    trained = sorted({x["round"] for x in map(json.loads, (out / "rounds.jsonl").read_text()
+                                              .splitlines()) if x["kind"] == "train"})
+    assert trained == [1, 2, 3, 4]
+    whole = tmp_path / "whole"
+    run_federated(fc, sites, whole, log=lambda m: None)
+    a, b = GlobalStore(out / "global").load(4), GlobalStore(whole / "global").load(4)
+    assert max(float(np.abs(a[k] - b[k]).max()) for k in a) <= 1e-6

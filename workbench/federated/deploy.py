@@ -249,18 +249,27 @@ class Deployment:
         raise DeployError(f"{self.online()} of {n} SuperNodes online after {wait_s:g} s; see "
                           f"{self.home / 'logs'}")
 
+    def processes(self) -> set[int]:
+        """Every live process of the deployment: the ones `up` started and all their
+        descendants (Flower's SuperExec starts its own session, and the server and client
+        apps run under it, so process groups alone miss them)."""
+        return descendants(set(self.pids().values()))
+
     def down(self, grace_s: float = 10.0) -> list[str]:
-        """SIGTERM every process `up` started (their process groups), SIGKILL what is left
-        after `grace_s`; return the names stopped."""
+        """SIGTERM every process of the deployment, SIGKILL what is left after `grace_s`;
+        return the names of the processes `up` started."""
         pids = self.pids()
+        every = self.processes()
         for pid in pids.values():
             _signal_group(pid, signal.SIGTERM)
+        for pid in every:
+            _signal(pid, signal.SIGTERM)
         t0 = time.monotonic()
-        while time.monotonic() - t0 < grace_s and any(pid_alive(p) for p in pids.values()):
+        while time.monotonic() - t0 < grace_s and any(pid_alive(p) for p in every):
             time.sleep(0.2)
-        for pid in pids.values():
+        for pid in every | descendants(every):
             if pid_alive(pid):
-                _signal_group(pid, signal.SIGKILL)
+                _signal(pid, signal.SIGKILL)
         self.pid_file.unlink(missing_ok=True)
         return sorted(pids)
 
@@ -337,6 +346,30 @@ def _is_flower(pid: int | None) -> bool:
     except OSError:
         return True  # no /proc: trust the pid file
     return b"flower-" in cmd or b"flwr" in cmd
+
+
+def descendants(roots: set[int]) -> set[int]:
+    """`roots` and every live process below them (from `ps`)."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True,
+                         check=False).stdout
+    children: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        pid, ppid = (int(x) for x in line.split())
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), [r for r in roots if r]
+    while todo:
+        p = todo.pop()
+        if p not in found:
+            found.add(p)
+            todo += children.get(p, [])
+    return found
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _signal_group(pid: int, sig: int) -> None:
