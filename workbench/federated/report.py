@@ -138,7 +138,12 @@ def write_report(out: Path, fc: FederatedConfig, sites, rows: list[dict], summar
               f"(of {sum(len(s.canaries) for s in sites)} planted)",
               f"- strings longer than 64 characters: {wire.get('long_strings')}"]
     _plot(out / "rounds.png", train_rounds, by, names)
-    lines += ["", "![loss by round](rounds.png)"]
+    return _write(out, lines, "loss by round", figures, table, headline)
+
+
+def _write(out: Path, lines: list[str], plot_title: str, figures: dict, table: list,
+           headline: str) -> dict[str, Any]:
+    lines = [*lines, "", f"![{plot_title}](rounds.png)"]
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
     report = {"figures": figures, "conditions": table, "headline": headline}
     atomic_write_json(out / "report.json", report)
@@ -317,11 +322,7 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
               f"{poison_active} of {len(k_rounds)} rounds; most sites for it: "
               f"{poison_sites}, against it: {poison_against} (k_min {ks.k_min})"]
     _plot_knowledge(out / "rounds.png", fr, lr, sites)
-    lines += ["", "![success by round](rounds.png)"]
-    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
-    report = {"figures": figures, "conditions": table, "headline": headline}
-    atomic_write_json(out / "report.json", report)
-    return report
+    return _write(out, lines, "success by round", figures, table, headline)
 
 
 def _plot_knowledge(path: Path, fr, lr, sites) -> None:

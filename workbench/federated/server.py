@@ -141,6 +141,34 @@ def check_reply(msg: Message, global_state: State | None) -> tuple[str, State | 
     return name, state, metrics
 
 
+def sort_replies(replies: list, sent: int, check: Callable[[Any], tuple], log, timeout: float
+                 ) -> list[tuple[int, Any, tuple]]:
+    """(node, reply, check(reply)) for every usable reply, its metrics in `log.sites`; an
+    error reply, a rejected one (check raised, or a site name already seen this round) and
+    the sites that sent nothing go into `log.failures`. `check` returns (name, ..., metrics)."""
+    good = []
+    for r in replies:
+        node = r.metadata.src_node_id
+        if r.has_error():
+            log.failures.append({"node": node, "code": r.error.code,
+                                 "reason": (r.error.reason or "")[:200]})
+            continue
+        try:
+            res = check(r)
+            if res[0] and res[0] in log.sites:
+                raise ValueError(f"site name {res[0]!r} already replied this round")
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            log.failures.append({"node": node, "code": "rejected", "reason": str(e)[:200]})
+            continue
+        log.sites[res[0] or f"node-{node}"] = res[-1]
+        good.append((node, r, res))
+    if len(replies) < sent:
+        log.failures.append({"node": None, "code": "timeout",
+                             "reason": f"{sent - len(replies)} of {sent} sites sent no reply "
+                                       f"within {timeout:g} s"})
+    return good
+
+
 class FedServer:
     """Rounds of FedAvg-LoRA over any Flower Grid; everything lands in `out`:
     `global/round-NNNN/` (adapters), `rounds.jsonl` (one RoundLog per round), `summary.json`.
@@ -190,28 +218,12 @@ class FedServer:
         log.seconds = time.monotonic() - t0
         log.replies = len(replies)
         good = []
-        for r in replies:
-            node = r.metadata.src_node_id
-            if r.has_error():
-                log.failures.append({"node": node, "code": r.error.code,
-                                     "reason": (r.error.reason or "")[:200]})
-                continue
-            try:
-                name, st, metrics = check_reply(r, state if kind == "train" else None)
-                if name and name in log.sites:
-                    raise ValueError(f"site name {name!r} already replied this round")
-            except (ValueError, TypeError, KeyError, AttributeError) as e:
-                log.failures.append({"node": node, "code": "rejected", "reason": str(e)[:200]})
-                continue
-            log.sites[name or f"node-{node}"] = metrics
+        for node, r, (name, st, metrics) in sort_replies(
+                replies, len(msgs), lambda r: check_reply(r, state if kind == "train" else None),
+                log, timeout):
             if "arrays" in r.content:
                 log.bytes_up += r.content["arrays"].count_bytes()
             good.append((name or f"node-{node}", st, metrics))
-        missing = len(msgs) - len(replies)
-        if missing:
-            log.failures.append({"node": None, "code": "timeout",
-                                 "reason": f"{missing} of {len(msgs)} sites sent no reply "
-                                           f"within {timeout:g} s"})
         log.used = len(good)
         return log, good
 
@@ -363,28 +375,11 @@ class KnowledgeServer(FedServer):
             replies = list(grid.send_and_receive(msgs, timeout=g.round_timeout_s))
             log.seconds = time.monotonic() - t0
             updates = []
-            for r in replies:
-                node = r.metadata.src_node_id
-                if r.has_error():
-                    log.failures.append({"node": node, "code": r.error.code,
-                                         "reason": (r.error.reason or "")[:200]})
-                    continue
-                try:
-                    name, ops, fams, metrics = self.check(r)
-                    if name and name in log.sites:
-                        raise ValueError(f"site name {name!r} already replied this round")
-                except (ValueError, TypeError, KeyError, AttributeError) as e:
-                    log.failures.append({"node": node, "code": "rejected",
-                                         "reason": str(e)[:200]})
-                    continue
+            for node, _, (_, ops, fams, _) in sort_replies(replies, len(msgs), self.check, log,
+                                                           g.round_timeout_s):
                 families[str(node)] = sorted(fams)
                 log.bytes_up += record_bytes(ops_to_record(ops)) + record_bytes(fams)
-                log.sites[name or f"node-{node}"] = metrics
                 updates.append((f"node-{node}", ops))
-            if len(replies) < len(msgs):
-                log.failures.append({"node": None, "code": "timeout",
-                                     "reason": f"{len(msgs) - len(replies)} of {len(msgs)} "
-                                               f"sites sent no reply"})
             log.used = len(updates)
             if len(updates) < g.min_replies:
                 streak += 1
