@@ -181,3 +181,10 @@ def test_a_site_exception_leaves_without_its_text(capsys):
         handler(None, None)
     assert "CANARY" not in str(e.value) and "ValueError at the site" in str(e.value)
     assert "CANARY-1234" in capsys.readouterr().err  # kept in the site's own log
+
+
+def test_privacy_filter_embedding_threshold_catches_paraphrases(embedder):
+    private = ["What is the billing address of the customer whose last name is Rocha?"]
+    f = PrivacyFilter(private, n=5, embed=lambda t: embedder.embed(t), max_similarity=0.8)
+    assert f.check("the billing address of customer with surname Rocha")[0] is None
+    assert f.check("lookup: op=select -> lit=conds:eq")[0] is not None

@@ -7,6 +7,7 @@ model elsewhere)."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from workbench.federated.config import LocalTrain
@@ -18,11 +19,19 @@ if TYPE_CHECKING:
     from flwr.app import Context, Message
 
 
+@functools.cache
+def _embedder():
+    """The bundled MiniLM, loaded once per process (the in-process runner serves every site
+    from one process)."""
+    from workbench.models.embed import load_embedder
+
+    return load_embedder("minilm")
+
+
 def site_errors(handler):
     """A site's exception goes to the server as its type and a fixed line; the message, which
     can quote the site's rows (a validation error shows the bad value), stays in the site's
     own log (the SuperNode's output)."""
-    import functools
     import sys
     import traceback
 
@@ -119,8 +128,11 @@ def handle_knowledge(msg: Message, context: Context) -> Message:
                            "text": o["unit"]["text"], "steps": o["unit"]["steps"]}
                           if "unit" in o else {}))
                     for o in site.propose(learned, view, min_support=ks.min_support)]
+        embed = _embedder().embed if ks.max_similarity is not None else None
         filt = PrivacyFilter([t for o in learned for t in o.texts], site.identifiers,
-                             site.canaries, n=ks.ngram)
+                             site.canaries, n=ks.ngram, embed=embed,
+                             max_similarity=ks.max_similarity or 0.9,
+                             embed_texts=[o.texts[0] for o in learned])  # the questions
         dropped = 0
         for op in proposed:
             if op.op in ("ADD", "EDIT"):

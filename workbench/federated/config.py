@@ -84,6 +84,10 @@ class KnowledgeSettings(_Section):
                                          "not lower success on the site's gate slice.")
     ngram: int = Field(5, ge=2, description="Word n-gram the privacy filter matches against "
                                             "the site's own trajectories.")
+    max_similarity: float | None = Field(
+        None, gt=0, le=1, description="Also drop a unit whose MiniLM cosine to any of the "
+                                      "site's trajectory texts reaches this (e.g. 0.9); None: "
+                                      "n-grams and identifiers only.")
     chinook_parts: int = Field(3, ge=1, description="Experiment sites: Chinook split by "
                                                     "customer into this many sites ...")
     extra: list[str] = Field(default_factory=lambda: ["sklearn_classic"],

@@ -108,7 +108,13 @@ class PrivacyFilter:
     identifiers: Sequence[str] = ()
     canaries: Sequence[str] = ()
     n: int = 5
+    # optional: texts -> vectors; a unit whose cosine to any private text reaches
+    # `max_similarity` is dropped (paraphrases that share no n-gram)
+    embed: Callable[[list[str]], Any] | None = None
+    max_similarity: float = 0.9
+    embed_texts: Sequence[str] | None = None  # what `embed` compares with (default: all)
     _grams: set = field(default_factory=set, init=False)
+    _vectors: Any = field(default=None, init=False)
 
     def __post_init__(self):
         for t in self.private_texts:
@@ -127,6 +133,18 @@ class PrivacyFilter:
         grams = {tuple(words[i:i + self.n]) for i in range(len(words) - self.n + 1)}
         if grams & self._grams:
             return None, f"{self.n}-gram overlap with local trajectories"
+        texts = list(dict.fromkeys(self.embed_texts if self.embed_texts is not None
+                                   else self.private_texts))
+        if self.embed is not None and texts:
+            import numpy as np
+
+            if self._vectors is None:
+                v = np.asarray(self.embed(texts), dtype=float)
+                self._vectors = v / (np.linalg.norm(v, axis=1, keepdims=True) + 1e-12)
+            q = np.asarray(self.embed([scrubbed]), dtype=float)[0]
+            sim = float((self._vectors @ (q / (np.linalg.norm(q) + 1e-12))).max())
+            if sim >= self.max_similarity:
+                return None, f"embedding similarity {sim:.2f} to a local trajectory"
         return scrubbed, ""
 
 
