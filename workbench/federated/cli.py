@@ -119,6 +119,11 @@ def register(group: typer.Typer) -> None:
         fc = _cfg(config, set_).federated
         d = _deployment(fc, home, certs, False, insecure)
         d._security_check()
+        if "superlink" not in d.pids():
+            from workbench.federated.deploy import DeployError
+
+            raise DeployError(f"no SuperLink runs from {d.home}: start one with `workbench fed "
+                              f"up --home {d.home}` (or point --home at the deployment)")
         out = (out or d.home / "runs" / time.strftime("%Y%m%d-%H%M%S")).resolve()
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / "config.json", fc.model_dump_json(indent=1))

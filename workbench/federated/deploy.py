@@ -304,7 +304,8 @@ class Deployment:
         except json.JSONDecodeError:
             data = {}
         if not data.get("success") or not data.get("run-id"):
-            raise DeployError(f"flwr run failed: {(r.stderr or r.stdout).strip()[-500:]}")
+            why = str(data.get("error-message") or r.stderr or r.stdout).strip()
+            raise DeployError("flwr run failed: " + " ".join(why.split())[-400:])
         return int(data["run-id"])
 
     def status(self, run_id: int) -> dict:
