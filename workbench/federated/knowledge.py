@@ -300,24 +300,6 @@ def apply_round(kb: KnowledgeBase, updates: Sequence[tuple[str, list[Op]]], *, k
     return stats
 
 
-@dataclass
-class KnowledgeRound:
-    round: int
-    kind: str = "knowledge"
-    status: str = "ok"
-    sent: int = 0
-    used: int = 0
-    failures: list[dict] = field(default_factory=list)
-    ops: dict[str, int] = field(default_factory=dict)
-    active: int = 0
-    candidates: int = 0
-    bytes_down: int = 0
-    bytes_up: int = 0
-    seconds: float = 0.0
-    sites: dict[str, dict[str, float]] = field(default_factory=dict)
-    failed_streak: int = 0
-
-
 def kb_path(out: Path, rnd: int) -> Path:
     return out / "kb" / f"round-{rnd:04d}.json"
 
@@ -337,7 +319,7 @@ def load_latest_kb(out: Path) -> KnowledgeBase | None:
     return None
 
 
-def log_round(out: Path, row: KnowledgeRound) -> None:
+def log_round(out: Path, row) -> None:
     append_line(out / "rounds.jsonl", json.dumps(asdict(row)))
 
 

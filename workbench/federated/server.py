@@ -61,23 +61,37 @@ class FedAbort(WorkbenchError):
 
 
 @dataclass
-class RoundLog:
+class RoundBase:
+    """What every round log row holds, in both tracks (`rounds.jsonl`)."""
+
     round: int
-    kind: str  # train | evaluate
+    kind: str  # train | evaluate | knowledge
     status: str = "ok"  # ok | failed
     sent: int = 0
-    replies: int = 0
     used: int = 0
     failures: list[dict] = field(default_factory=list)  # {node, code, reason}
-    num_examples: float = 0.0
     bytes_down: int = 0
     bytes_up: int = 0
     seconds: float = 0.0
-    wait_seconds: float = 0.0
     sites: dict[str, dict[str, float]] = field(default_factory=dict)
+    failed_streak: int = 0
+
+
+@dataclass
+class RoundLog(RoundBase):
+    replies: int = 0
+    num_examples: float = 0.0
+    wait_seconds: float = 0.0
     sha256: str = ""
     product_gap: float | None = None
-    failed_streak: int = 0
+
+
+@dataclass
+class KnowledgeRound(RoundBase):
+    kind: str = "knowledge"
+    ops: dict[str, int] = field(default_factory=dict)
+    active: int = 0
+    candidates: int = 0
 
 
 def config_record(cfg: FederatedConfig, rnd: int) -> dict[str, Any]:
@@ -342,7 +356,7 @@ class KnowledgeServer(FedServer):
         from flwr.app import ConfigRecord, Message, RecordDict
 
         from workbench.federated.knowledge import (
-            KnowledgeBase, KnowledgeRound, apply_round, load_latest_kb, log_round,
+            KnowledgeBase, apply_round, load_latest_kb, log_round,
             ops_to_record, record_bytes, save_kb,
         )
 
