@@ -60,6 +60,28 @@ def test_chat_prompt_scoring(bundled_model):
     assert math.isfinite(a.logprob) and math.isfinite(b.logprob)
 
 
+def test_requests_with_a_common_prompt_prefix_score_as_if_alone(bundled_model):
+    """The prefix several prompts share (an agent's system prompt) is run once per call; the
+    scores must equal those of each request scored on its own."""
+    system = ("You check statements about words. " * 12).strip()
+    reqs = [ScoreRequest([{"role": "system", "content": system},
+                          {"role": "user", "content": f"Is a {w} an animal? Say yes or no."}],
+                         [" yes", " no", " maybe not"]) for w in ("dog", "chair", "cat")]
+    used = []
+    real = bundled_model._common_prefix
+    bundled_model._common_prefix = lambda ctxs: used.append(real(ctxs)) or used[-1]
+    try:
+        together = bundled_model.score(reqs)
+    finally:
+        del bundled_model._common_prefix
+    assert used[0] is not None and used[0][0] >= bundled_model.PREFIX_MIN
+    alone = [bundled_model.score([r])[0] for r in reqs]
+    for row_t, row_a in zip(together, alone):
+        for t, a in zip(row_t, row_a):
+            assert math.isclose(t.logprob, a.logprob, abs_tol=2e-4), (t, a)
+            assert t.n_tokens == a.n_tokens and t.is_greedy == a.is_greedy
+
+
 def test_stream_yields_same_text_as_generate(bundled_model):
     p = GenerationParams(max_tokens=16)
     pieces = list(bundled_model.stream(Q[0], p))

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from workbench.errors import WorkbenchError
+
 from conftest import REPO, run_cli
 
 TESTS = Path(__file__).parent
@@ -109,7 +111,13 @@ def test_every_shipped_config_and_pack_loads():
         load_config(f)
     for name in available_packs():
         pack = load_pack(name)
-        assert pack.distill.perspectives and pack.train.parity_prompts
+        assert pack.train.parity_prompts
+        if pack.distill is None:  # a pack for agents only: distillation refuses it clearly
+            assert pack.agent.tools
+            with pytest.raises(WorkbenchError, match="no distill section"):
+                pack.perspectives
+        else:
+            assert pack.distill.perspectives
 
 
 def test_pack_placeholders_are_checked(tmp_path):

@@ -141,6 +141,16 @@ class ToolDecl(_Section):
 class AgentPack(_Section):
     system: str = "You are a careful assistant for {domain}."
     tools: list[ToolDecl] = Field(default_factory=list)
+    settings: dict[str, Any] = Field(default_factory=dict, description=(
+        "Data the domain's agent code reads (e.g. how each predicate is verbalised); that "
+        "code validates it."))
+
+    def tool(self, name: str) -> ToolDecl:
+        for t in self.tools:
+            if t.name == name:
+                return t
+        raise WorkbenchError(f"agent.tools: no tool named {name!r} (has: "
+                             f"{', '.join(t.name for t in self.tools) or 'none'})")
 
     def problems(self) -> list[str]:
         out = _check(self.system, "agent.system", {"domain", "tools"})
@@ -181,7 +191,7 @@ class DomainPack(_Section):
     name: str
     title: str
     prompt_version: str
-    distill: DistillPack
+    distill: DistillPack | None = None  # packs for agents only may have none
     eval: EvalPack = Field(default_factory=EvalPack)
     agent: AgentPack = Field(default_factory=AgentPack)
     trajsynth: TrajsynthPack = Field(default_factory=TrajsynthPack)
@@ -190,26 +200,33 @@ class DomainPack(_Section):
 
     # the distillation reads these directly
     @property
+    def distill_pack(self) -> DistillPack:
+        if self.distill is None:
+            raise WorkbenchError(f"domain {self.name!r} has no distill section (it is a pack "
+                                 "for agents only)")
+        return self.distill
+
+    @property
     def perspectives(self) -> list[Perspective]:
-        return self.distill.perspectives
+        return self.distill_pack.perspectives
 
     @property
     def prompts(self) -> DistillPrompts:
-        return self.distill.prompts
+        return self.distill_pack.prompts
 
     @property
     def advanced_terms(self) -> list[str]:
-        return self.distill.advanced_terms
+        return self.distill_pack.advanced_terms
 
     def perspective(self, pid: str) -> Perspective:
-        for p in self.distill.perspectives:
+        for p in self.distill_pack.perspectives:
             if p.id == pid:
                 return p
         raise WorkbenchError(f"domain {self.name!r} has no perspective {pid!r} "
-                             f"(has: {', '.join(p.id for p in self.distill.perspectives)})")
+                             f"(has: {', '.join(p.id for p in self.distill_pack.perspectives)})")
 
     def problems(self) -> list[str]:
-        out = self.distill.problems() + self.agent.problems()
+        out = (self.distill.problems() if self.distill else []) + self.agent.problems()
         for i, t in enumerate(self.trajsynth.task_templates):
             out += t.problems(i)
         return out

@@ -77,6 +77,15 @@ def macro_f1(predictions: Sequence[str | None], golds: Sequence[str]) -> float:
     return sum(f1s) / len(f1s)
 
 
+def binary_f1(predictions: Sequence[str | None], golds: Sequence[str], positive: str) -> float:
+    """F1 of one class taken as the positive one (a missing prediction is a negative)."""
+    pairs = list(zip(predictions, golds, strict=True))
+    tp = sum(p == positive and g == positive for p, g in pairs)
+    fp = sum(p == positive and g != positive for p, g in pairs)
+    fn = sum(p != positive and g == positive for p, g in pairs)
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
 def mean(values: Iterable[float]) -> float:
     values = list(values)
     return sum(values) / len(values) if values else 0.0

@@ -517,18 +517,24 @@ class LocalChatModel(ChatModel):
 
         The continuations of one request share its prompt: the prompt is run once and its
         key/value cache is reused for every continuation (a 4-option item costs about one
-        prompt pass instead of four)."""
+        prompt pass instead of four). Requests whose prompts start alike (an agent's system
+        prompt and tool descriptions, a benchmark's instructions) share that prefix too: it
+        is run once per call and its cache copied for each request."""
         out: list[list[ContinuationScore] | None] = [None] * len(requests)
         rest = []
+        shared: list[tuple[int, list[int], list[list[int]]]] = []
         for ri, req in enumerate(requests):
             prompt = req.prompt if isinstance(req.prompt, str) else self.render(req.prompt)
             pairs = [self._encode_pair(prompt, c) for c in req.continuations]
             ctx = pairs[0][0] if pairs else []
             if len(pairs) > 1 and ctx and all(p[0] == ctx and p[1] for p in pairs):
-                out[ri] = self._score_shared(ctx, [p[1] for p in pairs],
-                                             [len(c) for c in req.continuations])
+                shared.append((ri, ctx, [p[1] for p in pairs]))
             else:
                 rest.append(ri)
+        prefix = self._common_prefix([ctx for _, ctx, _ in shared])
+        for ri, ctx, conts in shared:
+            out[ri] = self._score_shared(ctx, conts,
+                                         [len(c) for c in requests[ri].continuations], prefix)
         if rest:
             for ri, row in zip(rest, self._score_batched([requests[i] for i in rest]),
                                strict=True):
@@ -543,14 +549,47 @@ class LocalChatModel(ChatModel):
         params = inspect.signature(type(self.model).forward).parameters
         return "cache" if "cache" in params else "past_key_values"
 
-    def _score_shared(self, ctx: list[int], conts: list[list[int]], nchars: list[int]
-                      ) -> list[ContinuationScore]:
+    PREFIX_MIN = 48  # tokens: a shorter common prefix is not worth a cache copy per request
+
+    def _common_prefix(self, ctxs: list[list[int]]) -> tuple[int, Any] | None:
+        """(length, key/value cache) of the prompt prefix all `ctxs` share, run once; None
+        when fewer than two prompts share at least PREFIX_MIN tokens."""
+        import torch
+
+        if len(ctxs) < 2:
+            return None
+        n = min(len(c) for c in ctxs) - 1  # each prompt keeps a token of its own
+        first = ctxs[0]
+        for c in ctxs[1:]:
+            k = 0
+            while k < n and c[k] == first[k]:
+                k += 1
+            n = k
+        if n < self.PREFIX_MIN:
+            return None
+        with self._lock, torch.inference_mode():
+            run = self.model(input_ids=torch.tensor([first[:n]], device=self.device),
+                             use_cache=True, logits_to_keep=1)
+        return n, getattr(run, "cache", None) or run.past_key_values
+
+    def _score_shared(self, ctx: list[int], conts: list[list[int]], nchars: list[int],
+                      prefix: tuple[int, Any] | None = None) -> list[ContinuationScore]:
+        import copy
+
         import torch
 
         n, width = len(conts), max(len(c) for c in conts)
         with self._lock, torch.inference_mode():
-            first = self.model(input_ids=torch.tensor([ctx], device=self.device),
-                               use_cache=True, logits_to_keep=1)
+            if prefix is not None:
+                plen, pcache = prefix
+                first = self.model(input_ids=torch.tensor([ctx[plen:]], device=self.device),
+                                   position_ids=torch.arange(plen, len(ctx),
+                                                             device=self.device)[None],
+                                   use_cache=True, logits_to_keep=1,
+                                   **{self._cache_kwarg: copy.deepcopy(pcache)})
+            else:
+                first = self.model(input_ids=torch.tensor([ctx], device=self.device),
+                                   use_cache=True, logits_to_keep=1)
             head = torch.log_softmax(first.logits[0, -1].float(), dim=-1).cpu()
             tail = None
             if width > 1:

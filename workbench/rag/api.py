@@ -35,6 +35,32 @@ def query_index(index_dir: str | Path, text: str, *, retriever: str = "hybrid", 
     return r.retrieve(text, k, Filters(tuple(documents), tuple(heading_prefix)))
 
 
+class Searcher:
+    """Search an index of ready-made sections from another pipeline (an agent's `search`
+    tool); the registry's `searcher` service. The index is built once in `folder` and reused
+    while the sections' corpus hash is unchanged; `searcher(queries, k)` runs a batch."""
+
+    def __init__(self, sections, folder: str | Path, retriever: str = "hybrid", log=print):
+        from workbench.rag.index import corpus_hash
+
+        sections = list(sections)
+        folder = Path(folder)
+        index = None
+        if (folder / "manifest.json").exists():
+            try:
+                index = RagIndex.load(folder, semantic=retriever != "keyword")
+            except Exception as e:  # noqa: BLE001 - a broken cache is rebuilt, said once
+                log(f"{folder}: rebuilding the index ({str(e).splitlines()[0][:160]})")
+            if index is not None and index.manifest.get("corpus_hash") != corpus_hash(sections):
+                index = None
+        self.index = index or RagIndex.build(sections, folder, config=RagConfig(), log=log)
+        self.name = retriever
+        self.retriever = self.index.retriever(retriever)
+
+    def __call__(self, queries: list[str], k: int = 5) -> list[list[RetrievalHit]]:
+        return self.retriever.retrieve_batch(list(queries), k)
+
+
 class IndexContexts:
     """Retrieval contexts for evaluation prompts (evaluate's context-provider protocol):
     `provider(questions, ranks)` gives one formatted context per question from ranks

@@ -1,0 +1,248 @@
+"""The KG fact-verification pack: data building, routing and query rewriting, the teacher's
+choice, metrics on hand-computed cases, and the agent on the bundled model end to end."""
+
+import json
+
+import pytest
+
+from workbench.agents.loop import AgentSetup, Budget, FreePolicy, run_agents
+from workbench.domain_agents.kgv.api import choose_teacher, make_setup, select
+from workbench.domain_agents.kgv.metrics import summarise
+from workbench.domain_agents.kgv.pack import KGClaim, KgvAgent
+from workbench.domains import load_pack
+from workbench.errors import DataError, WorkbenchError
+from workbench.evaluate.metrics import binary_f1, macro_f1
+from workbench.models import load_model
+from workbench.records import RetrievalHit
+
+DOCS = {
+    "wn-dog": "dog (also: domestic dog, Canis familiaris): a domesticated canid. Dog is a kind "
+              "of canine.",
+    "wn-cat": "cat (also: true cat): feline mammal. Kinds of feline include cat.",
+    "wn-oak": "oak (also: oak tree): a tree of the genus Quercus.",
+}
+
+
+class FakeSearcher:
+    """Keyword overlap over DOCS, with the searcher service's signature."""
+
+    def __init__(self):
+        self.queries = []
+
+    def __call__(self, queries, k=3):
+        out = []
+        for q in queries:
+            self.queries.append(q)
+            words = set(q.lower().replace(".", "").split())
+            ranked = sorted(DOCS, key=lambda d: -len(words & set(DOCS[d].lower().split())))
+            out.append([RetrievalHit(rank=i + 1, chunk_id=d, score=1.0, section_id=d,
+                                     doc_id=d, text=DOCS[d]) for i, d in enumerate(ranked[:k])])
+        return out
+
+
+def claim(cid="c1", s="dog", p="hypernym", o="canine", label="SUPPORTED", split="seen",
+          aliases=("domestic dog", "Canis familiaris"), part="dev"):
+    return KGClaim.model_validate({"id": cid, "subject": {"id": "s", "label": s,
+                                                          "aliases": list(aliases)},
+                                   "predicate": p, "object": {"id": "o", "label": o,
+                                                              "aliases": ["canid"]},
+                                   "label": label, "split": split, "part": part,
+                                   "evidence": ["wn-dog"]})
+
+
+@pytest.fixture()
+def agent():
+    return KgvAgent(load_pack("kgv"), FakeSearcher(), k=2)
+
+
+def call(name, **args):
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+
+def test_rewrites_cover_alias_expansion_entity_queries_and_paraphrases(agent):
+    q = agent.queries(claim())
+    assert q[0] == "Dog is a kind of canine."  # the verbalised triple
+    assert q[1] == "dog"  # entity-centric
+    assert "Domestic dog is a kind of canine." in q  # subject alias
+    assert "Dog is a kind of canid." in q  # object alias
+    assert "canine" in q and "Canine includes dog." in q  # object, paraphrase
+    assert len(q) == len({x.lower() for x in q})
+
+
+def test_the_agent_routes_then_rewrites_without_repeating(agent):
+    """A scripted model: search the first two proposals, then answer; the proposals move on
+    to the next rewrites and the verdict cites the entry that names the subject."""
+    seen = []
+
+    def script(conv):
+        seen.append(conv)
+        n = sum(m["role"] == "tool" or m["content"].startswith("Result of") for m in conv)
+        if n < 2:
+            return call("search", query=agent.queries(claim())[n])
+        return call("answer", label="SUPPORTED", evidence=["wn-dog"])
+
+    setup = AgentSetup(toolbox=agent.toolbox(), system="s", policy=FreePolicy(),
+                       budget=Budget(max_steps=5, max_tool_calls=3),
+                       parse_final=agent.parse_final)
+    (t,) = run_agents(load_model("fake", script=script), [agent.task(claim())], setup)
+    assert t.ok and t.final == {"label": "SUPPORTED", "evidence": ["wn-dog"]}
+    assert agent.searcher.queries == ["Dog is a kind of canine.", "dog"]
+    # what the guided policy would offer next: the answers, then untried rewrites only
+    from workbench.agents.loop import AgentState
+
+    state = AgentState(agent.task(claim()), [], observations=[
+        ("search", {"query": "Dog is a kind of canine."}, agent.toolbox().tools["search"].fn(
+            query="Dog is a kind of canine.")),
+        ("search", {"query": "dog"}, agent.toolbox().tools["search"].fn(query="dog"))])
+    props = agent.propose(state, ["search", "answer"])
+    assert [p.function.name for p in props] == ["answer", "answer", "search", "search"]
+    queries = [json.loads(p.function.arguments)["query"] for p in props[2:]]
+    assert queries == ["Domestic dog is a kind of canine.",
+                       "Canis familiaris is a kind of canine."]
+    ev = json.loads(props[0].function.arguments)["evidence"]
+    assert ev == ["wn-dog"]  # the entry that names the subject
+    # with the tool budget spent only the verdicts are proposed: routing ends in an answer
+    assert {p.function.name for p in agent.propose(state, ["answer"])} == {"answer"}
+    # single-turn RAG: exactly one search, for the verbalised triple
+    assert [p.function.name for p in agent.propose_rag(state, ["search", "answer"])] == \
+        ["answer", "answer"]
+
+
+def test_parametric_route_and_text_verdicts(agent):
+    model = load_model("fake", responses=["I know this: REFUTED."])
+    setup = make_setup(agent, _ac(policy="free"), "agent")
+    (t,) = run_agents(model, [agent.task(claim(label="REFUTED"))], setup)
+    assert t.ok and t.final["label"] == "REFUTED" and t.tool_calls == 0
+    s = summarise([t])
+    assert s["routes"]["parametric"] == {"n": 1, "rate": 1.0, "accuracy": 1.0,
+                                         "accuracy_ci95": s["routes"]["parametric"][
+                                             "accuracy_ci95"]}
+    assert agent.parse_final("SUPPORTED or REFUTED?") is None  # ambiguous: not a verdict
+
+
+def _ac(**kw):
+    from workbench.domain_agents.config import AgentConfig
+
+    return AgentConfig(**kw)
+
+
+def test_metrics_on_hand_computed_cases():
+    golds = ["SUPPORTED", "SUPPORTED", "REFUTED", "REFUTED", "REFUTED"]
+    preds = ["SUPPORTED", "REFUTED", "REFUTED", None, "SUPPORTED"]
+    # positive = true fact: tp 1, fp 1, fn 1 -> 2/4
+    assert binary_f1(preds, golds, "SUPPORTED") == pytest.approx(0.5)
+    # positive = detected error: tp 1, fp 1, fn 2 -> 2/5
+    assert binary_f1(preds, golds, "REFUTED") == pytest.approx(0.4)
+    assert macro_f1(preds, golds) == pytest.approx(0.45)
+    assert binary_f1(["REFUTED"], ["SUPPORTED"], "SUPPORTED") == 0.0
+
+
+def _traj(cid, gold, pred, searches, split="seen", evidence=()):
+    from workbench.agents.records import AgentStep, AgentTrajectory
+
+    steps = [AgentStep(index=i, turn=i + 1, kind="tool_call", tool="search",
+                       arguments={"query": "q"}) for i in range(searches)]
+    return AgentTrajectory(id=cid, task_id=cid, messages=[{"role": "user", "content": "q"}],
+                           steps=steps, final={"label": pred, "evidence": list(evidence)}
+                           if pred else None, stop="final" if pred else "max_steps",
+                           metadata={"claim": {"label": gold, "split": split,
+                                               "evidence": ["wn-x"]}})
+
+
+def test_summary_routes_searches_and_evidence():
+    ts = [_traj("a", "SUPPORTED", "SUPPORTED", 0), _traj("b", "SUPPORTED", "SUPPORTED", 2,
+                                                         evidence=["wn-x"]),
+          _traj("c", "REFUTED", "SUPPORTED", 1), _traj("d", "REFUTED", None, 3)]
+    s = summarise(ts)
+    assert s["accuracy"] == 0.5 and s["predictions"] == {"SUPPORTED": 3, "REFUTED": 0,
+                                                          "none": 1}
+    assert s["search_calls_mean"] == pytest.approx(1.5)
+    assert s["routes"]["parametric"]["n"] == 1 and s["routes"]["parametric"]["accuracy"] == 1
+    assert s["routes"]["search"]["n"] == 3
+    assert s["routes"]["search"]["accuracy"] == pytest.approx(1 / 3)
+    assert s["evidence_hit"]["n"] == 2 and s["evidence_hit"]["rate"] == 0.5
+    lo, hi = s["macro_f1_ci95"]
+    assert 0 <= lo <= s["macro_f1"] <= hi <= 1
+
+
+def test_teacher_keeps_the_fewest_searches_and_balances_routes():
+    runs = [_traj("a", "SUPPORTED", "SUPPORTED", 2), _traj("a", "SUPPORTED", "SUPPORTED", 1),
+            _traj("b", "REFUTED", "SUPPORTED", 0),  # wrong: dropped
+            *[_traj(c, "REFUTED", "REFUTED", 1) for c in "cdefgh"],
+            _traj("p", "SUPPORTED", "SUPPORTED", 0)]
+    kept = choose_teacher(runs, max_route_share=0.7)
+    by_id = {t.task_id: t for t in kept}
+    assert "b" not in by_id and by_id.get("a", None) is None or \
+        by_id["a"].calls_to("search") == 1
+    routes = [t.calls_to("search") > 0 for t in kept]
+    assert sum(routes) / len(routes) <= 0.7 + 1e-9  # search route cut to 70%
+    assert by_id["p"].calls_to("search") == 0  # the parametric one is kept
+
+
+def test_select_balances_split_and_label():
+    cs = [claim(f"c{i}", label=lab, split=sp) for i, (lab, sp) in enumerate(
+        [(lab, sp) for lab in ("SUPPORTED", "REFUTED") for sp in ("seen", "longtail")] * 5)]
+    got = select(cs, "dev", 8, seed=0)
+    assert len(got) == 8
+    assert {(c.label, c.split) for c in got} == {(lab, sp) for lab in ("SUPPORTED", "REFUTED")
+                                                  for sp in ("seen", "longtail")}
+    assert select(cs, "train", None, 0) == []
+
+
+WN_NOUN = """  1 This software and database is being provided to you, the LICENSEE, by
+00001740 03 n 01 dog 0 002 @ 00002000 n 0000 #m 00003000 n 0000 | a domesticated carnivore; kept as a pet
+00002000 03 n 02 canine 0 canid 0 001 ~ 00001740 n 0000 | a mammal of the family Canidae
+00003000 14 n 01 Canis 0 001 %m 00001740 n 0000 | a genus of the family Canidae
+"""
+
+
+def test_data_builder_parses_wordnet_and_names_bad_lines(tmp_path):
+    from workbench.domain_agents.kgv.data import graph_facts, load_wordnet, read_data_file
+
+    (tmp_path / "data.noun").write_text(WN_NOUN)
+    (tmp_path / "data.verb").write_text("")
+    syn = load_wordnet(tmp_path)
+    assert syn["n00002000"].lemmas == ["canine", "canid"]
+    assert syn["n00001740"].gloss == "a domesticated carnivore"
+    facts = graph_facts(syn)
+    assert facts["hypernym"] == [("n00001740", "n00002000")]
+    assert facts["member_of"] == [("n00001740", "n00003000")]
+    bad = tmp_path / "bad.noun"
+    bad.write_text(WN_NOUN + "00004000 03 n zz broken\n")
+    with pytest.raises(DataError) as e:
+        read_data_file(bad, "n")
+    assert "bad.noun:5" in str(e.value)
+    with pytest.raises(WorkbenchError, match="wordnet-base"):
+        load_wordnet(tmp_path / "nowhere")
+
+
+def test_shipped_data_is_consistent():
+    from workbench.domain_agents.kgv.api import load_data
+
+    claims, docs = load_data("datasets/kgv")
+    ids = {d.id for d in docs}
+    assert len(claims) >= 300 and len(docs) >= 700
+    assert all(set(c.evidence) <= ids for c in claims)
+    assert {c.split for c in claims if c.part == "train"} == {"seen"}
+    for c in claims:
+        if c.label == "SUPPORTED":  # the deciding entry names both ends of a true fact
+            text = next(d.text for d in docs if d.id == c.evidence[0]).lower()
+            assert c.object.label.lower() in text, c.id
+
+
+@pytest.mark.usefixtures("bundled_model")
+def test_agent_on_the_bundled_model_end_to_end(tmp_path):
+    """Real model, real hybrid index over the shipped entries, the CLI."""
+    from conftest import run_cli
+
+    r = run_cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "kgv-0002",
+                "-i", "oak | hypernym | tree", "-s", f"output_dir={tmp_path}",
+                "--out", str(tmp_path / "t.jsonl"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "kgv-0002" in r.stdout and "-> " in r.stdout
+    rows = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["final"]["label"] in ("SUPPORTED", "REFUTED")
+                                  for r in rows)
+    r = run_cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "not a claim")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "subject | predicate | object" in r.stderr + r.stdout

@@ -1,0 +1,452 @@
+"""The agent loop: every task runs in lockstep with the others, so each model turn is one
+batched call (a CPU model or a vLLM server sees batches, not single prompts).
+
+A run is a conversation in OpenAI form. Each turn the scaffold may ask for a plan (text, no
+tools); otherwise the policy produces an assistant turn that calls tools: `FreePolicy` lets
+the model write its calls (native tool calls on servers and templates that have them, the
+Hermes `<tool_call>` syntax otherwise), `GuidedPolicy` asks the pack for candidate calls and
+lets the model's log-likelihood choose, which keeps a 135M model on valid actions. Tool
+results come back as `tool` turns. The run ends when a final tool is called with valid
+arguments, or a budget is spent, or the model has made more mistakes than the error policy
+allows.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.agents.records import AgentStep, AgentTrajectory
+from workbench.agents.tools import Toolbox
+from workbench.errors import WorkbenchError
+from workbench.models.base import ChatModel, Generation, GenerationParams, ScoreRequest
+from workbench.records import Message, ToolCall
+
+
+class Budget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(6, ge=1, description="Model turns per run (a plan counts).")
+    max_tool_calls: int = Field(4, ge=0, description="Calls to non-final tools per run; after "
+                                                     "that only the final tool is offered.")
+    max_tokens: int = Field(2048, ge=1, description="Completion tokens per run.")
+
+
+class ErrorPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    on_error: Literal["continue", "stop"] = Field(
+        "continue", description="After a model mistake: show it the error and go on, or stop.")
+    max_errors: int = Field(2, ge=0, description="Mistakes allowed before the run stops.")
+
+
+@dataclass
+class AgentTask:
+    id: str
+    prompt: str  # the user turn
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AgentState:
+    """One live run; packs read it to propose calls (`observations`, `tool_calls`)."""
+
+    task: AgentTask
+    messages: list[dict[str, Any]]
+    steps: list[AgentStep] = field(default_factory=list)
+    turn: int = 0
+    tool_calls: int = 0
+    tokens: int = 0
+    errors: int = 0
+    planned: bool = False
+    final: dict[str, Any] | None = None
+    stop: str | None = None
+    started: float = field(default_factory=time.perf_counter)
+    observations: list[tuple[str, dict[str, Any], Any]] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return self.stop is not None
+
+    def step(self, kind: str, **kw: Any) -> AgentStep:
+        s = AgentStep(index=len(self.steps), turn=self.turn, kind=kind, **kw)
+        self.steps.append(s)
+        return s
+
+    def calls_made(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Arguments of the successful calls so far (to `name`, or all)."""
+        return [args for n, args, _ in self.observations if name is None or n == name]
+
+
+# --- scaffolds -------------------------------------------------------------------------------
+
+class Scaffold:
+    """How the conversation is framed; the same loop runs every scaffold."""
+
+    name = "react"
+    instruction = ("Work step by step: call one tool at a time, read its result, and when you "
+                   "can answer, call {final}.")
+
+    def start(self, task: AgentTask, system: str, final: str) -> list[dict[str, Any]]:
+        text = "\n\n".join(x for x in (system, self.instruction.format(final=final)) if x)
+        return [{"role": "system", "content": text}, {"role": "user", "content": task.prompt}]
+
+    def wants_plan(self, state: AgentState) -> bool:
+        return False
+
+    def after_plan(self, state: AgentState) -> None:
+        pass
+
+
+class ReAct(Scaffold):
+    """Reason and act: each turn one tool call, its observation, the next call (Yao et al.,
+    2023)."""
+
+
+class PlanExecute(Scaffold):
+    """Plan first (a short numbered plan, no tools), then carry it out with the tools."""
+
+    name = "plan_execute"
+    plan_request = ("Before using any tool, write a short numbered plan (at most 3 steps) for "
+                    "this request. Do not call tools yet.")
+    go = "Now carry out the plan with the tools."
+
+    def start(self, task, system, final):
+        msgs = super().start(task, system, final)
+        msgs[-1] = {"role": "user", "content": f"{task.prompt}\n\n{self.plan_request}"}
+        return msgs
+
+    def wants_plan(self, state):
+        return not state.planned
+
+    def after_plan(self, state):
+        state.messages.append({"role": "user", "content": self.go})
+
+
+SCAFFOLDS: dict[str, type[Scaffold]] = {"react": ReAct, "plan_execute": PlanExecute}
+
+
+def scaffold(name: str) -> Scaffold:
+    if name not in SCAFFOLDS:
+        raise WorkbenchError(f"unknown scaffold {name!r} (one of {', '.join(SCAFFOLDS)})")
+    return SCAFFOLDS[name]()
+
+
+# --- policies --------------------------------------------------------------------------------
+
+def allowed_tools(state: AgentState, toolbox: Toolbox, budget: Budget) -> list[str]:
+    if state.tool_calls >= budget.max_tool_calls:
+        return toolbox.final_names
+    return list(toolbox.tools)
+
+
+class Policy:
+    name = "policy"
+
+    def plan(self, model: ChatModel, states: Sequence[AgentState],
+             params: GenerationParams) -> list[Generation]:
+        if not states:
+            return []
+        return model.generate([s.messages for s in states], params)
+
+    def act(self, model: ChatModel, states: Sequence[AgentState], toolbox: Toolbox,
+            budget: Budget) -> list[Generation | tuple[Generation, list[dict[str, Any]]]]:
+        raise NotImplementedError
+
+
+class FreePolicy(Policy):
+    """The model writes its own calls (and may answer in text, read by `parse_final`)."""
+
+    name = "free"
+
+    def __init__(self, params: GenerationParams | None = None):
+        self.params = params or GenerationParams(max_tokens=160)
+
+    def act(self, model, states, toolbox, budget):
+        out: list[Any] = [None] * len(states)
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for i, s in enumerate(states):
+            groups.setdefault(tuple(allowed_tools(s, toolbox, budget)), []).append(i)
+        for names, idx in groups.items():
+            only_final = set(names) <= set(toolbox.final_names)
+            choice: Any = "auto"
+            if only_final and model.capabilities.tool_calls:
+                choice = {"type": "function", "function": {"name": names[0]}} \
+                    if len(names) == 1 else "required"
+            gens = model.generate([states[i].messages for i in idx], self.params,
+                                  tools=toolbox.specs(names), tool_choice=choice)
+            for i, g in zip(idx, gens, strict=True):
+                out[i] = g
+        return out
+
+
+Proposer = Callable[[AgentState, list[str]], list[ToolCall]]
+
+
+class GuidedPolicy(Policy):
+    """The pack proposes calls (`propose(state, allowed tool names)`); the model scores the
+    text it would write for each (`<tool_call>{...}</tool_call>`) after the conversation and
+    the best mean log-probability per token wins. With `temperature` > 0 the choice is
+    sampled from the softmax of those scores (a teacher exploring); `seed` fixes it.
+
+    `calibrate="batch"` applies batch calibration (Zhou et al., 2024): a small model prefers
+    some answers whatever the input (SmolLM2-135M says SUPPORTED to every claim), so each
+    candidate's score is taken relative to the mean score of the same kind of candidate
+    (same tool, and for the final tool the same arguments) over the turn's batch. It uses no
+    labels, only the other inputs of the batch; kinds seen in fewer than `min_batch` runs
+    are left as they are."""
+
+    name = "guided"
+
+    def __init__(self, propose: Proposer, *, temperature: float = 0.0, seed: int = 0,
+                 calibrate: Literal["none", "batch"] = "none", min_batch: int = 4,
+                 final_names: Sequence[str] = ()):
+        self.propose = propose
+        self.temperature = temperature
+        self.rng = random.Random(seed)
+        self.calibrate, self.min_batch = calibrate, min_batch
+        self.final_names = set(final_names)
+
+    def _kind(self, call: ToolCall) -> str:
+        name = call.function.name
+        return f"{name}:{call.function.arguments}" if name in self.final_names else name
+
+    def _offsets(self, rows: list[tuple[list[ToolCall], list[float]]]) -> dict[str, float]:
+        if self.calibrate != "batch":
+            return {}
+        seen: dict[str, list[float]] = {}
+        for calls, means in rows:
+            for c, m in zip(calls, means, strict=True):
+                seen.setdefault(self._kind(c), []).append(m)
+        return {k: sum(v) / len(v) for k, v in seen.items() if len(v) >= self.min_batch}
+
+    def act(self, model, states, toolbox, budget):
+        from workbench.models.tools import TemplateTools, template_messages, tool_call_text
+
+        if not model.capabilities.score:
+            raise WorkbenchError(f"guided policy: backend {model.backend_name!r} cannot score "
+                                 "continuations (use policy: free)")
+        generic = TemplateTools.of(None)
+        requests, cands, single = [], [], {}
+        for n, s in enumerate(states):
+            names = allowed_tools(s, toolbox, budget)
+            calls = [c for c in self.propose(s, names) if c.function.name in names]
+            if not calls:
+                raise WorkbenchError(f"guided policy: the pack proposed no call for task "
+                                     f"{s.task.id} (allowed: {', '.join(names)})")
+            texts = [tool_call_text([c.model_dump(mode="json")]) for c in calls]
+            if len(calls) == 1:  # nothing to choose: no model call
+                single[n] = calls[0]
+                continue
+            prompt = template_messages(s.messages, generic, toolbox.specs(names))
+            requests.append(ScoreRequest(prompt=prompt, continuations=texts))
+            cands.append((calls, texts))
+        scored = list(zip(cands, model.score(requests) if requests else [], strict=True))
+        offsets = self._offsets([(calls, [sc.mean_logprob for sc in row])
+                                 for (calls, _), row in scored])
+        out: list[Any] = []
+        it = iter(scored)
+        for n in range(len(states)):
+            if n in single:
+                only = single[n]
+                out.append((Generation(text="", finish_reason="tool_calls", tool_calls=[only]),
+                            [{"call": only.function.name, "arguments": only.function.arguments,
+                              "mean_logprob": None}]))
+                continue
+            (calls, _), row = next(it)
+            raw = [sc.mean_logprob for sc in row]
+            means = [m - offsets.get(self._kind(c), 0.0) for c, m in zip(calls, raw, strict=True)]
+            k = self._choose(means)
+            info = [{"call": c.function.name, "arguments": c.function.arguments,
+                     "mean_logprob": round(r, 4), "score": round(m, 4)}
+                    for c, r, m in zip(calls, raw, means, strict=True)]
+            gen = Generation(text="", finish_reason="tool_calls", tool_calls=[calls[k]],
+                             completion_tokens=row[k].n_tokens)
+            out.append((gen, info))
+        return out
+
+    def _choose(self, means: list[float]) -> int:
+        if self.temperature <= 0:
+            return max(range(len(means)), key=lambda i: (means[i], -i))
+        top = max(means)
+        weights = [math.exp((m - top) / self.temperature) for m in means]
+        return self.rng.choices(range(len(means)), weights=weights)[0]
+
+
+# --- the loop --------------------------------------------------------------------------------
+
+@dataclass
+class AgentSetup:
+    """Everything a run needs besides the model and the tasks."""
+
+    toolbox: Toolbox
+    system: str = ""
+    scaffold: Scaffold = field(default_factory=ReAct)
+    policy: Policy = field(default_factory=FreePolicy)
+    budget: Budget = field(default_factory=Budget)
+    errors: ErrorPolicy = field(default_factory=ErrorPolicy)
+    plan_params: GenerationParams = field(
+        default_factory=lambda: GenerationParams(max_tokens=96))
+    # reads a final answer from a reply that calls no tool (None: such a reply is a mistake)
+    parse_final: Callable[[str], dict[str, Any] | None] | None = None
+    pack: str = ""
+    prompt_version: str = ""
+
+
+def run_agents(model: ChatModel, tasks: Sequence[AgentTask], setup: AgentSetup, *,
+               desc: str = "agent", on_done: Callable[[AgentTrajectory], None] | None = None
+               ) -> list[AgentTrajectory]:
+    """Run every task to its end; trajectories come back in task order (and, one by one, to
+    `on_done` as each finishes, so a caller can append them to a file as it goes)."""
+    from workbench.progress import progress
+
+    final = setup.toolbox.final_names[0]
+    states = [AgentState(t, setup.scaffold.start(t, setup.system, final)) for t in tasks]
+    out: dict[int, AgentTrajectory] = {}
+    bar = iter(progress(range(len(states)), desc=desc, total=len(states)))
+
+    def finish(i: int) -> None:
+        out[i] = _trajectory(states[i], setup, model)
+        if on_done is not None:
+            on_done(out[i])
+        next(bar, None)
+
+    while True:
+        live = [i for i, s in enumerate(states) if not s.done]
+        if not live:
+            break
+        planning = [i for i in live if setup.scaffold.wants_plan(states[i])]
+        acting = [i for i in live if i not in set(planning)]
+        for i, g in zip(planning, setup.policy.plan(model, [states[i] for i in planning],
+                                                    setup.plan_params), strict=True):
+            _apply_plan(states[i], g, setup)
+        results = setup.policy.act(model, [states[i] for i in acting], setup.toolbox,
+                                   setup.budget) if acting else []
+        for i, r in zip(acting, results, strict=True):
+            gen, info = r if isinstance(r, tuple) else (r, None)
+            _apply_turn(states[i], gen, info, setup)
+        for i in live:
+            s = states[i]
+            if not s.done:
+                _check_budgets(s, setup)
+            if s.done:
+                finish(i)
+    return [out[i] for i in range(len(states))]
+
+
+def _apply_plan(s: AgentState, gen: Generation, setup: AgentSetup) -> None:
+    s.turn += 1
+    s.tokens += gen.completion_tokens
+    s.planned = True
+    if gen.error:
+        s.step("error", error=f"backend: {gen.error}")
+        s.stop = "backend_error"
+        return
+    s.messages.append({"role": "assistant", "content": gen.text})
+    s.step("plan", content=gen.text, tokens=gen.completion_tokens)
+    setup.scaffold.after_plan(s)
+
+
+def _apply_turn(s: AgentState, gen: Generation, info: list[dict[str, Any]] | None,
+                setup: AgentSetup) -> None:
+    s.turn += 1
+    s.tokens += gen.completion_tokens
+    if gen.error:
+        s.step("error", error=f"backend: {gen.error}")
+        s.stop = "backend_error"
+        return
+    box = setup.toolbox
+    if not gen.tool_calls:
+        s.messages.append({"role": "assistant", "content": gen.text})
+        answer = setup.parse_final(gen.text) if setup.parse_final else None
+        if answer is not None:
+            s.step("final", content=gen.text, arguments=answer, tokens=gen.completion_tokens)
+            s.final, s.stop = answer, "final"
+            return
+        s.step("error", content=gen.text, tokens=gen.completion_tokens,
+               error="the reply calls no tool and gives no answer")
+        s.errors += 1
+        s.messages.append({"role": "user", "content": f"Call one of the tools, or give your "
+                                                      f"answer by calling {box.final_names[0]}."})
+        return
+    calls = list(gen.tool_calls)
+    # answer last: other calls in the same turn run first, calls after a final are dropped
+    calls.sort(key=lambda c: box.is_final(c.function.name))
+    msg = gen.message()
+    kept: list[ToolCall] = []
+    replies: list[dict[str, Any]] = []
+    first = True
+    for call in calls:
+        kept.append(call)
+        name = call.function.name
+        tokens = gen.completion_tokens if first else 0
+        cand = info if first else None
+        first = False
+        if box.is_final(name):
+            args, err = box.check(call)
+            if err is None:
+                s.step("final", content=gen.text, tool=name, arguments=args, call_id=call.id,
+                       tokens=tokens, candidates=cand)
+                s.final, s.stop = args, "final"
+                break
+            s.step("tool_call", content=gen.text, tool=name, arguments=call.function.arguments,
+                   call_id=call.id, error=err, tokens=tokens, candidates=cand)
+            s.errors += 1
+            replies.append(_tool_msg(call, f"Error: {err}"))
+            continue
+        if s.tool_calls >= setup.budget.max_tool_calls:
+            err = (f"the tool-call budget ({setup.budget.max_tool_calls}) is spent; answer "
+                   f"now with {box.final_names[0]}")
+            s.step("tool_call", content=gen.text, tool=name, arguments=call.function.arguments,
+                   call_id=call.id, error=err, tokens=tokens, candidates=cand)
+            replies.append(_tool_msg(call, f"Error: {err}"))
+            continue
+        obs = box.call(call)
+        s.tool_calls += 1
+        s.step("tool_call", content=gen.text, tool=name,
+               arguments=obs.arguments if obs.arguments is not None
+               else call.function.arguments, call_id=call.id, error=obs.error, tokens=tokens,
+               candidates=cand)
+        s.step("observation", content=obs.text, tool=name, call_id=call.id, error=obs.error)
+        if obs.error:
+            s.errors += 1
+        else:
+            s.observations.append((name, obs.arguments or {}, obs.value))
+        replies.append(_tool_msg(call, obs.text))
+    msg["tool_calls"] = [c.model_dump(mode="json") for c in kept]
+    s.messages.append(msg)
+    if s.stop != "final":
+        s.messages.extend(replies)
+
+
+def _tool_msg(call: ToolCall, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call.id, "name": call.function.name,
+            "content": text}
+
+
+def _check_budgets(s: AgentState, setup: AgentSetup) -> None:
+    e = setup.errors
+    if s.errors > e.max_errors or (e.on_error == "stop" and s.errors > 0):
+        s.stop = "errors"
+    elif s.tokens >= setup.budget.max_tokens:
+        s.stop = "max_tokens"
+    elif s.turn >= setup.budget.max_steps:
+        s.stop = "max_steps"
+
+
+def _trajectory(s: AgentState, setup: AgentSetup, model: ChatModel) -> AgentTrajectory:
+    return AgentTrajectory(
+        id=f"{s.task.id}:{setup.scaffold.name}:{setup.policy.name}", task_id=s.task.id,
+        pack=setup.pack, scaffold=setup.scaffold.name, policy=setup.policy.name,
+        model=model.identity, prompt_version=setup.prompt_version,
+        messages=[Message.model_validate(m) for m in s.messages],
+        tools=setup.toolbox.specs(), steps=s.steps, final=s.final, stop=s.stop or "final",
+        tool_calls=s.tool_calls, model_turns=s.turn, completion_tokens=s.tokens,
+        errors=s.errors, seconds=round(time.perf_counter() - s.started, 3),
+        metadata=s.task.metadata)

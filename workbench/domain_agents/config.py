@@ -1,0 +1,65 @@
+"""The `agent:` section of an experiment config."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from workbench.agents.loop import SCAFFOLDS, Budget, ErrorPolicy
+from workbench.config import ModelConfig, Section
+from workbench.train.config import LoraSettings
+
+
+class TeacherSettings(Section):
+    model: ModelConfig | None = Field(None, description="The teacher (default: models.chat, "
+                                                        "exploring by sampling).")
+    policy: Literal["guided", "free"] = "guided"
+    samples: int = Field(4, ge=1, description="Runs per training claim; the correct one with "
+                                              "the fewest searches is kept.")
+    temperature: float = Field(0.3, ge=0, description="Sampling temperature over candidate "
+                                                      "scores (guided) or tokens (free).")
+    max_route_share: float = Field(0.7, gt=0, le=1, description=(
+        "Most of the kept trajectories one route (parametric or search) may have, so the "
+        "student does not learn to always search (or never)."))
+
+
+class StudentTraining(Section):
+    max_steps: int = Field(40, ge=1)
+    batch_size: int = Field(4, ge=1)
+    learning_rate: float = Field(3e-4, gt=0)
+    max_length: int = Field(1024, ge=64)
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+
+
+class AgentConfig(Section):
+    pack: str = Field("kgv", description="The agent pack (kgv).")
+    data: str = Field("datasets/kgv", description="The pack's data folder (kgv: claims.jsonl "
+                                                  "and documents.jsonl).")
+    retriever: Literal["keyword", "semantic", "hybrid"] = "hybrid"
+    search_k: int = Field(3, ge=1, le=5, description="Entries per search.")
+    scaffold: str = Field("react", description="react or plan_execute.")
+    policy: Literal["guided", "free"] = Field("guided", description=(
+        "guided: the model's log-likelihood picks among the calls the pack proposes (small "
+        "models); free: the model writes its own calls (servers with native tool calls)."))
+    calibrate: Literal["none", "batch"] = Field("batch", description=(
+        "guided choices relative to the batch's mean score per kind of call (batch "
+        "calibration: removes a small model's fixed preference for one verdict)."))
+    budget: Budget = Field(default_factory=lambda: Budget(max_steps=5, max_tool_calls=3))
+    errors: ErrorPolicy = Field(default_factory=ErrorPolicy)
+    conditions: list[Literal["closed_book", "rag", "agent", "agent_sft"]] = Field(
+        default_factory=lambda: ["closed_book", "rag", "agent", "agent_sft"])
+    dev_limit: int | None = Field(60, ge=1, description="Dev claims evaluated (balanced over "
+                                                        "split and label); None: all.")
+    train_limit: int | None = Field(60, ge=1, description="Training claims for the teacher.")
+    chunk: int = Field(16, ge=1, description="Claims run together (one batched call per turn);"
+                                             " results are saved after each chunk.")
+    teacher: TeacherSettings = Field(default_factory=TeacherSettings)
+    student: StudentTraining = Field(default_factory=StudentTraining)
+
+    @field_validator("scaffold")
+    @classmethod
+    def _known_scaffold(cls, v: str) -> str:
+        if v not in SCAFFOLDS:
+            raise ValueError(f"unknown scaffold {v!r} (one of {', '.join(SCAFFOLDS)})")
+        return v

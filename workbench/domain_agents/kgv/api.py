@@ -1,0 +1,297 @@
+"""The KGV job: closed-book, single-turn RAG, the agent, the teacher's trajectories, the LoRA
+student, and one report comparing them with intervals (by seen vs long-tail predicates)."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from workbench.agents.export import sft_examples
+from workbench.agents.loop import (
+    AgentSetup,
+    Budget,
+    FreePolicy,
+    GuidedPolicy,
+    run_agents,
+    scaffold,
+)
+from workbench.agents.records import AgentTrajectory
+from workbench.domain_agents.kgv.metrics import prediction, route
+from workbench.domain_agents.kgv.pack import KGClaim, KgvAgent, load_claims
+from workbench.errors import WorkbenchError
+from workbench.io import atomic_write_text, read_jsonl, write_jsonl
+from workbench.models.base import GenerationParams
+
+BASELINES = ("closed_book", "rag", "agent")
+
+
+def load_data(folder: str | Path) -> tuple[list[KGClaim], list[Any]]:
+    from workbench.records import Section
+
+    folder = Path(folder)
+    for name in ("claims.jsonl", "documents.jsonl"):
+        if not (folder / name).is_file():
+            raise WorkbenchError(f"{folder}: no {name} (agent.data must be a KGV data folder; "
+                                 "build one with python -m workbench.domain_agents.kgv.data)")
+    return load_claims(folder / "claims.jsonl"), read_jsonl(folder / "documents.jsonl",
+                                                            Section.model_validate)
+
+
+def select(claims: list[KGClaim], part: str, limit: int | None, seed: int) -> list[KGClaim]:
+    """Claims of one part, round-robin over (split, label) groups so a limit stays balanced."""
+    groups: dict[tuple[str, str], list[KGClaim]] = defaultdict(list)
+    for c in claims:
+        if c.part == part:
+            groups[(c.split, c.label)].append(c)
+    rng = random.Random(seed)
+    for g in groups.values():
+        rng.shuffle(g)
+    out: list[KGClaim] = []
+    keys = sorted(groups)
+    while any(groups[k] for k in keys) and (limit is None or len(out) < limit):
+        for k in keys:
+            if groups[k] and (limit is None or len(out) < limit):
+                out.append(groups[k].pop())
+    return out
+
+
+def make_agent(cfg, folder: Path, log=print) -> KgvAgent:
+    from workbench.domains import load_pack
+    from workbench.registry import provider
+
+    ac = cfg.agent
+    _, docs = load_data(ac.data)
+    searcher = provider("searcher")(docs, folder / "index", ac.retriever, log=log)
+    return KgvAgent(load_pack(ac.pack), searcher, k=ac.search_k)
+
+
+def make_setup(agent: KgvAgent, ac, condition: str, *, policy: str | None = None,
+               temperature: float = 0.0, seed: int = 0) -> AgentSetup:
+    pack = agent.pack
+    box = agent.toolbox()
+    common = {"toolbox": box, "system": pack.agent.system, "pack": pack.name,
+              "prompt_version": pack.prompt_version, "errors": ac.errors,
+              "parse_final": agent.parse_final}
+
+    def guided(propose):
+        return GuidedPolicy(propose, temperature=temperature, seed=seed,
+                            calibrate=ac.calibrate, final_names=box.final_names)
+
+    if condition == "closed_book":
+        return AgentSetup(policy=guided(agent.propose_closed_book),
+                          budget=Budget(max_steps=1, max_tool_calls=0), **common)
+    if condition == "rag":
+        return AgentSetup(policy=guided(agent.propose_rag),
+                          budget=Budget(max_steps=3, max_tool_calls=1), **common)
+    kind = policy or ac.policy
+    pol = guided(agent.propose) if kind == "guided" \
+        else FreePolicy(GenerationParams(max_tokens=120, temperature=temperature, seed=seed))
+    return AgentSetup(policy=pol, budget=ac.budget, scaffold=scaffold(ac.scaffold), **common)
+
+
+def run_condition(model, claims: list[KGClaim], agent: KgvAgent, setup: AgentSetup,
+                  path: Path, *, chunk: int, log=print, desc: str = "agent"
+                  ) -> list[AgentTrajectory]:
+    """Run the claims not yet in `path`, a chunk at a time, rewriting `path` after each
+    chunk: a killed run re-run finishes the rest."""
+    done = {t.task_id: t for t in read_jsonl(path, AgentTrajectory.model_validate)} \
+        if path.exists() else {}
+    todo = [c for c in claims if c.id not in done]
+    if done:
+        log(f"{path.name}: {len(done)} done, {len(todo)} to run")
+    timing = path.with_suffix(".timing.json")
+    wall = json.loads(timing.read_text()) if timing.exists() and done else \
+        {"seconds": 0.0, "claims": 0}
+    for lo in range(0, len(todo), chunk):
+        part = todo[lo:lo + chunk]
+        t0 = time.perf_counter()
+        for t in run_agents(model, [agent.task(c) for c in part], setup, desc=desc):
+            done[t.task_id] = t
+        write_jsonl(path, [done[c.id] for c in claims if c.id in done])
+        wall = {"seconds": round(wall["seconds"] + time.perf_counter() - t0, 2),
+                "claims": wall["claims"] + len(part)}
+        atomic_write_text(timing, json.dumps(wall) + "\n")
+    return [done[c.id] for c in claims]
+
+
+def _cap(kept: list[AgentTrajectory], key, share: float) -> list[AgentTrajectory]:
+    """Cut the majority group (by `key`) to `share` of the result, when there are two."""
+    groups: dict[str, list[AgentTrajectory]] = defaultdict(list)
+    for t in kept:
+        groups[key(t)].append(t)
+    if len(groups) == 2 and share < 1:
+        major, minor = sorted(groups, key=lambda g: -len(groups[g]))
+        cap = int(share * len(groups[minor]) / (1 - share))
+        groups[major] = groups[major][:max(cap, 1)]
+    return sorted((t for ts in groups.values() for t in ts), key=lambda t: t.task_id)
+
+
+def choose_teacher(trajs: list[AgentTrajectory], max_route_share: float
+                   ) -> list[AgentTrajectory]:
+    """Per claim the correct run with the fewest searches; then the majority route, and the
+    majority verdict, are each cut to `max_route_share` of what is kept (so the student
+    learns neither "always search" nor "always SUPPORTED")."""
+    best: dict[str, AgentTrajectory] = {}
+    for t in trajs:
+        if not t.ok or t.errors or prediction(t) != t.metadata["claim"]["label"]:
+            continue
+        cur = best.get(t.task_id)
+        if cur is None or t.calls_to("search") < cur.calls_to("search"):
+            best[t.task_id] = t
+    kept = sorted(best.values(), key=lambda t: t.task_id)
+    kept = _cap(kept, route, max_route_share)
+    return _cap(kept, prediction, max_route_share)
+
+
+def _open(cfg, spec_model=None, adapter: Path | None = None):
+    from workbench.models.factory import open_chat_model
+
+    mc = spec_model or cfg.models.chat
+    if adapter is not None:
+        mc = mc.model_copy(update={"options": {**mc.options, "adapter": str(adapter)}})
+    return open_chat_model(mc, cfg)
+
+
+def evaluate(cfg, ctx):
+    from workbench.registry import PipelineResult
+    from workbench.runs import file_hash
+
+    ac = cfg.agent
+    out = ctx.layout.folder("agent")
+    (out / "trajectories").mkdir(parents=True, exist_ok=True)
+    claims, _ = load_data(ac.data)
+    dev = select(claims, "dev", ac.dev_limit, cfg.seed)
+    train = select(claims, "train", ac.train_limit, cfg.seed)
+    agent = make_agent(cfg, out, log=ctx.log)
+    pack_key = (agent.pack.prompt_version, agent.pack.agent.model_dump(mode="json"))
+    data_key = (file_hash(Path(ac.data) / "claims.jsonl"),
+                file_hash(Path(ac.data) / "documents.jsonl"), ac.retriever, ac.search_k)
+    model_key = cfg.models.chat.model_dump(mode="json")
+    stages = ctx.stages("agent")
+    results: dict[str, list[AgentTrajectory]] = {}
+    model = None
+
+    def base_model():
+        nonlocal model
+        model = model or _open(cfg)
+        return model
+
+    for cond in (c for c in BASELINES if c in ac.conditions):
+        path = out / "trajectories" / f"{cond}.jsonl"
+        setup = make_setup(agent, ac, cond)
+        key = (data_key, pack_key, model_key, [c.id for c in dev], cond,
+               ac.model_dump(mode="json", include={"policy", "scaffold", "budget", "errors"})
+               if cond == "agent" else None)
+        stages.run(cond, key, lambda p=path, s=setup, c=cond: {"n": len(run_condition(
+            base_model(), dev, agent, s, p, chunk=ac.chunk, log=ctx.log, desc=c))})
+        results[cond] = read_jsonl(path, AgentTrajectory.model_validate)
+
+    teacher_info: dict[str, Any] = {}
+    if "agent_sft" in ac.conditions:
+        t = ac.teacher
+        tpath, spath = out / "teacher.jsonl", out / "sft.messages.jsonl"
+
+        def teach() -> dict[str, Any]:
+            tmodel = _open(cfg, t.model) if t.model else base_model()
+            allruns: list[AgentTrajectory] = []
+            for i in range(t.samples):
+                setup = make_setup(agent, ac, "agent", policy=t.policy,
+                                   temperature=t.temperature, seed=cfg.seed + i)
+                runs = run_condition(tmodel, train, agent, setup,
+                                     out / "trajectories" / f"teacher.{i}.jsonl",
+                                     chunk=ac.chunk, log=ctx.log, desc=f"teacher {i + 1}")
+                allruns += [r.model_copy(update={"id": f"{r.id}:s{i}"}) for r in runs]
+            write_jsonl(tpath, allruns)
+            kept = choose_teacher(allruns, t.max_route_share)
+            examples = sft_examples(kept)
+            if not examples:
+                raise WorkbenchError("the teacher got no training claim right: nothing to "
+                                     "train the student on (more samples, or a stronger "
+                                     "teacher in agent.teacher.model)")
+            write_jsonl(spath, examples)
+            return {"runs": len(allruns), "kept": len(examples),
+                    "routes": {r: sum(route(k) == r for k in kept)
+                               for r in ("parametric", "search")}}
+
+        rec, _ = stages.run("teacher", (data_key, pack_key, model_key, [c.id for c in train],
+                                        t.model_dump(mode="json"),
+                                        ac.model_dump(mode="json", include={
+                                            "policy", "scaffold", "budget", "errors"})), teach)
+        teacher_info = dict(rec.info or {})
+        adapter = out / "student"
+
+        def student() -> dict[str, Any]:
+            from workbench.train.config import TrainConfig
+            from workbench.train.recipe import train as train_lora
+
+            s = ac.student
+            tc = TrainConfig(data=str(spath), max_steps=s.max_steps, batch_size=s.batch_size,
+                             learning_rate=s.learning_rate, max_length=s.max_length,
+                             lora=s.lora, eval_fraction=0.0)
+            r = train_lora(tc, model_spec=cfg.models.chat.spec, output=adapter,
+                           seed=cfg.seed, log=ctx.log)
+            losses = [m["loss"] for m in r.metrics if "loss" in m]
+            return {"steps": r.steps, "first_loss": losses[0] if losses else None,
+                    "last_loss": losses[-1] if losses else None}
+
+        rec, _ = stages.run("student", (file_hash(spath), ac.student.model_dump(mode="json"),
+                                        model_key, cfg.seed), student)
+        teacher_info["student"] = dict(rec.info or {})
+        path = out / "trajectories" / "agent_sft.jsonl"
+        stages.run("agent_sft", (data_key, pack_key, model_key, [c.id for c in dev],
+                                 file_hash(adapter / "adapter_model.safetensors"),
+                                 ac.model_dump(mode="json", include={
+                                     "policy", "scaffold", "budget", "errors"})),
+                   lambda: {"n": len(run_condition(
+                       _open(cfg, adapter=adapter), dev, agent, make_setup(agent, ac, "agent"),
+                       path, chunk=ac.chunk, log=ctx.log, desc="agent_sft"))})
+        results["agent_sft"] = read_jsonl(path, AgentTrajectory.model_validate)
+
+    from workbench.domain_agents.kgv.report import write_report
+
+    report = write_report(out, results, teacher_info, dev=len(dev), train=len(train),
+                          model=cfg.models.chat.spec, searches=agent.searches)
+    best = {c: r["all"]["macro_f1"] for c, r in report["conditions"].items()}
+    line = ", ".join(f"{c} {100 * v:.0f}" for c, v in best.items())
+    return PipelineResult(
+        pipeline="agent", run_dir=str(ctx.layout.root),
+        outputs={"report": str(out / "report.md"), "report_json": str(out / "report.json"),
+                 **{c: str(out / "trajectories" / f"{c}.jsonl") for c in results}},
+        figures={f"{c}_macro_f1": round(v, 4) for c, v in best.items()},
+        message=f"{out / 'report.md'}: macro-F1 on {len(dev)} dev claims: {line}")
+
+
+def parse_input(text: str, claims: dict[str, KGClaim]) -> KGClaim:
+    """A claim id from the data, or `subject | predicate | object`."""
+    if text in claims:
+        return claims[text]
+    parts = [p.strip() for p in text.split("|")]
+    if len(parts) != 3 or not all(parts):
+        raise WorkbenchError(f"{text!r}: give a claim id (e.g. kgv-0002) or 'subject | "
+                             "predicate | object'")
+    return KGClaim.model_validate({"id": "input-" + "-".join(parts)[:40],
+                                   "subject": {"id": "s", "label": parts[0]},
+                                   "predicate": parts[1],
+                                   "object": {"id": "o", "label": parts[2]},
+                                   "label": "SUPPORTED"})
+
+
+def run_inputs(cfg, inputs: list[str], log=print) -> list[AgentTrajectory]:
+    """Run the agent on a few claims (ids or triples) and return the trajectories."""
+    from workbench.runs import RunLayout
+
+    claims, _ = load_data(cfg.agent.data)
+    by_id = {c.id: c for c in claims}
+    todo = [parse_input(x, by_id) for x in inputs]
+    folder = RunLayout.of(cfg).folder("agent")
+    agent = make_agent(cfg, folder, log=log)
+    return run_agents(_open(cfg), [agent.task(c) for c in todo],
+                      make_setup(agent, cfg.agent, "agent"))
+
+
+def dump(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")

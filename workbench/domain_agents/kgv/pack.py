@@ -1,0 +1,216 @@
+"""The KG fact-verification agent (AgentKGV's loop on our runtime): claims, the search and
+answer tools over our retrievers, query rewriting, and the calls a guided policy chooses
+among.
+
+Routing is the first choice the agent makes: answering at once (the parametric route) or
+searching. Rewriting proposes, in order, the verbalised triple, the subject alone (an
+entity-centric query), the triple under the subject's or object's aliases (alias expansion),
+the object alone, and the predicate's paraphrases; each query is offered once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+from workbench.agents.loop import AgentState, AgentTask
+from workbench.agents.tools import Tool, Toolbox, ToolError
+from workbench.domains import DomainPack
+from workbench.errors import ConfigError
+from workbench.records import Record, ToolCall
+
+LABELS = ("SUPPORTED", "REFUTED")
+
+
+class Entity(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: StrictStr
+    label: StrictStr
+    aliases: list[StrictStr] = Field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return [self.label, *self.aliases]
+
+
+class KGClaim(Record):
+    """One triple to verify, with its gold verdict and where the deciding fact is stated."""
+
+    id: StrictStr
+    subject: Entity
+    predicate: StrictStr
+    object: Entity
+    label: Literal["SUPPORTED", "REFUTED"]
+    split: Literal["seen", "longtail"] = "seen"
+    part: Literal["train", "dev"] = "dev"
+    evidence: list[StrictStr] = Field(default_factory=list)
+
+
+class Wording(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    verbal: str
+    paraphrases: list[str] = Field(default_factory=list)
+
+
+class KgvSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    claim_prompt: str = "Is this statement true? {claim}"
+    predicates: dict[str, Wording]
+
+
+def settings(pack: DomainPack) -> KgvSettings:
+    try:
+        return KgvSettings.model_validate(pack.agent.settings)
+    except ValueError as e:
+        raise ConfigError([f"agent.settings: {str(e).splitlines()[0]}"],
+                          source=f"domain pack {pack.name}") from None
+
+
+def load_claims(path: str | Path) -> list[KGClaim]:
+    from workbench.io import read_jsonl
+
+    return read_jsonl(path, KGClaim.model_validate)
+
+
+def verbalise(claim: KGClaim, wording: Wording, s: str | None = None, o: str | None = None,
+              template: str | None = None) -> str:
+    text = (template or wording.verbal).format(s=s or claim.subject.label,
+                                               o=o or claim.object.label)
+    return text[0].upper() + text[1:] + "."
+
+
+def _mentions(text: str, names: list[str]) -> bool:
+    low = text.lower()
+    return any(re.search(r"(?<![a-z])" + re.escape(n.lower()) + r"(?![a-z])", low)
+               for n in names if n)
+
+
+class KgvAgent:
+    """Tools, tasks and proposals for one pack over one searcher (the registry's `searcher`
+    service: `searcher(queries, k) -> hits`)."""
+
+    def __init__(self, pack: DomainPack, searcher: Callable[..., list[list[Any]]], *,
+                 k: int = 3, snippet_chars: int = 260, proposals: int = 2):
+        self.pack, self.searcher, self.k = pack, searcher, k
+        self.settings = settings(pack)
+        self.snippet_chars, self.proposals = snippet_chars, proposals
+        self.searches = 0
+
+    # --- tools ------------------------------------------------------------------------------
+
+    def _search(self, query: str, k: int | None = None) -> dict[str, Any]:
+        self.searches += 1
+        hits = self.searcher([query], min(k or self.k, 5))[0]
+        return {"hits": [{"id": h.doc_id, "text": h.text} for h in hits]}
+
+    def format_hits(self, value: dict[str, Any]) -> str:
+        lines = [f"[{h['id']}] {' '.join(h['text'].split())[:self.snippet_chars]}"
+                 for h in value["hits"]]
+        return "\n".join(lines) or "(no entries found)"
+
+    def toolbox(self) -> Toolbox:
+        decl = self.pack.agent
+
+        def search(query: str, k: int | None = None) -> _Hits:
+            if not query.strip():
+                raise ToolError("the query is empty")
+            return _Hits(self._search(query, k), self)
+
+        def answer(label: str, evidence: list[str] | None = None) -> dict[str, Any]:
+            return {"label": label, "evidence": evidence or []}
+
+        s, a = decl.tool("search"), decl.tool("answer")
+        return Toolbox([Tool(s.name, s.description, s.parameters, search),
+                        Tool(a.name, a.description, a.parameters, answer, final=True)])
+
+    # --- tasks ------------------------------------------------------------------------------
+
+    def wording(self, claim: KGClaim) -> Wording:
+        if claim.predicate not in self.settings.predicates:
+            raise ConfigError([(f"agent.settings.predicates: no wording for predicate "
+                                f"{claim.predicate!r} (claim {claim.id})")],
+                              source=f"domain pack {self.pack.name}")
+        return self.settings.predicates[claim.predicate]
+
+    def task(self, claim: KGClaim) -> AgentTask:
+        text = verbalise(claim, self.wording(claim))
+        return AgentTask(id=claim.id, prompt=self.settings.claim_prompt.format(claim=text),
+                         metadata={"claim": claim.model_dump(mode="json"), "verbal": text})
+
+    def queries(self, claim: KGClaim) -> list[str]:
+        """The rewrites in the order they are offered."""
+        w = self.wording(claim)
+        out = [verbalise(claim, w), claim.subject.label]
+        out += [verbalise(claim, w, s=a) for a in claim.subject.aliases[:2]]
+        out += [verbalise(claim, w, o=a) for a in claim.object.aliases[:1]]
+        out.append(claim.object.label)
+        out += [verbalise(claim, w, template=p) for p in w.paraphrases]
+        seen, uniq = set(), []
+        for q in out:
+            if q.lower() not in seen:
+                seen.add(q.lower())
+                uniq.append(q)
+        return uniq
+
+    @staticmethod
+    def claim_of(state: AgentState) -> KGClaim:
+        return KGClaim.model_validate(state.task.metadata["claim"])
+
+    def evidence(self, state: AgentState, claim: KGClaim) -> list[str]:
+        """Entries seen so far that name the subject (or else the object), best first."""
+        found: list[str] = []
+        for names in (claim.subject.names, claim.object.names):
+            for _, _, value in state.observations:
+                for h in value.data["hits"]:
+                    if h["id"] not in found and _mentions(h["text"], names):
+                        found.append(h["id"])
+            if found:
+                break
+        return found[:2]
+
+    def answers(self, state: AgentState, claim: KGClaim) -> list[ToolCall]:
+        ev = self.evidence(state, claim)
+        return [ToolCall.make("answer", {"label": lab, "evidence": ev}) for lab in LABELS]
+
+    def propose(self, state: AgentState, allowed: list[str]) -> list[ToolCall]:
+        """The agent: answer now (with what it has read) or run one of the next rewrites."""
+        claim = self.claim_of(state)
+        out = self.answers(state, claim)
+        if "search" in allowed:
+            tried = {a["query"].lower() for a in state.calls_made("search")}
+            todo = [q for q in self.queries(claim) if q.lower() not in tried]
+            out += [ToolCall.make("search", {"query": q}) for q in todo[:self.proposals]]
+        return out
+
+    def propose_rag(self, state: AgentState, allowed: list[str]) -> list[ToolCall]:
+        """Single-turn RAG: one search for the verbalised triple, then the verdict."""
+        claim = self.claim_of(state)
+        if not state.calls_made("search") and "search" in allowed:
+            return [ToolCall.make("search", {"query": self.queries(claim)[0]})]
+        return self.answers(state, claim)
+
+    def propose_closed_book(self, state: AgentState, allowed: list[str]) -> list[ToolCall]:
+        return self.answers(state, self.claim_of(state))
+
+    @staticmethod
+    def parse_final(text: str) -> dict[str, Any] | None:
+        """A verdict written as text (free policy): exactly one of the labels."""
+        found = {lab for lab in LABELS if re.search(rf"\b{lab}\b", text.upper())}
+        if len(found) == 1:
+            return {"label": found.pop(), "evidence": re.findall(r"wn-[nv]\d{8}", text)[:3]}
+        return None
+
+
+class _Hits(str):
+    """A search result: the text the model reads, with the hits kept alongside."""
+
+    data: dict[str, Any]
+
+    def __new__(cls, data: dict[str, Any], agent: KgvAgent):
+        obj = super().__new__(cls, agent.format_hits(data))
+        obj.data = data
+        return obj

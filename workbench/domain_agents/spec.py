@@ -1,0 +1,31 @@
+"""The domain-agent pipeline as the registry sees it: `workbench agent run|eval PACK CONFIG`."""
+
+from workbench.registry import Artifact, Pipeline, Stage
+
+_T = "trajectories/{}.jsonl"
+
+PIPELINE = Pipeline(
+    name="agent",
+    help="Domain agents on one loop (KG fact verification): baselines, the agent, teacher "
+         "trajectories, a LoRA student, one report with intervals.",
+    config="workbench.domain_agents.config:AgentConfig",
+    run="workbench.domain_agents.api:run",
+    stages=(
+        Stage("closed_book", help="the verdict without retrieval",
+              outputs=(Artifact("closed_book", _T.format("closed_book"), "AgentTrajectory"),)),
+        Stage("rag", help="single-turn RAG: one search for the verbalised triple",
+              outputs=(Artifact("rag", _T.format("rag"), "AgentTrajectory"),)),
+        Stage("agent", help="the agent: routing, query rewriting, verdict with evidence",
+              outputs=(Artifact("agent", _T.format("agent"), "AgentTrajectory"),)),
+        Stage("teacher", help="sampled teacher runs on training claims; correct, fewest "
+                              "searches, routes balanced -> SFT",
+              outputs=(Artifact("teacher", "teacher.jsonl", "AgentTrajectory"),
+                       Artifact("sft", "sft.messages.jsonl", "ChatExample"))),
+        Stage("student", help="LoRA on the teacher's trajectories (turn-level SFT)",
+              outputs=(Artifact("adapter", "student/adapter_config.json"),)),
+        Stage("agent_sft", help="the agent on the student model",
+              outputs=(Artifact("agent_sft", _T.format("agent_sft"), "AgentTrajectory"),)),
+    ),
+    cli="workbench.domain_agents.cli:register",
+    order=65,
+)
