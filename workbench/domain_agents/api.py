@@ -12,7 +12,19 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 
-PACKS = {"kgv": "workbench.domain_agents.kgv.api"}
+PACKS = {"kgv": "workbench.domain_agents.kgv.api", "rf": "workbench.domain_agents.rf.api"}
+
+
+def conditions(ac, known: tuple[str, ...]) -> list[str]:
+    """The configured conditions, checked against what the pack knows (default: all)."""
+    from workbench.errors import ConfigError
+
+    wanted = list(ac.conditions or known)
+    bad = [c for c in wanted if c not in known]
+    if bad:
+        raise ConfigError([f"agent.conditions: {', '.join(map(repr, bad))} not known to pack "
+                           f"{ac.pack!r} (known: {', '.join(known)})"])
+    return wanted
 
 
 def pack_module(name: str) -> Any:

@@ -47,8 +47,9 @@ class AgentConfig(Section):
         "calibration: removes a small model's fixed preference for one verdict)."))
     budget: Budget = Field(default_factory=lambda: Budget(max_steps=5, max_tool_calls=3))
     errors: ErrorPolicy = Field(default_factory=ErrorPolicy)
-    conditions: list[Literal["closed_book", "rag", "agent", "agent_sft"]] = Field(
-        default_factory=lambda: ["closed_book", "rag", "agent", "agent_sft"])
+    conditions: list[str] | None = Field(None, description=(
+        "What to compare; default: all the pack has (kgv: closed_book, rag, agent, "
+        "agent_sft; rf: alone, rag, tools)."))
     dev_limit: int | None = Field(60, ge=1, description="Dev claims evaluated (balanced over "
                                                         "split and label); None: all.")
     train_limit: int | None = Field(60, ge=1, description="Training claims for the teacher.")

@@ -27,6 +27,7 @@ from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
 
 BASELINES = ("closed_book", "rag", "agent")
+CONDITIONS = (*BASELINES, "agent_sft")
 
 
 def load_data(folder: str | Path) -> tuple[list[KGClaim], list[Any]]:
@@ -160,7 +161,10 @@ def evaluate(cfg, ctx):
     from workbench.registry import PipelineResult
     from workbench.runs import file_hash
 
+    from workbench.domain_agents.api import conditions
+
     ac = cfg.agent
+    wanted = conditions(ac, CONDITIONS)
     out = ctx.layout.folder("agent")
     (out / "trajectories").mkdir(parents=True, exist_ok=True)
     claims, _ = load_data(ac.data)
@@ -180,7 +184,7 @@ def evaluate(cfg, ctx):
         model = model or _open(cfg)
         return model
 
-    for cond in (c for c in BASELINES if c in ac.conditions):
+    for cond in (c for c in BASELINES if c in wanted):
         path = out / "trajectories" / f"{cond}.jsonl"
         setup = make_setup(agent, ac, cond)
         key = (data_key, pack_key, model_key, [c.id for c in dev], cond,
@@ -191,7 +195,7 @@ def evaluate(cfg, ctx):
         results[cond] = read_jsonl(path, AgentTrajectory.model_validate)
 
     teacher_info: dict[str, Any] = {}
-    if "agent_sft" in ac.conditions:
+    if "agent_sft" in wanted:
         t = ac.teacher
         tpath, spath = out / "teacher.jsonl", out / "sft.messages.jsonl"
 

@@ -1,0 +1,281 @@
+"""The RF design job: the model alone, with RAG over the RF corpus, and with the calculator
+tools, on the numeric design benchmark; one report with intervals and paired tests.
+
+With tools the agent's guided policy chooses among calls the pack proposes: every way the
+question's quantities fit a calculator's unit-typed arguments (two impedances: both orders;
+a frequency only where a frequency goes), then, after the result, which of its fields is the
+answer. The free policy lets a capable model write the calls itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from workbench.agents.loop import (
+    AgentSetup,
+    AgentState,
+    AgentTask,
+    Budget,
+    FreePolicy,
+    GuidedPolicy,
+    run_agents,
+)
+from workbench.agents.records import AgentTrajectory
+from workbench.agents.tools import Toolbox, ToolError
+from workbench.domain_agents.rf import tools as T
+from workbench.domain_agents.rf.bench import DesignItem, correct
+from workbench.errors import WorkbenchError
+from workbench.io import atomic_write_text, read_jsonl, write_jsonl
+from workbench.models.base import GenerationParams
+from workbench.records import ToolCall
+
+CONDITIONS = ("alone", "rag", "tools")
+SYSTEM = ("You are an RF design engineer. Answer with the number only, in the unit the "
+          "question asks for.")
+# calculator -> [(argument, kind, required)]; kinds are tools.quantity dimensions or "number"
+SLOTS: dict[str, list[tuple[str, str, bool]]] = {
+    "reflection": [("load", "impedance", True), ("z0", "impedance", True)],
+    "quarter_wave": [("load", "impedance", True), ("z0", "impedance", True),
+                     ("frequency", "frequency", True)],
+    "l_match": [("source", "impedance", True), ("load", "impedance", True),
+                ("frequency", "frequency", True)],
+    "link_budget": [("tx_power", "power_dbm", False), ("frequency", "frequency", True),
+                    ("distance", "length", True), ("tx_gain", "gain_dbi", False),
+                    ("rx_gain", "gain_dbi", False)],
+    "coax_impedance": [("d_inner", "length", True), ("d_outer", "length", True),
+                       ("er", "number", False)],
+    "microstrip_impedance": [("width", "length", True), ("height", "length", True),
+                             ("er", "number", True)],
+    "vswr_to_gamma": [("vswr", "number", True)],
+}
+DEFAULTS = {("link_budget", "tx_power"): "0 dBm"}  # path loss alone: any transmit power
+_QTY = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*(ohms?|[pnumkMG]?Hz|[kcmu]?m|dBm|dBi|dB)?"
+                  r"(?![\w])")
+_NUM = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def quantities(question: str) -> list[tuple[str, str]]:
+    """(text, kind) of each number in the question, in order ("75 ohm", "impedance")."""
+    out = []
+    for m in _QTY.finditer(question):
+        text = m.group(0).strip()
+        if not m.group(2):
+            out.append((m.group(1), "number"))
+            continue
+        for kind in ("impedance", "frequency", "length", "power_dbm", "gain_dbi", "ratio_db"):
+            try:
+                T.quantity(text, kind, "q")
+            except ToolError:
+                continue
+            out.append((text, kind))
+            break
+    return out
+
+
+def bindings(question: str, cap: int = 4) -> list[ToolCall]:
+    """Every calculator call the question's quantities fit (at most `cap` per calculator)."""
+    qs = quantities(question)
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for text, kind in qs:
+        by_kind[kind].append(text)
+    calls: list[ToolCall] = []
+    for name, slots in SLOTS.items():
+        need = Counter(k for _, k, req in slots if req)
+        if any(len(by_kind[k]) < n for k, n in need.items()):
+            continue
+        kinds = sorted({k for _, k, _ in slots})
+        options = [list(itertools.permutations(by_kind[k], min(len(by_kind[k]), sum(
+            1 for _, kk, _ in slots if kk == k)))) or [()] for k in kinds]
+        made = 0
+        for combo in itertools.product(*options):
+            pools = {k: list(p) for k, p in zip(kinds, combo, strict=True)}
+            args = {}
+            for arg, kind, _ in slots:
+                if pools[kind]:
+                    v = pools[kind].pop(0)
+                    args[arg] = float(v) if kind == "number" else v
+                elif (name, arg) in DEFAULTS:
+                    args[arg] = DEFAULTS[(name, arg)]
+            calls.append(ToolCall.make(name, args))
+            made += 1
+            if made >= cap:
+                break
+    dbs = by_kind["ratio_db"]
+    if len(dbs) >= 2 and len(dbs) % 2 == 0:  # cascaded stages: (gain, nf) pairs, or (nf, gain)
+        for g, n in ((0, 1), (1, 0)):
+            stages = [{"gain": dbs[i + g], "nf": dbs[i + n]} for i in range(0, len(dbs), 2)]
+            calls.append(ToolCall.make("cascade_noise_figure", {"stages": stages}))
+    return calls
+
+
+def toolbox() -> Toolbox:
+    return Toolbox([*T.CALCULATORS, T.ANSWER])
+
+
+def propose(state: AgentState, allowed: list[str]) -> list[ToolCall]:
+    """Before a result: the calculator bindings; after one: its fields as answers."""
+    if state.observations:
+        _, _, value = state.observations[-1]
+        data = json.loads(value) if isinstance(value, str) else value
+        return [ToolCall.make("answer", {"quantity": k, "value": v}) for k, v in data.items()
+                if isinstance(v, (int, float)) and math.isfinite(v)]
+    calls = [c for c in bindings(state.task.prompt) if c.function.name in allowed]
+    return calls or [ToolCall.make("answer", {"quantity": "unknown", "value": 0})]
+
+
+def parse_number(text: str) -> float | None:
+    m = _NUM.search(text.replace(",", ""))
+    return float(m.group(0)) if m else None
+
+
+def load_items(folder: str | Path) -> list[DesignItem]:
+    path = Path(folder) / "design.jsonl"
+    if not path.is_file():
+        raise WorkbenchError(f"{path}: no design benchmark (agent.data for the rf pack is a "
+                             "folder holding design.jsonl; build it with python -m "
+                             "workbench.domain_agents.rf.bench)")
+    return read_jsonl(path, DesignItem.model_validate)
+
+
+def _direct(model, items: list[DesignItem], contexts: list[str] | None) -> list[dict]:
+    convs = []
+    for i, it in enumerate(items):
+        user = it.question if contexts is None else \
+            f"Reference:\n{contexts[i]}\n\nQuestion: {it.question}"
+        convs.append([{"role": "system", "content": SYSTEM},
+                      {"role": "user", "content": user}])
+    gens = model.generate(convs, GenerationParams(max_tokens=24))
+    return [{"id": it.id, "family": it.family, "text": g.text,
+             "prediction": parse_number(g.text), "tool_calls": 0, "errors": int(not g.ok)}
+            for it, g in zip(items, gens, strict=True)]
+
+
+def _with_tools(model, items: list[DesignItem], ac) -> list[dict]:
+    box = toolbox()
+    pol = GuidedPolicy(propose, final_names=box.final_names) if ac.policy == "guided" else \
+        FreePolicy(GenerationParams(max_tokens=160))
+    setup = AgentSetup(toolbox=box, system=SYSTEM.replace("Answer with the number only",
+                                                          "Use a calculator, then answer"),
+                       policy=pol, budget=Budget(max_steps=4, max_tool_calls=2),
+                       errors=ac.errors, pack="rf",
+                       parse_final=lambda t: {"value": v} if (v := parse_number(t)) is not None
+                       else None)
+    trajs = run_agents(model, [AgentTask(it.id, it.question) for it in items], setup,
+                       desc="rf tools")
+    return [{"id": it.id, "family": it.family, "prediction": (t.final or {}).get("value"),
+             "tool": next((s.tool for s in t.steps if s.kind == "tool_call" and not s.error),
+                          None), "tool_calls": t.tool_calls, "errors": t.errors,
+             "trajectory": t.model_dump(mode="json")} for it, t in zip(items, trajs,
+                                                                       strict=True)]
+
+
+def evaluate(cfg, ctx):
+    from workbench.corpus import load_sections
+    from workbench.domain_agents.api import conditions
+    from workbench.models.factory import open_chat_model
+    from workbench.registry import PipelineResult, provider
+    from workbench.runs import file_hash
+
+    ac = cfg.agent
+    wanted = conditions(ac, CONDITIONS)
+    items = load_items(ac.data)[:ac.dev_limit] if ac.dev_limit else load_items(ac.data)
+    out = ctx.layout.folder("agent")
+    out.mkdir(parents=True, exist_ok=True)
+    model = open_chat_model(cfg.models.chat, cfg)
+    key = (file_hash(Path(ac.data) / "design.jsonl"), cfg.models.chat.model_dump(mode="json"),
+           ac.policy, ac.retriever, ac.search_k)
+    results: dict[str, list[dict]] = {}
+    seconds: dict[str, float] = {}
+    for cond in wanted:
+        path = out / f"rf_{cond}.jsonl"
+
+        def go(cond=cond, path=path) -> dict[str, Any]:
+            t0 = time.perf_counter()
+            if cond == "tools":
+                rows = _with_tools(model, items, ac)
+            else:
+                contexts = None
+                if cond == "rag":
+                    sections, _ = load_sections(corpus_dir(cfg))
+                    search = provider("searcher")(sections, out / "rf_index", ac.retriever,
+                                                  log=ctx.log)
+                    hits = search([it.question for it in items], ac.search_k)
+                    contexts = ["\n\n".join(h.text for h in hs) for hs in hits]
+                rows = _direct(model, items, contexts)
+            write_jsonl(path, rows)
+            return {"seconds": round(time.perf_counter() - t0, 2)}
+
+        rec, _ = ctx.stages("agent").run(f"rf_{cond}", (key, cond, [i.id for i in items]), go)
+        seconds[cond] = (rec.info or {}).get("seconds", rec.seconds)
+        results[cond] = read_jsonl(path)
+    report = rf_report(out, items, results, seconds, model=cfg.models.chat.spec)
+    acc = {c: r["accuracy"] for c, r in report["conditions"].items()}
+    return PipelineResult(
+        pipeline="agent", run_dir=str(ctx.layout.root),
+        outputs={"report": str(out / "rf_report.md")},
+        figures={f"{c}_accuracy": round(v, 4) for c, v in acc.items()},
+        message=f"{out / 'rf_report.md'}: accuracy within {100 * items[0].tolerance:.0f}% on "
+                f"{len(items)} design items: " + ", ".join(f"{c} {100 * v:.0f}%"
+                                                          for c, v in acc.items()))
+
+
+def corpus_dir(cfg) -> str:
+    return cfg.corpus  # the experiment's corpus (default: the shipped RF chapters)
+
+
+def rf_report(out: Path, items: list[DesignItem], results: dict[str, list[dict]],
+              seconds: dict[str, float], *, model: str) -> dict[str, Any]:
+    from workbench.evaluate.stats import mcnemar_exact, wilson_interval
+
+    by_id = {i.id: i for i in items}
+    conds: dict[str, Any] = {}
+    ok: dict[str, list[bool]] = {}
+    for c, rows in results.items():
+        ok[c] = [correct(r["prediction"], by_id[r["id"]]) for r in rows]
+        k, n = sum(ok[c]), len(rows)
+        fams: dict[str, list[bool]] = defaultdict(list)
+        for r, good in zip(rows, ok[c], strict=True):
+            fams[r["family"]].append(good)
+        conds[c] = {"n": n, "accuracy": k / n if n else 0.0,
+                    "accuracy_ci95": list(wilson_interval(k, n)),
+                    "answered": sum(r["prediction"] is not None for r in rows),
+                    "tool_calls_mean": sum(r["tool_calls"] for r in rows) / max(n, 1),
+                    "errors": sum(r["errors"] for r in rows),
+                    "seconds_per_item": seconds.get(c, 0.0) / max(n, 1),
+                    "by_family": {f: f"{sum(v)}/{len(v)}" for f, v in sorted(fams.items())}}
+        if c == "tools":
+            conds[c]["tool_chosen"] = dict(Counter(r.get("tool") for r in rows))
+            conds[c]["right_tool"] = sum(r.get("tool") == by_id[r["id"]].tool for r in rows)
+    tests = {}
+    for a, b in (("alone", "tools"), ("rag", "tools"), ("alone", "rag")):
+        if a in ok and b in ok:
+            tests[f"{b} vs {a}"] = {"p": mcnemar_exact(ok[a], ok[b]),
+                                    "delta": (sum(ok[b]) - sum(ok[a])) / len(items)}
+    report = {"items": len(items), "model": model, "conditions": conds, "paired": tests}
+    atomic_write_text(out / "rf_report.json", json.dumps(report, indent=1) + "\n")
+    lines = [f"# RF design: {len(items)} numeric items, model `{model}`", "",
+             f"Correct = within {100 * items[0].tolerance:.0f}% of the calculated answer; 95% "
+             "Wilson intervals.", "",
+             "| condition | accuracy | answered | tool calls / item | s / item | by family |",
+             "|---|---|---|---|---|---|"]
+    for c, s in conds.items():
+        lo, hi = s["accuracy_ci95"]
+        fam = ", ".join(f"{f} {v}" for f, v in s["by_family"].items())
+        lines.append(f"| {c} | {100 * s['accuracy']:.1f} [{100 * lo:.0f}, {100 * hi:.0f}] | "
+                     f"{s['answered']}/{s['n']} | {s['tool_calls_mean']:.2f} | "
+                     f"{s['seconds_per_item']:.2f} | {fam} |")
+    if "tools" in conds:
+        lines += ["", f"Tools: the right calculator chosen on {conds['tools']['right_tool']}/"
+                  f"{len(items)} items ({conds['tools']['tool_chosen']})."]
+    if tests:
+        lines += ["", "| paired (exact McNemar) | Δ accuracy | p |", "|---|---|---|"]
+        lines += [f"| {k} | {100 * v['delta']:+.1f} | {v['p']:.3f} |" for k, v in tests.items()]
+    atomic_write_text(out / "rf_report.md", "\n".join(lines) + "\n")
+    return report
