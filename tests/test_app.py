@@ -13,7 +13,7 @@ from conftest import REPO
 
 APP = REPO / "apps" / "streamlit"
 PAGES = ["projects", "corpus", "distill", "retrieval", "train", "evaluate", "trajsynth",
-         "federated"]
+         "federated", "agents"]
 TESTS = str(Path(__file__).parent)
 sys.path.insert(0, str(APP))
 
@@ -619,3 +619,22 @@ def test_federated_page_shows_a_knowledge_run(ws):
     assert not at.exception, at.exception
     assert any(m.label == "Active units" for m in at.metric)
     assert next(m for m in at.metric if m.label == "Canaries leaked").value == "0"
+
+
+def test_agents_page_shows_a_kgv_evaluation_and_its_steps(ws):
+    """A KGV evaluation made outside the app (scripted model, 4 claims, no student): the
+    metrics table with intervals and a trajectory's steps render."""
+    from workbench.config import load_config
+    from workbench.runs import RunContext, RunLayout, run_pipeline
+
+    cfg = load_config(None, ["models.chat.spec=fake", "agent.dev_limit=4",
+                             "agent.conditions=[closed_book,rag,agent]", "agent.chunk=4",
+                             f"output_dir={ws / 'runs'}", "name=kgvrun"])
+    run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
+    at = page("agents").run()
+    assert not at.exception, at.exception
+    frames = [d.value for d in at.dataframe]
+    table = next(f for f in frames if "macro-F1" in f.columns)
+    assert set(table["condition"]) == {"closed_book", "rag", "agent"}
+    assert table["macro-F1"].str.contains(r"\[").all()  # every figure with its interval
+    assert any("answer" in s.value for s in at.success)  # a trajectory's verdict step

@@ -27,5 +27,6 @@ PIPELINE = Pipeline(
               outputs=(Artifact("agent_sft", _T.format("agent_sft"), "AgentTrajectory"),)),
     ),
     cli="workbench.domain_agents.cli:register",
+    page="agents.py", page_title="Domain agents", page_icon=":material/smart_toy:",
     order=65,
 )

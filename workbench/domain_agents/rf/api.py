@@ -279,3 +279,15 @@ def rf_report(out: Path, items: list[DesignItem], results: dict[str, list[dict]]
         lines += [f"| {k} | {100 * v['delta']:+.1f} | {v['p']:.3f} |" for k, v in tests.items()]
     atomic_write_text(out / "rf_report.md", "\n".join(lines) + "\n")
     return report
+
+
+def run_inputs(cfg, inputs: list[str], log=print) -> list[AgentTrajectory]:
+    """Run the tools agent on a few questions (benchmark ids or free text)."""
+    from workbench.models.factory import open_chat_model
+
+    by_id = {i.id: i for i in load_items(cfg.agent.data)}
+    items = [by_id[x] if x in by_id else DesignItem(id=f"input-{k}", question=x, answer=0.0,
+                                                     quantity="", tool="", family="input")
+             for k, x in enumerate(inputs)]
+    rows = _with_tools(open_chat_model(cfg.models.chat, cfg), items, cfg.agent)
+    return [AgentTrajectory.model_validate(r["trajectory"]) for r in rows]

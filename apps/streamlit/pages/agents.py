@@ -1,0 +1,154 @@
+import json
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+from common import base_config, job_panel, jsonl_rows, read_or_none, show_error, show_image, \
+    workspace
+
+from workbench.jobs import start_job
+
+st.title("Domain agents")
+st.caption("One agent loop for every domain: knowledge-graph fact verification (kgv) against "
+           "the WordNet entries, RF design with unit-checked calculators (rf). Run one input "
+           "and watch the steps, or evaluate the agent against its baselines.")
+ws = workspace()
+PACKS = {"kgv": ("datasets/kgv", "kgv-0002 or 'oak | hypernym | tree'"),
+         "rf": ("datasets/rf_design", "rfd-000 or a design question")}
+
+pack = st.radio("Pack", list(PACKS), horizontal=True, key="ag-pack")
+data, hint = PACKS[pack]
+
+tab_run, tab_eval = st.tabs(["Run one input", "Evaluate"])
+with tab_run:
+    with st.form("ag-run"):
+        text = st.text_input(f"Input ({hint})", key="ag-input")
+        policy = st.selectbox("Policy", ["guided", "free"], key="ag-policy",
+                              help="guided: the model's log-likelihood picks among the calls "
+                                   "the pack proposes (small models); free: the model writes "
+                                   "its own tool calls")
+        go = st.form_submit_button("Run")
+    if go:
+        try:
+            if not text.strip():
+                raise ValueError("type an input first")
+            from workbench.config import experiment_config_model
+            from workbench.domain_agents.api import run_inputs
+
+            cfg = experiment_config_model().model_validate(base_config(
+                "agent-playground", agent={"pack": pack, "data": data, "policy": policy}))
+            with st.spinner("running the agent"):
+                st.session_state["ag-traj"] = [t.model_dump(mode="json") for t in
+                                               run_inputs(cfg, [text.strip()],
+                                                          log=lambda m: None)]
+        except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+            show_error(e)
+
+
+def show_steps(t: dict) -> None:
+    st.markdown(f"**{t['task_id']}**: {t['messages'][1]['content']}")
+    for s in t["steps"]:
+        if s["kind"] == "tool_call":
+            line = f"{s['turn']}. call `{s['tool']}` {json.dumps(s['arguments'])}"
+            st.markdown(line + (f"  \n:red[{s['error']}]" if s.get("error") else ""))
+            if s.get("candidates") and len(s["candidates"]) > 1:
+                with st.expander("candidates the model chose among"):
+                    st.dataframe(pd.DataFrame(s["candidates"]), hide_index=True)
+        elif s["kind"] == "observation":
+            st.code(s["content"][:1500])
+        elif s["kind"] == "final":
+            st.success(f"{s['turn']}. answer {json.dumps(s['arguments'])}")
+        elif s["kind"] == "plan":
+            st.info(s["content"])
+        elif s["kind"] == "error":
+            st.error(f"{s['turn']}. {s['error']}")
+    gold = (t.get("metadata") or {}).get("claim", {}).get("label")
+    st.caption(f"stop: {t['stop']} · {t['tool_calls']} tool calls · {t['model_turns']} model "
+               f"turns · {t['seconds']:.1f} s" + (f" · gold: {gold}" if gold and not
+                                                  t["task_id"].startswith("input") else ""))
+
+
+with tab_run:
+    for t in st.session_state.get("ag-traj", []):
+        show_steps(t)
+
+with tab_eval:
+    with st.form("ag-eval"):
+        c1, c2, c3 = st.columns(3)
+        limit = c1.number_input("Items (0 = all)", 0, 5000, 40, key="ag-limit")
+        conds = c2.text_input("Conditions (empty = all)", key="ag-conds",
+                              help="kgv: closed_book, rag, agent, agent_sft · rf: alone, rag, "
+                                   "tools")
+        name = c3.text_input("Run name", value=f"agent-{pack}", key="ag-name")
+        start = st.form_submit_button("Start evaluation")
+    if start:
+        try:
+            section = {"pack": pack, "data": data, "dev_limit": int(limit) or None}
+            if conds.strip():
+                section["conditions"] = [c.strip() for c in conds.split(",") if c.strip()]
+            job = start_job(ws, "agent", base_config(name, agent=section))
+            st.success(f"Started job {job.id}")
+        except Exception as e:  # noqa: BLE001
+            show_error(e)
+    job_panel("agent", "agent")
+
+    runs_dir = ws / "runs"
+    found = sorted({p.parent.parent for pat in ("*/agent/report.json", "*/agent/rf_report.json")
+                    for p in runs_dir.glob(pat)}) if runs_dir.is_dir() else []
+    if not found:
+        st.caption("No agent evaluation yet.")
+        st.stop()
+    run = st.selectbox("Run", found, format_func=lambda p: p.name, key="ag-run")
+    out = Path(run) / "agent"
+    if (out / "report.json").is_file():
+        rep = read_or_none("report.json", lambda: json.loads((out / "report.json").read_text()))
+        if rep is None:
+            st.stop()
+        split = st.radio("Claims", ["all", "seen", "longtail"], horizontal=True, key="ag-split")
+        rows = []
+        for c, r in rep["conditions"].items():
+            s = r.get(split)
+            if not s:
+                continue
+            lo, hi = s["macro_f1_ci95"]
+            p = s["predictions"]
+            rows.append({"condition": c, "macro-F1": f"{100 * s['macro_f1']:.1f} "
+                                                     f"[{100 * lo:.0f}, {100 * hi:.0f}]",
+                         "Pos-F1 (true)": round(100 * s["pos_f1_true"], 1),
+                         "Pos-F1 (error)": round(100 * s["pos_f1_error"], 1),
+                         "accuracy": round(100 * s["accuracy"], 1),
+                         "searches / claim": round(s["search_calls_mean"], 2),
+                         "parametric route": round(100 * s["routes"]["parametric"]["rate"], 1),
+                         "predicted S/R/none": f"{p['SUPPORTED']}/{p['REFUTED']}/{p['none']}",
+                         "n": s["n"]})
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        show_image(out / "report.png", "macro-F1 with 95% intervals")
+        trajs = sorted((out / "trajectories").glob("*.jsonl"))
+        trajs = [p for p in trajs if not p.name.startswith("teacher.")]
+        if trajs:
+            f = st.selectbox("Trajectories", trajs, format_func=lambda p: p.stem, key="ag-tf")
+            items = jsonl_rows(f)
+            if items:
+                pick = st.selectbox("Claim", range(len(items)), key="ag-claim",
+                                    format_func=lambda i: f"{items[i]['task_id']}: "
+                                    f"{items[i]['messages'][1]['content'][:80]}")
+                show_steps(items[pick])
+    else:
+        rep = read_or_none("rf_report.json",
+                           lambda: json.loads((out / "rf_report.json").read_text()))
+        if rep is None:
+            st.stop()
+        st.dataframe(pd.DataFrame([
+            {"condition": c, "accuracy": f"{100 * s['accuracy']:.1f} "
+                                         f"[{100 * s['accuracy_ci95'][0]:.0f}, "
+                                         f"{100 * s['accuracy_ci95'][1]:.0f}]",
+             "answered": f"{s['answered']}/{s['n']}", "tool calls / item":
+                 round(s["tool_calls_mean"], 2), **s["by_family"]}
+            for c, s in rep["conditions"].items()]), hide_index=True)
+        tools = out / "rf_tools.jsonl"
+        if tools.is_file():
+            items = jsonl_rows(tools)
+            if items:
+                pick = st.selectbox("Item", range(len(items)), key="ag-rf",
+                                    format_func=lambda i: items[i]["id"])
+                show_steps(items[pick]["trajectory"])
