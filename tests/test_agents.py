@@ -253,3 +253,12 @@ def test_batch_calibration_removes_a_fixed_preference():
     assert GuidedPolicy(lambda s, a: [])._offsets(rows) == {}  # off by default
     assert GuidedPolicy(lambda s, a: [], calibrate="batch", min_batch=4,
                         final_names=["answer"])._offsets(rows) == {}
+
+
+def test_batch_calibration_groups_verdicts_not_evidence():
+    pol = GuidedPolicy(lambda s, a: [], calibrate="batch", final_names=["answer"])
+    pol.enums = {"answer": ["label"]}
+    a = ToolCall.make("answer", {"label": "YES", "evidence": ["e1"]})
+    b = ToolCall.make("answer", {"label": "YES", "evidence": ["e2", "e3"]})
+    assert pol._kind(a) == pol._kind(b) != pol._kind(ToolCall.make("answer", {"label": "NO"}))
+    assert pol._kind(ToolCall.make("search", {"query": "x"})) == "search"

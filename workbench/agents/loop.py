@@ -13,6 +13,7 @@ allows.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -198,9 +199,10 @@ class GuidedPolicy(Policy):
     `calibrate="batch"` applies batch calibration (Zhou et al., 2024): a small model prefers
     some answers whatever the input (SmolLM2-135M says SUPPORTED to every claim), so each
     candidate's score is taken relative to the mean score of the same kind of candidate
-    (same tool, and for the final tool the same arguments) over the turn's batch. It uses no
-    labels, only the other inputs of the batch; kinds seen in fewer than `min_batch` runs
-    are left as they are."""
+    over the turn's batch: the same tool and, for a final tool, the same values of its
+    enumerated arguments (the verdict, not the evidence ids). It uses no labels, only the
+    other inputs of the batch; kinds seen in fewer than `min_batch` runs are left as they
+    are."""
 
     name = "guided"
 
@@ -212,10 +214,19 @@ class GuidedPolicy(Policy):
         self.rng = random.Random(seed)
         self.calibrate, self.min_batch = calibrate, min_batch
         self.final_names = set(final_names)
+        self.enums: dict[str, list[str]] = {}  # tool -> its enumerated arguments
 
     def _kind(self, call: ToolCall) -> str:
         name = call.function.name
-        return f"{name}:{call.function.arguments}" if name in self.final_names else name
+        if name not in self.final_names:
+            return name
+        try:
+            args = json.loads(call.function.arguments)
+        except ValueError:
+            return name
+        keys = self.enums.get(name)
+        picked = {k: v for k, v in args.items() if keys is None or k in keys}
+        return f"{name}:{json.dumps(picked, sort_keys=True)}"
 
     def _offsets(self, rows: list[tuple[list[ToolCall], list[float]]]) -> dict[str, float]:
         if self.calibrate != "batch":
@@ -233,6 +244,10 @@ class GuidedPolicy(Policy):
             raise WorkbenchError(f"guided policy: backend {model.backend_name!r} cannot score "
                                  "continuations (use policy: free)")
         generic = TemplateTools.of(None)
+        for name, tool in toolbox.tools.items():
+            props = tool.parameters.get("properties") or {}
+            self.enums.setdefault(name, [k for k, v in props.items()
+                                         if isinstance(v, dict) and "enum" in v])
         requests, cands, single = [], [], {}
         for n, s in enumerate(states):
             names = allowed_tools(s, toolbox, budget)
