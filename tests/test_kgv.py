@@ -246,3 +246,77 @@ def test_agent_on_the_bundled_model_end_to_end(tmp_path):
     r = run_cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "not a claim")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "subject | predicate | object" in r.stderr + r.stdout
+
+
+def test_a_killed_condition_rerun_finishes_the_rest(agent, tmp_path):
+    """Runs are saved after each chunk: a crash loses at most the chunk in flight, and the
+    re-run only runs the claims not yet saved."""
+    from workbench.domain_agents.kgv.api import run_condition
+
+    claims = [claim(f"c{i}", label=("SUPPORTED", "REFUTED")[i % 2]) for i in range(6)]
+    setup = make_setup(agent, _ac(), "closed_book")
+    path = tmp_path / "closed_book.jsonl"
+
+    class Crash(Exception):
+        pass
+
+    model = load_model("fake")
+    real = model.score
+    calls = []
+
+    def dying(requests):
+        calls.append(len(requests))
+        if len(calls) == 2:
+            raise Crash("killed")
+        return real(requests)
+
+    model.score = dying
+    with pytest.raises(Crash):
+        run_condition(model, claims, agent, setup, path, chunk=2)
+    assert [json.loads(x)["task_id"] for x in path.read_text().splitlines()] == ["c0", "c1"]
+    fresh = load_model("fake")
+    seen = []
+    real2 = fresh.score
+    fresh.score = lambda reqs: seen.append(len(reqs)) or real2(reqs)
+    out = run_condition(fresh, claims, agent, setup, path, chunk=2)
+    assert [t.task_id for t in out] == [c.id for c in claims]
+    assert sum(seen) == 4  # only the four claims that were missing
+    timing = json.loads(path.with_suffix(".timing.json").read_text())
+    assert timing["claims"] == 6
+
+
+@pytest.mark.usefixtures("bundled_model")
+def test_rf_tools_agent_on_the_bundled_model(tmp_path):
+    from conftest import run_cli
+
+    r = run_cli("agent", "run", "rf", "configs/rf_agent_demo.yaml", "-i", "rfd-000",
+                "-s", f"output_dir={tmp_path}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "call reflection(" in r.stdout and "answer" in r.stdout
+
+
+def test_kgv_job_with_teacher_and_student_on_a_tiny_model(tmp_path, tiny_model):
+    """The whole job, SFT included, on a random-init model: every stage runs, the student
+    adapter is written and evaluated, the report has all four conditions; a re-run skips
+    every stage."""
+    from workbench.config import load_config
+    from workbench.runs import RunContext, RunLayout, run_pipeline
+
+    cfg = load_config("configs/kgv_demo.yaml", [
+        f"models.chat.spec={tiny_model}", "agent.dev_limit=6", "agent.train_limit=8",
+        "agent.teacher.samples=2", "agent.teacher.temperature=2.0", "agent.student.max_steps=2",
+        "agent.student.batch_size=2", "agent.retriever=keyword", f"output_dir={tmp_path}",
+        "name=tiny"])
+    logs = []
+    res = run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=logs.append))
+    rep = json.loads((tmp_path / "tiny" / "agent" / "report.json").read_text())
+    assert set(rep["conditions"]) == {"closed_book", "rag", "agent", "agent_sft"}
+    assert rep["teacher"]["kept"] >= 1 and rep["teacher"]["student"]["steps"] == 2
+    assert (tmp_path / "tiny" / "agent" / "student" / "adapter_model.safetensors").exists()
+    assert (tmp_path / "tiny" / "agent" / "report.png").exists()
+    sft = (tmp_path / "tiny" / "agent" / "sft.messages.jsonl").read_text().splitlines()
+    assert json.loads(sft[0])["messages"][-1]["tool_calls"][0]["function"]["name"] == "answer"
+    assert "macro-F1" in res.message
+    logs.clear()
+    run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=logs.append))
+    assert sum("up to date" in m for m in logs) == 6

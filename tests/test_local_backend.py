@@ -66,7 +66,8 @@ def test_requests_with_a_common_prompt_prefix_score_as_if_alone(bundled_model):
     system = ("You check statements about words. " * 12).strip()
     reqs = [ScoreRequest([{"role": "system", "content": system},
                           {"role": "user", "content": f"Is a {w} an animal? Say yes or no."}],
-                         [" yes", " no", " maybe not"]) for w in ("dog", "chair", "cat")]
+                         [" yes", " no", " maybe not", " maybe so"])
+            for w in ("dog", "chair", "cat")]
     used = []
     real = bundled_model._common_prefix
     bundled_model._common_prefix = lambda ctxs: used.append(real(ctxs)) or used[-1]
@@ -75,7 +76,9 @@ def test_requests_with_a_common_prompt_prefix_score_as_if_alone(bundled_model):
     finally:
         del bundled_model._common_prefix
     assert used[0] is not None and used[0][0] >= bundled_model.PREFIX_MIN
-    alone = [bundled_model.score([r])[0] for r in reqs]
+    # the reference: every continuation scored on its own (no sharing of any kind)
+    alone = [[bundled_model.score([ScoreRequest(r.prompt, [c])])[0][0]
+              for c in r.continuations] for r in reqs]
     for row_t, row_a in zip(together, alone):
         for t, a in zip(row_t, row_a):
             assert math.isclose(t.logprob, a.logprob, abs_tol=2e-4), (t, a)

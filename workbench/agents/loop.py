@@ -52,6 +52,9 @@ class AgentTask:
     id: str
     prompt: str  # the user turn
     metadata: dict[str, Any] = field(default_factory=dict)
+    # a conversation to go on from (a dialogue's earlier turns, system prompt included);
+    # None: a new conversation from the scaffold
+    history: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -322,7 +325,8 @@ def run_agents(model: ChatModel, tasks: Sequence[AgentTask], setup: AgentSetup, 
     from workbench.progress import progress
 
     final = setup.toolbox.final_names[0]
-    states = [AgentState(t, setup.scaffold.start(t, setup.system, final)) for t in tasks]
+    states = [AgentState(t, [dict(m) for m in t.history], planned=True) if t.history is not None
+              else AgentState(t, setup.scaffold.start(t, setup.system, final)) for t in tasks]
     out: dict[int, AgentTrajectory] = {}
     bar = iter(progress(range(len(states)), desc=desc, total=len(states)))
 
@@ -404,11 +408,12 @@ def _apply_turn(s: AgentState, gen: Generation, info: list[dict[str, Any]] | Non
         cand = info if first else None
         first = False
         if box.is_final(name):
-            args, err = box.check(call)
+            obs = box.call(call)  # a final tool may refuse its arguments (ToolError)
+            err = obs.error
             if err is None:
-                s.step("final", content=gen.text, tool=name, arguments=args, call_id=call.id,
-                       tokens=tokens, candidates=cand)
-                s.final, s.stop = args, "final"
+                s.step("final", content=gen.text, tool=name, arguments=obs.arguments,
+                       call_id=call.id, tokens=tokens, candidates=cand)
+                s.final, s.stop = obs.arguments, "final"
                 break
             s.step("tool_call", content=gen.text, tool=name, arguments=call.function.arguments,
                    call_id=call.id, error=err, tokens=tokens, candidates=cand)

@@ -12,7 +12,8 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 
-PACKS = {"kgv": "workbench.domain_agents.kgv.api", "rf": "workbench.domain_agents.rf.api"}
+PACKS = {"kgv": "workbench.domain_agents.kgv.api", "rf": "workbench.domain_agents.rf.api",
+         "litsearch": "workbench.domain_agents.litsearch.api"}
 
 
 def conditions(ac, known: tuple[str, ...]) -> list[str]:

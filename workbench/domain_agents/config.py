@@ -53,6 +53,7 @@ class AgentConfig(Section):
     dev_limit: int | None = Field(60, ge=1, description="Dev claims evaluated (balanced over "
                                                         "split and label); None: all.")
     train_limit: int | None = Field(60, ge=1, description="Training claims for the teacher.")
+    turns: int = Field(3, ge=1, le=10, description="Dialogue turns (litsearch).")
     chunk: int = Field(16, ge=1, description="Claims run together (one batched call per turn);"
                                              " results are saved after each chunk.")
     teacher: TeacherSettings = Field(default_factory=TeacherSettings)

@@ -574,23 +574,35 @@ class LocalChatModel(ChatModel):
 
     def _score_shared(self, ctx: list[int], conts: list[list[int]], nchars: list[int],
                       prefix: tuple[int, Any] | None = None) -> list[ContinuationScore]:
+        """Score continuations after one context. Tokens all continuations start with (a tool
+        call's `{"name": "answer", "arguments": {"label": "`) are run once with the context
+        and their log-probability is added to each continuation's."""
         import copy
 
         import torch
 
+        lcp = 0
+        while lcp < min(len(c) for c in conts) - 1 and len({c[lcp] for c in conts}) == 1:
+            lcp += 1
+        common, conts = conts[0][:lcp], [c[lcp:] for c in conts]
         n, width = len(conts), max(len(c) for c in conts)
         with self._lock, torch.inference_mode():
             if prefix is not None:
                 plen, pcache = prefix
-                first = self.model(input_ids=torch.tensor([ctx[plen:]], device=self.device),
-                                   position_ids=torch.arange(plen, len(ctx),
+                run = ctx[plen:] + common
+                first = self.model(input_ids=torch.tensor([run], device=self.device),
+                                   position_ids=torch.arange(plen, plen + len(run),
                                                              device=self.device)[None],
-                                   use_cache=True, logits_to_keep=1,
+                                   use_cache=True, logits_to_keep=lcp + 1,
                                    **{self._cache_kwarg: copy.deepcopy(pcache)})
             else:
-                first = self.model(input_ids=torch.tensor([ctx], device=self.device),
-                                   use_cache=True, logits_to_keep=1)
-            head = torch.log_softmax(first.logits[0, -1].float(), dim=-1).cpu()
+                first = self.model(input_ids=torch.tensor([ctx + common], device=self.device),
+                                   use_cache=True, logits_to_keep=lcp + 1)
+            rows = torch.log_softmax(first.logits[0].float(), dim=-1).cpu()
+            head = rows[-1]
+            shared_lp = sum(rows[k, t].item() for k, t in enumerate(common))
+            shared_greedy = all(int(rows[k].argmax()) == t for k, t in enumerate(common))
+            ctx = ctx + common
             tail = None
             if width > 1:
                 cache = getattr(first, "cache", None) or first.past_key_values
@@ -610,14 +622,14 @@ class LocalChatModel(ChatModel):
                 tail = torch.log_softmax(logits.float(), dim=-1).cpu()
         out = []
         for j, c in enumerate(conts):
-            total = head[c[0]].item()
-            greedy = int(head.argmax()) == c[0]
+            total = shared_lp + head[c[0]].item()
+            greedy = shared_greedy and int(head.argmax()) == c[0]
             for k in range(1, len(c)):
                 row = tail[j, k - 1]
                 total += row[c[k]].item()
                 greedy = greedy and int(row.argmax()) == c[k]
-            out.append(ContinuationScore(logprob=total, n_tokens=len(c), n_chars=nchars[j],
-                                         is_greedy=greedy))
+            out.append(ContinuationScore(logprob=total, n_tokens=lcp + len(c),
+                                         n_chars=nchars[j], is_greedy=greedy))
         return out
 
     def _score_batched(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:

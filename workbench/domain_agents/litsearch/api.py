@@ -1,0 +1,224 @@
+"""The literature-search job: dialogues on the dev intents under four conditions (a single
+keyword query, a fixed hybrid workflow with rule edits, the agent, the oracle teacher), one
+report with intervals; the teacher's dialogues on training intents exported as SFT and as
+chosen/rejected pairs against controlled corruptions."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.domain_agents.litsearch import dag as D
+from workbench.domain_agents.litsearch.corrupt import FEEDBACK, STRUCTURAL, corrupt, \
+    feedback_corruption
+from workbench.domain_agents.litsearch.dialogue import (
+    last_assistant,
+    model_turns,
+    oracle_choice,
+    rule_turns,
+    start,
+)
+from workbench.domain_agents.litsearch.pack import Library, load_corpus, sections, toolbox, \
+    workflow_call
+from workbench.io import atomic_write_text, read_jsonl, write_jsonl
+
+CONDITIONS = ("query_only", "fixed", "agent", "oracle")
+SYSTEM = ("You are a literature search assistant. For the user's request, submit a search "
+          "workflow (a DAG of operators) with submit_workflow; after the user's feedback, "
+          "submit a revised workflow.")
+PROMPT = "Find papers related to: {query}"
+
+
+def make_library(cfg, folder: Path, model=None, log=print) -> Library:
+    from workbench.registry import provider
+
+    papers, _ = load_corpus(cfg.agent.data)
+    secs = sections(papers)
+    kw = provider("searcher")(secs, folder / "index", "keyword", log=log)
+    sem = provider("searcher")(secs, folder / "index", "semantic", log=log)
+    return Library(papers, kw, sem, model=model)
+
+
+def _fixed(d, cands) -> str:
+    if d.workflow is None:
+        return "hybrid"
+    for name in ("expand_and_drop", "expand_accepted", "drop_rejected"):
+        if name in cands:
+            return name
+    return "keep"
+
+
+def run_condition(cond: str, intents, lib: Library, model, turns: int, ac) -> list[dict]:
+    dialogues = start(intents, SYSTEM, PROMPT)
+    for _ in range(turns):
+        if cond == "query_only":
+            rule_turns(dialogues, lib, lambda d, c: "keyword" if d.workflow is None else "keep")
+        elif cond == "fixed":
+            rule_turns(dialogues, lib, _fixed)
+        elif cond == "oracle":
+            rule_turns(dialogues, lib, oracle_choice(lib))
+        else:
+            model_turns(dialogues, lib, model, policy=ac.policy, calibrate="none")
+    return [d.to_json() for d in dialogues]
+
+
+def summarise(rows: list[dict]) -> dict[str, Any]:
+    from workbench.evaluate.stats import bootstrap_interval, wilson_interval
+
+    out: dict[str, Any] = {"dialogues": len(rows)}
+    for key in ("hit5", "mrr", "ndcg10"):
+        final = [r["turns"][-1][key] for r in rows]
+        avg = [float(np.mean([t[key] for t in r["turns"]])) for r in rows]
+        out[f"{key}_final"] = float(np.mean(final))
+        out[f"{key}_final_ci95"] = list(bootstrap_interval(final, n_resamples=1000))
+        out[f"{key}_avg"] = float(np.mean(avg))
+        out[f"{key}_avg_ci95"] = list(bootstrap_interval(avg, n_resamples=1000))
+    turns = [t for r in rows for t in r["turns"]]
+    errs = sum(t["error"] is not None for t in turns)
+    out["execution_error_rate"] = errs / len(turns)
+    out["execution_error_ci95"] = list(wilson_interval(errs, len(turns)))
+    later = [(r["turns"][-1]["memo_hits"] - r["turns"][0]["memo_hits"],
+              r["turns"][-1]["memo_misses"] - r["turns"][0]["memo_misses"]) for r in rows]
+    hits, misses = sum(h for h, _ in later), sum(m for _, m in later)
+    out["memo_hit_rate_after_turn1"] = hits / (hits + misses) if hits + misses else None
+    out["choices"] = {}
+    for t in turns:
+        out["choices"][t["choice"]] = out["choices"].get(t["choice"], 0) + 1
+    out["seconds_per_dialogue"] = float(np.mean([r["seconds"] for r in rows]))
+    return out
+
+
+def export_training(out: Path, dialogues: list[dict], lib: Library) -> dict[str, int]:
+    """Gold SFT (the teacher's dialogues) and chosen/rejected pairs per turn."""
+    from workbench.domain_agents.litsearch.pack import edits, templates
+    from workbench.records import ChatExample
+
+    sft, pairs = [], []
+    tools = [t.model_dump(mode="json") for t in toolbox(lib, D.Memo()).specs()]
+    for d in dialogues:
+        msgs = d["messages"]
+        sft.append(ChatExample.model_validate({"messages": last_assistant(msgs),
+                                               "tools": tools, "id": d["id"]}))
+        calls = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+        prev = None
+        for turn, i in zip(d["turns"], calls, strict=False):
+            gold = turn["workflow"]
+            intent = next(x for x in lib.intents if x.id == d["id"])
+            cands = templates(intent) if prev is None else edits(
+                prev["workflow"], prev["accepted"], prev["rejected"], lib.papers)
+            rejected = [(k, corrupt(gold, k)) for k in STRUCTURAL]
+            if prev is not None:
+                rejected += [(k, feedback_corruption(cands, turn["choice"], k,
+                                                     prev["accepted"], prev["rejected"],
+                                                     lib.papers)) for k in FEEDBACK]
+            for kind, bad in rejected:
+                if bad is None or bad == gold:
+                    continue
+                pairs.append({"id": f"{d['id']}:t{turn['turn']}:{kind}", "kind": kind,
+                              "prompt": msgs[:i], "chosen": [_call_msg(gold)],
+                              "rejected": [_call_msg(bad)]})
+            prev = turn
+    write_jsonl(out / "sft.messages.jsonl", sft)
+    atomic_write_text(out / "preferences.jsonl",
+                      "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
+    return {"sft": len(sft), "preferences": len(pairs)}
+
+
+def _call_msg(wf: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": "",
+            "tool_calls": [workflow_call(wf).model_dump(mode="json")]}
+
+
+def evaluate(cfg, ctx):
+    from workbench.domain_agents.api import conditions
+    from workbench.models.factory import open_chat_model
+    from workbench.registry import PipelineResult
+    from workbench.runs import file_hash
+
+    ac = cfg.agent
+    wanted = conditions(ac, CONDITIONS)
+    out = ctx.layout.folder("agent")
+    out.mkdir(parents=True, exist_ok=True)
+    _, intents = load_corpus(ac.data)
+    dev = [i for i in intents if i.part == "dev"][:ac.dev_limit or None]
+    train = [i for i in intents if i.part == "train"][:ac.train_limit or None]
+    model = open_chat_model(cfg.models.chat, cfg) if "agent" in wanted else None
+    lib = make_library(cfg, out, model=model, log=ctx.log)
+    lib.intents = intents
+    turns = ac.turns
+    key = (file_hash(Path(ac.data) / "papers.jsonl"), file_hash(Path(ac.data) /
+                                                                "anchors.jsonl"), turns)
+    summaries, seconds = {}, {}
+    for cond in wanted:
+        path = out / f"litsearch_{cond}.jsonl"
+
+        def go(cond=cond, path=path) -> dict[str, Any]:
+            t0 = time.perf_counter()
+            rows = run_condition(cond, dev, lib, model, turns, ac)
+            write_jsonl(path, rows)
+            return {"seconds": round(time.perf_counter() - t0, 2)}
+
+        mk = cfg.models.chat.model_dump(mode="json") if cond == "agent" else None
+        rec, _ = ctx.stages("agent").run(f"litsearch_{cond}", (key, cond, [i.id for i in dev],
+                                                               mk, ac.policy), go)
+        seconds[cond] = (rec.info or {}).get("seconds")
+        summaries[cond] = summarise(read_jsonl(path))
+    gold_path = out / "litsearch_teacher_train.jsonl"
+
+    def teach() -> dict[str, Any]:
+        rows = run_condition("oracle", train, lib, None, turns, ac)
+        write_jsonl(gold_path, rows)
+        return export_training(out, rows, lib)
+
+    rec, _ = ctx.stages("agent").run("litsearch_training_data", (key, [i.id for i in train]),
+                                     teach)
+    exports = dict(rec.info or {})
+    report = write_report(out, summaries, exports, dev=len(dev), turns=turns,
+                          model=cfg.models.chat.spec)
+    line = ", ".join(f"{c} {v['ndcg10_final']:.2f}" for c, v in summaries.items())
+    return PipelineResult(
+        pipeline="agent", run_dir=str(ctx.layout.root),
+        outputs={"report": str(out / "litsearch_report.md"),
+                 "sft": str(out / "sft.messages.jsonl"),
+                 "preferences": str(out / "preferences.jsonl")},
+        figures={f"{c}_ndcg10": round(v["ndcg10_final"], 4) for c, v in summaries.items()},
+        message=f"{out / 'litsearch_report.md'}: nDCG@10 after {turns} turns on {len(dev)} "
+                f"intents: {line}; {exports.get('sft')} SFT dialogues, "
+                f"{exports.get('preferences')} preference pairs")
+
+
+def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turns: int,
+                 model: str) -> dict:
+    report = {"intents": dev, "turns": turns, "model": model, "conditions": s,
+              "exports": exports}
+    atomic_write_text(out / "litsearch_report.json", json.dumps(report, indent=1) + "\n")
+
+    def f(v, ci):
+        return f"{v:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+    lines = [f"# Literature search: {dev} intents, {turns} turns, model `{model}`", "",
+             "Final turn and mean over turns; 95% bootstrap intervals over intents. Relevant "
+             "for Hit@5 and MRR: grade >= 2; nDCG@10 uses the grades (3 citation, 2 shared "
+             "references or MeSH, 1 shared major MeSH).", "",
+             "| condition | Hit@5 final | MRR final | nDCG@10 final | nDCG@10 mean over "
+             "turns | execution errors | memo hits after turn 1 | s / dialogue | choices |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for c, v in s.items():
+        memo = "-" if v["memo_hit_rate_after_turn1"] is None else \
+            f"{100 * v['memo_hit_rate_after_turn1']:.0f}%"
+        lines.append(f"| {c} | {f(v['hit5_final'], v['hit5_final_ci95'])} | "
+                     f"{f(v['mrr_final'], v['mrr_final_ci95'])} | "
+                     f"{f(v['ndcg10_final'], v['ndcg10_final_ci95'])} | "
+                     f"{f(v['ndcg10_avg'], v['ndcg10_avg_ci95'])} | "
+                     f"{100 * v['execution_error_rate']:.0f}% | {memo} | "
+                     f"{v['seconds_per_dialogue']:.2f} | {v['choices']} |")
+    lines += ["", f"Training data from the oracle teacher on the training intents: "
+              f"{exports.get('sft')} SFT dialogues (`sft.messages.jsonl`), "
+              f"{exports.get('preferences')} chosen/rejected pairs (`preferences.jsonl`; "
+              "corruptions: " + ", ".join((*STRUCTURAL, *FEEDBACK)) + ")."]
+    atomic_write_text(out / "litsearch_report.md", "\n".join(lines) + "\n")
+    return report

