@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-PackArg = Annotated[str, typer.Argument(help="The agent pack: kgv.")]
+PackArg = Annotated[str, typer.Argument(help="The agent pack: kgv, rf or litsearch.")]
 ConfigArg = Annotated[Path | None, typer.Argument(help="Experiment YAML config.",
                                                      show_default=False)]
 SetOpt = Annotated[list[str] | None, typer.Option(
@@ -36,9 +36,10 @@ def _show(t) -> str:
         elif s.kind == "error":
             lines.append(f"  {s.turn}. ERROR {s.error}")
     gold = t.metadata.get("claim", {}).get("label")
-    lines.append(f"  -> {(t.final or {}).get('label')} (stop: {t.stop}; gold: "
-                 f"{gold if not t.task_id.startswith('input-') else 'unknown'}; "
-                 f"{t.tool_calls} tool calls, {t.seconds:.1f} s)")
+    verdict = (t.final or {}).get("label", t.final)
+    lines.append(f"  -> {verdict} (stop: {t.stop}"
+                 + (f"; gold: {gold if not t.task_id.startswith('input-') else 'unknown'}"
+                    if gold else "") + f"; {t.tool_calls} tool calls, {t.seconds:.1f} s)")
     return "\n".join(lines)
 
 
@@ -46,8 +47,9 @@ def register(group: typer.Typer) -> None:
     @group.command("run")
     def run(pack: PackArg, config: ConfigArg = None, set_: SetOpt = None,
             inputs: Annotated[list[str] | None, typer.Option(
-                "--input", "-i", help="A claim id from the data (kgv-0002) or 'subject | "
-                                      "predicate | object' (repeatable).")] = None,
+                "--input", "-i", help="kgv: a claim id (kgv-0002) or 'subject | predicate | "
+                                      "object'; rf: an item id (rfd-000) or a question; "
+                                      "litsearch: an intent id (ls-001). Repeatable.")] = None,
             out: Annotated[Path | None, typer.Option(
                 help="Also write the trajectories to this JSONL file.")] = None):
         """Run the agent on a few inputs and print every step (calls, observations, the

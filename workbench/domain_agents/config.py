@@ -33,7 +33,7 @@ class StudentTraining(Section):
 
 
 class AgentConfig(Section):
-    pack: str = Field("kgv", description="The agent pack (kgv).")
+    pack: str = Field("kgv", description="The agent pack: kgv, rf or litsearch.")
     data: str = Field("datasets/kgv", description="The pack's data folder (kgv: claims.jsonl "
                                                   "and documents.jsonl).")
     retriever: Literal["keyword", "semantic", "hybrid"] = "hybrid"
@@ -49,7 +49,7 @@ class AgentConfig(Section):
     errors: ErrorPolicy = Field(default_factory=ErrorPolicy)
     conditions: list[str] | None = Field(None, description=(
         "What to compare; default: all the pack has (kgv: closed_book, rag, agent, "
-        "agent_sft; rf: alone, rag, tools)."))
+        "agent_sft; rf: alone, rag, tools; litsearch: query_only, fixed, agent, oracle)."))
     dev_limit: int | None = Field(60, ge=1, description="Dev claims evaluated (balanced over "
                                                         "split and label); None: all.")
     train_limit: int | None = Field(60, ge=1, description="Training claims for the teacher.")

@@ -10,11 +10,13 @@ from workbench.jobs import start_job
 
 st.title("Domain agents")
 st.caption("One agent loop for every domain: knowledge-graph fact verification (kgv) against "
-           "the WordNet entries, RF design with unit-checked calculators (rf). Run one input "
-           "and watch the steps, or evaluate the agent against its baselines.")
+           "the WordNet entries, RF design with unit-checked calculators (rf), literature "
+           "search as workflow induction over PubMed records (litsearch). Run one input and "
+           "watch the steps, or evaluate the agent against its baselines.")
 ws = workspace()
 PACKS = {"kgv": ("datasets/kgv", "kgv-0002 or 'oak | hypernym | tree'"),
-         "rf": ("datasets/rf_design", "rfd-000 or a design question")}
+         "rf": ("datasets/rf_design", "rfd-000 or a design question"),
+         "litsearch": ("datasets/litsearch", "an intent id such as ls-001")}
 
 pack = st.radio("Pack", list(PACKS), horizontal=True, key="ag-pack")
 data, hint = PACKS[pack]
@@ -93,7 +95,8 @@ with tab_eval:
     job_panel("agent", "agent")
 
     runs_dir = ws / "runs"
-    found = sorted({p.parent.parent for pat in ("*/agent/report.json", "*/agent/rf_report.json")
+    found = sorted({p.parent.parent for pat in ("*/agent/report.json", "*/agent/rf_report.json",
+                                                "*/agent/litsearch_report.json")
                     for p in runs_dir.glob(pat)}) if runs_dir.is_dir() else []
     if not found:
         st.caption("No agent evaluation yet.")
@@ -133,6 +136,36 @@ with tab_eval:
                                     format_func=lambda i: f"{items[i]['task_id']}: "
                                     f"{items[i]['messages'][1]['content'][:80]}")
                 show_steps(items[pick])
+    elif (out / "litsearch_report.json").is_file():
+        rep = read_or_none("litsearch_report.json", lambda: json.loads(
+            (out / "litsearch_report.json").read_text()))
+        if rep is None:
+            st.stop()
+        st.dataframe(pd.DataFrame([
+            {"condition": c, **{f"{k} final": f"{v[k + '_final']:.3f} "
+                                              f"[{v[k + '_final_ci95'][0]:.2f}, "
+                                              f"{v[k + '_final_ci95'][1]:.2f}]"
+                                for k in ("hit5", "mrr", "ndcg10")},
+             "execution errors": f"{100 * v['execution_error_rate']:.0f}%",
+             "memo hits after turn 1": "-" if v["memo_hit_rate_after_turn1"] is None
+             else f"{100 * v['memo_hit_rate_after_turn1']:.0f}%"}
+            for c, v in rep["conditions"].items()]), hide_index=True)
+        cond = st.selectbox("Dialogues", list(rep["conditions"]), key="ag-ls")
+        rows = jsonl_rows(out / f"litsearch_{cond}.jsonl")
+        if rows:
+            pick = st.selectbox("Intent", range(len(rows)), key="ag-ls-i",
+                                format_func=lambda i: rows[i]["id"])
+            d = rows[pick]
+            st.dataframe(pd.DataFrame([{k: t[k] for k in ("turn", "choice", "hit5", "mrr",
+                                                         "ndcg10", "error")}
+                                       for t in d["turns"]]), hide_index=True)
+            wf = d["turns"][-1].get("workflow")
+            if wf:
+                lines = ["digraph {", "rankdir=LR;"]
+                for n in wf["nodes"]:
+                    lines.append(f'"{n["id"]}" [label="{n["id"]}\\n{n["op"]}"];')
+                    lines += [f'"{i}" -> "{n["id"]}";' for i in n.get("inputs", [])]
+                st.graphviz_chart("\n".join([*lines, "}"]))
     else:
         rep = read_or_none("rf_report.json",
                            lambda: json.loads((out / "rf_report.json").read_text()))

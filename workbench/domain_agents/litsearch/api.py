@@ -222,3 +222,43 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
               "corruptions: " + ", ".join((*STRUCTURAL, *FEEDBACK)) + ")."]
     atomic_write_text(out / "litsearch_report.md", "\n".join(lines) + "\n")
     return report
+
+
+def run_inputs(cfg, inputs: list[str], log=print):
+    """Run the agent's dialogue on a few intents (ids from anchors.jsonl); each comes back
+    as an `AgentTrajectory` whose steps are the submitted workflows and their results."""
+    from workbench.agents.records import AgentStep, AgentTrajectory
+    from workbench.domain_agents.litsearch.dialogue import model_turns
+    from workbench.errors import WorkbenchError
+    from workbench.models.factory import open_chat_model
+    from workbench.records import Message
+    from workbench.runs import RunLayout
+
+    _, intents = load_corpus(cfg.agent.data)
+    by_id = {i.id: i for i in intents}
+    bad = [x for x in inputs if x not in by_id]
+    if bad:
+        raise WorkbenchError(f"unknown intent id(s) {', '.join(bad)} (e.g. {intents[0].id}; "
+                             f"see {cfg.agent.data}/anchors.jsonl)")
+    model = open_chat_model(cfg.models.chat, cfg)
+    lib = make_library(cfg, RunLayout.of(cfg).folder("agent"), model=model, log=log)
+    ds = start([by_id[x] for x in inputs], SYSTEM, PROMPT)
+    for _ in range(cfg.agent.turns):
+        model_turns(ds, lib, model, policy=cfg.agent.policy)
+    out = []
+    for d in ds:
+        steps: list[AgentStep] = []
+        for t in d.turns:
+            steps.append(AgentStep(index=len(steps), turn=t["turn"], kind="tool_call",
+                                   tool="submit_workflow", arguments={"choice": t["choice"]},
+                                   error=t["error"]))
+            steps.append(AgentStep(index=len(steps), turn=t["turn"], kind="observation",
+                                   content=f"nDCG@10 {t['ndcg10']:.3f}, Hit@5 {t['hit5']:.0f}; "
+                                           f"accepted {t['accepted']}, rejected "
+                                           f"{t['rejected']}"))
+        out.append(AgentTrajectory(id=d.intent.id, task_id=d.intent.id, pack="litsearch",
+                                   messages=[Message.model_validate(m) for m in d.messages],
+                                   steps=steps, final={"turns": len(d.turns)},
+                                   model_turns=len(d.turns), seconds=d.seconds,
+                                   metadata={"memo": d.to_json()["memo"]}))
+    return out
