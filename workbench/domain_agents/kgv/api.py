@@ -67,7 +67,8 @@ def make_agent(cfg, folder: Path, log=print) -> KgvAgent:
     ac = cfg.agent
     _, docs = load_data(ac.data)
     searcher = provider("searcher")(docs, folder / "index", ac.retriever, log=log)
-    return KgvAgent(load_pack(ac.pack), searcher, k=ac.search_k)
+    return KgvAgent(load_pack(ac.pack), searcher, k=ac.search_k,
+                    entry_ids={d.id for d in docs})
 
 
 def make_setup(agent: KgvAgent, ac, condition: str, *, policy: str | None = None,

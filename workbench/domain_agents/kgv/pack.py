@@ -94,8 +94,10 @@ class KgvAgent:
     service: `searcher(queries, k) -> hits`)."""
 
     def __init__(self, pack: DomainPack, searcher: Callable[..., list[list[Any]]], *,
-                 k: int = 3, snippet_chars: int = 260, proposals: int = 2):
+                 k: int = 3, snippet_chars: int = 260, proposals: int = 2,
+                 entry_ids: set[str] | None = None):
         self.pack, self.searcher, self.k = pack, searcher, k
+        self.entry_ids = entry_ids  # evidence must cite these (None: not checked)
         self.settings = settings(pack)
         self.snippet_chars, self.proposals = snippet_chars, proposals
         self.searches = 0
@@ -121,6 +123,11 @@ class KgvAgent:
             return _Hits(self._search(query, k), self)
 
         def answer(label: str, evidence: list[str] | None = None) -> dict[str, Any]:
+            unknown = [e for e in evidence or () if self.entry_ids is not None
+                       and e not in self.entry_ids]
+            if unknown:  # output validation: only real entry ids leave the agent
+                raise ToolError(f"unknown entry id(s) {', '.join(map(repr, unknown[:3]))}; "
+                                "cite ids shown in search results")
             return {"label": label, "evidence": evidence or []}
 
         s, a = decl.tool("search"), decl.tool("answer")
