@@ -358,3 +358,34 @@ def test_injected_instructions_in_retrieved_text_trigger_nothing():
     assert calls[1].error and "unknown entry id" in calls[1].error
     assert t.ok and canary not in json.dumps(t.final)
     assert t.final == {"label": "SUPPORTED", "evidence": ["wn-dog"]}
+
+
+def test_the_agent_runs_against_an_openai_compatible_server_with_native_tool_calls(agent):
+    """Free policy through the `openai` backend to `workbench serve` on 127.0.0.1: the tools
+    go out as OpenAI `tools`, the calls come back as structured `tool_calls`."""
+    from test_serve_tools import serving
+
+    def server_model(conv):
+        if conv[-1]["role"] == "tool":
+            return call("answer", label="SUPPORTED", evidence=["wn-dog"])
+        return call("search", query="dog")
+
+    with serving(load_model("fake", script=server_model), "kgv-remote") as url:
+        remote = load_model(f"{url}#kgv-remote")
+        assert remote.capabilities.tool_calls
+        setup = AgentSetup(toolbox=agent.toolbox(), policy=FreePolicy(),
+                           budget=Budget(max_steps=4, max_tool_calls=2))
+        (t,) = run_agents(remote, [agent.task(claim())], setup)
+    assert t.ok and t.final == {"label": "SUPPORTED", "evidence": ["wn-dog"]}
+    assert [s.kind for s in t.steps] == ["tool_call", "observation", "final"]
+    assert agent.searcher.queries == ["dog"]
+
+
+@pytest.mark.usefixtures("bundled_model")
+def test_litsearch_agent_on_the_bundled_model(tmp_path):
+    from conftest import run_cli
+
+    r = run_cli("agent", "run", "litsearch", "configs/litsearch_demo.yaml", "-i", "ls-001",
+                "-s", "agent.turns=2", "-s", f"output_dir={tmp_path}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("call submit_workflow") == 2 and "nDCG@10" in r.stdout
