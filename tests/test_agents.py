@@ -262,3 +262,22 @@ def test_batch_calibration_groups_verdicts_not_evidence():
     b = ToolCall.make("answer", {"label": "YES", "evidence": ["e2", "e3"]})
     assert pol._kind(a) == pol._kind(b) != pol._kind(ToolCall.make("answer", {"label": "NO"}))
     assert pol._kind(ToolCall.make("search", {"query": "x"})) == "search"
+
+
+def test_an_answering_turn_does_nothing_else():
+    """A reply that searches and answers at once: the search is dropped unrun, so the
+    conversation has no unanswered call and ends on the answer."""
+    searched = []
+    both = call("search", query="x") + "\n" + call("answer", label="YES")
+    (t,) = run_agents(load_model("fake", responses=[both]), [AgentTask("t", "q")],
+                      AgentSetup(toolbox=box(searched)))
+    assert t.ok and searched == [] and t.tool_calls == 0
+    assert [tc.function.name for tc in t.messages[-1].tool_calls] == ["answer"]
+    assert any(s.kind == "error" and "dropped" in s.error for s in t.steps)
+    assert to_chat_example(t) is not None  # not the model's mistake
+
+
+def test_whole_number_floats_count_as_integers():
+    obs = box().call(ToolCall.make("search", {"query": "x", "k": 3.0}))
+    assert obs.error is None and obs.arguments == {"query": "x", "k": 3}
+    assert box().call(ToolCall.make("search", {"query": "x", "k": 2.5})).error

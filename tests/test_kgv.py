@@ -389,3 +389,20 @@ def test_litsearch_agent_on_the_bundled_model(tmp_path):
                 "-s", "agent.turns=2", "-s", f"output_dir={tmp_path}")
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("call submit_workflow") == 2 and "nDCG@10" in r.stdout
+
+
+def test_a_changed_condition_starts_its_file_over(agent, tmp_path):
+    from workbench.domain_agents.kgv.api import run_condition
+
+    claims = [claim(f"c{i}") for i in range(2)]
+    path = tmp_path / "agent.jsonl"
+    yes = AgentSetup(toolbox=agent.toolbox(), policy=FreePolicy(),
+                     parse_final=agent.parse_final)
+    run_condition(load_model("fake", responses=["SUPPORTED"]), claims, agent, yes, path,
+                  chunk=2, key="a")
+    again = run_condition(load_model("fake", responses=["REFUTED"]), claims, agent, yes, path,
+                          chunk=2, key="a")
+    assert [t.final["label"] for t in again] == ["SUPPORTED"] * 2  # same key: resumed
+    changed = run_condition(load_model("fake", responses=["REFUTED"]), claims, agent, yes,
+                            path, chunk=2, key="b")
+    assert [t.final["label"] for t in changed] == ["REFUTED"] * 2  # new key: started over

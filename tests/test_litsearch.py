@@ -185,3 +185,20 @@ def test_teacher_exports_sft_and_preference_pairs(lib, tmp_path):
     assert all(p["chosen"] != p["rejected"] for p in pairs)
     sft = json.loads((tmp_path / "sft.messages.jsonl").read_text().splitlines()[0])
     assert sft["messages"][-1]["role"] == "assistant"
+
+
+def test_edits_and_execution_errors_on_a_workflow_the_model_wrote(lib):
+    """Feedback edits work on any valid workflow, and an operator's failure of any kind is
+    an execution error of that workflow, not a crash."""
+    mine = {"nodes": [{"id": "kw", "op": "keyword_search", "params": {"query": "light chains"}}],
+            "output": "kw"}
+    e = edits(mine, accepted=["2"], rejected=["5"], papers=PAPERS)
+    assert {"expand_accepted", "drop_rejected", "keep"} <= set(e)
+    for wf in e.values():
+        assert not D.validate(D.parse(wf)[0])
+    judge = {"nodes": [mine["nodes"][0], {"id": "j", "op": "filter_model", "inputs": ["kw"],
+                                          "params": {"criterion": "light chains"}}],
+             "output": "j"}
+    assert not D.validate(D.parse(judge)[0])
+    with pytest.raises(D.ExecutionError, match="no model"):
+        D.run(D.parse(judge)[0], lib.ops())

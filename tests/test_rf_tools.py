@@ -109,3 +109,13 @@ def test_numbers_and_report(tmp_path):
     assert rep["conditions"]["tools"]["right_tool"] == 4
     assert rep["paired"]["tools vs alone"]["p"] == 0.25  # 3 discordant, all one way
     assert "| tools | 100.0" in (tmp_path / "rf_report.md").read_text()
+
+
+def test_passive_loads_only_and_free_text_units():
+    with pytest.raises(ToolError, match="passive"):
+        T.reflection("-50 ohm", "50 ohm")
+    assert quantities("a 1e-3 m wire into a 75 Ω load at 2.4GHz, 1.6 cm wide") == [
+        ("1e-3 m", "length"), ("75 Ω", "impedance"), ("2.4GHz", "frequency"),
+        ("1.6 cm", "length")]
+    assert T.quantity("1 kΩ", "impedance", "z") == 1000
+    assert T.quantity("50 Ohm", "impedance", "z") == 50

@@ -232,12 +232,17 @@ class GuidedPolicy(Policy):
         return f"{name}:{json.dumps(picked, sort_keys=True)}"
 
     def _offsets(self, rows: list[tuple[list[ToolCall], list[float]]]) -> dict[str, float]:
+        """Per kind, the mean over the runs offering it of that run's mean score for it;
+        only kinds offered by at least `min_batch` runs."""
         if self.calibrate != "batch":
             return {}
         seen: dict[str, list[float]] = {}
         for calls, means in rows:
+            per_run: dict[str, list[float]] = {}
             for c, m in zip(calls, means, strict=True):
-                seen.setdefault(self._kind(c), []).append(m)
+                per_run.setdefault(self._kind(c), []).append(m)
+            for k, v in per_run.items():
+                seen.setdefault(k, []).append(sum(v) / len(v))
         return {k: sum(v) / len(v) for k, v in seen.items() if len(v) >= self.min_batch}
 
     def act(self, model, states, toolbox, budget):
@@ -279,7 +284,10 @@ class GuidedPolicy(Policy):
                 continue
             (calls, _), row = next(it)
             raw = [sc.mean_logprob for sc in row]
-            means = [m - offsets.get(self._kind(c), 0.0) for c, m in zip(calls, raw, strict=True)]
+            # a row is calibrated whole or not at all (mixing would favour one kind)
+            full = all(self._kind(c) in offsets for c in calls)
+            means = [m - offsets[self._kind(c)] if full else m
+                     for c, m in zip(calls, raw, strict=True)]
             k = self._choose(means)
             info = [{"call": c.function.name, "arguments": c.function.arguments,
                      "mean_logprob": round(r, 4), "score": round(m, 4)}
@@ -395,8 +403,12 @@ def _apply_turn(s: AgentState, gen: Generation, info: list[dict[str, Any]] | Non
                                                       f"answer by calling {box.final_names[0]}."})
         return
     calls = list(gen.tool_calls)
-    # answer last: other calls in the same turn run first, calls after a final are dropped
-    calls.sort(key=lambda c: box.is_final(c.function.name))
+    finals = [c for c in calls if box.is_final(c.function.name)]
+    if finals and len(calls) > 1:
+        # a turn that answers does nothing else: the other calls are dropped unrun, so every
+        # call in the conversation has its reply and the run ends on the answer
+        s.step("error", error=f"{len(calls) - 1} other call(s) in the answering turn dropped")
+        calls = finals[:1]
     msg = gen.message()
     kept: list[ToolCall] = []
     replies: list[dict[str, Any]] = []

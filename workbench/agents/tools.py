@@ -87,6 +87,11 @@ class Toolbox:
                 return None, f"{name}: arguments are not valid JSON ({e.msg} at char {e.pos})"
         if not isinstance(args, dict):
             return None, f"{name}: arguments must be a JSON object"
+        props = self.tools[name].parameters.get("properties") or {}
+        for k, v in list(args.items()):  # JSON Schema calls 3.0 an integer; Python does not
+            if isinstance(v, float) and v.is_integer() and \
+                    (props.get(k) or {}).get("type") == "integer":
+                args[k] = int(v)
         errors = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
         if errors:
             return None, "; ".join(

@@ -96,12 +96,23 @@ def make_setup(agent: KgvAgent, ac, condition: str, *, policy: str | None = None
 
 
 def run_condition(model, claims: list[KGClaim], agent: KgvAgent, setup: AgentSetup,
-                  path: Path, *, chunk: int, log=print, desc: str = "agent"
+                  path: Path, *, chunk: int, log=print, desc: str = "agent", key: Any = None
                   ) -> list[AgentTrajectory]:
     """Run the claims not yet in `path`, a chunk at a time, rewriting `path` after each
-    chunk: a killed run re-run finishes the rest."""
-    done = {t.task_id: t for t in read_jsonl(path, AgentTrajectory.model_validate)} \
-        if path.exists() else {}
+    chunk: a killed run re-run finishes the rest. `key` names what produced the file (the
+    stage's inputs): a file made under another key is started over; runs that a backend
+    failure stopped are run again."""
+    from workbench.runs import hash_inputs
+
+    stamp = path.with_suffix(".key")
+    want = hash_inputs(key)
+    if path.exists() and (not stamp.exists() or stamp.read_text().strip() != want):
+        path.unlink()
+        path.with_suffix(".timing.json").unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(stamp, want + "\n")
+    done = {t.task_id: t for t in read_jsonl(path, AgentTrajectory.model_validate)
+            if t.stop != "backend_error"} if path.exists() else {}
     todo = [c for c in claims if c.id not in done]
     if done:
         log(f"{path.name}: {len(done)} done, {len(todo)} to run")
@@ -167,10 +178,16 @@ def evaluate(cfg, ctx):
     ac = cfg.agent
     wanted = conditions(ac, CONDITIONS)
     out = ctx.layout.folder("agent")
+    if getattr(ctx, "fresh", False):  # --fresh: no claim is kept from an earlier run
+        import shutil
+
+        shutil.rmtree(out / "trajectories", ignore_errors=True)
     (out / "trajectories").mkdir(parents=True, exist_ok=True)
     claims, _ = load_data(ac.data)
     dev = select(claims, "dev", ac.dev_limit, cfg.seed)
     train = select(claims, "train", ac.train_limit, cfg.seed)
+    if not dev:
+        raise WorkbenchError(f"{ac.data}/claims.jsonl: no claims with part 'dev' to evaluate")
     agent = make_agent(cfg, out, log=ctx.log)
     pack_key = (agent.pack.prompt_version, agent.pack.agent.model_dump(mode="json"))
     data_key = (file_hash(Path(ac.data) / "claims.jsonl"),
@@ -188,17 +205,23 @@ def evaluate(cfg, ctx):
     for cond in (c for c in BASELINES if c in wanted):
         path = out / "trajectories" / f"{cond}.jsonl"
         setup = make_setup(agent, ac, cond)
-        key = (data_key, pack_key, model_key, [c.id for c in dev], cond,
-               ac.model_dump(mode="json", include={"policy", "scaffold", "budget", "errors"})
-               if cond == "agent" else None)
-        stages.run(cond, key, lambda p=path, s=setup, c=cond: {"n": len(run_condition(
-            base_model(), dev, agent, s, p, chunk=ac.chunk, log=ctx.log, desc=c))})
+        key = (data_key, pack_key, model_key, [c.id for c in dev], cond, ac.calibrate,
+               ac.chunk, ac.model_dump(mode="json", include={"policy", "scaffold", "budget",
+                                                             "errors"})
+               if cond == "agent" else ac.errors.model_dump())
+        stages.run(cond, key, lambda p=path, s=setup, c=cond, k=key: {"n": len(run_condition(
+            base_model(), dev, agent, s, p, chunk=ac.chunk, log=ctx.log, desc=c, key=k))})
         results[cond] = read_jsonl(path, AgentTrajectory.model_validate)
 
     teacher_info: dict[str, Any] = {}
     if "agent_sft" in wanted:
         t = ac.teacher
         tpath, spath = out / "teacher.jsonl", out / "sft.messages.jsonl"
+
+        teach_key = (data_key, pack_key, model_key, [c.id for c in train],
+                     t.model_dump(mode="json"), ac.calibrate, ac.chunk,
+                     ac.model_dump(mode="json", include={"policy", "scaffold", "budget",
+                                                         "errors"}))
 
         def teach() -> dict[str, Any]:
             tmodel = _open(cfg, t.model) if t.model else base_model()
@@ -208,7 +231,8 @@ def evaluate(cfg, ctx):
                                    temperature=t.temperature, seed=cfg.seed + i)
                 runs = run_condition(tmodel, train, agent, setup,
                                      out / "trajectories" / f"teacher.{i}.jsonl",
-                                     chunk=ac.chunk, log=ctx.log, desc=f"teacher {i + 1}")
+                                     chunk=ac.chunk, log=ctx.log, desc=f"teacher {i + 1}",
+                                     key=(teach_key, i))
                 allruns += [r.model_copy(update={"id": f"{r.id}:s{i}"}) for r in runs]
             write_jsonl(tpath, allruns)
             kept = choose_teacher(allruns, t.max_route_share)
@@ -222,10 +246,7 @@ def evaluate(cfg, ctx):
                     "routes": {r: sum(route(k) == r for k in kept)
                                for r in ("parametric", "search")}}
 
-        rec, _ = stages.run("teacher", (data_key, pack_key, model_key, [c.id for c in train],
-                                        t.model_dump(mode="json"),
-                                        ac.model_dump(mode="json", include={
-                                            "policy", "scaffold", "budget", "errors"})), teach)
+        rec, _ = stages.run("teacher", teach_key, teach)
         teacher_info = dict(rec.info or {})
         adapter = out / "student"
 
@@ -247,13 +268,13 @@ def evaluate(cfg, ctx):
                                         model_key, cfg.seed), student)
         teacher_info["student"] = dict(rec.info or {})
         path = out / "trajectories" / "agent_sft.jsonl"
-        stages.run("agent_sft", (data_key, pack_key, model_key, [c.id for c in dev],
-                                 file_hash(adapter / "adapter_model.safetensors"),
-                                 ac.model_dump(mode="json", include={
-                                     "policy", "scaffold", "budget", "errors"})),
-                   lambda: {"n": len(run_condition(
-                       _open(cfg, adapter=adapter), dev, agent, make_setup(agent, ac, "agent"),
-                       path, chunk=ac.chunk, log=ctx.log, desc="agent_sft"))})
+        sft_key = (data_key, pack_key, model_key, [c.id for c in dev],
+                   file_hash(adapter / "adapter_model.safetensors"), ac.calibrate, ac.chunk,
+                   ac.model_dump(mode="json", include={"policy", "scaffold", "budget",
+                                                       "errors"}))
+        stages.run("agent_sft", sft_key, lambda: {"n": len(run_condition(
+            _open(cfg, adapter=adapter), dev, agent, make_setup(agent, ac, "agent"), path,
+            chunk=ac.chunk, log=ctx.log, desc="agent_sft", key=sft_key))})
         results["agent_sft"] = read_jsonl(path, AgentTrajectory.model_validate)
 
     from workbench.domain_agents.kgv.report import write_report

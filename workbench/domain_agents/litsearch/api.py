@@ -24,6 +24,7 @@ from workbench.domain_agents.litsearch.dialogue import (
 )
 from workbench.domain_agents.litsearch.pack import Library, load_corpus, sections, toolbox, \
     workflow_call
+from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 
 CONDITIONS = ("query_only", "fixed", "agent", "oracle")
@@ -146,6 +147,8 @@ def evaluate(cfg, ctx):
     _, intents = load_corpus(ac.data)
     dev = [i for i in intents if i.part == "dev"][:ac.dev_limit or None]
     train = [i for i in intents if i.part == "train"][:ac.train_limit or None]
+    if not dev:
+        raise WorkbenchError(f"{ac.data}/anchors.jsonl: no intents with part 'dev'")
     model = open_chat_model(cfg.models.chat, cfg) if "agent" in wanted else None
     lib = make_library(cfg, out, model=model, log=ctx.log)
     lib.intents = intents
@@ -229,7 +232,6 @@ def run_inputs(cfg, inputs: list[str], log=print):
     as an `AgentTrajectory` whose steps are the submitted workflows and their results."""
     from workbench.agents.records import AgentStep, AgentTrajectory
     from workbench.domain_agents.litsearch.dialogue import model_turns
-    from workbench.errors import WorkbenchError
     from workbench.models.factory import open_chat_model
     from workbench.records import Message
     from workbench.runs import RunLayout
@@ -238,8 +240,9 @@ def run_inputs(cfg, inputs: list[str], log=print):
     by_id = {i.id: i for i in intents}
     bad = [x for x in inputs if x not in by_id]
     if bad:
-        raise WorkbenchError(f"unknown intent id(s) {', '.join(bad)} (e.g. {intents[0].id}; "
-                             f"see {cfg.agent.data}/anchors.jsonl)")
+        example = f"e.g. {intents[0].id}; " if intents else ""
+        raise WorkbenchError(f"unknown intent id(s) {', '.join(bad)} ({example}see "
+                             f"{cfg.agent.data}/anchors.jsonl)")
     model = open_chat_model(cfg.models.chat, cfg)
     lib = make_library(cfg, RunLayout.of(cfg).folder("agent"), model=model, log=log)
     ds = start([by_id[x] for x in inputs], SYSTEM, PROMPT)

@@ -245,7 +245,7 @@ def run(wf: Workflow, ops: dict[str, Callable[..., Any]], memo: Memo | None = No
         memo.misses += 1
         try:
             values[nid] = ops[n.op]([values[i] for i in n.inputs], **n.params)
-        except (KeyError, ValueError, TypeError) as e:
-            raise ExecutionError(f"node {nid} ({n.op}): {e}") from None
+        except Exception as e:  # noqa: BLE001 - any operator failure fails this workflow
+            raise ExecutionError(f"node {nid} ({n.op}): {type(e).__name__}: {e}") from None
         memo.values[key] = values[nid]
     return values[wf.output], hashes

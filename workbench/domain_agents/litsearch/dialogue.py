@@ -116,7 +116,10 @@ def oracle_choice(lib: Library):
     def choose(d: Dialogue, cands: dict[str, dict[str, Any]]) -> str:
         best = None
         for name, wf in cands.items():
-            value, _ = D.run(D.parse(wf)[0], lib.ops(), d.memo)
+            try:
+                value, _ = D.run(D.parse(wf)[0], lib.ops(), d.memo)
+            except D.ExecutionError:
+                continue
             seen = d.user.judged
             fresh = [p for p in ranking(value) if p not in seen] + \
                 [p for p in ranking(value) if p in seen]
@@ -124,7 +127,7 @@ def oracle_choice(lib: Library):
                      metrics(fresh, d.intent)["ndcg10"], -len(wf["nodes"]))
             if best is None or score > best[0]:
                 best = (score, name)
-        return best[1]
+        return best[1] if best else next(iter(cands))
 
     return choose
 

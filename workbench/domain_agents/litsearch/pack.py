@@ -11,6 +11,7 @@ nodes keep their hashes and come from the memo.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
@@ -60,7 +61,15 @@ def load_corpus(folder: str | Path) -> tuple[dict[str, Paper], list[Intent]]:
                                  "build it with python -m workbench.domain_agents.litsearch."
                                  "data)")
     papers = {p.pmid: p for p in read_jsonl(folder / "papers.jsonl", Paper.model_validate)}
-    return papers, read_jsonl(folder / "anchors.jsonl", Intent.model_validate)
+    intents = read_jsonl(folder / "anchors.jsonl", Intent.model_validate)
+    for n, it in enumerate(intents, start=1):
+        missing = [p for p in (it.anchor, *it.relevance) if p not in papers]
+        if missing:
+            from workbench.errors import DataError
+
+            raise DataError(f"intent {it.id}: PMID(s) {', '.join(missing[:3])} not in "
+                            "papers.jsonl", path=str(folder / "anchors.jsonl"), line=n)
+    return papers, intents
 
 
 def sections(papers: dict[str, Paper]) -> list[Any]:
@@ -71,7 +80,8 @@ def sections(papers: dict[str, Paper]) -> list[Any]:
     for i, p in enumerate(papers.values()):
         text = f"{p.title}\n{p.abstract}\nMeSH: {'; '.join(p.mesh)}"
         out.append(Section(id=p.pmid, doc_id=p.pmid, source="pubmed", heading_path=[p.title],
-                           text=text, content_hash=str(hash(text) & 0xFFFFFFFF), order=i))
+                           text=text, content_hash=hashlib.sha256(text.encode()).hexdigest(),
+                           order=i))
     return out
 
 
@@ -235,9 +245,15 @@ def templates(it: Intent) -> dict[str, dict[str, Any]]:
 def edits(wf: dict[str, Any], accepted: list[str], rejected: list[str], papers: dict[str, Paper]
           ) -> dict[str, dict[str, Any]]:
     """Workflows edited after feedback. Earlier nodes keep ids and parameters (memo hits)."""
-    nodes = [n for n in wf["nodes"] if n["id"] != "out"]
-    last = next(n for n in wf["nodes"] if n["id"] == "out")["inputs"][0]
-    drop = next(n for n in wf["nodes"] if n["id"] == "out")["params"]["pmids"]
+    tail = next(n for n in wf["nodes"] if n["id"] == wf["output"])
+    if tail["op"] == "exclude" and tail.get("inputs"):  # our templates end by dropping pmids
+        nodes = [n for n in wf["nodes"] if n["id"] != tail["id"]]
+        last, drop = tail["inputs"][0], list(tail.get("params", {}).get("pmids", []))
+    else:  # a workflow the model wrote: edit after its output
+        nodes, last, drop = list(wf["nodes"]), wf["output"], []
+    used = {n["id"] for n in nodes}
+    if "out" in used:  # the new tail needs a free id
+        return {"keep": wf}
     out: dict[str, dict[str, Any]] = {}
 
     def finish(extra, tail, pmids=drop):

@@ -56,8 +56,8 @@ SLOTS: dict[str, list[tuple[str, str, bool]]] = {
     "vswr_to_gamma": [("vswr", "number", True)],
 }
 DEFAULTS = {("link_budget", "tx_power"): "0 dBm"}  # path loss alone: any transmit power
-_QTY = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*(ohms?|[pnumkMG]?Hz|[kcmu]?m|dBm|dBi|dB)?"
-                  r"(?![\w])")
+_QTY = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*"
+                  r"((?i:k?ohms?)|k?Ω|[pnuµμmkMG]?Hz|[kcmuµμ]?m|dBm|dBi|dB)?(?![\w])")
 _NUM = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -189,8 +189,10 @@ def evaluate(cfg, ctx):
     out = ctx.layout.folder("agent")
     out.mkdir(parents=True, exist_ok=True)
     model = open_chat_model(cfg.models.chat, cfg)
+    if not items:
+        raise WorkbenchError(f"{ac.data}/design.jsonl: no items")
     key = (file_hash(Path(ac.data) / "design.jsonl"), cfg.models.chat.model_dump(mode="json"),
-           ac.policy, ac.retriever, ac.search_k)
+           ac.policy, ac.retriever, ac.search_k, cfg.corpus, ac.errors.model_dump())
     results: dict[str, list[dict]] = {}
     seconds: dict[str, float] = {}
     for cond in wanted:

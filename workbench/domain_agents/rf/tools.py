@@ -18,15 +18,15 @@ from typing import Any
 from workbench.agents.tools import Tool, ToolError
 
 C = 299_792_458.0
-PREFIX = {"p": 1e-12, "n": 1e-9, "u": 1e-6, "µ": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3,
-          "M": 1e6, "G": 1e9}
+PREFIX = {"p": 1e-12, "n": 1e-9, "u": 1e-6, "µ": 1e-6, "μ": 1e-6, "m": 1e-3, "c": 1e-2,
+          "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9}
 # unit -> (dimension, the SI unit it is expressed in)
 UNITS = {"ohm": "impedance", "ohms": "impedance", "Ω": "impedance", "Hz": "frequency",
          "m": "length", "dB": "ratio_db", "dBm": "power_dbm", "dBi": "gain_dbi",
          "W": "power_w", "F": "capacitance", "H": "inductance"}
 DIMENSION_UNIT = {"impedance": "ohm", "frequency": "Hz", "length": "m", "ratio_db": "dB",
                   "power_dbm": "dBm", "gain_dbi": "dBi", "power_w": "W"}
-_Q = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([a-zA-Zµ Ω]*)\s*$")
+_Q = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*([a-zA-Zµμ Ω]*)\s*$")
 _COMPLEX = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+)\s*([-+])\s*j?\s*([0-9]*\.?[0-9]+)\s*j?\s*"
                       r"(ohms?|Ω)?\s*$")
 
@@ -40,6 +40,7 @@ def quantity(text: Any, dimension: str, field: str) -> float:
     if not m:
         raise ToolError(f"{field}: {text!r} is not a number with a unit")
     value, unit = float(m.group(1)), m.group(2).replace(" ", "")
+    unit = re.sub(r"(?i)ohms?$|Ω$", "ohm", unit)  # 50 Ohm, 50 ohms, 50 Ω, 1 kΩ
     for base in sorted(UNITS, key=len, reverse=True):  # dBm before dB before m
         if unit.endswith(base) and unit[:len(unit) - len(base)] in PREFIX:
             prefix = unit[:len(unit) - len(base)]
@@ -69,6 +70,8 @@ def reflection(load: str, z0: str = "50 ohm") -> dict[str, float]:
     zl, z = impedance(load, "load"), quantity(z0, "impedance", "z0")
     if z <= 0:
         raise ToolError("z0: must be positive")
+    if zl.real < 0 or zl + z == 0:
+        raise ToolError("load: a passive load has a non-negative real part")
     g = (zl - z) / (zl + z)
     mag = abs(g)
     vswr = math.inf if mag >= 1 else (1 + mag) / (1 - mag)
