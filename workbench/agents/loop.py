@@ -211,8 +211,12 @@ class GuidedPolicy(Policy):
 
     def __init__(self, propose: Proposer, *, temperature: float = 0.0, seed: int = 0,
                  calibrate: Literal["none", "batch"] = "none", min_batch: int = 4,
-                 final_names: Sequence[str] = ()):
+                 final_names: Sequence[str] = (),
+                 describe: Callable[[ToolCall], str] | None = None):
         self.propose = propose
+        # the text scored for a candidate (default: the call as the model would write it);
+        # a pack whose calls are long (a whole workflow) may score a short description
+        self.describe = describe
         self.temperature = temperature
         self.rng = random.Random(seed)
         self.calibrate, self.min_batch = calibrate, min_batch
@@ -263,7 +267,8 @@ class GuidedPolicy(Policy):
             if not calls:
                 raise WorkbenchError(f"guided policy: the pack proposed no call for task "
                                      f"{s.task.id} (allowed: {', '.join(names)})")
-            texts = [tool_call_text([c.model_dump(mode="json")]) for c in calls]
+            texts = [self.describe(c) if self.describe else
+                     tool_call_text([c.model_dump(mode="json")]) for c in calls]
             if len(calls) == 1:  # nothing to choose: no model call
                 single[n] = calls[0]
                 continue

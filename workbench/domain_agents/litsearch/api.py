@@ -170,6 +170,8 @@ def evaluate(cfg, ctx):
                                                                mk, ac.policy), go)
         seconds[cond] = (rec.info or {}).get("seconds")
         summaries[cond] = summarise(read_jsonl(path))
+        if seconds[cond] is not None:  # wall time, model calls included
+            summaries[cond]["seconds_per_dialogue"] = seconds[cond] / max(len(dev), 1)
     gold_path = out / "litsearch_teacher_train.jsonl"
 
     def teach() -> dict[str, Any]:
@@ -208,7 +210,8 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
              "for Hit@5 and MRR: grade >= 2; nDCG@10 uses the grades (3 citation, 2 shared "
              "references or MeSH, 1 shared major MeSH).", "",
              "| condition | Hit@5 final | MRR final | nDCG@10 final | nDCG@10 mean over "
-             "turns | execution errors | memo hits after turn 1 | s / dialogue | choices |",
+             "turns | execution errors | memo hits after turn 1 | s / dialogue (wall) | "
+             "choices |",
              "|---|---|---|---|---|---|---|---|---|"]
     for c, v in s.items():
         memo = "-" if v["memo_hit_rate_after_turn1"] is None else \

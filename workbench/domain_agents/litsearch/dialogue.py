@@ -16,6 +16,7 @@ from workbench.domain_agents.litsearch.pack import (
     Intent,
     Library,
     SimulatedUser,
+    describe,
     edits,
     metrics,
     ranking,
@@ -144,7 +145,9 @@ def model_turns(dialogues: list[Dialogue], lib: Library, model, *, policy: str,
         d = by_id[state.task.id]
         return [workflow_call(wf) for wf in d.candidates(lib).values()]
 
-    pol = GuidedPolicy(propose, calibrate=calibrate, final_names=box.final_names) \
+    pol = GuidedPolicy(propose, calibrate=calibrate, final_names=box.final_names,
+                       describe=lambda c: describe(json.loads(c.function.arguments)[
+                           "workflow"])) \
         if policy == "guided" else FreePolicy(GenerationParams(max_tokens=400))
     setup = AgentSetup(toolbox=box, policy=pol,
                        budget=Budget(max_steps=1 + repairs, max_tool_calls=0),

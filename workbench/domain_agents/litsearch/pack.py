@@ -346,6 +346,18 @@ def toolbox(lib: Library, memo: D.Memo) -> Toolbox:
                          submit, final=True)])
 
 
+def describe(wf: dict[str, Any]) -> str:
+    """A workflow in a line: its operators in order, with what the edits add
+    ("keyword_search, semantic_search, fuse, exclude")."""
+    parts = []
+    for n in wf["nodes"]:
+        p = n.get("params", {})
+        extra = f" {len(p['pmids'])} papers" if n["op"] in ("seed", "exclude") else \
+            f" {', '.join(p['terms'])}" if n["op"] == "filter_terms" else ""
+        parts.append(n["op"] + extra)
+    return "Workflow: " + ", ".join(parts)
+
+
 def workflow_call(wf: dict[str, Any]) -> ToolCall:
     return ToolCall.make("submit_workflow", {"workflow": wf})
 
