@@ -113,7 +113,7 @@ def test_every_shipped_config_and_pack_loads():
         pack = load_pack(name)
         assert pack.train.parity_prompts
         if pack.distill is None:  # a pack for agents only: distillation refuses it clearly
-            assert pack.agent.tools
+            assert pack.agent.system and pack.agent.settings
             with pytest.raises(WorkbenchError, match="no distill section"):
                 pack.perspectives
         else:

@@ -28,10 +28,15 @@ from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 
 CONDITIONS = ("query_only", "fixed", "agent", "oracle")
-SYSTEM = ("You are a literature search assistant. For the user's request, submit a search "
-          "workflow (a DAG of operators) with submit_workflow; after the user's feedback, "
-          "submit a revised workflow.")
-PROMPT = "Find papers related to: {query}"
+
+
+def prompts() -> tuple[str, str]:
+    """(system prompt, request template) from the litsearch domain pack."""
+    from workbench.domains import load_pack
+
+    pack = load_pack("litsearch")
+    return pack.agent.system, pack.agent.settings.get("request", "Find papers related to: "
+                                                                 "{query}")
 
 
 def make_library(cfg, folder: Path, model=None, log=print) -> Library:
@@ -54,7 +59,7 @@ def _fixed(d, cands) -> str:
 
 
 def run_condition(cond: str, intents, lib: Library, model, turns: int, ac) -> list[dict]:
-    dialogues = start(intents, SYSTEM, PROMPT)
+    dialogues = start(intents, *prompts())
     for _ in range(turns):
         if cond == "query_only":
             rule_turns(dialogues, lib, lambda d, c: "keyword" if d.workflow is None else "keep")
@@ -248,7 +253,7 @@ def run_inputs(cfg, inputs: list[str], log=print):
                              f"{cfg.agent.data}/anchors.jsonl)")
     model = open_chat_model(cfg.models.chat, cfg)
     lib = make_library(cfg, RunLayout.of(cfg).folder("agent"), model=model, log=log)
-    ds = start([by_id[x] for x in inputs], SYSTEM, PROMPT)
+    ds = start([by_id[x] for x in inputs], *prompts())
     for _ in range(cfg.agent.turns):
         model_turns(ds, lib, model, policy=cfg.agent.policy)
     out = []

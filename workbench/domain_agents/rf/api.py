@@ -37,8 +37,16 @@ from workbench.models.base import GenerationParams
 from workbench.records import ToolCall
 
 CONDITIONS = ("alone", "rag", "tools")
-SYSTEM = ("You are an RF design engineer. Answer with the number only, in the unit the "
-          "question asks for.")
+
+
+def prompts() -> tuple[str, str]:
+    """(system prompt alone or with RAG, system prompt with the calculators) from the rf
+    domain pack."""
+    from workbench.domains import load_pack
+
+    s = load_pack("rf").agent.settings
+    return (s.get("design_system", "Answer with the number only."),
+            s.get("design_tools_system", "Use a calculator, then answer."))
 # calculator -> [(argument, kind, required)]; kinds are tools.quantity dimensions or "number"
 SLOTS: dict[str, list[tuple[str, str, bool]]] = {
     "reflection": [("load", "impedance", True), ("z0", "impedance", True)],
@@ -149,7 +157,7 @@ def _direct(model, items: list[DesignItem], contexts: list[str] | None) -> list[
     for i, it in enumerate(items):
         user = it.question if contexts is None else \
             f"Reference:\n{contexts[i]}\n\nQuestion: {it.question}"
-        convs.append([{"role": "system", "content": SYSTEM},
+        convs.append([{"role": "system", "content": prompts()[0]},
                       {"role": "user", "content": user}])
     gens = model.generate(convs, GenerationParams(max_tokens=24))
     return [{"id": it.id, "family": it.family, "text": g.text,
@@ -161,8 +169,7 @@ def _with_tools(model, items: list[DesignItem], ac) -> list[dict]:
     box = toolbox()
     pol = GuidedPolicy(propose, final_names=box.final_names) if ac.policy == "guided" else \
         FreePolicy(GenerationParams(max_tokens=160))
-    setup = AgentSetup(toolbox=box, system=SYSTEM.replace("Answer with the number only",
-                                                          "Use a calculator, then answer"),
+    setup = AgentSetup(toolbox=box, system=prompts()[1],
                        policy=pol, budget=Budget(max_steps=4, max_tool_calls=2),
                        errors=ac.errors, pack="rf",
                        parse_final=lambda t: {"value": v} if (v := parse_number(t)) is not None
