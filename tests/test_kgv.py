@@ -406,3 +406,15 @@ def test_a_changed_condition_starts_its_file_over(agent, tmp_path):
     changed = run_condition(load_model("fake", responses=["REFUTED"]), claims, agent, yes,
                             path, chunk=2, key="b")
     assert [t.final["label"] for t in changed] == ["REFUTED"] * 2  # new key: started over
+
+
+def test_natural_language_claims_in_the_packs_wordings(agent):
+    from workbench.domain_agents.kgv.api import parse_input, read_claim
+
+    assert read_claim("Oak is a kind of tree.", agent) == ("Oak", "hypernym", "tree")
+    assert read_claim("the field of medicine uses the term dosage", agent) == (
+        "dosage", "topic_domain", "medicine")
+    c = parse_input("A wheel is a part of a car.", {}, agent)
+    assert (c.subject.label, c.predicate, c.object.label) == ("A wheel", "part_of", "a car")
+    with pytest.raises(WorkbenchError, match="Oak is a kind of tree"):
+        parse_input("Dogs bark loudly.", {}, agent)

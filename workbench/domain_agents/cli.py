@@ -47,8 +47,9 @@ def register(group: typer.Typer) -> None:
     @group.command("run")
     def run(pack: PackArg, config: ConfigArg = None, set_: SetOpt = None,
             inputs: Annotated[list[str] | None, typer.Option(
-                "--input", "-i", help="kgv: a claim id (kgv-0002) or 'subject | predicate | "
-                                      "object'; rf: an item id (rfd-000) or a question; "
+                "--input", "-i", help="kgv: a claim id (kgv-0002), 'subject | predicate | "
+                                      "object' or 'Oak is a kind of tree.'; rf: an item id "
+                                      "(rfd-000) or a question; "
                                       "litsearch: an intent id (ls-001). Repeatable.")] = None,
             out: Annotated[Path | None, typer.Option(
                 help="Also write the trajectories to this JSONL file.")] = None):

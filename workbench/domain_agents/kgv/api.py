@@ -291,14 +291,35 @@ def evaluate(cfg, ctx):
         message=f"{out / 'report.md'}: macro-F1 on {len(dev)} dev claims: {line}")
 
 
-def parse_input(text: str, claims: dict[str, KGClaim]) -> KGClaim:
-    """A claim id from the data, or `subject | predicate | object`."""
+def read_claim(text: str, agent: KgvAgent) -> tuple[str, str, str] | None:
+    """(subject, predicate, object) of a sentence written in one of the pack's wordings
+    ("Oak is a kind of tree."), or None."""
+    import re
+
+    sentence = text.strip().rstrip(".").strip()
+    for pred, w in agent.settings.predicates.items():
+        for tpl in (w.verbal, *w.paraphrases):
+            pattern = re.escape(tpl).replace(r"\{s\}", "(?P<s>.+?)").replace(r"\{o\}",
+                                                                             "(?P<o>.+?)")
+            m = re.fullmatch(pattern, sentence, flags=re.IGNORECASE)
+            if m:
+                return m.group("s").strip(), pred, m.group("o").strip()
+    return None
+
+
+def parse_input(text: str, claims: dict[str, KGClaim], agent: KgvAgent | None = None
+                ) -> KGClaim:
+    """A claim id from the data, `subject | predicate | object`, or a sentence in one of the
+    pack's wordings ("Oak is a kind of tree.")."""
     if text in claims:
         return claims[text]
     parts = [p.strip() for p in text.split("|")]
+    if len(parts) != 3 and agent is not None and (triple := read_claim(text, agent)):
+        parts = list(triple)
     if len(parts) != 3 or not all(parts):
-        raise WorkbenchError(f"{text!r}: give a claim id (e.g. kgv-0002) or 'subject | "
-                             "predicate | object'")
+        raise WorkbenchError(f"{text!r}: give a claim id (e.g. kgv-0002), 'subject | "
+                             "predicate | object', or a sentence such as 'Oak is a kind of "
+                             "tree.' (the wordings are in the kgv pack's agent.settings)")
     return KGClaim.model_validate({"id": "input-" + "-".join(parts)[:40],
                                    "subject": {"id": "s", "label": parts[0]},
                                    "predicate": parts[1],
@@ -312,9 +333,9 @@ def run_inputs(cfg, inputs: list[str], log=print) -> list[AgentTrajectory]:
 
     claims, _ = load_data(cfg.agent.data)
     by_id = {c.id: c for c in claims}
-    todo = [parse_input(x, by_id) for x in inputs]
     folder = RunLayout.of(cfg).folder("agent")
     agent = make_agent(cfg, folder, log=log)
+    todo = [parse_input(x, by_id, agent) for x in inputs]
     return run_agents(_open(cfg), [agent.task(c) for c in todo],
                       make_setup(agent, cfg.agent, "agent"))
 
