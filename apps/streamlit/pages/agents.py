@@ -47,6 +47,26 @@ with tab_run:
             show_error(e)
 
 
+def draw_workflow(wf: dict) -> None:
+    """A litsearch workflow as a graph (operators as nodes, inputs as edges)."""
+    lines = ["digraph {", "rankdir=LR;"]
+    for n in wf["nodes"]:
+        lines.append(f'"{n["id"]}" [label="{n["id"]}\\n{n["op"]}"];')
+        lines += [f'"{i}" -> "{n["id"]}";' for i in n.get("inputs", [])]
+    st.graphviz_chart("\n".join([*lines, "}"]))
+
+
+def last_workflow(t: dict) -> dict | None:
+    for m in reversed(t["messages"]):
+        for c in m.get("tool_calls") or ():
+            if c["function"]["name"] == "submit_workflow":
+                try:
+                    return json.loads(c["function"]["arguments"])["workflow"]
+                except (ValueError, KeyError, TypeError):
+                    return None
+    return None
+
+
 def show_steps(t: dict) -> None:
     st.markdown(f"**{t['task_id']}**: {t['messages'][1]['content']}")
     for s in t["steps"]:
@@ -73,6 +93,9 @@ def show_steps(t: dict) -> None:
 with tab_run:
     for t in st.session_state.get("ag-traj", []):
         show_steps(t)
+        if (wf := last_workflow(t)) is not None:
+            st.caption("The last workflow submitted")
+            draw_workflow(wf)
 
 with tab_eval:
     with st.form("ag-eval"):
@@ -161,11 +184,7 @@ with tab_eval:
                                        for t in d["turns"]]), hide_index=True)
             wf = d["turns"][-1].get("workflow")
             if wf:
-                lines = ["digraph {", "rankdir=LR;"]
-                for n in wf["nodes"]:
-                    lines.append(f'"{n["id"]}" [label="{n["id"]}\\n{n["op"]}"];')
-                    lines += [f'"{i}" -> "{n["id"]}";' for i in n.get("inputs", [])]
-                st.graphviz_chart("\n".join([*lines, "}"]))
+                draw_workflow(wf)
     else:
         rep = read_or_none("rf_report.json",
                            lambda: json.loads((out / "rf_report.json").read_text()))
