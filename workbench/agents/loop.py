@@ -274,10 +274,10 @@ class GuidedPolicy(Policy):
                 continue
             prompt = template_messages(s.messages, generic, toolbox.specs(names))
             requests.append(ScoreRequest(prompt=prompt, continuations=texts))
-            cands.append((calls, texts))
+            cands.append(calls)
         scored = list(zip(cands, model.score(requests) if requests else [], strict=True))
         offsets = self._offsets([(calls, [sc.mean_logprob for sc in row])
-                                 for (calls, _), row in scored])
+                                 for calls, row in scored])
         out: list[Any] = []
         it = iter(scored)
         for n in range(len(states)):
@@ -287,7 +287,7 @@ class GuidedPolicy(Policy):
                             [{"call": only.function.name, "arguments": only.function.arguments,
                               "mean_logprob": None}]))
                 continue
-            (calls, _), row = next(it)
+            calls, row = next(it)
             raw = [sc.mean_logprob for sc in row]
             # a row is calibrated whole or not at all (mixing would favour one kind)
             full = all(self._kind(c) in offsets for c in calls)

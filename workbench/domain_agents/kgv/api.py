@@ -339,6 +339,3 @@ def run_inputs(cfg, inputs: list[str], log=print) -> list[AgentTrajectory]:
     return run_agents(_open(cfg), [agent.task(c) for c in todo],
                       make_setup(agent, cfg.agent, "agent"))
 
-
-def dump(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=1) + "\n")

@@ -238,7 +238,7 @@ def build(wordnet_dir: str | Path, out: str | Path, *, per_seen: int = 60,
     by_pred: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_pred[r["predicate"]].append(r)
-    for pred, rs in by_pred.items():
+    for rs in by_pred.values():
         rng.shuffle(rs)
         for j, r in enumerate(rs):
             r["part"] = "train" if r["split"] == "seen" and j % 2 == 0 else "dev"

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from workbench.domain_agents.litsearch import dag as D
 from workbench.domain_agents.litsearch.corrupt import FEEDBACK, STRUCTURAL, corrupt, \
     feedback_corruption
 from workbench.domain_agents.litsearch.dialogue import (
@@ -104,7 +103,7 @@ def export_training(out: Path, dialogues: list[dict], lib: Library) -> dict[str,
     from workbench.records import ChatExample
 
     sft, pairs = [], []
-    tools = [t.model_dump(mode="json") for t in toolbox(lib, D.Memo()).specs()]
+    tools = [t.model_dump(mode="json") for t in toolbox().specs()]
     for d in dialogues:
         msgs = d["messages"]
         sft.append(ChatExample.model_validate({"messages": last_assistant(msgs),
@@ -187,8 +186,8 @@ def evaluate(cfg, ctx):
     rec, _ = ctx.stages("agent").run("litsearch_training_data", (key, [i.id for i in train]),
                                      teach)
     exports = dict(rec.info or {})
-    report = write_report(out, summaries, exports, dev=len(dev), turns=turns,
-                          model=cfg.models.chat.spec)
+    write_report(out, summaries, exports, dev=len(dev), turns=turns,
+                 model=cfg.models.chat.spec)
     line = ", ".join(f"{c} {v['ndcg10_final']:.2f}" for c, v in summaries.items())
     return PipelineResult(
         pipeline="agent", run_dir=str(ctx.layout.root),

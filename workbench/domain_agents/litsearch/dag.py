@@ -161,7 +161,7 @@ def validate(wf: Workflow) -> list[Problem]:
             if i in known and (src := OPS.get(wf.node(i).op)) and src.output != "papers":
                 out.append(Problem("edge_type", f"node {n.id}: input {i} yields "
                                                 f"{src.output}, not papers"))
-    if _cycle(wf):
+    if topological(wf) is None:
         out.append(Problem("cycle", "the inputs form a cycle"))
     if wf.output not in known:
         out.append(Problem("no_output", f"output {wf.output!r} is no node"))
@@ -169,10 +169,6 @@ def validate(wf: Workflow) -> list[Problem]:
         out.append(Problem("unreachable", f"output {wf.output} is not fed by any search or "
                                           "seed node"))
     return out
-
-
-def _cycle(wf: Workflow) -> bool:
-    return topological(wf) is None
 
 
 def topological(wf: Workflow) -> list[str] | None:

@@ -121,10 +121,9 @@ def oracle_choice(lib: Library):
                 value, _ = D.run(D.parse(wf)[0], lib.ops(), d.memo)
             except D.ExecutionError:
                 continue
-            seen = d.user.judged
-            fresh = [p for p in ranking(value) if p not in seen] + \
-                [p for p in ranking(value) if p in seen]
-            score = (metrics(ranking(value), d.intent)["ndcg10"],
+            ranked, seen = ranking(value), d.user.judged
+            fresh = [p for p in ranked if p not in seen] + [p for p in ranked if p in seen]
+            score = (metrics(ranked, d.intent)["ndcg10"],
                      metrics(fresh, d.intent)["ndcg10"], -len(wf["nodes"]))
             if best is None or score > best[0]:
                 best = (score, name)
@@ -137,8 +136,7 @@ def model_turns(dialogues: list[Dialogue], lib: Library, model, *, policy: str,
                 repairs: int = 2, calibrate: str = "none") -> None:
     """One turn chosen by the model (guided: among the candidates; free: written), with up
     to `repairs` retries after the validator's errors."""
-    memo_dummy = D.Memo()
-    box = toolbox(lib, memo_dummy)
+    box = toolbox()
     by_id = {d.intent.id: d for d in dialogues}
 
     def propose(state, allowed):
@@ -175,6 +173,3 @@ def last_assistant(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     k = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
     return messages[:k + 1]
 
-
-def dumps(d: Dialogue) -> str:
-    return json.dumps(d.to_json(), ensure_ascii=False)

@@ -260,16 +260,19 @@ def edits(wf: dict[str, Any], accepted: list[str], rejected: list[str], papers: 
         return {"nodes": [*nodes, *extra, _n("out", "exclude", [tail], pmids=pmids)],
                 "output": "out"}
 
+    dropped = sorted(set(drop) | set(rejected))
+    expand: list[dict[str, Any]] = []
     if accepted:
         t = len([n for n in nodes if n["id"].startswith("acc")])
         a, b, f, u, m = (f"acc{t}", f"acc{t}_refs", f"acc{t}_citing", f"acc{t}_graph",
                          f"acc{t}_fused")
-        out["expand_accepted"] = finish([
-            _n(a, "seed", pmids=accepted[:10]),
-            _n(b, "cite_backward", [a], per_paper=30), _n(f, "cite_forward", [a], per_paper=30),
-            _n(u, "union", [b, f]), _n(m, "fuse", [a, u, last])], m)
+        expand = [_n(a, "seed", pmids=accepted[:10]),
+                  _n(b, "cite_backward", [a], per_paper=30),
+                  _n(f, "cite_forward", [a], per_paper=30),
+                  _n(u, "union", [b, f]), _n(m, "fuse", [a, u, last])]
+        out["expand_accepted"] = finish(expand, m)
     if rejected:
-        out["drop_rejected"] = finish([], last, pmids=sorted(set(drop) | set(rejected)))
+        out["drop_rejected"] = finish([], last, pmids=dropped)
         bad = Counter(t for pid in rejected for t in papers[pid].mesh if pid in papers)
         good = {t for pid in accepted for t in papers[pid].mesh if pid in papers}
         terms = [t for t, _ in bad.most_common() if t not in good][:3]
@@ -277,15 +280,9 @@ def edits(wf: dict[str, Any], accepted: list[str], rejected: list[str], papers: 
             k = len([n for n in nodes if n["id"].startswith("filt")])
             out["filter_rejected_terms"] = finish(
                 [_n(f"filt{k}", "filter_terms", [last], terms=terms, field="mesh",
-                    mode="exclude")], f"filt{k}", pmids=sorted(set(drop) | set(rejected)))
-    if accepted and rejected:
-        both = finish([], last)  # placeholder replaced below
-        base = out["expand_accepted"]
-        both = {"nodes": [n for n in base["nodes"] if n["id"] != "out"] + [
-            _n("out", "exclude", [base["nodes"][-2]["id"]], pmids=sorted(set(drop) |
-                                                                          set(rejected)))],
-            "output": "out"}
-        out["expand_and_drop"] = both
+                    mode="exclude")], f"filt{k}", pmids=dropped)
+    if expand and rejected:
+        out["expand_and_drop"] = finish(expand, expand[-1]["id"], pmids=dropped)
     out["keep"] = wf  # ignore the feedback
     return out
 
@@ -326,7 +323,7 @@ def results_text(ranked: list[str], papers: dict[str, Paper], n: int = 5) -> str
                      for pid in ranked[:n]) or "(no papers)"
 
 
-def toolbox(lib: Library, memo: D.Memo) -> Toolbox:
+def toolbox() -> Toolbox:
     """`submit_workflow` is the final tool of a turn: its arguments are validated (schema and
     DAG checks) before the turn ends; problems go back to the model to repair."""
     def submit(workflow: dict[str, Any]) -> dict[str, Any]:

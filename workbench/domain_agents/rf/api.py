@@ -212,7 +212,7 @@ def evaluate(cfg, ctx):
             else:
                 contexts = None
                 if cond == "rag":
-                    sections, _ = load_sections(corpus_dir(cfg))
+                    sections, _ = load_sections(cfg.corpus)
                     search = provider("searcher")(sections, out / "rf_index", ac.retriever,
                                                   log=ctx.log)
                     hits = search([it.question for it in items], ac.search_k)
@@ -233,10 +233,6 @@ def evaluate(cfg, ctx):
         message=f"{out / 'rf_report.md'}: accuracy within {100 * items[0].tolerance:.0f}% on "
                 f"{len(items)} design items: " + ", ".join(f"{c} {100 * v:.0f}%"
                                                           for c, v in acc.items()))
-
-
-def corpus_dir(cfg) -> str:
-    return cfg.corpus  # the experiment's corpus (default: the shipped RF chapters)
 
 
 def rf_report(out: Path, items: list[DesignItem], results: dict[str, list[dict]],
