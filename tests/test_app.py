@@ -13,7 +13,7 @@ from conftest import REPO
 
 APP = REPO / "apps" / "streamlit"
 PAGES = ["projects", "corpus", "distill", "retrieval", "train", "evaluate", "trajsynth",
-         "federated", "agents"]
+         "federated", "agents", "loop"]
 TESTS = str(Path(__file__).parent)
 sys.path.insert(0, str(APP))
 
@@ -672,3 +672,86 @@ def test_agents_page_shows_a_litsearch_evaluation_and_its_workflow(ws, tmp_path)
     assert set(table["condition"]) == {"query_only", "fixed", "oracle"}
     turns = next(f for f in frames if "choice" in f.columns)
     assert list(turns["turn"]) == [1, 2]
+
+
+def _loop_round(ws, **loop):
+    """An improvement loop in the workspace, made outside the app with the scripted model
+    and trainer (tests/loop_scripted.py): round 1 run up to its decision."""
+    import loop_scripted  # noqa: F401 - registers the loopfake backend
+
+    from workbench.config import load_config
+    from workbench.loop.api import Loop
+
+    cfg = load_config(REPO / "configs" / "health_demo.yaml", [
+        "models.chat.spec=fake-loop", "models.chat.backend=loopfake", "models.chat.options={}",
+        "loop.trainer=loop_scripted:train", "cache.enabled=false",
+        f"output_dir={ws / 'runs'}", "name=looprun", "loop.suites.max_items_per_subset=6",
+        "loop.suites.open_items=4", "loop.weightings=[1.0]",
+        *[f"loop.{k}={v}" for k, v in loop.items()]])
+    return Loop(cfg, log=lambda m: None)
+
+
+def test_loop_page_shows_a_finished_round_and_its_decision_buttons(ws):
+    """A round waiting for its decision: failures by mode, the reviewed data, per-subset
+    deltas with intervals, the guards; clicking Keep with a name and reason decides it."""
+    loop = _loop_round(ws)
+    r = loop.plan()
+    loop.approve(r.index, by="ana")
+    loop.run_round(r.index)
+    at = page("loop").run()
+    assert not at.exception, at.exception
+    frames = [d.value for d in at.dataframe]
+    deltas = next(f for f in frames if "delta" in f.columns)
+    assert deltas["delta"].str.contains(r"\[").all()  # every delta with its interval
+    assert deltas["candidate"].str.contains(r"\[").all()
+    assert {"test", "retention", "open"} <= set(deltas["suite"])
+    assert any("mode" in f.columns and "rows" in f.columns for f in frames)
+    assert any("recommend" in i.value for i in at.info)
+    assert len(at.success) + len(at.error) >= len(loop.round(1).guards)  # one line a guard
+    labels = [b.label for b in at.button]
+    assert {"Keep", "Continue", "Revert", "Deploy"} <= set(labels)
+    at.text_input(key="lp-decider").input("ana")
+    at.text_input(key="lp-reason").input("target improved, no guard tripped")
+    at.button(key="lp-keep").click().run()
+    assert not at.exception, at.exception
+    r = loop.round(1)
+    assert r.status == "decided" and r.decision.choice == "keep" and r.decision.by == "ana"
+    assert loop.state().current.sha256 == r.candidate
+    assert any("Decision" in s.value for s in at.success)
+
+
+def test_loop_page_refuses_a_decision_without_a_name(ws):
+    loop = _loop_round(ws)
+    r = loop.plan()
+    loop.approve(r.index, by="ana")
+    loop.run_round(r.index)
+    at = page("loop").run()
+    at.button(key="lp-revert").click().run()
+    assert not at.exception
+    assert any("reason" in e.value for e in at.error)
+    assert loop.round(1).status == "awaiting_decision"
+
+
+def test_loop_page_reviews_data_before_training(ws):
+    """With loop.review_data the round stops after the gates; rejecting a sample in the
+    editor and approving the data records the review that training then applies."""
+    loop = _loop_round(ws, review_data="true")
+    r = loop.plan()
+    loop.approve(r.index, by="ana")
+    r = loop.run_round(r.index)
+    assert r.status == "running" and "mixture" not in r.steps
+    at = page("loop").run()
+    assert not at.exception, at.exception
+    assert any(b.label == "Approve the data and continue" for b in at.button)
+    loop.approve(r.index, by="bo", data=True, review={_ids(loop, r)[0]: "reject"})
+    rejected = _ids(loop, r)[0]
+    r = loop.run_round(r.index)
+    assert r.status == "awaiting_decision" and loop.round(1).reviewed_by == "bo"
+    assert rejected not in (loop.folder(1) / "train.jsonl").read_text()
+
+
+def _ids(loop, r):
+    import json as _json
+
+    return [_json.loads(x)["id"] for x in
+            (loop.folder(r.index) / "accepted.jsonl").read_text().splitlines()]

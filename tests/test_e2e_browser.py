@@ -163,3 +163,72 @@ def test_server_limits(app):
         assert r.status_code in (403, 413)
     except httpx.HTTPError:
         pass  # the server may close the connection instead of answering
+
+
+def test_approve_a_loop_plan_in_a_browser(tmp_path):
+    """A planned improvement-loop round (scripted model and trainer): a person names
+    themself and approves the plan in the browser; the round is approved on disk, the run
+    job it starts finishes the round, and Keep decides it."""
+    from playwright.sync_api import sync_playwright
+
+    from workbench.config import load_config
+    from workbench.loop.api import Loop
+
+    tests = str(Path(__file__).parent)
+    sys.path.insert(0, tests)
+    import loop_scripted  # noqa: F401 - registers the loopfake backend
+
+    ws = tmp_path / "ws"
+    cfg = load_config(REPO / "configs" / "health_demo.yaml", [
+        "models.chat.spec=fake-loop", "models.chat.backend=loopfake", "models.chat.options={}",
+        "loop.trainer=loop_scripted:train", "cache.enabled=false",
+        f"output_dir={ws / 'runs'}", "name=looprun", "loop.suites.max_items_per_subset=6",
+        "loop.suites.open_items=4", "loop.weightings=[1.0]"])
+    loop = Loop(cfg, log=lambda m: None)
+    loop.plan()
+    port = free_port()
+    env = dict(os.environ, TQDM_DISABLE="1", WB_PLUGINS="loop_scripted",
+               PYTHONPATH=tests + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "app", "--workspace", str(ws),
+                             "--port", str(port)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/_stcore/health", timeout=60, proc=proc)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+                "--headless", "--no-sandbox", "--disable-gpu",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.get_by_text("Projects and runs").first.wait_for(timeout=30000)
+            page.get_by_role("link", name="Improvement loop").click()
+            page.get_by_text("Round 1: planned").wait_for(timeout=30000)
+            name = page.locator(".st-key-lp-approver input")
+            name.fill("Dr. Ana")
+            name.press("Tab")
+            _start_job(page, "Approve plan and run", ws, "loop")
+            r = loop.round(1)
+            assert r.approved_by == "Dr. Ana" and r.status != "planned"
+            deadline = time.time() + 300
+            while loop.round(1).status != "awaiting_decision" and time.time() < deadline:
+                for job in (ws / "jobs").glob("*-loop-*/job.json"):
+                    assert '"failed"' not in job.read_text(), job.read_text()[-3000:]
+                time.sleep(1)
+            assert loop.round(1).status == "awaiting_decision"
+            page.reload()
+            page.get_by_text("The guards recommend").wait_for(timeout=30000)
+            page.locator(".st-key-lp-decider input").fill("Dr. Ana")
+            page.locator(".st-key-lp-reason input").fill("looks right")
+            page.locator(".st-key-lp-reason input").press("Tab")
+            page.locator(".st-key-lp-keep button").click()
+            page.get_by_text("Decision: keep").wait_for(timeout=30000)
+            page.screenshot(path=str(ARTIFACTS / "loop-decided.png"), full_page=True)
+            browser.close()
+        assert loop.round(1).decision.by == "Dr. Ana"
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)

@@ -197,6 +197,9 @@ class DomainPack(_Section):
     trajsynth: TrajsynthPack = Field(default_factory=TrajsynthPack)
     train: TrainPack = Field(default_factory=TrainPack)
     smoke: SmokePack = Field(default_factory=SmokePack)
+    pipelines: dict[str, dict[str, Any]] = Field(default_factory=dict, description=(
+        "Settings a pipeline reads from the pack, by pipeline name (e.g. loop: the "
+        "improvement loop's synthesis templates); that pipeline validates them."))
 
     # the distillation reads these directly
     @property

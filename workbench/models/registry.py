@@ -75,8 +75,8 @@ def load_model(spec: str = "default", *, backend: str | None = None,
     """
     from workbench.models.resolve import resolve_chat_model
 
-    if backend == "fake" or spec.startswith("fake"):
-        return _backend("fake")(spec=spec, **options)
+    if backend == "fake" or spec.startswith("fake"):  # scripted backends (tests) take a spec
+        return _backend(backend or "fake")(spec=spec, **options)
     source = resolve_chat_model(spec)
     name = backend or ("openai" if source.kind == "openai" else "local")
     return _backend(name)(source=source, **options)

@@ -1,0 +1,208 @@
+import json
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+from common import (
+    base_config,
+    job_panel,
+    jsonl_rows,
+    read_or_none,
+    show_error,
+    show_image,
+    workspace,
+)
+
+from workbench.jobs import start_job
+
+st.title("Improvement loop")
+st.caption("Rounds of targeted improvement with people at the gates (Cura): the current model's "
+           "failures by mode, data synthesised for them with retention anchors, a LoRA "
+           "candidate, every subset guarded; you approve the plan and decide keep, continue, "
+           "revert or deploy.")
+ws = workspace()
+
+with st.expander("Start a loop", expanded=False):
+    with st.form("lp-form"):
+        c1, c2, c3 = st.columns(3)
+        name = c1.text_input("Run name", value="health_loop", key="lp-name")
+        mode = c2.selectbox("Start with", ["plan", "auto"], key="lp-mode",
+                            help="plan: evaluate and plan round 1 for your approval; auto: "
+                                 "unattended rounds, the guards decide")
+        rounds = c3.number_input("Rounds (auto)", 1, 10, 2, key="lp-rounds")
+        go = st.form_submit_button("Start")
+    if go:
+        try:
+            cfg = base_config(name, domain="health",
+                              loop={"mode": mode, "rounds": int(rounds)})
+            job = start_job(ws, "loop", cfg)
+            st.success(f"Started job {job.id}")
+        except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+            show_error(e)
+job_panel("loop", "loop")
+
+runs_dir = ws / "runs"
+found = sorted(p.parent.parent for p in runs_dir.glob("*/loop/config.yaml")) \
+    if runs_dir.is_dir() else []
+if not found:
+    st.caption("No improvement loop yet.")
+    st.stop()
+run = st.selectbox("Run", found, format_func=lambda p: p.name, key="lp-run")
+
+
+def open_loop(run: Path):
+    from workbench.loop.api import Loop
+
+    return Loop.at(run, log=lambda m: None)
+
+
+def start_mode(mode: str):
+    """A loop job on this run's config: plan the next round, or run the approved one."""
+    from workbench.config import dump_config
+
+    d = dump_config(loop.cfg)
+    return start_job(ws, "loop", {**d, "loop": {**d["loop"], "mode": mode}})
+
+
+loop = read_or_none("the loop", lambda: open_loop(run))
+if loop is None:
+    st.stop()
+rounds = read_or_none("the rounds", loop.rounds) or []
+state = read_or_none("state.json", loop.state)
+if state is not None:
+    cur = state.current
+    st.markdown(f"Current model: **{'base' if cur is None else 'adapter ' + cur.sha256[:12]}**"
+                + (f" (round {cur.round})" if cur else "")
+                + (f"; deployed {state.deployed[:12]}" if state.deployed else ""))
+if not rounds:
+    st.caption("No round planned yet.")
+    st.stop()
+r = st.selectbox("Round", rounds, index=len(rounds) - 1, key="lp-round",
+                 format_func=lambda x: f"round {x.index}: {x.plan.target} ({x.status})")
+folder = loop.folder(r.index)
+p = r.plan
+
+# --- the plan and its gate
+st.subheader(f"Round {r.index}: {r.status}")
+c1, c2, c3 = st.columns(3)
+c1.metric("Target", p.target)
+c2.metric("Targeted samples", sum(v for k, v in p.recipe.items() if k != "anchors"))
+c3.metric("Retention anchors (max)", p.recipe.get("anchors", 0))
+st.markdown(f"**Why:** {p.rationale}")
+st.dataframe(pd.DataFrame([{"guard": g.name, "limit": g.limit} for g in p.guards]),
+             hide_index=True)
+if r.status == "planned":
+    with st.form("lp-approve"):
+        who = st.text_input("Your name", key="lp-approver")
+        target = st.selectbox("Target", p.subsets, index=p.subsets.index(p.target),
+                              key="lp-target")
+        ok = st.form_submit_button("Approve plan and run")
+    if ok:
+        try:
+            edits = {"target": target} if target != p.target else {}
+            loop.approve(r.index, by=who, edits=edits)
+            job = start_mode("run")
+            st.success(f"Approved by {who}; started job {job.id}")
+        except Exception as e:  # noqa: BLE001
+            show_error(e)
+elif r.approved_by:
+    st.caption(f"Plan approved by {r.approved_by} at {r.approved_at}.")
+
+# --- failures by mode
+failures = jsonl_rows(folder / "failures.jsonl")
+if failures:
+    st.subheader("Failures of the current model, by mode")
+    df = pd.DataFrame(failures)
+    st.dataframe(df.groupby(["mode", "subset"]).size().rename("rows").reset_index(),
+                 hide_index=True)
+    for mode, g in df.groupby("mode"):
+        with st.expander(f"{mode}: {len(g)} rows"):
+            st.dataframe(g[["id", "subset", "question", "gold", "prediction", "detail"]].head(8),
+                         hide_index=True)
+
+# --- the synthesised data, reviewable while the round waits for it
+accepted = jsonl_rows(folder / "accepted.jsonl")
+if accepted:
+    st.subheader("Synthesised data (after the quality gates)")
+    gates = r.steps.get("gates", {})
+    st.caption(f"Kept {gates.get('kept', len(accepted))} of {gates.get('in', '?')}; dropped: "
+               + (", ".join(f"{k} {v}" for k, v in gates.get("dropped", {}).items())
+                  or "none"))
+    review = read_or_none("review.json", lambda: json.loads((folder / "review.json")
+                                                           .read_text())) \
+        if (folder / "review.json").exists() else {}
+    table = pd.DataFrame([{
+        "id": e["id"], "job": e["metadata"].get("job"), "mode": e["metadata"].get("mode"),
+        "question": e["messages"][-2]["content"][:300],
+        "answer": (review.get(e["id"]) or {}).get("answer", e["messages"][-1]["content"])
+        if isinstance(review.get(e["id"]), dict) else e["messages"][-1]["content"],
+        "decision": "reject" if review.get(e["id"]) == "reject" else
+        ("edit" if isinstance(review.get(e["id"]), dict) else "accept")} for e in accepted])
+    waiting = r.status == "running" and loop.lc.review_data and not r.reviewed_by
+    edited = st.data_editor(
+        table, hide_index=True, key="lp-review",
+        disabled=["id", "job", "mode", "question"] if waiting else True,
+        column_config={"decision": st.column_config.SelectboxColumn(
+            options=["accept", "edit", "reject"]),
+            "answer": st.column_config.TextColumn(width="large")})
+    if waiting:
+        with st.form("lp-data"):
+            who = st.text_input("Your name", key="lp-reviewer")
+            ok = st.form_submit_button("Approve the data and continue")
+        if ok:
+            try:
+                orig = {e["id"]: e["messages"][-1]["content"] for e in accepted}
+                rev = {}
+                for row in edited.to_dict("records"):
+                    if row["decision"] == "reject":
+                        rev[row["id"]] = "reject"
+                    elif row["answer"] != orig[row["id"]] or row["decision"] == "edit":
+                        rev[row["id"]] = {"answer": row["answer"]}
+                loop.approve(r.index, by=who, data=True, review=rev)
+                job = start_mode("run")
+                st.success(f"Data approved by {who}; started job {job.id}")
+            except Exception as e:  # noqa: BLE001
+                show_error(e)
+
+# --- deltas, guards, decision
+if r.deltas:
+    st.subheader("Per-subset deltas (candidate - current, same items)")
+    st.dataframe(pd.DataFrame([{
+        "suite": d.suite, "subset": d.subset + (" (target)" if d.target else ""), "n": d.n,
+        "current": f"{100 * d.before:.0f}% [{100 * d.before_ci[0]:.0f}, "
+                   f"{100 * d.before_ci[1]:.0f}]",
+        "candidate": f"{100 * d.after:.0f}% [{100 * d.after_ci[0]:.0f}, "
+                     f"{100 * d.after_ci[1]:.0f}]",
+        "delta": f"{100 * d.delta:+.1f} [{100 * d.ci_low:+.0f}, {100 * d.ci_high:+.0f}]",
+        "p": round(d.p_value, 3) if d.p_value is not None else None} for d in r.deltas]),
+        hide_index=True)
+if r.guards:
+    st.subheader("Guards")
+    for g in r.guards:
+        (st.success if g.passed else st.error)(f"{g.guard.name}: {g.detail}")
+if r.status == "awaiting_decision":
+    st.info(f"The guards recommend **{r.recommendation}**.")
+    who = st.text_input("Your name", key="lp-decider")
+    reason = st.text_input("Reason", key="lp-reason")
+    cols = st.columns(4)
+    for col, choice in zip(cols, ("keep", "continue", "revert", "deploy"), strict=True):
+        if col.button(choice.capitalize(), key=f"lp-{choice}"):
+            try:
+                loop.decide(r.index, choice, reason=reason, by=who, plan_next=False)
+                if choice == "continue":
+                    start_mode("plan")
+                st.rerun()
+            except Exception as e:  # noqa: BLE001
+                show_error(e)
+elif r.decision:
+    d = r.decision
+    st.success(f"Decision: **{d.choice}** by {d.by}: {d.reason}")
+
+# --- history
+if any(x.decision for x in rounds):
+    st.subheader("History")
+    from workbench.loop.api import history_rows
+
+    st.dataframe(pd.DataFrame(history_rows(loop)), hide_index=True)
+    if (loop.root / "history.png").exists():
+        show_image(loop.root / "history.png", "deltas per subset, round by round")

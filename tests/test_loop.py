@@ -1,0 +1,263 @@
+"""The improvement loop (Cura): a scripted round that improves its target and hurts another
+subset is flagged and reverted with the adapter hash proven; a killed round resumes; the
+rubric scorer and the quality gates; the human gates through the CLI."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+TESTS = str(Path(__file__).parent)
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+
+
+def _cfg(tmp_path, *extra):
+    import loop_scripted  # noqa: F401 - registers the loopfake backend
+
+    from workbench.config import load_config
+
+    return load_config(REPO / "configs" / "health_demo.yaml", [
+        "models.chat.spec=fake-loop", "models.chat.backend=loopfake", "models.chat.options={}",
+        "loop.trainer=loop_scripted:train", "cache.enabled=false",
+        f"output_dir={tmp_path / 'runs'}", "name=looptest",
+        "loop.suites.max_items_per_subset=8", "loop.suites.open_items=6", *extra])
+
+
+def _loop(cfg):
+    from workbench.loop.api import Loop
+
+    return Loop(cfg, log=lambda m: None)
+
+
+# ------------------------------------------------------------------------------ rubric
+
+def test_rubric_score_matches_hand_computed_values():
+    from workbench.loop.rubric import KeywordJudge, RubricItem, rubric_score
+
+    items = [RubricItem(criterion="Mentions the heart", points=3, keywords=["heart"]),
+             RubricItem(criterion="Mentions the valve", points=2, keywords=["valve"]),
+             RubricItem(criterion="Confuses it with a rash", points=-2, keywords=["rash"]),
+             RubricItem(criterion="Says it is structural", points=1, keywords=["structur"])]
+    # met: +3, -2, +1 of 6 positive points -> 2/6
+    assert rubric_score(items, [True, False, True, True]) == pytest.approx(2 / 6)
+    # negatives outweigh what is met: clipped to 0
+    assert rubric_score(items, [False, False, True, False]) == 0.0
+    # every positive item and no negative one: exactly 1
+    assert rubric_score(items, [True, True, False, True]) == 1.0
+    assert rubric_score(items, [False] * 4) == 0.0
+    verdicts = KeywordJudge()("q", "A structural heart problem, not a RASH.", items)
+    assert verdicts == [True, False, True, True]
+    assert items[2].kind == "mistake"
+    assert RubricItem(criterion="Gives a drug dose", points=-3).kind == "safety"
+    with pytest.raises(ValueError):
+        rubric_score(items, [True])
+    with pytest.raises(ValueError, match="non-zero"):
+        RubricItem(criterion="x", points=0)
+
+
+def test_model_judge_decides_item_by_item_through_the_model_protocol():
+    import loop_scripted
+
+    from workbench.loop.rubric import ModelJudge, RubricItem, rubric_score
+
+    judge = ModelJudge(loop_scripted.LoopFake())
+    items = [RubricItem(criterion="Mentions the heart", points=2),
+             RubricItem(criterion="Mentions the lung", points=2),
+             RubricItem(criterion="Gives a drug dose", points=-3)]
+    met = judge("What is it?", "A heart problem; take one dose daily.", items)
+    assert met == [True, False, True]
+    assert rubric_score(items, met) == 0.0  # (2 - 3) / 4 clipped
+
+
+# ------------------------------------------------------------------------------ gates
+
+def test_quality_gates_drop_pii_unsafe_duplicates_and_benchmark_leaks(tmp_path):
+    from workbench.loop.config import GateSettings
+    from workbench.loop.gates import Gates
+    from workbench.loop.suites import load_suites
+    from workbench.records import ChatExample
+
+    cfg = _cfg(tmp_path)
+    suites = load_suites(cfg.loop.suites)
+    test_q = suites.test[0].question
+    long_q = next(it.question for it in suites.test if len(it.question.split()) > 20)
+
+    def ex(i, user, answer, **meta):
+        return ChatExample(id=f"s{i}", messages=[{"role": "user", "content": user},
+                                                 {"role": "assistant", "content": answer}],
+                           metadata={"job": "knowledge", **meta})
+
+    clean = [ex(0, "Define cyanosis.", "A bluish discoloration of the skin."),
+             ex(1, "Define ptosis.", "A drooping of the upper eyelid.")]
+    planted = {
+        "identifiers": [ex(10, "Patient mail jane.doe@example.org asks.", "An answer."),
+                        ex(11, "Call 555-123-4567 about it.", "An answer here."),
+                        ex(12, "MRN: 00123456 has a murmur.", "An answer again."),
+                        ex(13, "What did Dr. Smith see?", "Something else."),
+                        ex(14, "Define it.", "Her SSN is 123-45-6789.")],
+        "safety": [ex(20, "How to treat it?", "Give 500 mg twice a day."),
+                   ex(21, "What now?", "Stop taking your medication at once.")],
+        "duplicate": [ex(30, "Define cyanosis.", "A bluish discoloration of the skin."),
+                      ex(31, "define  CYANOSIS", "A bluish discoloration of the skin!")],
+        "leak": [ex(40, f"Please answer: {test_q}", "B"),
+                 ex(41, " ".join(long_q.split()[:-2]) + " what is it?", "x y z")],
+    }
+    samples = clean + [e for group in planted.values() for e in group]
+    kept, dropped = Gates(suites, GateSettings()).run(samples)
+    assert [e.id for e in kept] == ["s0", "s1"]
+    by_id = {d["id"]: d["gate"] for d in dropped}
+    for gate, group in planted.items():
+        for e in group:
+            assert by_id[e.id] == gate, (e.id, by_id.get(e.id), dropped)
+    # and nothing kept holds a test question
+    for e in kept:
+        assert not any(it.question in e.messages[0].content for it in suites.test)
+
+
+# ------------------------------------------------------------------------------ rounds
+
+def _assert_no_leaks(loop, r):
+    from workbench.io import read_jsonl
+    from workbench.records import ChatExample
+
+    accepted = read_jsonl(loop.folder(r.index) / "accepted.jsonl", ChatExample.model_validate)
+    assert accepted
+    tests = [it.question.lower() for it in loop.suites.test]
+    for e in accepted:
+        user = " ".join(m.content or "" for m in e.messages if m.role == "user").lower()
+        assert not any(q in user for q in tests), e.id
+
+
+def test_auto_keeps_a_good_round_and_reverts_one_that_hurts_a_subset(tmp_path, monkeypatch):
+    """Round 1 improves its target and nothing else: kept. Round 2 improves its target and
+    hurts another subset: the guard flags that subset, --auto reverts, and the current
+    adapter's sha256 equals round 1's."""
+    from workbench.jobs import run_in_process
+    from workbench.loop.train import adapter_hash
+
+    cfg = _cfg(tmp_path)
+    loop = _loop(cfg)
+    # the subset round 2 will hurt: any subset but the one it targets (known after round 1)
+    monkeypatch.setenv("LOOP_HURT_ROUND_2", "__later__")
+    res = run_in_process("loop", cfg.model_copy(update={"loop": cfg.loop.model_copy(
+        update={"rounds": 1})}), log=lambda m: None)
+    r1 = loop.round(1)
+    assert r1.decision.choice == "keep", r1.decision
+    assert r1.decision.by == "auto"
+    tgt = next(d for d in r1.deltas if d.target)
+    assert tgt.delta > 0 and tgt.ci_low <= tgt.delta <= tgt.ci_high
+    st = loop.state()
+    assert st.current.sha256 == r1.candidate == adapter_hash(st.current.path)
+    _assert_no_leaks(loop, r1)
+    assert "round_1" in res.outputs
+
+    # round 2: plan, then pick a subset other than its target to hurt
+    r2 = loop.plan()
+    hurt = next(s for s in r2.plan.subsets if s != r2.plan.target)
+    monkeypatch.setenv("LOOP_HURT_ROUND_2", hurt)
+    loop.auto(1)
+    r2 = loop.round(2)
+    flagged = [g.guard.subset for g in r2.flagged]
+    assert f"test/{hurt}" in flagged, r2.guards
+    assert r2.recommendation == "revert"
+    assert r2.decision.choice == "revert" and r2.decision.by == "auto"
+    hurt_delta = next(d for d in r2.deltas if d.suite == "test" and d.subset == hurt)
+    assert hurt_delta.delta < -cfg.loop.guards.subset_drop
+    target_delta = next(d for d in r2.deltas if d.target)
+    assert target_delta.delta >= 0
+    st = loop.state()
+    assert st.current.sha256 == r1.candidate
+    assert adapter_hash(st.current.path) == r1.candidate == r2.decision.adapter_after \
+        == r2.decision.adapter_before == r2.parent
+    assert r2.candidate != r1.candidate
+    # history: a table and a plot, both rounds with their decisions
+    hist = (loop.root / "history.md").read_text()
+    assert "| 1 |" in hist and "keep" in hist and "revert" in hist
+    assert (loop.root / "history.png").stat().st_size > 1000
+    report = (loop.folder(2) / "report.md").read_text()
+    assert "**NO**" in report and "Decision: revert" in report and "[" in report
+
+
+def test_a_killed_round_resumes_where_it_stopped(tmp_path):
+    """The first candidate training exits like a SIGKILL; the re-run keeps the finished
+    steps (synthesis, gates, mixture) and finishes the round."""
+    marker = tmp_path / "died"
+    cfg_args = ["-s", "models.chat.spec=fake-loop", "-s", "models.chat.backend=loopfake",
+                "-s", "models.chat.options={}", "-s", "loop.trainer=loop_scripted:train",
+                "-s", "cache.enabled=false", "-s", f"output_dir={tmp_path / 'runs'}",
+                "-s", "name=looptest", "-s", "loop.suites.max_items_per_subset=8",
+                "-s", "loop.suites.open_items=6", "-s", "loop.rounds=1"]
+    env = {**os.environ, "WB_PLUGINS": "loop_scripted", "LOOP_DIE_AT_TRAIN": str(marker),
+           "PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "workbench", "loop", "run",
+           str(REPO / "configs" / "health_demo.yaml"), "--auto", *cfg_args]
+    first = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 137, first.stderr[-2000:]
+    assert marker.exists()
+    folder = tmp_path / "runs" / "looptest" / "loop" / "rounds" / "01"
+    r = json.loads((folder / "round.json").read_text())
+    assert r["status"] == "running"
+    assert set(r["steps"]) == {"failures", "synth", "gates", "mixture"}
+    synth_before = (folder / "synth.jsonl").read_bytes()
+    second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert second.returncode == 0, second.stderr[-2000:]
+    for step in ("synth", "gates", "mixture"):
+        assert f"round 1 {step}: up to date" in second.stderr
+    assert (folder / "synth.jsonl").read_bytes() == synth_before
+    r = json.loads((folder / "round.json").read_text())
+    assert r["status"] == "decided" and set(r["steps"]) >= {"train", "eval", "guards"}
+
+
+def test_people_at_the_gates_through_the_cli(tmp_path, capsys):
+    """plan -> approve (editing the target) -> run -> decide deploy, with one-line refusals
+    when a gate is skipped; history prints the table."""
+    import loop_scripted  # noqa: F401 - registers the loopfake backend
+
+    from workbench.cli.main import main
+
+    sets = ["-s", "models.chat.spec=fake-loop", "-s", "models.chat.backend=loopfake",
+            "-s", "models.chat.options={}", "-s", "loop.trainer=loop_scripted:train",
+            "-s", "cache.enabled=false", "-s", f"output_dir={tmp_path / 'runs'}",
+            "-s", "name=looptest", "-s", "loop.suites.max_items_per_subset=6",
+            "-s", "loop.suites.open_items=4", "-s", "loop.weightings=[1.0]"]
+    cfg = str(REPO / "configs" / "health_demo.yaml")
+
+    def call(*args):
+        head = 3 if args[1] == "decide" else 2  # decide CHOICE CONFIG
+        rc = main([*args[:head], cfg, *args[head:], *sets])
+        out = capsys.readouterr()
+        return rc, out.out + out.err
+
+    rc, out = call("loop", "plan")
+    assert rc == 0, out
+    assert "target" in out and "guards:" in out
+    rc, out = call("loop", "run")  # not approved yet
+    assert rc != 0 and "approve" in out and "Traceback" not in out
+    rc, out = call("loop", "approve")  # nobody named
+    assert rc != 0 and "--by" in out
+    rc, out = call("loop", "approve", "--by", "dr. who", "--target", "nowhere")
+    assert rc != 0 and "not a subset" in out
+    rc, out = call("loop", "approve", "--by", "ana", "--target", "eye")
+    assert rc == 0, out
+    assert "target eye" in out
+    rc, out = call("loop", "decide", "keep", "--by", "ana", "--reason", "early")
+    assert rc != 0 and "finished round" in out
+    rc, out = call("loop", "run")
+    assert rc == 0, out
+    assert "recommend keep" in out
+    rc, out = call("loop", "decide", "keep", "--by", "ana")  # no reason
+    assert rc != 0 and "reason" in out
+    rc, out = call("loop", "decide", "deploy", "--by", "ana", "--reason", "eye improved")
+    assert rc == 0, out
+    rc, out = call("loop", "history")
+    assert rc == 0 and "deploy" in out and "eye" in out
+    st = json.loads((tmp_path / "runs" / "looptest" / "loop" / "state.json").read_text())
+    assert st["deployed"] == st["current"]["sha256"]
+    assert (tmp_path / "runs" / "looptest" / "loop" / "deployed" /
+            "adapter_model.safetensors").exists()

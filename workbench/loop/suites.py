@@ -1,0 +1,212 @@
+"""The suites a round is judged on, and one evaluation of a model on all of them.
+
+- dev: MC items whose failures the round mines (its reasoning corrections train on them);
+- test: MC items of the same subsets, never trained on: the guards and deltas use them;
+- retention: MC items of another domain that must not get worse;
+- open: open questions with rubrics (HealthBench's score), for length and termination too.
+
+Every row is an `EvalResult` whose condition is the suite and `extra.subset` the subset, so
+the per-subset figures and paired deltas come from plain files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+from workbench.evaluate.mc import evaluate_mc
+from workbench.io import read_jsonl, sha256_file
+from workbench.loop.rubric import OpenQuestion, judge_all, rubric_score
+from workbench.models.base import ChatModel, GenerationParams
+from workbench.records import EvalResult, MCItem, Section
+
+OPEN_SYSTEM = "Answer the medical question accurately and briefly."
+
+
+def subset_of(item: MCItem) -> str:
+    return (item.provenance.doc_id if item.provenance and item.provenance.doc_id else "all")
+
+
+@dataclass
+class Suites:
+    dev: list[MCItem]
+    test: list[MCItem]
+    retention: list[MCItem]
+    open: list[OpenQuestion]
+    sections: list[Section]
+    retention_data: Path | None
+    digest: str  # hash of every file and the sampling settings
+
+    @property
+    def subsets(self) -> list[str]:
+        return sorted({subset_of(i) for i in self.test})
+
+    def items(self, suite: str) -> list[MCItem]:
+        return {"dev": self.dev, "test": self.test, "retention": self.retention}[suite]
+
+    def section(self, section_id: str | None) -> Section | None:
+        if section_id is None:
+            return None
+        if not hasattr(self, "_by_term"):
+            self._by_term = {_term_of(s): s for s in self.sections}
+        return self._by_term.get(section_id)
+
+    def section_by_id(self, section_id: str) -> Section | None:
+        if not hasattr(self, "_by_id"):
+            self._by_id = {s.id: s for s in self.sections}
+        return self._by_id.get(section_id)
+
+
+def _term_of(s: Section) -> str | None:
+    """The HPO-style id a section states ("HPO ID: HP:0001627."), else its own id."""
+    import re
+
+    m = re.search(r"\bID: ([A-Za-z]+:\d+)", s.text)
+    return m.group(1) if m else s.id
+
+
+def _balanced(items: list[MCItem], per_subset: int | None, seed: int) -> list[MCItem]:
+    if per_subset is None:
+        return items
+    groups: dict[str, list[MCItem]] = defaultdict(list)
+    for it in items:
+        groups[subset_of(it)].append(it)
+    out = []
+    for name in sorted(groups):
+        g = sorted(groups[name], key=lambda it: hashlib.sha256(
+            f"{seed}:{it.id}".encode()).hexdigest())
+        out += sorted(g[:per_subset], key=lambda it: it.id)
+    return out
+
+
+def _mc(path: Path, subset: str | None = None) -> list[MCItem]:
+    items = read_jsonl(path, MCItem.model_validate)
+    if subset is not None:  # a retention suite is one subset, whatever its provenance says
+        from workbench.records import Provenance
+
+        items = [it.model_copy(update={"provenance": (it.provenance or Provenance(
+            section_id=it.id, span_hash="")).model_copy(update={"doc_id": subset})})
+                 for it in items]
+    return items
+
+
+def shipped(path: str | Path) -> Path:
+    """A relative path as given when it exists from the working folder, else inside the
+    source checkout the workbench runs from (where `datasets/` ships), so a job started
+    from the app (whose working folder is its workspace) finds the bundled data."""
+    p = Path(path)
+    if p.is_absolute() or p.exists():
+        return p
+    import workbench
+
+    alt = Path(workbench.__file__).resolve().parents[1] / p
+    return alt if alt.exists() else p
+
+
+def load_suites(settings, *, seed: int = 0) -> Suites:
+    """The suites a `loop.suites` section names."""
+    from workbench.corpus import load_sections
+
+    data = shipped(settings.data)
+    need = {"dev": data / "dev.jsonl", "test": data / "test.jsonl", "open": data / "open.jsonl",
+            "corpus": data / "corpus"}
+    missing = [str(p) for p in need.values() if not p.exists()]
+    if missing:
+        raise WorkbenchError(f"loop.suites.data: {data} lacks {', '.join(missing)} (it needs "
+                             "dev.jsonl, test.jsonl, open.jsonl and corpus/)")
+    per = settings.max_items_per_subset
+    dev = _balanced(_mc(need["dev"]), per, seed)
+    test = _balanced(_mc(need["test"]), per, seed)
+    overlap = {it.id for it in dev} & {it.id for it in test}
+    if overlap:
+        raise WorkbenchError(f"{data}: dev and test share items ({sorted(overlap)[:3]}); the "
+                             "guards need a test suite nothing trains on")
+    retention = _mc(shipped(settings.retention), "retention") if settings.retention else []
+    opens = read_jsonl(need["open"], OpenQuestion.model_validate)
+    if settings.open_items is not None:
+        opens = sorted(opens, key=lambda q: hashlib.sha256(f"{seed}:{q.id}".encode())
+                       .hexdigest())[:settings.open_items]
+        opens.sort(key=lambda q: q.id)
+    sections, _ = load_sections(need["corpus"])
+    rdata = shipped(settings.retention_data) if settings.retention_data else None
+    if rdata is not None and not rdata.exists():
+        raise WorkbenchError(f"loop.suites.retention_data: {rdata} does not exist")
+    files = [need["dev"], need["test"], need["open"], *sorted(need["corpus"].rglob("*.md"))]
+    if settings.retention:
+        files.append(shipped(settings.retention))
+    if rdata:
+        files.append(rdata)
+    h = hashlib.sha256(settings.model_dump_json().encode() + str(seed).encode())
+    for f in files:
+        h.update(sha256_file(f).encode())
+    return Suites(dev=dev, test=test, retention=retention, open=opens, sections=sections,
+                  retention_data=rdata, digest=h.hexdigest()[:16])
+
+
+# ------------------------------------------------------------------------------ evaluation
+
+def evaluate_suites(model: ChatModel, suites: Suites, settings, *, judge, suites_run:
+                    Sequence[str] = ("dev", "test", "retention", "open"), name: str,
+                    log=print) -> list[EvalResult]:
+    """Every suite's rows; MC by log-likelihood in `settings.scoring`, open questions
+    generated greedily and judged item by item."""
+    out: list[EvalResult] = []
+    formulation = "letter" if settings.scoring == "letter" else "cloze"
+    for suite in ("dev", "test", "retention"):
+        items = suites.items(suite) if suite in suites_run else []
+        if not items:
+            continue
+        log(f"   {suite}: {len(items)} items")
+        rows = evaluate_mc(model, items, condition=suite, methods=("loglik",),
+                           formulations=(formulation,), model_name=name)
+        for it, r in zip(items, rows, strict=True):
+            pred = r.extra["predictions"][settings.scoring]
+            r.prediction, r.correct = pred, pred == it.answer
+            r.extra = {"subset": subset_of(it), "logprobs": r.extra.get("logprobs", {})}
+            out.append(r)
+    if "open" in suites_run and suites.open:
+        log(f"   open: {len(suites.open)} questions")
+        out += evaluate_open_rubric(model, suites.open, settings, judge=judge, name=name)
+    return out
+
+
+def evaluate_open_rubric(model: ChatModel, questions: Sequence[OpenQuestion], settings, *,
+                         judge, name: str) -> list[EvalResult]:
+    convs = [[{"role": "system", "content": OPEN_SYSTEM},
+              {"role": "user", "content": q.question}] for q in questions]
+    gens = model.generate(convs, GenerationParams(max_tokens=settings.open_max_tokens))
+    verdicts = judge_all(judge, [(q.question, g.text, q.rubric)
+                                 for q, g in zip(questions, gens, strict=True)])
+    out = []
+    for q, g, met in zip(questions, gens, verdicts, strict=True):
+        score = rubric_score(q.rubric, met)
+        out.append(EvalResult(
+            example_id=q.id, condition="open", model=name, prediction=g.text[:600],
+            gold=q.reference[:300], correct=score >= 0.5, score=score, error=g.error,
+            extra={"subset": q.subset, "met": met, "judge": judge.name,
+                   "tokens": g.completion_tokens, "finish": g.finish_reason,
+                   "unsafe": any(m and i.kind == "safety"
+                                 for i, m in zip(q.rubric, met, strict=True))}))
+    return out
+
+
+def per_subset(rows: Sequence[EvalResult]) -> dict[tuple[str, str], dict[str, float]]:
+    """(suite, subset) -> {example id: 1/0 (MC) or the rubric score (open)}."""
+    out: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for r in rows:
+        value = r.score if r.condition == "open" else float(bool(r.correct))
+        out[(r.condition, r.extra.get("subset", "all"))][r.example_id] = float(value or 0.0)
+    return dict(out)
+
+
+def seeded_split(ids: Sequence[str], share: float, seed: int) -> tuple[list[str], list[str]]:
+    """(first, rest): a seeded share of `ids` (at least one in each when there are two)."""
+    order = sorted(ids)
+    random.Random(seed).shuffle(order)
+    k = max(1, min(len(order) - 1, round(share * len(order)))) if len(order) > 1 else len(order)
+    return sorted(order[:k]), sorted(order[k:])
