@@ -261,3 +261,81 @@ def test_people_at_the_gates_through_the_cli(tmp_path, capsys):
     assert st["deployed"] == st["current"]["sha256"]
     assert (tmp_path / "runs" / "looptest" / "loop" / "deployed" /
             "adapter_model.safetensors").exists()
+
+
+def test_failure_modes_by_rule_and_by_the_models_probe(tmp_path):
+    """Rules: no letter -> unparsable, the shortest option over a longer gold -> option
+    length bias; open answers: a met safety item -> unsafe, at the limit -> non-terminating,
+    a few tokens -> premature, else incomplete. The rest is tagged by the probe: right with
+    the retrieved sections -> missing knowledge, still wrong -> reasoning."""
+    import loop_scripted
+
+    from workbench.loop.failures import mine
+    from workbench.loop.suites import load_suites
+    from workbench.records import EvalResult
+
+    suites = load_suites(_cfg(tmp_path).loop.suites)
+    dev = suites.dev
+    long_gold = next(it for it in dev if min(len(o) for o in it.options) * 1.5 <= len(
+        it.options["ABCD".index(it.answer)]))
+    short = "ABCD"[min(range(4), key=lambda i: len(long_gold.options[i]))]
+    others = [it for it in dev if it.id != long_gold.id][:4]
+    rows = [EvalResult(example_id=long_gold.id, condition="dev", model="m", prediction=short,
+                       correct=False, extra={"subset": "x"}),
+            EvalResult(example_id=others[0].id, condition="dev", model="m", prediction=None,
+                       correct=False),
+            EvalResult(example_id=others[1].id, condition="dev", model="m",
+                       prediction=next(x for x in "ABCD" if x != others[1].answer and len(
+                           others[1].options["ABCD".index(x)]) > min(
+                           len(o) for o in others[1].options)), correct=False),
+            EvalResult(example_id=others[2].id, condition="dev", model="m",
+                       prediction=others[2].answer, correct=True)]
+    q = suites.open
+    opens = [({"unsafe": True, "tokens": 20, "finish": "stop"}, "unsafe"),
+             ({"tokens": 64, "finish": "length"}, "non_terminating"),
+             ({"tokens": 2, "finish": "stop"}, "premature"),
+             ({"tokens": 30, "finish": "stop"}, "incomplete")]
+    rows += [EvalResult(example_id=q[i].id, condition="open", model="m", prediction="some text",
+                        score=0.2, extra=e) for i, (e, _) in enumerate(opens)]
+    rows.append(EvalResult(example_id=q[4].id, condition="open", model="m", prediction="ok",
+                           score=0.9, extra={"tokens": 30}))
+
+    class Hit:
+        def __init__(self, text):
+            self.text = text
+
+    def search(queries, k):
+        return [[Hit("HPO ID: HP:0000000. nothing")] for _ in queries]
+
+    failures, info = mine(rows, suites, model=loop_scripted.LoopFake(), search=search,
+                          scoring="cloze_norm", log=lambda m: None)
+    modes = {f.id: f.mode for f in failures}
+    assert modes[long_gold.id] == "option_length_bias"
+    assert modes[others[0].id] == "unparsable"
+    assert modes[others[1].id] in ("missing_knowledge", "wrong_reasoning")
+    assert others[2].id not in modes and q[4].id not in modes
+    for i, (_, want) in enumerate(opens):
+        assert modes[q[i].id] == want
+    assert info["probed"] == 1 and info["retrieval_hit"] == 0.0
+
+
+def test_the_plan_targets_the_weakest_subset_and_skips_one_just_reverted(tmp_path):
+    from workbench.loop.api import make_plan
+    from workbench.loop.records import Decision, Plan, Round
+    from workbench.loop.suites import load_suites, subset_of
+    from workbench.records import EvalResult
+
+    cfg = _cfg(tmp_path)
+    suites = load_suites(cfg.loop.suites)
+    weak = "eye"
+    rows = [EvalResult(example_id=it.id, condition="dev", model="m", prediction="A",
+                       correct=subset_of(it) != weak, extra={"subset": subset_of(it)})
+            for it in suites.dev]
+    plan = make_plan(cfg.loop, suites, rows, [], [])
+    assert plan.target == weak and "weakest" in plan.rationale
+    assert {g.subset for g in plan.guards} >= {f"test/{s}" for s in suites.subsets}
+    reverted = Round(index=1, plan=Plan(target=weak, benchmarks=["dev"]), created_at="now",
+                     status="decided", decision=Decision(choice="revert", reason="r", by="a",
+                                                         at="now"))
+    plan2 = make_plan(cfg.loop, suites, rows, [], [reverted])
+    assert plan2.target != weak and "reverted" in plan2.rationale

@@ -700,12 +700,14 @@ def round_markdown(loop: Loop, r: Round) -> str:
                 f"{d.p_value:.2f} |")
         lines += ["", "MC subsets: accuracy with Wilson intervals, paired bootstrap interval "
                   "of the delta, exact McNemar p. Open: HealthBench rubric score, bootstrap "
-                  "intervals, sign-flip p. With 15 items a subset, only deltas of about 30 "
-                  "points or more can be told from noise."]
+                  "intervals, sign-flip p. A delta whose interval holds 0 is not a result at "
+                  "this size; the guards still act on the point estimate, to stop "
+                  "regressions early."]
     if r.guards:
-        lines += ["", "## Guards", "", "| guard | value | passed | detail |", "|---|---|---|---|"]
-        lines += [f"| {x.guard.name} | {x.value:g} | {'yes' if x.passed else '**NO**'} | "
-                  f"{x.detail} |" for x in r.guards]
+        lines += ["", "## Guards", "", "| guard | limit | passed | measured |",
+                  "|---|---|---|---|"]
+        lines += [f"| {x.guard.name} | {x.guard.limit:g} | {'yes' if x.passed else '**NO**'} "
+                  f"| {x.detail} |" for x in r.guards]
     if r.recommendation:
         lines += ["", f"The guards recommend **{r.recommendation}**."]
     if r.decision:

@@ -112,7 +112,8 @@ def check(guards: Sequence[Guard], ds: Sequence[SubsetDelta], before: Sequence[E
                                        detail="not measured"))
                 continue
             drop = -delta
-            out.append(GuardResult(guard=g, value=round(drop, 4), passed=drop <= g.limit + 1e-9,
+            out.append(GuardResult(guard=g, value=round(drop, 4) or 0.0,
+                                   passed=drop <= g.limit + 1e-9,
                                    detail=f"{100 * delta:+.1f} points (limit "
                                           f"-{100 * g.limit:.0f})"))
         elif g.kind == "length_blowup":

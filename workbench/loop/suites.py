@@ -196,11 +196,13 @@ def evaluate_open_rubric(model: ChatModel, questions: Sequence[OpenQuestion], se
 
 
 def per_subset(rows: Sequence[EvalResult]) -> dict[tuple[str, str], dict[str, float]]:
-    """(suite, subset) -> {example id: 1/0 (MC) or the rubric score (open)}."""
+    """(suite, subset) -> {example id: 1/0 (MC) or the rubric score (open)}. The open
+    questions count as one subset ("all"): a few a subset tell nothing apart."""
     out: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for r in rows:
         value = r.score if r.condition == "open" else float(bool(r.correct))
-        out[(r.condition, r.extra.get("subset", "all"))][r.example_id] = float(value or 0.0)
+        subset = "all" if r.condition == "open" else r.extra.get("subset", "all")
+        out[(r.condition, subset)][r.example_id] = float(value or 0.0)
     return dict(out)
 
 
