@@ -14,9 +14,10 @@ cross-reference first, spread over the branch's sub-trees. Written:
 
     corpus/NN_<slug>.md   one markdown file per branch, one "## <label>" section per term
     dev.jsonl, test.jsonl multiple-choice items (MCItem records), two forms per term (the
-                          label from the definition, the definition from the label), one form
-                          in each file
-    open.jsonl            24 open questions with keyword rubrics
+                          label from the definition, the definition from the label); the
+                          terms are split: half in dev, half in test, both forms each
+    open.jsonl            48 open questions with keyword rubrics (24 on dev terms, 24 on
+                          test terms)
     README.md             what the files are, counts, the licence
 
 The build is deterministic (fixed seed, sorted iteration) and every file is written atomically.
@@ -341,16 +342,17 @@ def distractors(graph: Graph, b: Branch, gold: str, n: int = 3) -> list[str]:
 
 def make_items(graph: Graph, branches: list[Branch]
                ) -> tuple[list[dict], list[dict], dict[str, list[str]]]:
-    """(dev, test, distractors by term). Term i of a branch puts its "name" form in dev when i is
-    even, in test when odd; the "definition" form goes to the other file."""
+    """(dev, test, distractors by term). The terms are split, not the items: term i of a
+    branch has both its forms ("name" and "definition") in dev when i is even, in test when
+    odd, so nothing learnt about a dev term is a paraphrase of a test item."""
     plan: dict[str, list[tuple[str, str, Branch]]] = {"dev": [], "test": []}
     chosen_distractors: dict[str, list[str]] = {}
     for b in branches:
         for i, tid in enumerate(b.chosen):
             chosen_distractors[tid] = distractors(graph, b, tid)
-            first, second = ("dev", "test") if i % 2 == 0 else ("test", "dev")
-            plan[first].append((tid, "name", b))
-            plan[second].append((tid, "definition", b))
+            split = "dev" if i % 2 == 0 else "test"
+            plan[split].append((tid, "name", b))
+            plan[split].append((tid, "definition", b))
     out = {}
     for split, rows in plan.items():
         rng = random.Random(f"{SEED}:letters:{split}")
@@ -485,22 +487,26 @@ def open_rubric(graph: Graph, stems: Stems, b: Branch, tid: str,
             "subset": b.slug, "term": tid, "reference": term.definition, "rubric": rubric}
 
 
-def make_open(graph: Graph, branches: list[Branch], test: list[dict],
+def make_open(graph: Graph, branches: list[Branch], dev: list[dict], test: list[dict],
               chosen_distractors: dict[str, list[str]]) -> list[dict]:
+    """N_OPEN questions a branch about dev terms (`split: dev`, where failures are mined) and
+    N_OPEN about test terms (`split: test`, judged only)."""
     stems = Stems(graph.terms)
-    in_test = {it["provenance"]["section_id"] for it in test}
     out = []
-    for b in branches:
-        rows = [r for tid in b.chosen if tid in in_test
-                and (r := open_rubric(graph, stems, b, tid, chosen_distractors[tid]))]
-        if len(rows) < N_OPEN:
-            raise SystemExit(f"{b.slug}: only {len(rows)} open questions")
-        # a seeded draw, the richest rubrics (three positive items) first
-        rng = random.Random(f"{SEED}:open:{b.id}")
-        noise = {r["term"]: rng.random() for r in rows}
-        picked = sorted(rows, key=lambda r: (-sum(1 for c in r["rubric"] if c["points"] > 0),
-                                             noise[r["term"]]))[:N_OPEN]
-        out += sorted(picked, key=lambda r: b.chosen.index(r["term"]))
+    for split, items in (("dev", dev), ("test", test)):
+        terms = {it["provenance"]["section_id"] for it in items}
+        for b in branches:
+            rows = [r for tid in b.chosen if tid in terms
+                    and (r := open_rubric(graph, stems, b, tid, chosen_distractors[tid]))]
+            if len(rows) < N_OPEN:
+                raise SystemExit(f"{b.slug}: only {len(rows)} open questions ({split})")
+            # a seeded draw, the richest rubrics (three positive items) first
+            rng = random.Random(f"{SEED}:open:{b.id}")
+            noise = {r["term"]: rng.random() for r in rows}
+            picked = sorted(rows, key=lambda r: (
+                -sum(1 for c in r["rubric"] if c["points"] > 0), noise[r["term"]]))[:N_OPEN]
+            out += [{**r, "split": split} for r in sorted(
+                picked, key=lambda r: b.chosen.index(r["term"]))]
     return out
 
 
@@ -555,17 +561,19 @@ def readme(branches: list[Branch], graph: Graph, version: str, dev: list[dict],
         (f"| `dev.jsonl`, `test.jsonl` | {len(dev)} + {len(test)} multiple-choice items (`MCItem` "
         "records, four options). Each term has two forms: `name` (the definition is given, pick "
         "the label; difficulty 1) and `definition` (the label is given, pick the first sentence "
-        "of its definition; difficulty 2). One form of each term is in `dev`, the other in "
-        f"`test`, alternating from term to term ({n_dev_name} `name` items in dev, "
-        f"{n_test_name} in test). Distractors come from the same branch, siblings and cousins "
+        "of its definition; difficulty 2). The terms are split, not the items: every other term "
+        "of a branch is a `dev` term with both forms in `dev.jsonl`, the rest are `test` terms "
+        f"with both forms in `test.jsonl` ({n_dev_name} `name` items in dev, {n_test_name} in "
+        "test), so nothing learnt about a dev term paraphrases a test item. Distractors come from the same branch, siblings and cousins "
         "first, never an ancestor or a descendant of the gold term. `provenance.section_id` is "
         "the HPO ID (it appears as `HPO ID: <id>` in the corpus), `span_hash` the first 16 hex "
         "digits of the sha256 of the definition, `doc_id` the branch slug. Answer letters: "
         f"{letter_line}. |"),
         (f"| `open.jsonl` | {len(open_q)} open questions (\"What is <term>? Answer in one or two "
-        f"sentences.\", {N_OPEN} per branch, on terms that also have an item in `test`) with "
+        f"sentences.\", {N_OPEN} per branch on dev terms, `split: dev`, and {N_OPEN} on test "
+        "terms, `split: test`) with "
         "the definition as the reference and a rubric for a keyword judge (a criterion is met "
-        "when any of its keywords occurs in the answer, case-insensitive substring): +2 per "
+        "when a word of the answer starts with one of its keywords, case-insensitive): +2 per "
         "distinctive content word of the definition (2-3 of them, stems such as `prolifer`), +1 "
         "for naming the organ system, -2 for confusing the term with a related one (words of "
         "that term's label that the definition does not use), -3 for a drug dose or a treatment "
@@ -662,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     graph = Graph(terms)
     branches = build_branches(graph)
     dev, test, chosen_distractors = make_items(graph, branches)
-    open_q = make_open(graph, branches, test, chosen_distractors)
+    open_q = make_open(graph, branches, dev, test, chosen_distractors)
 
     out: Path = args.out
     corpus = out / "corpus"

@@ -135,3 +135,18 @@ def chinook(trajsynth_cache):
     from workbench.trajsynth.env import DataEnvironment, sample_environment
 
     return DataEnvironment.open(sample_environment("chinook"), cache_dir=trajsynth_cache)
+
+
+def small_trajsynth_run(out: Path) -> Path:
+    """A finished search over 6 Chinook tasks (uniform prior, 50 iterations) in `out`, as
+    the Trajectories page reads it."""
+    from workbench.trajsynth.api import explore_pool, open_env
+    from workbench.trajsynth.explore import ExploreConfig
+    from workbench.trajsynth.tasks import build_pool, save_pool
+
+    env = open_env("chinook")
+    pool = build_pool(env)
+    save_pool(pool, out / "tasks.jsonl")
+    explore_pool(env, pool.tasks[:6], out, ExploreConfig(prior="uniform", iterations=50),
+                 log=lambda m: None)
+    return out

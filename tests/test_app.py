@@ -562,16 +562,9 @@ def test_pages_survive_half_written_run_files(finished_ws, tmp_path, monkeypatch
 def test_trajectories_page_shows_the_pool_the_tree_and_the_ledger(ws):
     """A search run made outside the app: the pool table, the tree browser (graph + node
     table with the verified path marked) and the cost ledger render."""
-    from workbench.trajsynth.api import explore_pool, open_env
-    from workbench.trajsynth.explore import ExploreConfig
-    from workbench.trajsynth.tasks import build_pool, save_pool
+    from conftest import small_trajsynth_run
 
-    out = ws / "runs" / "ts" / "trajsynth"
-    env = open_env("chinook")
-    pool = build_pool(env)
-    save_pool(pool, out / "tasks.jsonl")
-    explore_pool(env, pool.tasks[:6], out, ExploreConfig(prior="uniform", iterations=50),
-                 log=lambda m: None)
+    small_trajsynth_run(ws / "runs" / "ts" / "trajsynth")
     at = page("trajsynth").run()
     assert not at.exception
     text = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)

@@ -263,6 +263,9 @@ def test_backend_forced_from_the_config(tiny_model, tmp_path):
                              f"models.chat.options.cache_dir={tmp_path}"])
     m = open_chat_model(cfg.models.chat)
     assert m.backend_name == "ctranslate2" and m.batch_size == 4
+    # the measured best layout on a small CPU: 1 intra-op thread x 2 batches in parallel
+    assert m.info().details["inter_threads"] == max(1, min(2, os.cpu_count() or 1))
+    assert m.info().details["intra_threads"] == 1
     assert m.generate([Q[0]], GenerationParams(max_tokens=3))[0].completion_tokens == 3
     cfg = load_config(None, [*common, "models.chat.backend=transformers"])
     assert open_chat_model(cfg.models.chat).backend_name == "local"

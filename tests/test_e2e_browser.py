@@ -66,6 +66,14 @@ def app(tmp_path):
         proc.wait(timeout=30)
 
 
+def _open_page(p):
+    """A headless Debian Chromium page (no sandbox, no network beyond loopback)."""
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"])
+    return browser, browser.new_page(viewport={"width": 1400, "height": 1000})
+
+
 def _wait_job(page, button_key: str, timeout: float = 600) -> None:
     """Click the job panel's Refresh until the job is no longer running."""
     deadline = time.time() + timeout
@@ -109,10 +117,7 @@ def test_upload_distil_and_retrieve_in_a_browser(app, tmp_path):
     doc.write_text(DOC)
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        browser, page = _open_page(p)
         page.goto(url)
         page.get_by_text("Projects and runs").first.wait_for(timeout=30000)
         page.get_by_role("link", name="Corpus").click()
@@ -198,11 +203,7 @@ def test_approve_a_loop_plan_in_a_browser(tmp_path):
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/_stcore/health", timeout=60, proc=proc)
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-                "--headless", "--no-sandbox", "--disable-gpu",
-                "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            browser, page = _open_page(p)
             page.goto(url)
             page.get_by_text("Projects and runs").first.wait_for(timeout=30000)
             page.get_by_role("link", name="Improvement loop").click()
@@ -232,3 +233,32 @@ def test_approve_a_loop_plan_in_a_browser(tmp_path):
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)
+
+
+def test_trajectory_tree_browser_in_a_browser(app):
+    """A search run made outside the app (6 Chinook tasks, uniform prior): in Chromium the
+    Trajectories page lists the pool, draws a searched task's tree as a graph with the
+    verified path in green, lists its nodes and shows the cost ledger."""
+    from playwright.sync_api import sync_playwright
+
+    from conftest import small_trajsynth_run
+
+    url, ws = app
+    small_trajsynth_run(ws / "runs" / "ts" / "trajsynth")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser, page = _open_page(p)
+        page.goto(url)
+        page.get_by_text("Projects and runs").first.wait_for(timeout=30000)
+        page.get_by_role("link", name="Trajectories").click()
+        page.get_by_text("Tasks verified").wait_for(timeout=60000)
+        page.get_by_role("tab", name="Tree browser").click()
+        graph = page.locator("[data-testid=stGraphVizChart] svg")
+        graph.first.wait_for(timeout=60000)
+        green = page.locator("[data-testid=stGraphVizChart] svg polygon[fill=palegreen]")
+        assert green.count() >= 2  # the root's child and the answering node of a verified path
+        assert page.get_by_text("Green: a verified path").count() == 1
+        page.get_by_role("tab", name="Cost ledger").click()
+        page.locator("[data-testid=stJson]").first.wait_for(timeout=30000)  # the ledger
+        page.screenshot(path=str(ARTIFACTS / "trajectories-tree.png"), full_page=True)
+        browser.close()

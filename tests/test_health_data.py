@@ -86,14 +86,17 @@ def test_answer_letters_balanced(items):
             assert abs(letters[letter] / len(rows) - 0.25) <= 0.10, (split, letters)
 
 
-def test_two_forms_of_a_term_are_split_across_files(items):
+def test_terms_are_split_between_files_with_both_forms(items):
+    """Dev and test share no term: nothing trained on a dev term paraphrases a test item."""
     where: dict[str, dict[str, str]] = defaultdict(dict)
     for split, rows in items.items():
         for it in rows:
             where[it.provenance.section_id][it.provenance.perspective] = split
     for tid, forms in where.items():
         assert set(forms) == FORMS, tid
-        assert forms["name"] != forms["definition"], tid
+        assert forms["name"] == forms["definition"], tid
+    terms = {s: {it.provenance.section_id for it in rows} for s, rows in items.items()}
+    assert not terms["dev"] & terms["test"]
 
 
 def test_items_point_at_their_term_section(items, terms):
@@ -120,13 +123,15 @@ def test_items_point_at_their_term_section(items, terms):
 def test_open_questions_have_rubrics(items):
     rows = [json.loads(line) for line in
             (HEALTH / "open.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    assert len(rows) == 24
-    assert Counter(r["subset"] for r in rows) == {s: 4 for s in SLUGS}
-    in_test = {it.provenance.section_id for it in items["test"]}
+    assert len(rows) == 48
+    assert Counter(r["subset"] for r in rows) == {s: 8 for s in SLUGS}
+    assert Counter(r["split"] for r in rows) == {"dev": 24, "test": 24}
+    terms = {s: {it.provenance.section_id for it in items[s]} for s in ("dev", "test")}
     assert len({r["id"] for r in rows}) == len(rows)
     for r in rows:
-        assert set(r) == {"id", "question", "subset", "term", "reference", "rubric"}, r["id"]
-        assert r["term"] in in_test, r["id"]
+        assert set(r) == {"id", "question", "subset", "term", "reference", "rubric",
+                          "split"}, r["id"]
+        assert r["term"] in terms[r["split"]], r["id"]
         assert r["id"] == f"open-{r['term'].replace(':', '_')}"
         rubric = r["rubric"]
         for c in rubric:

@@ -127,10 +127,15 @@ def _assert_no_leaks(loop, r):
 
     accepted = read_jsonl(loop.folder(r.index) / "accepted.jsonl", ChatExample.model_validate)
     assert accepted
-    tests = [it.question.lower() for it in loop.suites.test]
+    judged = [q.lower() for q in loop.suites.judged_questions()]
+    terms = [t.lower() for t in loop.suites.test_terms()]
+    assert judged and terms
     for e in accepted:
         user = " ".join(m.content or "" for m in e.messages if m.role == "user").lower()
-        assert not any(q in user for q in tests), e.id
+        text = " ".join(m.content or "" for m in e.messages).lower()
+        assert not any(q in user for q in judged), e.id
+        assert not any(f" {t} " in f" {' '.join(text.split())} " for t in terms), e.id
+    assert loop.round(r.index).steps["gates"]["leaks_kept"] == 0
 
 
 def test_auto_keeps_a_good_round_and_reverts_one_that_hurts_a_subset(tmp_path, monkeypatch):
@@ -290,15 +295,19 @@ def test_failure_modes_by_rule_and_by_the_models_probe(tmp_path):
                            len(o) for o in others[1].options)), correct=False),
             EvalResult(example_id=others[2].id, condition="dev", model="m",
                        prediction=others[2].answer, correct=True)]
-    q = suites.open
+    q = suites.open_dev  # the judged open questions are never mined
     opens = [({"unsafe": True, "tokens": 20, "finish": "stop"}, "unsafe"),
              ({"tokens": 64, "finish": "length"}, "non_terminating"),
              ({"tokens": 2, "finish": "stop"}, "premature"),
              ({"tokens": 30, "finish": "stop"}, "incomplete")]
-    rows += [EvalResult(example_id=q[i].id, condition="open", model="m", prediction="some text",
-                        score=0.2, extra=e) for i, (e, _) in enumerate(opens)]
-    rows.append(EvalResult(example_id=q[4].id, condition="open", model="m", prediction="ok",
-                           score=0.9, extra={"tokens": 30}))
+    rows += [EvalResult(example_id=q[i].id, condition="open_dev", model="m",
+                        prediction="some text", score=0.2, extra=e)
+             for i, (e, _) in enumerate(opens)]
+    rows.append(EvalResult(example_id=q[4].id, condition="open_dev", model="m",
+                           prediction="ok", score=0.9, extra={"tokens": 30}))
+    judged = suites.open[0]  # a low score on a judged question is not mined
+    rows.append(EvalResult(example_id=judged.id, condition="open", model="m",
+                           prediction="x", score=0.0, extra={"tokens": 2}))
 
     class Hit:
         def __init__(self, text):
@@ -316,6 +325,7 @@ def test_failure_modes_by_rule_and_by_the_models_probe(tmp_path):
     assert others[2].id not in modes and q[4].id not in modes
     for i, (_, want) in enumerate(opens):
         assert modes[q[i].id] == want
+    assert judged.id not in modes
     assert info["probed"] == 1 and info["retrieval_hit"] == 0.0
 
 
@@ -334,8 +344,81 @@ def test_the_plan_targets_the_weakest_subset_and_skips_one_just_reverted(tmp_pat
     plan = make_plan(cfg.loop, suites, rows, [], [])
     assert plan.target == weak and "weakest" in plan.rationale
     assert {g.subset for g in plan.guards} >= {f"test/{s}" for s in suites.subsets}
-    reverted = Round(index=1, plan=Plan(target=weak, benchmarks=["dev"]), created_at="now",
+    reverted = Round(index=1, plan=Plan(target=weak, benchmarks=["dev"], weightings=[1.0]),
+                     created_at="now",
                      status="decided", decision=Decision(choice="revert", reason="r", by="a",
                                                          at="now"))
     plan2 = make_plan(cfg.loop, suites, rows, [], [reverted])
     assert plan2.target != weak and "reverted" in plan2.rationale
+
+
+def test_a_new_target_at_approval_gets_its_own_recipe(tmp_path):
+    """Editing the target rebuilds the plan from the same failures: the recipe, the modes and
+    the rationale follow the new target."""
+    from workbench.io import read_jsonl
+    from workbench.loop.failures import count_modes
+    from workbench.loop.records import FailureRow
+
+    loop = _loop(_cfg(tmp_path, "loop.weightings=[1.0]"))
+    r = loop.plan()
+    failures = read_jsonl(loop.folder(1) / "failures.jsonl", FailureRow.model_validate)
+    other = next(s for s in r.plan.subsets if s != r.plan.target
+                 and count_modes(failures, s) != count_modes(failures, r.plan.target))
+    with pytest.raises(Exception, match="unknown fields"):
+        loop.approve(1, by="ana", edits={"hyper": {}})
+    r = loop.approve(1, by="ana", edits={"target": other})
+    assert r.plan.target == other and "ana" in r.plan.rationale
+    assert r.plan.modes == count_modes(failures, other)
+
+
+def test_rejecting_every_targeted_sample_ends_the_round_without_training(tmp_path):
+    """With a data review, rejecting all targeted samples leaves nothing to train: the round
+    reaches its decision (revert recommended, no candidate) instead of failing."""
+    loop = _loop(_cfg(tmp_path, "loop.review_data=true", "loop.weightings=[1.0]"))
+    r = loop.plan()
+    loop.approve(1, by="ana")
+    r = loop.run_round(1)
+    assert r.status == "running" and "mixture" not in r.steps
+    targeted = [e.id for e in _accepted(loop) if e.metadata["job"] != "anchors"]
+    loop.approve(1, by="bo", data=True, review=dict.fromkeys(targeted, "reject"))
+    r = loop.run_round(1)
+    assert r.status == "awaiting_decision" and r.recommendation == "revert"
+    assert r.candidate is None
+    with pytest.raises(Exception, match="trained no candidate"):
+        loop.decide(1, "keep", reason="x", by="ana")
+    r = loop.decide(1, "revert", reason="nothing to train", by="ana")
+    assert r.decision.adapter_after is None and loop.state().current is None
+
+
+def _accepted(loop):
+    from workbench.io import read_jsonl
+    from workbench.records import ChatExample
+
+    return read_jsonl(loop.folder(1) / "accepted.jsonl", ChatExample.model_validate)
+
+
+def test_a_decision_interrupted_after_the_state_was_saved_can_be_retried(tmp_path):
+    loop = _loop(_cfg(tmp_path, "loop.weightings=[1.0]"))
+    loop.plan()
+    loop.approve(1, by="ana")
+    r = loop.run_round(1)
+    loop._keep(r, loop.state())  # the state is saved, then the process dies
+    assert loop.round(1).status == "awaiting_decision"
+    r = loop.decide(1, "keep", reason="retry", by="ana")
+    st = loop.state()
+    assert st.current.sha256 == r.candidate and st.history == []
+    assert r.decision.adapter_before is None and r.decision.adapter_after == r.candidate
+    with pytest.raises(Exception, match="only a finished round"):
+        loop.decide(1, "keep", reason="again", by="ana")
+
+
+def test_a_running_round_can_be_abandoned_by_revert_only(tmp_path):
+    loop = _loop(_cfg(tmp_path, "loop.review_data=true", "loop.weightings=[1.0]"))
+    loop.plan()
+    loop.approve(1, by="ana")
+    assert loop.run_round(1).status == "running"  # waits for a review
+    with pytest.raises(Exception, match="only be reverted"):
+        loop.decide(1, "keep", reason="x", by="ana")
+    r = loop.decide(1, "revert", reason="abandoned", by="ana")
+    assert r.status == "decided" and r.decision.choice == "revert"
+    assert loop.plan().index == 2  # the loop goes on

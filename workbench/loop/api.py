@@ -41,7 +41,9 @@ from workbench.loop.records import (
     Plan,
     Round,
 )
-from workbench.loop.suites import Suites, evaluate_suites, load_suites, per_subset, seeded_split
+from workbench.loop.suites import (
+    Suites, evaluate_suites, load_suites, per_subset, seeded_split, subset_of,
+)
 from workbench.loop.synth import LoopPack, Synthesiser, by_job, dev_right
 from workbench.loop.train import adapter_hash
 from workbench.records import ChatExample, EvalResult
@@ -84,6 +86,7 @@ class Loop:
         self._suites: Suites | None = None
         self._pack: LoopPack | None = None
         self._searcher = None
+        self._judge = None
 
     @classmethod
     def at(cls, run_dir: str | Path, *, log: Callable[[str], None] = print) -> Loop:
@@ -95,8 +98,10 @@ class Loop:
             raise WorkbenchError(f"{run_dir}: no improvement loop here (no loop/config.yaml)")
         import yaml
 
+        from workbench.runs import RunLayout
+
         cfg = experiment_config_model().model_validate(yaml.safe_load(p.read_text()))
-        return cls(cfg, log=log)
+        return cls(cfg, RunContext(layout=RunLayout.at(run_dir), log=log))
 
     def _save_config(self) -> None:
         import yaml
@@ -176,17 +181,20 @@ class Loop:
 
         return open_chat_model(self._model_config(adapter), self.cfg)
 
-    def judge(self, model):
+    def judge(self):
+        """The rubric judge: the same for every adapter (a model judge is `judge_model`, or
+        the base model without any adapter), so a delta measures the answers only."""
         from workbench.loop.rubric import KeywordJudge, ModelJudge
 
         s = self.lc.suites
         if s.judge == "keyword":
             return KeywordJudge()
-        if s.judge_model is not None:
+        if self._judge is None:
             from workbench.models.factory import open_chat_model
 
-            return ModelJudge(open_chat_model(s.judge_model, self.cfg))
-        return ModelJudge(model)
+            self._judge = ModelJudge(open_chat_model(s.judge_model or self.cfg.models.chat,
+                                                     self.cfg))
+        return self._judge
 
     def search(self, queries: list[str], k: int):
         if self._searcher is None:
@@ -197,7 +205,8 @@ class Loop:
     # ------------------------------------------------------------------ evaluation (cached)
     def evaluation(self, adapter: KeptAdapter | Path | None, *, model=None,
                    name: str | None = None,
-                   suites: tuple[str, ...] = ("dev", "test", "retention", "open")
+                   suites: tuple[str, ...] = ("dev", "open_dev", *("test", "retention",
+                                                                    "open"))
                    ) -> list[EvalResult]:
         """The rows of `suites` for the base model plus `adapter`; each suite is computed once
         per adapter and suite settings (a candidate's dev rows only when a plan needs them)."""
@@ -213,7 +222,7 @@ class Loop:
             self.log(f"== evaluating {'the base model' if sha == 'base' else 'adapter ' + sha[:12]}"
                      f" on {', '.join(todo)}")
             model = model or self.open_model(adapter)
-            judge = self.judge(model) if "open" in todo else None
+            judge = self.judge() if {"open", "open_dev"} & set(todo) else None
             for suite in todo:
                 got = evaluate_suites(model, self.suites, s, judge=judge, suites_run=(suite,),
                                       name=name or sha[:12], log=self.log)
@@ -242,8 +251,9 @@ class Loop:
         write_jsonl(folder / "failures.jsonl", failures)
         plan = make_plan(self.lc, self.suites, rows, failures, rs)
         r = Round(index=index, parent=st.current.sha256 if st.current else None, plan=plan,
-                  created_at=now(), steps={"failures": {**info, "rows": len(failures),
-                                                        "modes": count_modes(failures)}})
+                  created_at=now(), suites_digest=self.suites.digest,
+                  steps={"failures": {**info, "rows": len(failures),
+                                      "modes": count_modes(failures)}})
         self.log(f"== round {index} planned: target {plan.target} ({plan.rationale})")
         return self.save(r)
 
@@ -260,14 +270,26 @@ class Loop:
             raise WorkbenchError("say who approves (--by NAME)")
         plan = r.plan
         if edits:
-            unknown = set(edits) - {"target", "weightings", "recipe", "hyper"}
+            unknown = set(edits) - {"target", "weightings"}
             if unknown:
                 raise WorkbenchError(f"plan edits: unknown fields {sorted(unknown)} (target, "
-                                     "weightings, recipe, hyper)")
+                                     "weightings)")
             if "target" in edits and edits["target"] not in plan.subsets:
                 raise WorkbenchError(f"target {edits['target']!r} is not a subset "
                                      f"({', '.join(plan.subsets)})")
-            plan = Plan.model_validate({**plan.model_dump(), **edits})
+            if not edits.get("weightings", plan.weightings):
+                raise WorkbenchError("weightings: give at least one anchor weight")
+            lc = self.lc.model_copy(update={
+                "target": edits.get("target", plan.target),
+                "weightings": edits.get("weightings", plan.weightings)})
+            # a new target gets its own recipe, modes and rationale, from the same failures
+            st = self.state()
+            rows = self.evaluation(st.current)
+            failures = read_jsonl(self.folder(r.index) / "failures.jsonl",
+                                  FailureRow.model_validate)
+            plan = make_plan(lc, self.suites, rows, failures, self.rounds()[:-1])
+            if "target" in edits and edits["target"] != r.plan.target:
+                plan.rationale = f"set by {by} at approval (planned: {r.plan.target})"
         r = r.model_copy(update={"plan": plan, "status": "approved", "approved_by": by,
                                  "approved_at": now()})
         self.log(f"== round {r.index} approved by {by}")
@@ -275,9 +297,11 @@ class Loop:
 
     def _approve_data(self, index: int | None, *, by: str, review: dict[str, Any]) -> Round:
         r = self.round(index)
-        if r.status != "running" or "gates" not in r.steps:
+        if r.status != "running" or "gates" not in r.steps or "mixture" in r.steps:
             raise WorkbenchError(f"round {r.index} has no synthesised data waiting for review "
-                                 f"(status {r.status})")
+                                 f"(status {r.status}"
+                                 + ("; training has begun" if "mixture" in r.steps else "")
+                                 + ")")
         if not by.strip():
             raise WorkbenchError("say who reviewed the data (--by NAME)")
         accepted = {e.id for e in read_jsonl(self.folder(r.index) / "accepted.jsonl",
@@ -301,19 +325,28 @@ class Loop:
                                  + (" (`workbench loop approve` first)"
                                     if r.status == "planned" else ""))
         st = self.state()
+        abandon = (f"; abandon it with `workbench loop decide revert --round {r.index}` and "
+                   "plan again")
         if (st.current.sha256 if st.current else None) != r.parent:
             raise WorkbenchError(f"round {r.index} was planned on another adapter than the "
-                                 "current one; plan a new round")
+                                 "current one" + abandon)
+        if r.suites_digest and r.suites_digest != self.suites.digest:
+            raise WorkbenchError(f"round {r.index} was planned on other suites (data or "
+                                 "loop.suites settings changed)" + abandon)
         r = self.save(r.model_copy(update={"status": "running"}))
         runner = _RoundRun(self, r, st)
         for step in STEPS:
             if self.ctx.should_stop():
                 self.log("stop requested: the round resumes at this step on the next run")
                 return runner.r
-            if step == "mixture" and self.lc.review_data and not runner.r.reviewed_by:
-                self.log(f"round {r.index} waits for a review of its data (accept / edit / "
-                         "reject in the app, or `workbench loop approve --data --by NAME`)")
-                return runner.r
+            if step == "mixture":
+                if r.plan.review_data and not runner.r.reviewed_by:
+                    self.log(f"round {r.index} waits for a review of its data (accept / edit "
+                             "/ reject in the app, or `workbench loop approve --data --by "
+                             "NAME`)")
+                    return runner.r
+                if not runner.targeted():
+                    return self._no_data(runner.r)
             runner.step(step)
         r = runner.r
         choice, why = recommend(r.guards, r.deltas, self.lc.guards.min_gain)
@@ -323,17 +356,37 @@ class Loop:
         write_round_report(self, r)
         return r
 
+    def _no_data(self, r: Round) -> Round:
+        why = "no targeted sample passed the quality gates (or the review): nothing to train"
+        r = self.save(r.model_copy(update={"status": "awaiting_decision",
+                                           "recommendation": "revert"}))
+        self.log(f"== round {r.index}: {why}; the guards recommend revert")
+        write_round_report(self, r)
+        return r
+
     # ------------------------------------------------------------------ decide
     def decide(self, index: int | None, choice: Choice, *, reason: str, by: str,
                plan_next: bool = True) -> Round:
         r = self.round(index)
-        if r.status != "awaiting_decision":
+        abandon = r.status == "running" and choice == "revert"  # a round that cannot finish
+        if r.status != "awaiting_decision" and not abandon:
             raise WorkbenchError(f"round {r.index} is {r.status}: only a finished round is "
-                                 "decided")
+                                 "decided" + (" (a running round can only be reverted)"
+                                              if r.status == "running" else ""))
         if not reason.strip() or not by.strip():
             raise WorkbenchError("a decision needs a reason (--reason) and who took it (--by)")
+        if choice != "revert" and r.candidate is None:
+            raise WorkbenchError(f"round {r.index} trained no candidate: it can only be "
+                                 "reverted")
         st = self.state()
         before = st.current.sha256 if st.current else None
+        if choice != "revert" and before is not None and before == r.candidate:
+            before = r.parent  # a keep that a kill interrupted after the state was saved
+        elif before != r.parent:
+            raise DataError(f"the current adapter ({str(before or 'base model')[:12]}) is not "
+                            f"the one round {r.index} started from "
+                            f"({str(r.parent or 'base model')[:12]})",
+                            path=str(self.root / "state.json"))
         if choice == "revert":
             after = self._verify_current(st, r.parent)
         else:
@@ -341,8 +394,8 @@ class Loop:
             st = self.state()
             after = kept.sha256
             if choice == "deploy":
-                st.deployed = kept.sha256
                 replace_dir(self._copy_tmp(Path(kept.path), "deployed"), self.root / "deployed")
+                st.deployed = kept.sha256
                 self._save_state(st)
         d = Decision(choice=choice, reason=reason, by=by, at=now(), adapter_before=before,
                      adapter_after=after)
@@ -372,8 +425,10 @@ class Loop:
         if not dest.exists():
             dest.parent.mkdir(parents=True, exist_ok=True)
             replace_dir(self._copy_tmp(cand, f"adapter-{sha[:16]}"), dest)
-        kept = KeptAdapter(sha256=sha, path=str(dest), round=r.index,
-                           data=[str(self.folder(r.index) / "train.jsonl")])
+        kept = KeptAdapter(sha256=sha, path=str(dest.resolve()), round=r.index,
+                           data=[str((self.folder(r.index) / "train.jsonl").resolve())])
+        if st.current is not None and st.current.sha256 == sha:
+            return st.current  # already kept (a retried decision)
         if st.current is not None:
             st.history.append(st.current)
         st.current = kept
@@ -445,22 +500,29 @@ def make_plan(lc, suites: Suites, rows: list[EvalResult], failures: list[Failure
     targeted = min(sum(recipe.values()), s.max_samples)
     recipe["anchors"] = round(s.anchor_ratio * max(lc.weightings) * targeted)
     return Plan(target=target, rationale=why,
-                benchmarks=["dev", "test"] + (["retention"] if suites.retention else [])
-                + (["open"] if suites.open else []),
+                benchmarks=["dev"] + (["open_dev"] if suites.open_dev else []) + ["test"]
+                + (["retention"] if suites.retention else []) + (["open"] if suites.open
+                                                                 else []),
                 subsets=subsets, recipe=recipe, modes=count_modes(mine_),
                 weightings=list(lc.weightings), hyper=lc.train.model_dump(mode="json"),
+                review_data=lc.review_data,
                 guards=plan_guards(subsets, lc.guards, retention=bool(suites.retention),
                                    opens=bool(suites.open)))
 
 
 class _RoundRun:
     """The steps of one round; each records what it did in the round and is skipped when it
-    already finished with the same inputs."""
+    already finished with the same inputs (its key chains the previous step's, so a redone
+    step redoes everything after it)."""
 
     def __init__(self, loop: Loop, r: Round, st: LoopState):
+        from workbench.loop.config import TrainSettings
+
         self.loop, self.r, self.st = loop, r, st
         self.folder = loop.folder(r.index)
         self.lc = loop.lc
+        self.train = TrainSettings.model_validate(r.plan.hyper) if r.plan.hyper \
+            else loop.lc.train
         self._model = None
 
     @property
@@ -469,9 +531,20 @@ class _RoundRun:
             self._model = self.loop.open_model(self.st.current)
         return self._model
 
+    def _inputs(self, name: str) -> list:
+        lc = self.lc
+        extra = {"synth": [lc.synth.model_dump(mode="json"), lc.pack],
+                 "gates": [lc.gates.model_dump(mode="json")],
+                 "mixture": [lc.trainer, _file_key(self.folder / "review.json")],
+                 "train": [lc.trainer, _file_key(self.folder / "review.json")],
+                 "eval": [], "guards": [lc.guards.model_dump(mode="json")]}[name]
+        before = STEPS[STEPS.index(name) - 1] if STEPS.index(name) else None
+        prev = (self.r.steps.get(before) or {}).get("_key") if before else None
+        return [self.r.plan.model_dump(mode="json"), self.r.parent, self.loop.suites.digest,
+                name, prev, *extra]
+
     def step(self, name: str) -> None:
-        key = hash_inputs(self.r.plan.model_dump(mode="json"), self.r.parent,
-                          self.loop.suites.digest, name)
+        key = hash_inputs(*self._inputs(name))
         done = self.r.steps.get(name)
         if done and done.get("_key") == key and not self.loop.ctx.fresh and all(
                 (self.folder / f).exists() for f in done.get("_files", [])):
@@ -481,8 +554,13 @@ class _RoundRun:
         t0 = time.perf_counter()
         info = getattr(self, f"_{name}")()
         info.update(_key=key, seconds=round(time.perf_counter() - t0, 1))
-        steps = {**self.r.steps, name: info}
-        self.r = self.loop.save(self.r.model_copy(update={"steps": steps}))
+        # a step that ran again invalidates what came after it
+        later = set(STEPS[STEPS.index(name) + 1:])
+        steps = {k: v for k, v in self.r.steps.items() if k not in later}
+        self.r = self.loop.save(self.r.model_copy(update={"steps": {**steps, name: info}}))
+
+    def targeted(self) -> list[ChatExample]:
+        return [e for e in self._accepted() if (e.metadata or {}).get("job") != "anchors"]
 
     # --- steps
     def _failures(self) -> list[FailureRow]:
@@ -491,40 +569,37 @@ class _RoundRun:
     def _baseline(self) -> list[EvalResult]:
         return self.loop.evaluation(self.st.current)
 
-    def _split(self) -> tuple[set[str], set[str]]:
-        """(train-side ids, held-out selection ids) of the target's dev items."""
-        target = [it.id for it in self.loop.suites.dev
-                  if (it.provenance.doc_id if it.provenance else "all") == self.r.plan.target]
-        train_side, select = seeded_split(target, 2 / 3, self.loop.cfg.seed + self.r.index)
-        return set(train_side), set(select)
+    def _split(self) -> tuple[set[str], set[str], set[str]]:
+        """(train-side ids of the target's dev items, the held-out ids the mixture search
+        scores: the target's other third plus a sample of the other subsets, which anchors
+        never use). Seeded by the loop's seed alone: the same in every round."""
+        suites, target = self.loop.suites, self.r.plan.target
+        mine = [it.id for it in suites.dev if subset_of(it) == target]
+        train_side, select = seeded_split(mine, 2 / 3, self.loop.cfg.seed)
+        others = sorted(it.id for it in suites.dev if subset_of(it) != target)
+        probe, _ = seeded_split(others, min(1.0, 12 / max(len(others), 1)),
+                                self.loop.cfg.seed + 1) if others else ([], [])
+        return set(train_side), set(select), set(probe)
 
     def _synth(self) -> dict:
         plan, s = self.r.plan, self.lc.synth
-        train_side, select = self._split()
+        train_side, select, probe = self._split()
         failures = [f for f in self._failures() if f.subset == plan.target
-                    and (f.suite == "open" or f.id in train_side)]
+                    and (f.suite == "open_dev" or f.id in train_side)]
         syn = Synthesiser(self.loop.suites, self.loop.pack, s,
                           scoring=self.lc.suites.scoring, model=self.model,
                           search=self.loop.search, seed=self.loop.cfg.seed + self.r.index,
                           tag=f"r{self.r.index:02d}", log=self.loop.log)
         jobs = by_job(failures)
-        made: dict[str, list[ChatExample]] = {
-            "knowledge": syn.knowledge(jobs.get("knowledge", [])) if plan.recipe.get(
-                "knowledge", 1) else [],
-            "reasoning": syn.reasoning(jobs.get("reasoning", [])) if plan.recipe.get(
-                "reasoning", 1) else [],
-            "calibration": syn.calibration(jobs.get("calibration", [])) if plan.recipe.get(
-                "calibration", 1) else []}
-        targeted = [e for j in ("knowledge", "reasoning", "calibration") for e in made[j]]
-        targeted = targeted[:s.max_samples]
-        rows = self._baseline()
-        right = dev_right(rows, self.loop.suites, exclude=select)
-        # anchors: right items of the other subsets first, then the target's train side
-        right.sort(key=lambda it: (it.provenance.doc_id if it.provenance else "")
-                   == plan.target)
-        n_anchors = plan.recipe.get("anchors", round(s.anchor_ratio * max(plan.weightings)
-                                                     * len(targeted)))
-        made["anchors"] = syn.anchors(right, n_anchors)
+        made = {job: getattr(syn, job)(jobs.get(job, []))
+                if plan.recipe.get(job, 1) else [] for job in ("knowledge", "reasoning",
+                                                               "calibration")}
+        targeted = [e for j in ("knowledge", "reasoning", "calibration")
+                    for e in made[j]][:s.max_samples]
+        right = dev_right(self._baseline(), self.loop.suites, exclude=select | probe)
+        n_anchors = plan.recipe["anchors"] if "anchors" in plan.recipe else round(
+            s.anchor_ratio * max(plan.weightings) * len(targeted))
+        made["anchors"] = syn.anchors(right, n_anchors, last=plan.target)
         write_jsonl(self.folder / "synth.jsonl", targeted + made["anchors"])
         return {"_files": ["synth.jsonl"], "failures_used": len(failures),
                 **{j: len(made.get(j, [])) for j in JOBS}, **syn.stats}
@@ -540,21 +615,32 @@ class _RoundRun:
                               sections=sections).run(samples)
         write_jsonl(self.folder / "accepted.jsonl", kept)
         write_jsonl(self.folder / "dropped.jsonl", dropped)
+        # new data: an earlier review no longer applies
+        (self.folder / "review.json").unlink(missing_ok=True)
+        if self.r.reviewed_by:
+            self.r = self.r.model_copy(update={"reviewed_by": None})
         by_gate: dict[str, int] = {}
         for d in dropped:
             by_gate[d["gate"]] = by_gate.get(d["gate"], 0) + 1
         self.loop.log(f"   kept {len(kept)} of {len(samples)}; dropped "
                       + (", ".join(f"{g} {n}" for g, n in sorted(by_gate.items())) or "none"))
+        judged = [" ".join(q.lower().split()) for q in self.loop.suites.judged_questions()]
+        leaks = sum(any(q in " ".join(" ".join(m.content or "" for m in e.messages
+                                               if m.role == "user").lower().split())
+                        for q in judged) for e in kept)
         return {"_files": ["accepted.jsonl", "dropped.jsonl"], "in": len(samples),
-                "kept": len(kept), "dropped": by_gate,
-                "leaks_kept": 0}
+                "kept": len(kept), "dropped": by_gate, "leaks_kept": leaks}
 
-    def _data(self, w: float) -> list[ChatExample]:
-        """Earlier kept data + this round's targeted samples + anchors at weight w."""
+    def _accepted(self) -> list[ChatExample]:
         accepted = read_jsonl(self.folder / "accepted.jsonl", ChatExample.model_validate)
         review = self.folder / "review.json"
         if review.exists():  # a person's accept/edit/reject in the app
             accepted = apply_review(accepted, json.loads(review.read_text()))
+        return accepted
+
+    def _data(self, w: float) -> list[ChatExample]:
+        """Earlier kept data + this round's targeted samples + anchors at weight w."""
+        accepted = self._accepted()
         targeted = [e for e in accepted if (e.metadata or {}).get("job") != "anchors"]
         anchors = [e for e in accepted if (e.metadata or {}).get("job") == "anchors"]
         n = round(w * self.lc.synth.anchor_ratio * len(targeted))
@@ -567,14 +653,12 @@ class _RoundRun:
 
         w = self.r.steps["mixture"]["chosen"]
         data = self._data(w)
-        if not data:
-            raise WorkbenchError(f"round {self.r.index}: no training data passed the gates")
         write_jsonl(self.folder / "train.jsonl", data)
         out = self.folder / "candidate"
         trainer = load_attr(self.lc.trainer)
-        info = trainer(self.folder / "train.jsonl", out, self.lc.train,
-                       steps=self.lc.train.steps, model_spec=self.loop.cfg.models.chat.spec,
-                       seed=self.loop.cfg.seed, log=self.loop.log)
+        info = trainer(self.folder / "train.jsonl", out, self.train, steps=self.train.steps,
+                       model_spec=self.loop.cfg.models.chat.spec, seed=self.loop.cfg.seed,
+                       log=self.loop.log)
         sha = adapter_hash(out)
         self.r = self.r.model_copy(update={"candidate": sha})
         return {"_files": ["train.jsonl", "candidate/adapter_model.safetensors"],
@@ -585,14 +669,12 @@ class _RoundRun:
         from workbench.registry import load_attr
 
         weightings = self.r.plan.weightings
-        _, select = self._split()
-        suites = self.loop.suites
-        items = [it for it in suites.dev if it.id in select]
-        others = [it for it in suites.dev if (it.provenance.doc_id if it.provenance else "")
-                  != self.r.plan.target]
-        items += others[:: max(1, len(others) // 12)][:12]
-        if len(weightings) == 1:
-            return {"chosen": weightings[0], "probes": {}, "note": "one weighting: no search"}
+        _, select, probe = self._split()
+        items = [it for it in self.loop.suites.dev if it.id in select | probe]
+        if len(weightings) == 1 or not items:
+            return {"chosen": weightings[0], "probes": {},
+                    "note": "one weighting: no search" if len(weightings) == 1
+                    else "no held-out dev items to score: the first weighting"}
         trainer = load_attr(self.lc.trainer)
         scores: dict[str, dict] = {}
         formulation = "letter" if self.lc.suites.scoring == "letter" else "cloze"
@@ -601,7 +683,7 @@ class _RoundRun:
             path = self.folder / "mixture" / f"w{w:g}.jsonl"
             write_jsonl(path, data)
             out = self.folder / "mixture" / f"w{w:g}"
-            trainer(path, out, self.lc.train, steps=self.lc.train.mixture_steps,
+            trainer(path, out, self.train, steps=self.train.mixture_steps,
                     model_spec=self.loop.cfg.models.chat.spec, seed=self.loop.cfg.seed,
                     log=lambda _m: None)
             model = self.loop.open_model(out)
@@ -631,6 +713,12 @@ class _RoundRun:
         self.r = self.r.model_copy(update={"deltas": ds, "guards": gs})
         flagged = [g.guard.name for g in gs if not g.passed]
         return {"flagged": flagged}
+
+
+def _file_key(path: Path) -> str | None:
+    from workbench.runs import file_hash
+
+    return file_hash(path)
 
 
 def apply_review(samples: list[ChatExample], review: dict[str, Any]) -> list[ChatExample]:
@@ -677,7 +765,9 @@ def round_markdown(loop: Loop, r: Round) -> str:
         s = r.steps.get("synth", {})
         lines += ["", "## Data", "", "Synthesised: " + ", ".join(
             f"{j} {s.get(j, 0)}" for j in JOBS) + f" (rationales: {s.get('rationales_by_model', 0)} "
-            f"by the model, {s.get('rationales_by_template', 0)} from templates). "
+            f"by the model, {s.get('rationales_by_template', 0)} from templates; model "
+            f"rationales refused: {s.get('rationales_off_answer', 0)} not naming the answer, "
+            f"{s.get('rationales_ungrounded', 0)} with claims the section lacks). "
             f"Quality gates kept {g['kept']} of {g['in']}; dropped: "
             + (", ".join(f"{k} {v}" for k, v in g["dropped"].items()) or "none") + "."]
     m = r.steps.get("mixture")

@@ -29,6 +29,16 @@ def _loop(config, set_, log=None):
                 log=log or (lambda m: typer.echo(m, err=True)))
 
 
+def _locked(loop, what: str):
+    """The run folder's lock while a command changes the loop (a job, the app or another
+    command holding it makes this one refuse, in one line)."""
+    import os
+
+    from workbench.jobs import run_lock
+
+    return run_lock(loop.ctx.layout.root, f"`workbench loop {what}` (pid {os.getpid()})")
+
+
 def _plan_text(r) -> str:
     p = r.plan
     lines = [f"round {r.index} ({r.status}): target {p.target}", f"  why: {p.rationale}",
@@ -46,7 +56,9 @@ def register(group: typer.Typer) -> None:
     def plan(config: ConfigArg = None, set_: SetOpt = None):
         """Evaluate the current model on every suite, mine its failures by mode and write
         the next round's plan (target subset, data recipe, guards) for approval."""
-        r = _loop(config, set_).plan()
+        loop = _loop(config, set_)
+        with _locked(loop, "plan"):
+            r = loop.plan()
         typer.echo(_plan_text(r))
         typer.echo("approve it with `workbench loop approve CONFIG --by NAME`")
 
@@ -66,7 +78,9 @@ def register(group: typer.Typer) -> None:
         --data the synthesised data of a round that waits for review."""
         if data:
             review = {x.strip(): "reject" for x in (reject or "").split(",") if x.strip()}
-            r = _loop(config, set_).approve(round_, by=by, data=True, review=review)
+            loop = _loop(config, set_)
+            with _locked(loop, "approve --data"):
+                r = loop.approve(round_, by=by, data=True, review=review)
             typer.echo(f"round {r.index}: data reviewed by {r.reviewed_by}; continue with "
                        "`workbench loop run CONFIG`")
             return
@@ -79,7 +93,9 @@ def register(group: typer.Typer) -> None:
             except ValueError:
                 raise typer.BadParameter(f"{weightings!r}: numbers separated by commas",
                                          param_hint="--weightings") from None
-        r = _loop(config, set_).approve(round_, by=by, edits=edits)
+        loop = _loop(config, set_)
+        with _locked(loop, "approve"):
+            r = loop.approve(round_, by=by, edits=edits)
         typer.echo(_plan_text(r))
 
     @group.command("run")
@@ -97,13 +113,15 @@ def register(group: typer.Typer) -> None:
             from workbench.progress import quiet_libraries
 
             quiet_libraries()
-            result = run_in_process("loop", load_config(config, list(set_ or [])),
+            result = run_in_process("loop", load_config(config, [*(set_ or []),
+                                                                  "loop.mode=auto"]),
                                     log=lambda m: typer.echo(m, err=True), fresh=fresh)
             typer.echo(result.message)
             return
         loop = _loop(config, set_)
         loop.ctx.fresh = fresh
-        r = loop.run_round(round_)
+        with _locked(loop, "run"):
+            r = loop.run_round(round_)
         typer.echo(f"round {r.index}: {r.status}; the guards recommend {r.recommendation}")
         for g in r.flagged:
             typer.echo(f"  FLAG {g.guard.name}: {g.detail}")
@@ -118,12 +136,14 @@ def register(group: typer.Typer) -> None:
                by: ByOpt = "",
                reason: Annotated[str, typer.Option(help="Why (recorded).")] = ""):
         """Decide a finished round. Revert checks that the current adapter is, byte for
-        byte, the one the round started from."""
+        byte, the one the round started from; a round that cannot finish (a step keeps
+        failing) can be reverted while running, to abandon it."""
         if choice not in ("keep", "continue", "revert", "deploy"):
             raise typer.BadParameter(f"{choice!r}: keep, continue, revert or deploy",
                                      param_hint="CHOICE")
         loop = _loop(config, set_)
-        r = loop.decide(round_, choice, reason=reason, by=by)
+        with _locked(loop, "decide"):
+            r = loop.decide(round_, choice, reason=reason, by=by)
         d = r.decision
         typer.echo(f"round {r.index}: {d.choice}; current adapter "
                    f"{(d.adapter_after or 'base model')[:12]}")

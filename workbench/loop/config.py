@@ -20,7 +20,8 @@ class SuitesSettings(Section):
         "QTSA samples of that domain mixed in as retention anchors."))
     max_items_per_subset: int | None = Field(15, ge=2, description=(
         "Items per subset of dev and test (seeded choice, balanced); None: all."))
-    open_items: int | None = Field(12, ge=1, description="Open questions scored per round.")
+    open_items: int | None = Field(12, ge=1, description=(
+        "Open questions of each split (dev terms: mined; test terms: judged)."))
     scoring: Literal["cloze_norm", "cloze", "letter"] = Field("cloze_norm", description=(
         "The MC formulation every accuracy uses (log-likelihood; cloze_norm suits small "
         "models, letter suits instruction-tuned ones)."))
@@ -38,8 +39,11 @@ class SynthSettings(Section):
     retrieve_k: int = Field(2, ge=1, le=5, description="Sections retrieved per failure.")
     reasoning_per_failure: int = Field(1, ge=0, le=2)
     model_rationales: bool = Field(True, description=(
-        "Let the model write reasoning corrections (checked to name the right option; a "
-        "template from the section otherwise)."))
+        "Let the model write reasoning corrections (kept when they name the right option "
+        "and are grounded; a template from the section otherwise)."))
+    rationale_grounding: float = Field(0.75, ge=0, le=1, description=(
+        "Least share of a model rationale's content words found in the question, the "
+        "answer and its section: a small model's rationale adds claims the source lacks."))
     anchor_ratio: float = Field(1.0, ge=0, description=(
         "Retention anchors per targeted sample (items the current model gets right, and "
         "the retention domain's samples)."))
@@ -73,7 +77,8 @@ class GuardSettings(Section):
     length_blowup: float = Field(1.5, gt=1, description="Most ratio of mean open-answer "
                                                         "length, candidate / current.")
     non_termination: float = Field(0.25, ge=0, le=1, description=(
-        "Most share of open answers that run to the token limit."))
+        "Most rise in the share of open answers that run to the token limit (candidate "
+        "minus current)."))
     min_gain: float = Field(0.0, description="Least target-subset gain for the guards to "
                                              "recommend keeping.")
 

@@ -30,7 +30,7 @@ def _option(item: MCItem, letter: str | None) -> str | None:
 def mine(rows: Sequence[EvalResult], suites: Suites, *, model: ChatModel | None,
          search: Callable[[list[str], int], list[list]] | None, scoring: str, k: int = 2,
          log=print) -> tuple[list[FailureRow], dict]:
-    """Failure rows of the dev and open suites, and what the probe found."""
+    """Failure rows of the dev and open_dev suites, and what the probe found."""
     dev = {it.id: it for it in suites.dev}
     out: list[FailureRow] = []
     probe: list[MCItem] = []
@@ -77,9 +77,9 @@ def mine(rows: Sequence[EvalResult], suites: Suites, *, model: ChatModel | None,
                 section_id=it.provenance.section_id if it.provenance else None,
                 detail="right with retrieved sections" if mode == "missing_knowledge"
                 else "wrong even with retrieved sections"))
-    opens = {q.id: q for q in suites.open}
+    opens = {q.id: q for q in suites.open_dev}  # the judged open questions are never mined
     for r in rows:
-        if r.condition != "open" or r.example_id not in opens or (r.score or 0) >= 0.5:
+        if r.condition != "open_dev" or r.example_id not in opens or (r.score or 0) >= 0.5:
             continue
         q = opens[r.example_id]
         tokens = r.extra.get("tokens", 0)
@@ -91,7 +91,7 @@ def mine(rows: Sequence[EvalResult], suites: Suites, *, model: ChatModel | None,
             mode, why = "premature", f"stopped after {tokens} tokens"
         else:
             mode, why = "incomplete", f"rubric score {r.score:.2f}"
-        out.append(FailureRow(id=q.id, suite="open", subset=q.subset, mode=mode,
+        out.append(FailureRow(id=q.id, suite="open_dev", subset=q.subset, mode=mode,
                               question=q.question, gold=q.reference,
                               prediction=r.prediction, detail=why, section_id=q.term))
     log(f"   {len(out)} failure rows: " + ", ".join(

@@ -8,8 +8,9 @@
    stop a medicine drops it;
 4. duplicates: the same text, or word 3-gram Jaccard above the limit, against the samples
    kept before (this round's and the training data of earlier rounds);
-5. benchmark leaks: a test question verbatim in the sample's prompt, or the given share of
-   its word n-grams there, drops it: the test suite must stay unseen;
+5. benchmark leaks: a judged question (test, retention, the judged open questions) verbatim
+   in the sample's prompt, or the given share of its word n-grams there, drops it, and so
+   does any mention of a test term's label (prompt or answer): the test terms stay unseen;
 6. verifier: the answer names the right option (MC) or is grounded in its section (its
    content words are in the section's text).
 """
@@ -60,9 +61,12 @@ class Gates:
                  sections: dict[str, str] | None = None):
         self.s = settings
         self.tests: list[tuple[str, str, set]] = []
-        for it in suites.test:
-            w = _norm(it.question)
-            self.tests.append((it.id, " ".join(w), _grams(w, settings.ngram)))
+        judged = [(it.id, it.question) for it in suites.test + suites.retention] + [
+            (q.id, q.question) for q in suites.open]
+        for qid, question in judged:
+            w = _norm(question)
+            self.tests.append((qid, " ".join(w), _grams(w, settings.ngram)))
+        self.terms = [(t, " ".join(_norm(t))) for t in suites.test_terms()]
         self.kept_text: set[str] = set()
         self.kept_grams: list[set] = []
         for ex in seen:
@@ -101,10 +105,14 @@ class Gates:
         ug = _grams(uw, self.s.ngram)
         for tid, q, qg in self.tests:
             if q and f" {q} " in f" {joined} ":
-                return "leak", f"test item {tid} verbatim in the prompt"
+                return "leak", f"judged item {tid} verbatim in the prompt"
             if qg and len(qg & ug) / len(qg) >= self.s.max_leak_overlap:
-                return "leak", f"test item {tid}: {len(qg & ug)}/{len(qg)} of its " \
+                return "leak", f"judged item {tid}: {len(qg & ug)}/{len(qg)} of its " \
                                f"{self.s.ngram}-grams in the prompt"
+        padded = f" {text} "
+        for label, norm in self.terms:
+            if norm and f" {norm} " in padded:
+                return "leak", f"mentions the test term {label!r}"
         if why := self._unverified(ex, answer):
             return "verifier", why
         return None

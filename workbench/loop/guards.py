@@ -96,7 +96,7 @@ def check(guards: Sequence[Guard], ds: Sequence[SubsetDelta], before: Sequence[E
           after: Sequence[EvalResult], *, limit_tokens: int) -> list[GuardResult]:
     out = []
     by = {f"{d.suite}/{d.subset}": d for d in ds}
-    len_b, _ = _open_stats(before, limit_tokens)
+    len_b, lim_b = _open_stats(before, limit_tokens)
     len_a, lim_a = _open_stats(after, limit_tokens)
     for g in guards:
         if g.kind == "subset_drop":
@@ -121,9 +121,11 @@ def check(guards: Sequence[Guard], ds: Sequence[SubsetDelta], before: Sequence[E
             out.append(GuardResult(guard=g, value=round(ratio, 3), passed=ratio <= g.limit,
                                    detail=f"mean answer {len_b:.0f} -> {len_a:.0f} tokens"))
         elif g.kind == "non_termination":
-            out.append(GuardResult(guard=g, value=round(lim_a, 3), passed=lim_a <= g.limit,
-                                   detail=f"{100 * lim_a:.0f}% of answers at the "
-                                          f"{limit_tokens}-token limit"))
+            rise = lim_a - lim_b
+            out.append(GuardResult(guard=g, value=round(rise, 3) or 0.0,
+                                   passed=rise <= g.limit + 1e-9,
+                                   detail=f"{100 * lim_b:.0f}% -> {100 * lim_a:.0f}% of "
+                                          f"answers at the {limit_tokens}-token limit"))
     return out
 
 

@@ -41,7 +41,8 @@ class Guard(_Record):
     subset: str | None = None
     limit: float = Field(description="subset_drop: most points a subset may lose; "
                                      "length_blowup: most ratio of mean answer length; "
-                                     "non_termination: most share of answers at the limit.")
+                                     "non_termination: most rise in the share of answers "
+                                     "at the token limit.")
 
 
 class Plan(_Record):
@@ -53,9 +54,12 @@ class Plan(_Record):
                                    description="Samples to synthesise per job.")
     modes: dict[str, int] = Field(default_factory=dict,
                                   description="Failure rows of the target per mode.")
-    weightings: list[float] = Field(default_factory=list,
+    weightings: list[float] = Field(min_length=1,
                                     description="Anchor weights the mixture search tries.")
-    hyper: dict[str, Any] = Field(default_factory=dict)
+    hyper: dict[str, Any] = Field(default_factory=dict, description=(
+        "The candidate's training settings (loop.train when planned): what runs."))
+    review_data: bool = Field(False, description="The round waits for a review of its "
+                                                 "synthesised data before training.")
     guards: list[Guard] = Field(default_factory=list)
 
 
@@ -102,7 +106,9 @@ class Round(_Record):
     approved_by: str | None = None
     approved_at: str | None = None
     reviewed_by: str | None = Field(None, description="Who reviewed the synthesised data "
-                                                      "(with loop.review_data).")
+                                                      "(with plan.review_data).")
+    suites_digest: str | None = Field(None, description="The suites the round was planned "
+                                                        "on; a run on others is refused.")
     created_at: str
     steps: dict[str, dict[str, Any]] = Field(default_factory=dict,
                                              description="What each finished step reported.")

@@ -47,6 +47,8 @@ class OpenQuestion(BaseModel):
     subset: str
     term: str | None = None
     reference: str = ""
+    split: Literal["dev", "test"] = Field("test", description=(
+        "dev: failures are mined from it (and trained on); test: judged only."))
     rubric: list[RubricItem] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -1,9 +1,11 @@
 """The suites a round is judged on, and one evaluation of a model on all of them.
 
 - dev: MC items whose failures the round mines (its reasoning corrections train on them);
-- test: MC items of the same subsets, never trained on: the guards and deltas use them;
+- test: MC items of the same subsets about other terms, never trained on: the guards and
+  deltas use them;
 - retention: MC items of another domain that must not get worse;
-- open: open questions with rubrics (HealthBench's score), for length and termination too.
+- open_dev / open: open questions with rubrics (HealthBench's score) about dev terms (mined)
+  and about test terms (judged only: rubric score, answer length, termination).
 
 Every row is an `EvalResult` whose condition is the suite and `extra.subset` the subset, so
 the per-subset figures and paired deltas come from plain files.
@@ -38,6 +40,7 @@ class Suites:
     test: list[MCItem]
     retention: list[MCItem]
     open: list[OpenQuestion]
+    open_dev: list[OpenQuestion]
     sections: list[Section]
     retention_data: Path | None
     digest: str  # hash of every file and the sampling settings
@@ -48,6 +51,19 @@ class Suites:
 
     def items(self, suite: str) -> list[MCItem]:
         return {"dev": self.dev, "test": self.test, "retention": self.retention}[suite]
+
+    def opens(self, suite: str) -> list[OpenQuestion]:
+        return {"open": self.open, "open_dev": self.open_dev}[suite]
+
+    def judged_questions(self) -> list[str]:
+        """Every question a candidate is judged on: none may reach its training data."""
+        return [it.question for it in self.test + self.retention] + [
+            q.question for q in self.open]
+
+    def test_terms(self) -> list[str]:
+        """Labels of the test suite's terms (the gold of its `name` items)."""
+        return sorted({it.options["ABCDEFGHIJ".index(it.answer)] for it in self.test
+                       if it.provenance and it.provenance.perspective == "name"})
 
     def section(self, section_id: str | None) -> Section | None:
         if section_id is None:
@@ -127,11 +143,16 @@ def load_suites(settings, *, seed: int = 0) -> Suites:
         raise WorkbenchError(f"{data}: dev and test share items ({sorted(overlap)[:3]}); the "
                              "guards need a test suite nothing trains on")
     retention = _mc(shipped(settings.retention), "retention") if settings.retention else []
-    opens = read_jsonl(need["open"], OpenQuestion.model_validate)
-    if settings.open_items is not None:
-        opens = sorted(opens, key=lambda q: hashlib.sha256(f"{seed}:{q.id}".encode())
-                       .hexdigest())[:settings.open_items]
-        opens.sort(key=lambda q: q.id)
+    every_open = read_jsonl(need["open"], OpenQuestion.model_validate)
+
+    def capped(split: str) -> list[OpenQuestion]:
+        qs = [q for q in every_open if q.split == split]
+        if settings.open_items is not None:
+            qs = sorted(qs, key=lambda q: hashlib.sha256(f"{seed}:{q.id}".encode())
+                        .hexdigest())[:settings.open_items]
+        return sorted(qs, key=lambda q: q.id)
+
+    opens, open_dev = capped("test"), capped("dev")
     sections, _ = load_sections(need["corpus"])
     rdata = shipped(settings.retention_data) if settings.retention_data else None
     if rdata is not None and not rdata.exists():
@@ -144,7 +165,8 @@ def load_suites(settings, *, seed: int = 0) -> Suites:
     h = hashlib.sha256(settings.model_dump_json().encode() + str(seed).encode())
     for f in files:
         h.update(sha256_file(f).encode())
-    return Suites(dev=dev, test=test, retention=retention, open=opens, sections=sections,
+    return Suites(dev=dev, test=test, retention=retention, open=opens, open_dev=open_dev,
+                  sections=sections,
                   retention_data=rdata, digest=h.hexdigest()[:16])
 
 
@@ -169,9 +191,14 @@ def evaluate_suites(model: ChatModel, suites: Suites, settings, *, judge, suites
             r.prediction, r.correct = pred, pred == it.answer
             r.extra = {"subset": subset_of(it), "logprobs": r.extra.get("logprobs", {})}
             out.append(r)
-    if "open" in suites_run and suites.open:
-        log(f"   open: {len(suites.open)} questions")
-        out += evaluate_open_rubric(model, suites.open, settings, judge=judge, name=name)
+    for suite in ("open_dev", "open"):
+        if suite in suites_run and suites.opens(suite):
+            log(f"   {suite}: {len(suites.opens(suite))} questions")
+            rows = evaluate_open_rubric(model, suites.opens(suite), settings, judge=judge,
+                                        name=name)
+            for r in rows:
+                r.condition = suite
+            out += rows
     return out
 
 
@@ -200,8 +227,9 @@ def per_subset(rows: Sequence[EvalResult]) -> dict[tuple[str, str], dict[str, fl
     questions count as one subset ("all"): a few a subset tell nothing apart."""
     out: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for r in rows:
-        value = r.score if r.condition == "open" else float(bool(r.correct))
-        subset = "all" if r.condition == "open" else r.extra.get("subset", "all")
+        is_open = r.condition in ("open", "open_dev")
+        value = r.score if is_open else float(bool(r.correct))
+        subset = "all" if is_open else r.extra.get("subset", "all")
         out[(r.condition, subset)][r.example_id] = float(value or 0.0)
     return dict(out)
 

@@ -74,6 +74,12 @@ def _words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 3}
 
 
+def grounded_share(text: str, source: str) -> float:
+    """Share of the text's content words (over 3 letters) that the source holds."""
+    want = _words(text)
+    return len(want & _words(source)) / len(want) if want else 1.0
+
+
 def names_gold(rationale: str, gold: str) -> bool:
     """A rationale names the right option: its text, or most of its content words."""
     if gold.lower() in rationale.lower():
@@ -90,10 +96,11 @@ class Synthesiser:
         self.scoring, self.model, self.search = scoring, model, search
         self.rng, self.tag, self.log = random.Random(seed), tag, log
         self.dev = {it.id: it for it in suites.dev}
-        self.opens = {q.id: q for q in suites.open}
+        self.opens = {q.id: q for q in suites.open_dev}
         self.n = 0
         self.stats: dict[str, Any] = {"retrieval_found_needed": 0, "retrieval_queries": 0,
-                                      "rationales_by_model": 0, "rationales_by_template": 0}
+                                      "rationales_by_model": 0, "rationales_by_template": 0,
+                                      "rationales_off_answer": 0, "rationales_ungrounded": 0}
 
     # ------------------------------------------------------------------ helpers
     def _example(self, job: str, mode: str | None, user: str, assistant: str, *,
@@ -157,7 +164,8 @@ class Synthesiser:
         return out
 
     def reasoning(self, failures: Sequence[FailureRow]) -> list[ChatExample]:
-        items = [self.dev[f.id] for f in failures if f.id in self.dev]
+        failures = [f for f in failures if f.id in self.dev]
+        items = [self.dev[f.id] for f in failures]
         if not items or self.s.reasoning_per_failure == 0:
             return []
         golds = [it.options[LETTERS.index(it.answer)] for it in items]
@@ -168,8 +176,17 @@ class Synthesiser:
                 gold=g)}] for it, g in zip(items, golds, strict=True)]
             gens = self.model.generate(convs, GenerationParams(max_tokens=60,
                                                                temperature=0.0))
-            written = [_first_sentences(g.text, 2) if g.ok and names_gold(g.text, gold)
-                       else None for g, gold in zip(gens, golds, strict=True)]
+            for i, (g, gold, f, it) in enumerate(zip(gens, golds, failures, items,
+                                                     strict=True)):
+                text = _first_sentences(g.text, 2) if g.ok else ""
+                sec = self.suites.section(f.section_id)
+                source = " ".join([it.question, gold, sec.text if sec else ""])
+                if not text or not names_gold(text, gold):
+                    self.stats["rationales_off_answer"] += 1
+                elif grounded_share(text, source) < self.s.rationale_grounding:
+                    self.stats["rationales_ungrounded"] += 1  # claims the source lacks
+                else:
+                    written[i] = text
         out = []
         for f, it, gold, w in zip(failures, items, golds, written, strict=True):
             fields = self._fields(f.section_id) or {"definition": "", "term": gold}
@@ -207,11 +224,14 @@ class Synthesiser:
                                          system=OPEN_SYSTEM))
         return out
 
-    def anchors(self, right: Sequence[MCItem], n: int) -> list[ChatExample]:
-        """`n` retention anchors: right items first (seeded), then retention samples."""
+    def anchors(self, right: Sequence[MCItem], n: int, *, last: str | None = None
+                ) -> list[ChatExample]:
+        """`n` retention anchors: right items (seeded order; those of subset `last` after
+        the others), then the retention domain's samples."""
         out = []
         pool = list(right)
         self.rng.shuffle(pool)
+        pool.sort(key=lambda it: subset_of(it) == last)
         for it in pool[:n]:
             fields = self._fields(it.provenance.section_id if it.provenance else None) or {}
             out.append(self._example("anchors", None, self._mc_user(it),

@@ -28,7 +28,10 @@ WEIGHTS = "adapter_model.safetensors"
 
 
 def adapter_hash(folder: str | Path) -> str:
-    """sha256 of an adapter's weights (what a revert must restore exactly)."""
+    """sha256 of an adapter: its weights and, when there is one, its config (rank, alpha,
+    target modules change what the weights do). What a revert must restore exactly."""
+    import hashlib
+
     from workbench.errors import DataError
     from workbench.io import sha256_file
 
@@ -36,4 +39,7 @@ def adapter_hash(folder: str | Path) -> str:
     if not p.is_file():
         raise DataError(f"no adapter weights ({WEIGHTS})", path=str(folder),
                         code="not_found")
-    return sha256_file(p)
+    config = Path(folder) / "adapter_config.json"
+    if not config.is_file():
+        return sha256_file(p)
+    return hashlib.sha256(f"{sha256_file(p)}:{sha256_file(config)}".encode()).hexdigest()

@@ -92,8 +92,10 @@ class CT2Options(BaseModel):
     intra_threads: int = Field(1, ge=0, description="OpenMP threads per generation (1 was "
                                                     "~3x faster than 2 on a 2-core CPU; 0: "
                                                     "CTranslate2's default).")
-    inter_threads: int = Field(1, ge=1, description="Batches run in parallel (a call's batch "
-                                                    "is split across them).")
+    inter_threads: int | None = Field(None, ge=1, description=(
+        "Batches run in parallel (a call's batch is split across them). Default: 2 on a CPU "
+        "with 2 or more cores (1 intra x 2 inter was the fastest layout on 2 cores: "
+        "BENCHMARKS.md), 1 on CUDA."))
     batch_size: int = Field(8, ge=1, description="Conversations per batch.")
     chat_template: str | None = Field(None, description="Jinja template when the tokenizer "
                                                         "has none.")
@@ -330,7 +332,9 @@ class CT2ChatModel(ChatModel):
                                   adapter=self.opts.adapter, cache_dir=self.opts.cache_dir)
         self.meta = json.loads((self.folder / COMPLETE).read_text())
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
-        self.generator = self._new_generator(self.opts.inter_threads)
+        self.inter_threads = self.opts.inter_threads or (
+            1 if self.device == "cuda" else max(1, min(2, os.cpu_count() or 1)))
+        self.generator = self._new_generator(self.inter_threads)
         self.compute_type = self.generator.compute_type
         self.load_seconds = time.perf_counter() - t0
         if self.opts.chat_template:
@@ -430,7 +434,7 @@ class CT2ChatModel(ChatModel):
         kw.update(include_prompt_in_result=False, return_end_token=True)
         seeded = params.seed is not None and not params.greedy
         # a seeded call runs on one fresh worker thread, which then draws every number
-        parts = 1 if seeded else self.opts.inter_threads
+        parts = 1 if seeded else self.inter_threads
         cap = max(1, min(self.opts.batch_size, math.ceil(len(ids) / parts)))
         groups = length_groups([len(s) for s in starts], params.max_tokens, cap)
         results: list[Any] = [None] * len(ids)
@@ -612,8 +616,8 @@ class CT2ChatModel(ChatModel):
                     out[r].append((float(picked.sum(dtype="float64")),
                                    bool((best == toks).all())))
 
-        if self.opts.inter_threads > 1 and len(chunks) > 1:
-            with ThreadPoolExecutor(self.opts.inter_threads) as pool:
+        if self.inter_threads > 1 and len(chunks) > 1:
+            with ThreadPoolExecutor(self.inter_threads) as pool:
                 list(pool.map(run, chunks))
         else:
             for c in chunks:
@@ -648,7 +652,7 @@ class CT2ChatModel(ChatModel):
                             quantization=self.quantization, folder=str(self.folder),
                             source=self.source.describe(), load_seconds=self.load_seconds,
                             intra_threads=self.opts.intra_threads,
-                            inter_threads=self.opts.inter_threads, scoring=self.scoring)
+                            inter_threads=self.inter_threads, scoring=self.scoring)
         return info
 
     def close(self) -> None:

@@ -50,6 +50,13 @@ if not found:
 run = st.selectbox("Run", found, format_func=lambda p: p.name, key="lp-run")
 
 
+def locked(what: str):
+    """The run folder's lock while the page changes the loop (a running job refuses it)."""
+    from workbench.jobs import run_lock
+
+    return run_lock(Path(run), f"the app ({what})")
+
+
 def open_loop(run: Path):
     from workbench.loop.api import Loop
 
@@ -100,7 +107,8 @@ if r.status == "planned":
     if ok:
         try:
             edits = {"target": target} if target != p.target else {}
-            loop.approve(r.index, by=who, edits=edits)
+            with locked("approve"):
+                loop.approve(r.index, by=who, edits=edits)
             job = start_mode("run")
             st.success(f"Approved by {who}; started job {job.id}")
         except Exception as e:  # noqa: BLE001
@@ -117,8 +125,8 @@ if failures:
                  hide_index=True)
     for mode, g in df.groupby("mode"):
         with st.expander(f"{mode}: {len(g)} rows"):
-            st.dataframe(g[["id", "subset", "question", "gold", "prediction", "detail"]].head(8),
-                         hide_index=True)
+            st.dataframe(g.reindex(columns=["id", "subset", "question", "gold", "prediction",
+                                            "detail"]).head(8), hide_index=True)
 
 # --- the synthesised data, reviewable while the round waits for it
 accepted = jsonl_rows(folder / "accepted.jsonl")
@@ -128,9 +136,9 @@ if accepted:
     st.caption(f"Kept {gates.get('kept', len(accepted))} of {gates.get('in', '?')}; dropped: "
                + (", ".join(f"{k} {v}" for k, v in gates.get("dropped", {}).items())
                   or "none"))
-    review = read_or_none("review.json", lambda: json.loads((folder / "review.json")
-                                                           .read_text())) \
-        if (folder / "review.json").exists() else {}
+    review = (read_or_none("review.json", lambda: json.loads((folder / "review.json")
+                                                            .read_text()))
+              if (folder / "review.json").exists() else None) or {}
     table = pd.DataFrame([{
         "id": e["id"], "job": e["metadata"].get("job"), "mode": e["metadata"].get("mode"),
         "question": e["messages"][-2]["content"][:300],
@@ -138,9 +146,10 @@ if accepted:
         if isinstance(review.get(e["id"]), dict) else e["messages"][-1]["content"],
         "decision": "reject" if review.get(e["id"]) == "reject" else
         ("edit" if isinstance(review.get(e["id"]), dict) else "accept")} for e in accepted])
-    waiting = r.status == "running" and loop.lc.review_data and not r.reviewed_by
+    waiting = r.status == "running" and r.plan.review_data and not r.reviewed_by \
+        and "mixture" not in r.steps
     edited = st.data_editor(
-        table, hide_index=True, key="lp-review",
+        table, hide_index=True, key=f"lp-review-{r.index}",
         disabled=["id", "job", "mode", "question"] if waiting else True,
         column_config={"decision": st.column_config.SelectboxColumn(
             options=["accept", "edit", "reject"]),
@@ -158,7 +167,8 @@ if accepted:
                         rev[row["id"]] = "reject"
                     elif row["answer"] != orig[row["id"]] or row["decision"] == "edit":
                         rev[row["id"]] = {"answer": row["answer"]}
-                loop.approve(r.index, by=who, data=True, review=rev)
+                with locked("review"):
+                    loop.approve(r.index, by=who, data=True, review=rev)
                 job = start_mode("run")
                 st.success(f"Data approved by {who}; started job {job.id}")
             except Exception as e:  # noqa: BLE001
@@ -188,7 +198,8 @@ if r.status == "awaiting_decision":
     for col, choice in zip(cols, ("keep", "continue", "revert", "deploy"), strict=True):
         if col.button(choice.capitalize(), key=f"lp-{choice}"):
             try:
-                loop.decide(r.index, choice, reason=reason, by=who, plan_next=False)
+                with locked("decide"):
+                    loop.decide(r.index, choice, reason=reason, by=who, plan_next=False)
                 if choice == "continue":
                     start_mode("plan")
                 st.rerun()
