@@ -67,9 +67,28 @@ def loop_pack(name: str) -> LoopPack:
         raise WorkbenchError(f"domain pack {name!r} has no pipelines.loop section (the "
                              "synthesis templates of the improvement loop)")
     try:
-        return LoopPack.model_validate(raw)
+        lp = LoopPack.model_validate(raw)
     except ValueError as e:
         raise WorkbenchError(f"domain pack {name!r}, pipelines.loop: {e}") from None
+    from workbench.domains import placeholders
+
+    known = {"term", "branch", "text", "definition", *lp.fields}
+    problems = []
+    for i, t in enumerate(lp.knowledge):
+        for where, text in (("question", t.question), ("answer", t.answer)):
+            if bad := placeholders(text) - known:
+                problems.append(f"knowledge.{i}.{where}: unknown fields {sorted(bad)}")
+        if bad := set(t.needs) - known:
+            problems.append(f"knowledge.{i}.needs: unknown fields {sorted(bad)}")
+    for key in ("thinking", "open_answer", "rationale_template"):
+        extra = {"gold", "letter"} if key == "rationale_template" else set()
+        if bad := placeholders(getattr(lp, key)) - known - extra:
+            problems.append(f"{key}: unknown fields {sorted(bad)}")
+    if bad := placeholders(lp.rationale_prompt) - {"question", "options", "letter", "gold"}:
+        problems.append(f"rationale_prompt: unknown fields {sorted(bad)}")
+    if problems:
+        raise WorkbenchError(f"domain pack {name!r}, pipelines.loop: " + "; ".join(problems))
+    return lp
 
 
 class Loop:
@@ -239,6 +258,7 @@ class Loop:
             raise WorkbenchError(f"round {rs[-1].index} is {rs[-1].status}: decide it before "
                                  "planning the next (`workbench loop decide`)")
         self._save_config()
+        t0 = time.perf_counter()
         st = self.state()
         index = rs[-1].index + 1 if rs else 1
         model = self.open_model(st.current)
@@ -253,7 +273,8 @@ class Loop:
         r = Round(index=index, parent=st.current.sha256 if st.current else None, plan=plan,
                   created_at=now(), suites_digest=self.suites.digest,
                   steps={"failures": {**info, "rows": len(failures),
-                                      "modes": count_modes(failures)}})
+                                      "modes": count_modes(failures),
+                                      "seconds": round(time.perf_counter() - t0, 1)}})
         self.log(f"== round {index} planned: target {plan.target} ({plan.rationale})")
         return self.save(r)
 
@@ -754,7 +775,7 @@ def round_markdown(loop: Loop, r: Round) -> str:
              + f". Anchor weightings tried: {', '.join(f'{w:g}' for w in p.weightings)}.", ""]
     f = r.steps.get("failures", {})
     if f:
-        lines += ["## Failures (current model, dev and open suites)", "",
+        lines += ["## Failures (current model: dev items, open questions on dev terms)", "",
                   "| mode | rows | job |", "|---|---|---|"]
         lines += [f"| {m} | {n} | {MODES[m]} |" for m, n in sorted(f.get("modes", {}).items())]
         if f.get("retrieval_hit") is not None:

@@ -149,7 +149,10 @@ class Synthesiser:
                 for t in self.pack.knowledge:
                     if made >= self.s.knowledge_per_failure:
                         break
-                    if any(not fields.get(n) for n in t.needs):
+                    from workbench.domains import placeholders
+
+                    used = placeholders(t.question) | placeholders(t.answer) | set(t.needs)
+                    if any(not fields.get(n) for n in used):  # the section lacks a field
                         continue
                     q, a = t.question.format(**fields), t.answer.format(**fields)
                     if any(e.metadata["qtsa"].get("question") == q for e in out):
