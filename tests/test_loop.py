@@ -128,13 +128,15 @@ def _assert_no_leaks(loop, r):
     accepted = read_jsonl(loop.folder(r.index) / "accepted.jsonl", ChatExample.model_validate)
     assert accepted
     judged = [q.lower() for q in loop.suites.judged_questions()]
-    terms = [t.lower() for t in loop.suites.test_terms()]
-    assert judged and terms
+    guarded = loop.suites.guarded
+    by_section = {s.id: s.text for s in loop.suites.sections}
+    assert judged and guarded
     for e in accepted:
         user = " ".join(m.content or "" for m in e.messages if m.role == "user").lower()
-        text = " ".join(m.content or "" for m in e.messages).lower()
         assert not any(q in user for q in judged), e.id
-        assert not any(f" {t} " in f" {' '.join(text.split())} " for t in terms), e.id
+        sec = e.metadata.get("section_id") or ""
+        assert sec not in guarded, e.id
+        assert not any(f"ID: {t}." in by_section.get(sec, "") for t in guarded), e.id
     assert loop.round(r.index).steps["gates"]["leaks_kept"] == 0
 
 
@@ -384,7 +386,7 @@ def test_rejecting_every_targeted_sample_ends_the_round_without_training(tmp_pat
     r = loop.run_round(1)
     assert r.status == "awaiting_decision" and r.recommendation == "revert"
     assert r.candidate is None
-    with pytest.raises(Exception, match="trained no candidate"):
+    with pytest.raises(Exception, match="no measured candidate"):
         loop.decide(1, "keep", reason="x", by="ana")
     r = loop.decide(1, "revert", reason="nothing to train", by="ana")
     assert r.decision.adapter_after is None and loop.state().current is None
@@ -422,3 +424,41 @@ def test_a_running_round_can_be_abandoned_by_revert_only(tmp_path):
     r = loop.decide(1, "revert", reason="abandoned", by="ana")
     assert r.status == "decided" and r.decision.choice == "revert"
     assert loop.plan().index == 2  # the loop goes on
+
+
+def test_an_approved_round_on_changed_suites_is_refused_and_can_be_abandoned(tmp_path):
+    loop = _loop(_cfg(tmp_path, "loop.weightings=[1.0]", "loop.review_data=true"))
+    loop.plan()
+    r = loop.approve(1, by="ana", edits={"weightings": [1.0]})
+    assert r.plan.review_data and r.plan.rationale.startswith("weakest")  # kept
+    changed = _loop(_cfg(tmp_path, "loop.weightings=[1.0]",
+                         "loop.suites.max_items_per_subset=7"))
+    with pytest.raises(Exception, match="other suites"):
+        changed.run_round(1)
+    r = changed.decide(1, "revert", reason="suites changed", by="ana")
+    assert r.status == "decided" and r.decision.adapter_after is None
+    assert changed.plan().index == 2
+
+
+def test_the_gates_drop_a_sample_made_from_a_test_terms_section(tmp_path):
+    from workbench.loop.config import GateSettings
+    from workbench.loop.gates import Gates
+    from workbench.loop.suites import load_suites
+    from workbench.records import ChatExample
+
+    suites = load_suites(_cfg(tmp_path).loop.suites)
+    test_sec = next(s for s in suites.sections if any(f"ID: {t}." in s.text
+                                                       for t in suites.guarded))
+    dev_sec = next(s for s in suites.training_sections() if "ID: HP:" in s.text)
+    assert test_sec not in suites.training_sections()
+
+    def ex(i, sec):
+        return ChatExample(id=f"k{i}", messages=[
+            {"role": "user", "content": f"Define {sec.heading_path[-1]}."},
+            {"role": "assistant", "content": sec.text.split("Definition: ")[1][:80]}],
+            metadata={"job": "knowledge", "section_id": sec.id})
+
+    kept, dropped = Gates(suites, GateSettings(), sections={
+        s.id: s.text for s in suites.sections}).run([ex(0, test_sec), ex(1, dev_sec)])
+    assert [e.id for e in kept] == ["k1"]
+    assert dropped[0]["gate"] == "leak" and "test term" in dropped[0]["reason"]

@@ -217,8 +217,10 @@ class Loop:
 
     def search(self, queries: list[str], k: int):
         if self._searcher is None:
+            # the test terms' sections are never searched: nothing is made from them
             self._searcher = registry.provider("searcher")(
-                self.suites.sections, self.root / "index", retriever="keyword", log=self.log)
+                self.suites.training_sections(), self.root / "index", retriever="keyword",
+                log=self.log)
         return self._searcher(queries, k)
 
     # ------------------------------------------------------------------ evaluation (cached)
@@ -309,7 +311,11 @@ class Loop:
             failures = read_jsonl(self.folder(r.index) / "failures.jsonl",
                                   FailureRow.model_validate)
             plan = make_plan(lc, self.suites, rows, failures, self.rounds()[:-1])
-            if "target" in edits and edits["target"] != r.plan.target:
+            # what the plan was made with stays (a later config does not rewrite it)
+            plan = plan.model_copy(update={"hyper": r.plan.hyper, "guards": r.plan.guards,
+                                           "review_data": r.plan.review_data,
+                                           "rationale": r.plan.rationale})
+            if plan.target != r.plan.target:
                 plan.rationale = f"set by {by} at approval (planned: {r.plan.target})"
         r = r.model_copy(update={"plan": plan, "status": "approved", "approved_by": by,
                                  "approved_at": now()})
@@ -380,7 +386,8 @@ class Loop:
     def _no_data(self, r: Round) -> Round:
         why = "no targeted sample passed the quality gates (or the review): nothing to train"
         r = self.save(r.model_copy(update={"status": "awaiting_decision",
-                                           "recommendation": "revert"}))
+                                           "recommendation": "revert", "candidate": None,
+                                           "deltas": [], "guards": []}))
         self.log(f"== round {r.index}: {why}; the guards recommend revert")
         write_round_report(self, r)
         return r
@@ -389,18 +396,29 @@ class Loop:
     def decide(self, index: int | None, choice: Choice, *, reason: str, by: str,
                plan_next: bool = True) -> Round:
         r = self.round(index)
-        abandon = r.status == "running" and choice == "revert"  # a round that cannot finish
-        if r.status != "awaiting_decision" and not abandon:
+        unfinished = r.status in ("planned", "approved", "running")
+        if r.status == "decided" or (unfinished and choice != "revert"):
             raise WorkbenchError(f"round {r.index} is {r.status}: only a finished round is "
-                                 "decided" + (" (a running round can only be reverted)"
-                                              if r.status == "running" else ""))
+                                 "decided" + (f" ({'an' if r.status == 'approved' else 'a'} "
+                                              f"{r.status} round can only be reverted, to "
+                                              "abandon it)" if unfinished else ""))
         if not reason.strip() or not by.strip():
             raise WorkbenchError("a decision needs a reason (--reason) and who took it (--by)")
-        if choice != "revert" and r.candidate is None:
-            raise WorkbenchError(f"round {r.index} trained no candidate: it can only be "
+        if choice != "revert" and (r.candidate is None or "guards" not in r.steps):
+            raise WorkbenchError(f"round {r.index} has no measured candidate: it can only be "
                                  "reverted")
         st = self.state()
         before = st.current.sha256 if st.current else None
+        if unfinished:  # abandoned: whatever is current stays, checked byte for byte
+            after = self._verify_current(st, before)
+            d = Decision(choice="revert", reason=reason, by=by, at=now(),
+                         adapter_before=before, adapter_after=after)
+            r = self.save(r.model_copy(update={"status": "decided", "decision": d}))
+            self.log(f"== round {r.index} abandoned ({reason}); current adapter "
+                     f"{(after or 'base model')[:12]}")
+            write_round_report(self, r)
+            write_history(self)
+            return r
         if choice != "revert" and before is not None and before == r.candidate:
             before = r.parent  # a keep that a kill interrupted after the state was saved
         elif before != r.parent:
@@ -486,7 +504,10 @@ class Loop:
                 if r.status == "running":  # stopped
                     return done
             if r.status == "awaiting_decision":
-                choice, why = recommend(r.guards, r.deltas, self.lc.guards.min_gain)
+                if "guards" in r.steps:
+                    choice, why = recommend(r.guards, r.deltas, self.lc.guards.min_gain)
+                else:
+                    choice, why = "revert", "no candidate was trained (no data)"
                 r = self.decide(r.index, choice, reason=why, by="auto")
             done.append(r)
         return done
@@ -554,7 +575,8 @@ class _RoundRun:
 
     def _inputs(self, name: str) -> list:
         lc = self.lc
-        extra = {"synth": [lc.synth.model_dump(mode="json"), lc.pack],
+        extra = {"synth": [lc.synth.model_dump(mode="json"), lc.pack,
+                           self.loop.cfg.models.chat.model_dump(mode="json")],
                  "gates": [lc.gates.model_dump(mode="json")],
                  "mixture": [lc.trainer, _file_key(self.folder / "review.json")],
                  "train": [lc.trainer, _file_key(self.folder / "review.json")],
@@ -578,7 +600,13 @@ class _RoundRun:
         # a step that ran again invalidates what came after it
         later = set(STEPS[STEPS.index(name) + 1:])
         steps = {k: v for k, v in self.r.steps.items() if k not in later}
-        self.r = self.loop.save(self.r.model_copy(update={"steps": {**steps, name: info}}))
+        stale: dict[str, Any] = {}  # what the dropped steps had set
+        if "train" in later:
+            stale["candidate"] = None
+        if "guards" in later:
+            stale.update(deltas=[], guards=[], recommendation=None)
+        self.r = self.loop.save(self.r.model_copy(update={"steps": {**steps, name: info},
+                                                          **stale}))
 
     def targeted(self) -> list[ChatExample]:
         return [e for e in self._accepted() if (e.metadata or {}).get("job") != "anchors"]

@@ -10,7 +10,8 @@
    kept before (this round's and the training data of earlier rounds);
 5. benchmark leaks: a judged question (test, retention, the judged open questions) verbatim
    in the sample's prompt, or the given share of its word n-grams there, drops it, and so
-   does any mention of a test term's label (prompt or answer): the test terms stay unseen;
+   does a sample made from a test term's section or item (synthesis never retrieves them;
+   this is the check that it did not);
 6. verifier: the answer names the right option (MC) or is grounded in its section (its
    content words are in the section's text).
 """
@@ -66,12 +67,16 @@ class Gates:
         for qid, question in judged:
             w = _norm(question)
             self.tests.append((qid, " ".join(w), _grams(w, settings.ngram)))
-        self.terms = [(t, " ".join(_norm(t))) for t in suites.test_terms()]
+        self.guarded = suites.guarded
         self.kept_text: set[str] = set()
         self.kept_grams: list[set] = []
         for ex in seen:
             self._remember(ex)
         self.sections = sections or {}
+        # section id -> the term id it states (samples name either)
+        self.section_terms = {sid: (m.group(1) if (m := re.search(r"\bID: ([A-Za-z]+:\d+)",
+                                                                  text)) else sid)
+                              for sid, text in self.sections.items()}
         self.dev = {it.id: it for it in suites.dev}
 
     def _remember(self, ex: ChatExample) -> None:
@@ -109,10 +114,10 @@ class Gates:
             if qg and len(qg & ug) / len(qg) >= self.s.max_leak_overlap:
                 return "leak", f"judged item {tid}: {len(qg & ug)}/{len(qg)} of its " \
                                f"{self.s.ngram}-grams in the prompt"
-        padded = f" {text} "
-        for label, norm in self.terms:
-            if norm and f" {norm} " in padded:
-                return "leak", f"mentions the test term {label!r}"
+        meta = ex.metadata or {}
+        sec = self.section_terms.get(meta.get("section_id") or "", meta.get("section_id"))
+        if sec in self.guarded:
+            return "leak", f"made from the test term {sec}"
         if why := self._unverified(ex, answer):
             return "verifier", why
         return None

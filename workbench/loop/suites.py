@@ -44,6 +44,7 @@ class Suites:
     sections: list[Section]
     retention_data: Path | None
     digest: str  # hash of every file and the sampling settings
+    guarded: frozenset[str] = frozenset()  # term ids of every test item and judged question
 
     @property
     def subsets(self) -> list[str]:
@@ -60,10 +61,9 @@ class Suites:
         return [it.question for it in self.test + self.retention] + [
             q.question for q in self.open]
 
-    def test_terms(self) -> list[str]:
-        """Labels of the test suite's terms (the gold of its `name` items)."""
-        return sorted({it.options["ABCDEFGHIJ".index(it.answer)] for it in self.test
-                       if it.provenance and it.provenance.perspective == "name"})
+    def training_sections(self) -> list[Section]:
+        """The sections synthesis may draw on: all but the guarded (test) terms'."""
+        return [s for s in self.sections if _term_of(s) not in self.guarded]
 
     def section(self, section_id: str | None) -> Section | None:
         if section_id is None:
@@ -137,7 +137,8 @@ def load_suites(settings, *, seed: int = 0) -> Suites:
                              "dev.jsonl, test.jsonl, open.jsonl and corpus/)")
     per = settings.max_items_per_subset
     dev = _balanced(_mc(need["dev"]), per, seed)
-    test = _balanced(_mc(need["test"]), per, seed)
+    all_test = _mc(need["test"])
+    test = _balanced(all_test, per, seed)
     overlap = {it.id for it in dev} & {it.id for it in test}
     if overlap:
         raise WorkbenchError(f"{data}: dev and test share items ({sorted(overlap)[:3]}); the "
@@ -153,6 +154,8 @@ def load_suites(settings, *, seed: int = 0) -> Suites:
         return sorted(qs, key=lambda q: q.id)
 
     opens, open_dev = capped("test"), capped("dev")
+    guarded = frozenset({it.provenance.section_id for it in all_test if it.provenance}
+                        | {q.term for q in every_open if q.split == "test" and q.term})
     sections, _ = load_sections(need["corpus"])
     rdata = shipped(settings.retention_data) if settings.retention_data else None
     if rdata is not None and not rdata.exists():
@@ -167,7 +170,7 @@ def load_suites(settings, *, seed: int = 0) -> Suites:
         h.update(sha256_file(f).encode())
     return Suites(dev=dev, test=test, retention=retention, open=opens, open_dev=open_dev,
                   sections=sections,
-                  retention_data=rdata, digest=h.hexdigest()[:16])
+                  retention_data=rdata, digest=h.hexdigest()[:16], guarded=guarded)
 
 
 # ------------------------------------------------------------------------------ evaluation

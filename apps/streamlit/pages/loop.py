@@ -208,6 +208,19 @@ if r.status == "awaiting_decision":
 elif r.decision:
     d = r.decision
     st.success(f"Decision: **{d.choice}** by {d.by}: {d.reason}")
+elif r.status in ("planned", "approved", "running"):
+    with st.expander("Abandon this round (revert: the current model stays)"):
+        with st.form("lp-abandon"):
+            who = st.text_input("Your name", key="lp-abandoner")
+            reason = st.text_input("Reason", key="lp-abandon-reason")
+            gone = st.form_submit_button("Abandon")
+        if gone:
+            try:
+                with locked("abandon"):
+                    loop.decide(r.index, "revert", reason=reason, by=who, plan_next=False)
+                st.rerun()
+            except Exception as e:  # noqa: BLE001
+                show_error(e)
 
 # --- history
 if any(x.decision for x in rounds):
