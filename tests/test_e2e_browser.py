@@ -221,7 +221,7 @@ def test_approve_a_loop_plan_in_a_browser(tmp_path):
                 time.sleep(1)
             assert loop.round(1).status == "awaiting_decision"
             page.reload()
-            page.get_by_text("The guards recommend").wait_for(timeout=30000)
+            page.get_by_text("The guards recommend").first.wait_for(timeout=30000)
             page.locator(".st-key-lp-decider input").fill("Dr. Ana")
             page.locator(".st-key-lp-reason input").fill("looks right")
             page.locator(".st-key-lp-reason input").press("Tab")
