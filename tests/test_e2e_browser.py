@@ -1,6 +1,7 @@
 """End to end in a real browser: headless Debian Chromium driven by Playwright against
 `workbench app` on a free loopback port, with the bundled model doing the distillation."""
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -48,30 +49,42 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium missing")]
 
 
-@pytest.fixture()
-def app(tmp_path):
+@contextlib.contextmanager
+def _running_app(ws: Path, **env):
+    """`workbench app` on a free loopback port over workspace `ws`; yields (url, seconds it
+    took to answer its health check)."""
     port = free_port()
-    env = dict(os.environ, TQDM_DISABLE="1")
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "app", "--workspace",
-                             str(tmp_path / "ws"), "--port", str(port)], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "app", "--workspace", str(ws),
+                             "--port", str(port)], cwd=REPO,
+                            env=dict(os.environ, TQDM_DISABLE="1", **env),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
         t0 = time.perf_counter()
         wait_http(f"http://127.0.0.1:{port}/_stcore/health", timeout=60, proc=proc)
-        assert time.perf_counter() - t0 < 20
-        yield f"http://127.0.0.1:{port}", tmp_path / "ws"
+        yield f"http://127.0.0.1:{port}", time.perf_counter() - t0
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)
 
 
-def _open_page(p):
-    """A headless Debian Chromium page (no sandbox, no network beyond loopback)."""
+@pytest.fixture()
+def app(tmp_path):
+    with _running_app(tmp_path / "ws") as (url, seconds):
+        assert seconds < 20
+        yield url, tmp_path / "ws"
+
+
+def _open_page(p, url: str):
+    """A headless Debian Chromium page (no sandbox, no network beyond loopback) on the app's
+    first page."""
     browser = p.chromium.launch(executable_path=CHROMIUM, args=[
         "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"])
-    return browser, browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.get_by_text("Projects and runs").first.wait_for(timeout=30000)
+    return browser, page
 
 
 def _wait_job(page, button_key: str, timeout: float = 600) -> None:
@@ -117,9 +130,7 @@ def test_upload_distil_and_retrieve_in_a_browser(app, tmp_path):
     doc.write_text(DOC)
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser, page = _open_page(p)
-        page.goto(url)
-        page.get_by_text("Projects and runs").first.wait_for(timeout=30000)
+        browser, page = _open_page(p, url)
         page.get_by_role("link", name="Corpus").click()
         page.locator("[data-testid=stFileUploaderDropzoneInput]").set_input_files(str(doc))
         page.get_by_text("Saved matching.md").wait_for(timeout=20000)
@@ -191,21 +202,11 @@ def test_approve_a_loop_plan_in_a_browser(tmp_path):
         "loop.suites.open_items=4", "loop.weightings=[1.0]"])
     loop = Loop(cfg, log=lambda m: None)
     loop.plan()
-    port = free_port()
-    env = dict(os.environ, TQDM_DISABLE="1", WB_PLUGINS="loop_scripted",
-               PYTHONPATH=tests + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "app", "--workspace", str(ws),
-                             "--port", str(port)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
     ARTIFACTS.mkdir(exist_ok=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/_stcore/health", timeout=60, proc=proc)
+    with _running_app(ws, WB_PLUGINS="loop_scripted", PYTHONPATH=tests + os.pathsep
+                      + os.environ.get("PYTHONPATH", "")) as (url, _):
         with sync_playwright() as p:
-            browser, page = _open_page(p)
-            page.goto(url)
-            page.get_by_text("Projects and runs").first.wait_for(timeout=30000)
+            browser, page = _open_page(p, url)
             page.get_by_role("link", name="Improvement loop").click()
             page.get_by_text("Round 1: planned").wait_for(timeout=30000)
             name = page.locator(".st-key-lp-approver input")
@@ -230,9 +231,6 @@ def test_approve_a_loop_plan_in_a_browser(tmp_path):
             page.screenshot(path=str(ARTIFACTS / "loop-decided.png"), full_page=True)
             browser.close()
         assert loop.round(1).decision.by == "Dr. Ana"
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=30)
 
 
 def test_trajectory_tree_browser_in_a_browser(app):
@@ -247,9 +245,7 @@ def test_trajectory_tree_browser_in_a_browser(app):
     small_trajsynth_run(ws / "runs" / "ts" / "trajsynth")
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser, page = _open_page(p)
-        page.goto(url)
-        page.get_by_text("Projects and runs").first.wait_for(timeout=30000)
+        browser, page = _open_page(p, url)
         page.get_by_role("link", name="Trajectories").click()
         page.get_by_text("Tasks verified").wait_for(timeout=60000)
         page.get_by_role("tab", name="Tree browser").click()
