@@ -53,6 +53,9 @@ def reply(conv) -> str:
     if "that this fact answers" in user:
         fact = user.split("Fact: ", 1)[1].split("\n", 1)[0]
         w = (re.findall(r"[A-Za-z]{6,}", fact) or ["signal"])
+        start = re.search(r'Start the question with "(\w+)"', user)
+        if start and start.group(1) != "What":
+            return f"{start.group(1)} does {w[0].lower()} matter for {w[-1].lower()}?"
         return f"What is true of {w[0].lower()} and {w[-1].lower()}?"
     if "that this text answers" in user:
         return f"What is the role of {word} in {topic}?"
@@ -80,4 +83,17 @@ def slow(conv) -> str:
     import time
 
     time.sleep(0.5)
+    return reply(conv)
+
+
+_asked: set[str] = set()
+
+
+def flaky_reply(conv) -> str:
+    """`reply`, except that the first request for each fact's question gets chatter with no
+    question in it (the retry of `write_attempts` asks again)."""
+    user = conv[-1]["content"]
+    if "that this fact answers" in user and user not in _asked:
+        _asked.add(user)
+        return "Sure, here is one"
     return reply(conv)

@@ -278,6 +278,54 @@ def test_composed_mode_with_answers_from_the_text(tmp_path):
     assert res.report.model_calls.made < 3 * res.report.stages["tasks"]
 
 
+def test_benchmark_breadth_per_fact_with_retries_and_no_held_out_rationales(tmp_path):
+    """benchmark_per_fact: every sentence of a held-out section answers one item per
+    perspective (each starting with its perspective's word); write_attempts re-asks what
+    failed; benchmark_rationales=False makes no rationale call for held-out items."""
+    import fake_teacher
+    from workbench.distill.pipeline import Span, _facts
+
+    fake_teacher._asked.clear()
+    flaky = AgentModel(spec="fake", options={"script": "fake_teacher:flaky_reply"})
+    c = cfg(mode="composed", answer_source="text", verifier={"enabled": False},
+            perspectives=["concepts", "analysis", "design"], benchmark_per_fact=3,
+            write_attempts=2, benchmark_rationales=False)
+    res = run_distill(c, tmp_path / "b", default_model=flaky)
+    secs = {s.id: s for s in read_records(tmp_path / "b" / "sections.jsonl", Section)}
+    held = {s.provenance.section_id for s in res.samples if s.split == "benchmark"}
+    n_facts = sum(len(_facts(Span(i, secs[i], secs[i].text.strip(), ""), 0)) for i in held)
+    bench = [s for s in res.samples if s.split == "benchmark"]
+    assert len(res.benchmark) == len(bench) > n_facts  # more than one item per sentence
+    by_answer = Counter(s.options["ABCD".index(s.answer)] for s in bench)
+    assert max(by_answer.values()) == 3
+    starts = {"concepts": "What", "analysis": "How", "design": "Why"}
+    for s in bench:
+        assert s.kind == "mc" and s.thinking == "" and "no_rationale" in s.flags
+        assert s.question.startswith(starts[s.provenance.perspective])
+        assert s.options["ABCD".index(s.answer)] in secs[s.provenance.section_id].text
+    assert all(s.thinking for s in res.samples if s.split == "train")
+    asked = res.report.stages["tasks"] - res.report.rejects.get("no_fact_left", 0)
+    assert res.report.stages["write_retries"] == asked  # each first request failed once
+    # a rationale call per accepted training item, none for held-out items
+    train = sum(s.split == "train" for s in res.samples)
+    assert res.report.model_calls.made == asked * 2 + train
+
+
+def test_benchmark_breadth_settings_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="answer_source: text"):
+        cfg(mode="single", benchmark_per_fact=2)
+    with pytest.raises(ValueError, match="answer_source: text"):
+        cfg(mode="composed", benchmark_rationales=False)
+    text = {"mode": "composed", "answer_source": "text"}
+    with pytest.raises(WorkbenchError, match="benchmark_per_fact is 3 but only 2"):
+        run_distill(cfg(**text, perspectives=["concepts", "design"], benchmark_per_fact=3),
+                    tmp_path / "a", default_model=TEACHER)
+    with pytest.raises(WorkbenchError, match="distinct question_start"):
+        run_distill(cfg(**text, domain="generic", benchmark_per_fact=2), tmp_path / "b",
+                    default_model=TEACHER)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # checked first
+
+
 def test_split_is_a_field_and_old_flag_files_still_read():
     from workbench.records import QTSASample
 

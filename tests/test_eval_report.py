@@ -209,3 +209,33 @@ def test_compare_runs_base_vs_sft(tmp_path):
     assert (c.accuracy_a, c.accuracy_b, c.only_b) == (0.5, 1.0, N // 2) and c.significant
     plot_conditions([a, b], tmp_path / "both.png")
     assert (tmp_path / "both.png").stat().st_size > 1000
+
+
+def test_items_of_one_sentence_are_clustered_in_summary_and_comparisons():
+    """Items whose provenance shares a source sentence (fact_hash) are one cluster: the
+    accuracy interval and the paired comparison say how many clusters there are and are
+    wider than if every item were independent."""
+    from workbench.records import Provenance
+
+    items = [it.model_copy(update={"provenance": Provenance(
+        section_id="s", span_hash="h", fact_hash=f"fact{i % 2}-{i // 8}")})
+        for i, it in enumerate(bench())]
+    cfg = EvalConfig(conditions=["none", "semantic"], methods=["loglik"], hit_vs_miss=False)
+    rows, clustered = evaluate_conditions(Scripted(), items, cfg,
+                                          contexts={"semantic": Passages("semantic")},
+                                          log=lambda m: None)
+    _, plain = evaluate_conditions(Scripted(), bench(), cfg,
+                                   contexts={"semantic": Passages("semantic")},
+                                   log=lambda m: None)
+    # (odd and even questions differ in what the scripted model knows: a cluster agrees)
+    assert len({r.extra["cluster"] for r in rows}) == N // 4
+    acc_c = clustered.conditions["none"].scoring("cloze_norm").accuracy
+    acc_p = plain.conditions["none"].scoring("cloze_norm").accuracy
+    assert (acc_c.value, acc_c.clusters, acc_p.clusters) == (acc_p.value, N // 4, None)
+    assert acc_c.ci_high - acc_c.ci_low > acc_p.ci_high - acc_p.ci_low
+    (cc,), (cp,) = clustered.comparisons, plain.comparisons
+    assert (cc.clusters, cp.clusters, cc.difference) == (N // 4, None, cp.difference)
+    assert cc.p_value > cp.p_value
+    md = summary_markdown(clustered)
+    assert f"come from {N // 4} sentences" in md and f"{N} ({N // 4} clusters)" in md
+    assert "sentences of the text" not in summary_markdown(plain)

@@ -7,7 +7,8 @@ import pytest
 from scipy import stats as sps
 
 from workbench.evaluate.stats import (
-    bootstrap_interval, degenerate_reason, discordant_pairs, holm, mcnemar_exact,
+    bootstrap_interval, cluster_bootstrap_difference, clustered_wilson_interval,
+    degenerate_reason, discordant_pairs, effective_n, holm, mcnemar_clustered, mcnemar_exact,
     paired_bootstrap_difference, prediction_counts, wilson_interval,
 )
 
@@ -91,3 +92,36 @@ def test_prediction_counts_and_degenerate_rule():
     assert degenerate_reason(["A"] * 20, ["A"] * 18 + ["B", "C"]) is None
     assert degenerate_reason(["A"] * 9, balanced[:9]) is None  # too few items to judge
     assert degenerate_reason([None] * 20, balanced) is None
+
+
+def test_clustered_intervals_and_tests():
+    """Copies of an item add no information: 50 items each asked three times get the interval
+    of the 50; singleton clusters change nothing; McNemar for clustered pairs reduces to the
+    usual statistic (b - c)^2 / (b + c) with one item per cluster (Durkalski et al. 2003)."""
+    rng = np.random.default_rng(0)
+    base = [bool(x) for x in rng.random(50) < 0.4]
+    tripled = [x for x in base for _ in range(3)]
+    by_item = [f"f{i // 3}" for i in range(150)]
+    assert effective_n(tripled, by_item) == pytest.approx(50)
+    assert clustered_wilson_interval(tripled, by_item) == pytest.approx(
+        wilson_interval(sum(base), 50))
+    singles = [str(i) for i in range(150)]
+    assert clustered_wilson_interval(tripled, singles) == wilson_interval(sum(tripled), 150)
+    a = [bool(x) for x in rng.random(150) < 0.5]
+    b = [x if r < 0.6 else not x for x, r in zip(a, rng.random(150), strict=True)]
+    only_a, only_b = discordant_pairs(a, b)
+    x2 = (only_a - only_b) ** 2 / (only_a + only_b)
+    assert mcnemar_clustered(a, b, singles) == pytest.approx(sps.chi2.sf(x2, 1))
+    assert mcnemar_clustered(a, a, singles) == 1.0
+    # tripled pairs: clustered test = the test on the 50 originals; the naive one is 3x surer
+    a50, b50 = a[:50], b[:50]
+    a3, b3 = [x for x in a50 for _ in range(3)], [x for x in b50 for _ in range(3)]
+    d50 = discordant_pairs(a50, b50)
+    assert mcnemar_clustered(a3, b3, by_item) == pytest.approx(
+        sps.chi2.sf((d50[0] - d50[1]) ** 2 / sum(d50), 1))
+    diff, (lo, hi) = cluster_bootstrap_difference(a3, b3, by_item, seed=1)
+    _, (lo50, hi50) = paired_bootstrap_difference(a50, b50, seed=1)
+    _, (lo_naive, hi_naive) = paired_bootstrap_difference(a3, b3, seed=1)
+    assert diff == pytest.approx((sum(b50) - sum(a50)) / 50)
+    assert hi - lo == pytest.approx(hi50 - lo50, abs=0.03)
+    assert hi_naive - lo_naive < 0.7 * (hi - lo)

@@ -219,6 +219,9 @@ class Provenance(Record):
     models: dict[str, StrictStr] = Field(default_factory=dict)  # agent -> model identity
     prompt_version: StrictStr | None = None
     domain: StrictStr | None = None
+    # the sentence of the text that is the answer (composed mode); items that share it share
+    # their correct option and are not independent: evaluation clusters them
+    fact_hash: StrictStr | None = None
 
 
 def normalise_letters(answer: str, n_options: int = 4) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Section(BaseModel):
@@ -76,4 +76,29 @@ class DistillConfig(_Section):
                                                                     "benchmark.")
     benchmark_size: int = Field(1000, ge=1, description="Cap on benchmark items (RF-Agent: "
                                                         "1000).")
+    benchmark_per_fact: int = Field(
+        0, ge=0, le=5, description="Composed mode with answers from the text: on held-out "
+                                   "sections every answer-sized sentence is the answer of this "
+                                   "many MC items, each asked from a different perspective (0: "
+                                   "held-out sections get the same tasks as training ones, one "
+                                   "sentence per perspective). More items for a benchmark whose "
+                                   "intervals can tell conditions apart.")
+    benchmark_rationales: bool = Field(
+        True, description="Write rationales for held-out items too. They are scored, never "
+                          "trained on: false saves a long model call per item and leaves "
+                          "their `thinking` empty.")
+    write_attempts: int = Field(
+        1, ge=1, le=5, description="Composed mode with answers from the text: a question that "
+                                   "fails validation is asked again with the next seed, up to "
+                                   "this many calls in all.")
     models: AgentModels = Field(default_factory=AgentModels)
+
+    @model_validator(mode="after")
+    def _by_fact(self) -> DistillConfig:
+        if (self.benchmark_per_fact or self.write_attempts > 1
+                or not self.benchmark_rationales) and not (
+                self.mode == "composed" and self.answer_source == "text"):
+            raise ValueError("distill.benchmark_per_fact, write_attempts and "
+                             "benchmark_rationales need mode: composed with answer_source: "
+                             "text (questions written for sentences of the text)")
+        return self

@@ -6,7 +6,8 @@ makes only the missing calls and ends with the same output):
 
 1. sections: ingest, drop too-short sections, split or skip too-long ones, split the
    sections into training and benchmark sets (disjoint by id and content hash);
-2. write: questions per (section, perspective, kind)
+2. write: questions per (section, perspective, kind); with `benchmark_per_fact`, held-out
+   sections get several MC items per sentence of the text, one per perspective
    - single mode (RF-Agent): the writer writes an MC question with four options, or an
      open question; the answerer reasons in <think>, writes a solution and an <answer>;
    - composed mode (small models): a question call, a one-sentence reference answer call,
@@ -241,7 +242,8 @@ def _balance(tasks: list[Task], seed: int) -> None:
 
 
 def _facts(span: Span, seed: int) -> list[str]:
-    """Answer-sized sentences of a span, in a seeded order (one per perspective)."""
+    """Answer-sized sentences of a span, in a seeded order (a training span uses one per
+    (perspective, kind) task; a held-out span with `benchmark_per_fact` uses them all)."""
     import re as _re
 
     sents = [x.strip() for x in _re.split(r"(?<=[.!?])\s+(?=[A-Z])", span.text)
@@ -250,13 +252,57 @@ def _facts(span: Span, seed: int) -> list[str]:
     return sents
 
 
+def check_breadth(cfg: DistillConfig, pack: DomainPack, perspectives: list[str]) -> None:
+    """`benchmark_per_fact` items of one sentence must be asked differently: one perspective
+    each, and (from two up) each with its own `question_start`, with `{start}` in the
+    prompt; identical prompts would write the same question, which dedup then drops."""
+    n = cfg.benchmark_per_fact
+    if n > len(perspectives):
+        raise WorkbenchError(f"distill.benchmark_per_fact is {n} but only {len(perspectives)} "
+                             "perspectives are used: each of a sentence's items is asked from "
+                             "another perspective")
+    if n < 2:
+        return
+    starts = [pack.perspective(p).question_start for p in perspectives]
+    if "{start}" not in pack.prompts.question_from_fact or None in starts \
+            or len(set(starts)) < len(starts):
+        raise WorkbenchError(
+            f"distill.benchmark_per_fact is {n}: the {pack.name} pack's perspectives "
+            f"{', '.join(perspectives)} need distinct question_start words (they have "
+            f"{starts}) and its question_from_fact prompt a {{start}} field, else a sentence's "
+            "items are written from the same prompt")
+
+
+def make_tasks(spans: list[Span], perspectives: list[str], cfg: DistillConfig,
+               seed: int) -> list[Task]:
+    """One task per (span, perspective, kind); with `benchmark_per_fact`, a held-out span
+    instead gets `benchmark_per_fact` MC tasks per answer-sized sentence, each from another
+    perspective (the sentence is their shared reference answer)."""
+    tasks = []
+    for sp in spans:
+        if sp.split == "benchmark" and cfg.benchmark_per_fact:
+            for k, fact in enumerate(_facts(sp, seed)):
+                for j in range(cfg.benchmark_per_fact):
+                    pid = perspectives[(k + j) % len(perspectives)]
+                    tasks.append(Task(f"{sp.id}:f{k}:{pid}:mc", sp, pid, "mc",
+                                      reference=fact))
+            continue
+        tasks += [Task(f"{sp.id}:{pid}:{kind}", sp, pid, kind) for pid in perspectives
+                  for kind in cfg.kinds
+                  if not (kind == "nd" and sp.split == "benchmark")]  # nd of benchmark: unused
+    return tasks
+
+
 def write_from_facts(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,
                      seed: int, stats: Stats) -> None:
     """Composed mode, answers taken from the text: each task gets a sentence of its span
-    as the reference answer, and the model writes the question that sentence answers."""
+    as the reference answer (unless it was made with one), and the model writes the
+    question that sentence answers, starting with its perspective's word. A question that
+    fails validation is asked again with the next seed, up to `write_attempts` calls."""
     by_span: dict[str, list[Task]] = {}
     for t in tasks:
-        by_span.setdefault(t.span.id, []).append(t)
+        if t.reference is None:
+            by_span.setdefault(t.span.id, []).append(t)
     for span_tasks in by_span.values():
         facts = _facts(span_tasks[0].span, seed)
         for k, t in enumerate(span_tasks):
@@ -264,17 +310,32 @@ def write_from_facts(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: D
                 t.reference = facts[k]
             else:
                 t.fail("no_fact_left")
-    live = [t for t in tasks if t.reject is None]
-    wp = GenerationParams(max_tokens=min(cfg.writer_max_tokens, 96),
-                          temperature=cfg.writer_temperature, seed=seed)
-    convs = [_conv(pack, pack.prompts.question_from_fact.format(fact=t.reference,
-                                                                domain=pack.title))
-             for t in live]
+
+    def conv(t: Task):
+        p = pack.perspective(t.perspective)
+        start = f' Start the question with "{p.question_start}".' if p.question_start else ""
+        return _conv(pack, pack.prompts.question_from_fact.format(
+            fact=t.reference, domain=pack.title, perspective=p.name, start=start))
+
     def asked(t: Task, text: str) -> None:
         t.question = parse.parse_question(text)
         parse.check_grounded(t.question, t.reference)
 
-    _ask(agents.writer, live, convs, wp, stats, asked)
+    todo = [t for t in tasks if t.reject is None]
+    for attempt in range(cfg.write_attempts):
+        if attempt:
+            stats.stages["write_retries"] = stats.stages.get("write_retries", 0) + len(todo)
+            for t in todo:
+                t.reject = None
+        # attempt k > 0 draws from its own seed, not from another run's (seed + k would be)
+        wp = GenerationParams(max_tokens=min(cfg.writer_max_tokens, 96),
+                              temperature=cfg.writer_temperature,
+                              seed=seed if attempt == 0 else
+                              int(sha256_text(f"{seed}:write-attempt:{attempt}")[:8], 16))
+        _ask(agents.writer, todo, [conv(t) for t in todo], wp, stats, asked)
+        todo = [t for t in todo if t.reject is not None and t.reject != "model_error"]
+        if not todo or cfg.writer_temperature == 0:  # greedy: another call writes the same
+            break
     stats.stages["written"] = sum(t.reject is None for t in tasks)
 
 
@@ -311,6 +372,14 @@ def _rationales(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: Distil
     _assemble_options(live, seed)
     _balance(live, seed)
     live = [t for t in live if t.reject is None]
+    if not cfg.benchmark_rationales:  # held-out items are scored, never trained on
+        for t in live:
+            if t.span.split == "benchmark" and t.kind == "mc":
+                t.thinking, t.answer = "", t.gold
+                t.solution = (f"The correct option is {t.gold}: "
+                              f"{t.options[LETTERS.index(t.gold)]}")
+                t.flags.append("no_rationale")
+        live = [t for t in live if t.thinking is None]
     rp = GenerationParams(max_tokens=cfg.answer_max_tokens, temperature=cfg.answer_temperature,
                           seed=seed)
     convs = []
@@ -425,7 +494,6 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
 
     t_start = time.perf_counter()
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     if not cfg.corpus or not cfg.domain:
         raise WorkbenchError("distill.corpus and distill.domain must be set (the experiment's "
                              "`corpus` and `domain` fill them in)")
@@ -433,6 +501,8 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     perspectives = cfg.perspectives or [p.id for p in pack.perspectives]
     for pid in perspectives:
         pack.perspective(pid)  # unknown ids fail before any model call
+    check_breadth(cfg, pack, perspectives)
+    run_dir.mkdir(parents=True, exist_ok=True)
     stats = Stats()
     ingest_report = None
     if sections is None:
@@ -451,9 +521,7 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     stats.stages["spans"] = len(spans)
     progress(f"{len(sections)} sections ({len(bench_secs)} benchmark, {len(train_secs)} train,"
              f" {removed} removed as repeats), {len(spans)} spans")
-    tasks = [Task(f"{sp.id}:{pid}:{kind}", sp, pid, kind)
-             for sp in spans for pid in perspectives for kind in cfg.kinds
-             if not (kind == "nd" and sp.split == "benchmark")]  # nd of benchmark: unused
+    tasks = make_tasks(spans, perspectives, cfg, seed)
     stats.stages["tasks"] = len(tasks)
     agents = Agents(cfg, default_model or AgentModel(), run_dir / "calls.sqlite" if cache
                     else None)
@@ -517,7 +585,8 @@ def _to_sample(t: Task, pack: DomainPack, agents: Agents) -> QTSASample:
     models.pop("postprocess", None)
     prov = Provenance(section_id=t.span.section.id, span_hash=t.span.hash,
                       doc_id=t.span.section.doc_id, perspective=t.perspective, models=models,
-                      prompt_version=pack.prompt_version, domain=pack.name)
+                      prompt_version=pack.prompt_version, domain=pack.name,
+                      fact_hash=sha256_text(t.reference)[:16] if t.reference else None)
     sid = "q-" + sha256_text(f"{t.id}\x1f{t.question}")[:16]
     return QTSASample(id=sid, kind=t.kind, question=t.question, options=t.options,
                       thinking=t.thinking, solution=t.solution, answer=t.answer,

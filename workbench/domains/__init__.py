@@ -58,6 +58,11 @@ class Perspective(_Section):
     id: str
     name: str
     focus: str = Field(description="What questions from this perspective ask about.")
+    question_start: str | None = Field(
+        None, description="Word the questions of this perspective start with when the model "
+                          "writes a question for a sentence of the text (composed mode, "
+                          "answers from the text): `{start}` in question_from_fact. A 135M "
+                          "writer follows a first word; it does not follow a described focus.")
 
 
 class DistillPrompts(_Section):
@@ -81,7 +86,7 @@ DISTILL_FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "writer_mc": ({"text", "perspective", "focus", "domain"}, {"text"}),
     "writer_nd": ({"text", "perspective", "focus", "domain"}, {"text"}),
     "question": ({"text", "perspective", "focus", "domain"}, {"text"}),
-    "question_from_fact": ({"fact", "domain"}, {"fact"}),
+    "question_from_fact": ({"fact", "domain", "perspective", "start"}, {"fact"}),
     "reference_answer": ({"text", "question", "domain"}, {"text", "question"}),
     "answerer": ({"text", "question", "options", "answer_hint", "domain"}, {"question"}),
     "rationale": ({"text", "question", "options", "answer", "domain"}, {"question", "answer"}),

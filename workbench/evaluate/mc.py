@@ -192,6 +192,8 @@ def evaluate_mc(model: ChatModel, items: Sequence[MCItem], *, condition: str = "
             error = generations[i].error
         if ctx[i]:
             extra["context"] = ctx[i][:2000]
+        if it.provenance is not None and it.provenance.fact_hash:
+            extra["cluster"] = it.provenance.fact_hash  # items of one sentence: not independent
         pred = item_preds.get(primary) if primary else None
         results.append(EvalResult(
             example_id=it.id, condition=condition, model=name, prediction=pred,

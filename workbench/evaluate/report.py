@@ -81,6 +81,10 @@ def summary_markdown(summary: EvalSummary, *, title: str | None = None) -> str:
     lines = [f"## {title or s.model}", "",
              f"Model `{s.model_identity}`, {s.items} items, chance {_pct(s.chance)}. "
              "Accuracies with 95% Wilson intervals.", ""]
+    if k := clusters_of(s):
+        lines[-2] += (f" The items come from {k} sentences of the text (items asked for one "
+                      "sentence share their correct option): intervals are at the effective "
+                      "sample size and tests are clustered.")
     cols = [SCORING_LABELS[k] + (" (headline)" if k == head else "") for k in scorings]
     lines += ["| condition | n | " + " | ".join(cols) + " | unparsed | agreement | s/item |",
               "|---" * (len(cols) + 5) + "|"]
@@ -125,6 +129,15 @@ def summary_markdown(summary: EvalSummary, *, title: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def clusters_of(summary: EvalSummary) -> int | None:
+    """How many independent clusters the summary's items form (None: all independent)."""
+    for c in summary.conditions.values():
+        for k in ("letter", "cloze_norm", "cloze", "generate"):
+            if (f := c.scoring(k)) is not None and f.accuracy.clusters:
+                return f.accuracy.clusters
+    return None
+
+
 def comparisons_markdown(comparisons: Sequence[PairedComparison]) -> str:
     """One row per paired comparison: accuracies, the difference with its 95% interval, the
     discordant items, McNemar and Holm p-values, and whether it is significant."""
@@ -133,8 +146,9 @@ def comparisons_markdown(comparisons: Sequence[PairedComparison]) -> str:
     for c in comparisons:
         scoring = c.formulation_a if c.formulation_a == c.formulation_b else \
             f"{c.formulation_a} / {c.formulation_b}"
+        n = f"{c.n} ({c.clusters} clusters)" if c.clusters else str(c.n)
         lines.append(
-            f"| {c.a} | {c.b} | {scoring} | {c.n} | {_pct(c.accuracy_a)} | "
+            f"| {c.a} | {c.b} | {scoring} | {n} | {_pct(c.accuracy_a)} | "
             f"{_pct(c.accuracy_b)} | {100 * c.difference:+.1f} [{100 * c.difference_ci_low:+.1f}"
             f", {100 * c.difference_ci_high:+.1f}] | {c.only_a} / {c.only_b} | "
             f"{c.p_value:.3g} | {c.p_holm:.3g} | {'yes' if c.significant else 'no'} |")

@@ -4,6 +4,11 @@ Accuracies are proportions of items, so a single one gets a Wilson score interva
 conditions scored on the same items are compared as paired data (exact McNemar test on the
 items where exactly one of them is right, and a paired bootstrap interval for the difference).
 Several comparisons at once are corrected with Holm's step-down method.
+
+Items that are not independent (several items asked for one sentence of a text share their
+correct option) carry a cluster key: their accuracy gets the Wilson interval at Kish's
+effective sample size, and comparisons use McNemar's test for clustered pairs and a bootstrap
+over clusters.
 """
 
 from __future__ import annotations
@@ -43,13 +48,52 @@ def wilson_interval(successes: int, n: int, *, confidence: float = CONFIDENCE
         return (0.0, 1.0)
     if not 0 <= successes <= n:
         raise ValueError(f"successes must be in 0..{n}, got {successes}")
-    z = _z(confidence)
-    p = successes / n
+    lo, hi = _wilson(successes / n, n, _z(confidence))
+    return (0.0 if successes == 0 else lo, 1.0 if successes == n else hi)
+
+
+def _wilson(p: float, n: float, z: float) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (0.0 if successes == 0 else max(0.0, centre - half),
-            1.0 if successes == n else min(1.0, centre + half))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def is_clustered(clusters: Sequence[str] | None) -> bool:
+    """Whether any two items share a cluster (a source sentence: the same correct option)."""
+    return clusters is not None and len(set(clusters)) < len(clusters)
+
+
+def effective_n(correct: Sequence[bool], clusters: Sequence[str]) -> float:
+    """Kish's effective sample size of a clustered proportion: n divided by the design effect,
+    the cluster-robust variance of the mean over the independent-items one (Miller 2024,
+    "Adding Error Bars to Evals", arXiv 2411.00640, section 2.2). A design effect below 1 is
+    taken as 1: clustering never narrows an interval here."""
+    x = np.asarray(correct, dtype=float)
+    n = x.size
+    p = x.mean() if n else 0.0
+    if n == 0 or p in (0.0, 1.0):
+        return float(n)
+    resid: dict[str, float] = {}
+    for v, c in zip(x - p, clusters, strict=True):
+        resid[c] = resid.get(c, 0.0) + v
+    var_cluster = sum(r * r for r in resid.values()) / n ** 2
+    deff = max(1.0, var_cluster / (p * (1 - p) / n))
+    return n / deff
+
+
+def clustered_wilson_interval(correct: Sequence[bool], clusters: Sequence[str], *,
+                              confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson interval at the effective sample size (items sharing a cluster count as fewer
+    than their number); equal to `wilson_interval` when no two items share a cluster."""
+    n = len(correct)
+    if n == 0:
+        return (0.0, 1.0)
+    k = sum(bool(c) for c in correct)
+    if not is_clustered(clusters):
+        return wilson_interval(k, n, confidence=confidence)
+    lo, hi = _wilson(k / n, effective_n(correct, clusters), _z(confidence))
+    return (0.0 if k == 0 else float(lo), 1.0 if k == n else float(hi))
 
 
 def bootstrap_interval(values: Sequence[float], *,
@@ -106,6 +150,46 @@ def paired_bootstrap_difference(correct_a: Sequence[bool], correct_b: Sequence[b
         raise ValueError("paired_bootstrap_difference needs at least one item")
     return (sum(diff) / len(diff), bootstrap_interval(diff, n_resamples=n_resamples,
                                                       confidence=confidence, seed=seed))
+
+
+def mcnemar_clustered(correct_a: Sequence[bool], correct_b: Sequence[bool],
+                      clusters: Sequence[str]) -> float:
+    """Two-sided p-value of McNemar's test for clustered pairs (Durkalski et al. 2003, Stat Med
+    22:2417): X2 = (sum over clusters of b_k - c_k)^2 / sum of (b_k - c_k)^2, chi-square with
+    one degree of freedom, where b_k and c_k count the cluster's items only a, resp. only b,
+    gets right. With one item per cluster it is the usual (asymptotic) McNemar statistic."""
+    d: dict[str, int] = {}
+    for a, b, c in zip(correct_a, correct_b, clusters, strict=True):
+        d[c] = d.get(c, 0) + int(bool(a) and not bool(b)) - int(bool(b) and not bool(a))
+    denom = sum(v * v for v in d.values())
+    if denom == 0:
+        return 1.0
+    x2 = sum(d.values()) ** 2 / denom
+    return min(1.0, math.erfc(math.sqrt(x2 / 2)))
+
+
+def cluster_bootstrap_difference(correct_a: Sequence[bool], correct_b: Sequence[bool],
+                                 clusters: Sequence[str], *,
+                                 n_resamples: int = BOOTSTRAP_RESAMPLES,
+                                 confidence: float = CONFIDENCE, seed: int = 0
+                                 ) -> tuple[float, tuple[float, float]]:
+    """As `paired_bootstrap_difference`, resampling whole clusters (with every item pair in
+    them) instead of items: the interval for items that are not independent."""
+    sums: dict[str, float] = {}
+    sizes: dict[str, int] = {}
+    for a, b, c in zip(correct_a, correct_b, clusters, strict=True):
+        sums[c] = sums.get(c, 0.0) + float(bool(b)) - float(bool(a))
+        sizes[c] = sizes.get(c, 0) + 1
+    if not sums:
+        raise ValueError("cluster_bootstrap_difference needs at least one item")
+    keys = list(sums)
+    s, m = np.array([sums[k] for k in keys]), np.array([sizes[k] for k in keys], dtype=float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(keys), size=(n_resamples, len(keys)))
+    stats = s[idx].sum(axis=1) / m[idx].sum(axis=1)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(stats, [alpha, 1 - alpha])
+    return float(s.sum() / m.sum()), (float(low), float(high))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

@@ -13,9 +13,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.evaluate.stats import (
-    DEGENERATE_MARGIN, DEGENERATE_MIN_ITEMS, DEGENERATE_SHARE, SIGNIFICANCE, degenerate_reason,
-    discordant_pairs, holm, mcnemar_exact, paired_bootstrap_difference, prediction_counts,
-    wilson_interval,
+    DEGENERATE_MARGIN, DEGENERATE_MIN_ITEMS, DEGENERATE_SHARE, SIGNIFICANCE,
+    cluster_bootstrap_difference, clustered_wilson_interval, degenerate_reason,
+    discordant_pairs, holm, is_clustered, mcnemar_clustered, mcnemar_exact,
+    paired_bootstrap_difference, prediction_counts, wilson_interval,
 )
 from workbench.records import LETTERS, EvalResult
 
@@ -38,7 +39,10 @@ COMPARISON_RULE = (
     "Pairs on the same items, each side in its headline formulation: exact McNemar p-value "
     "(two-sided binomial test on the items only one side gets right), paired bootstrap 95% "
     "interval of the accuracy difference (b - a), Holm-adjusted over the comparisons listed "
-    f"together; significant means Holm p < {SIGNIFICANCE:g}.")
+    f"together; significant means Holm p < {SIGNIFICANCE:g}. Where items share a cluster "
+    "(several items asked for one sentence of the text), McNemar's test for clustered pairs "
+    "(Durkalski et al. 2003) and a bootstrap over clusters replace them, and accuracies get "
+    "the Wilson interval at the effective sample size.")
 _MISS = re.compile(r"^(?P<base>.+)_ranks\d+-\d+$")
 
 
@@ -54,10 +58,16 @@ class Accuracy(_Summary):
     value: float
     ci_low: float
     ci_high: float
+    clusters: int | None = Field(None, description="Independent clusters the items form "
+                                                   "(None: every item is independent).")
 
     @classmethod
-    def of(cls, correct: Sequence[bool]) -> Accuracy:
+    def of(cls, correct: Sequence[bool], clusters: Sequence[str] | None = None) -> Accuracy:
         k, n = sum(bool(c) for c in correct), len(correct)
+        if is_clustered(clusters):
+            lo, hi = clustered_wilson_interval(correct, clusters)
+            return cls(correct=k, n=n, value=k / n, ci_low=lo, ci_high=hi,
+                       clusters=len(set(clusters)))
         lo, hi = wilson_interval(k, n)
         return cls(correct=k, n=n, value=k / n if n else 0.0, ci_low=lo, ci_high=hi)
 
@@ -107,7 +117,10 @@ class PairedComparison(_Summary):
     difference_ci_high: float
     only_a: int = Field(description="Items only a gets right.")
     only_b: int = Field(description="Items only b gets right.")
-    p_value: float = Field(description="Exact McNemar, two-sided.")
+    p_value: float = Field(description="Exact McNemar, two-sided (clustered McNemar when the "
+                                       "items form clusters).")
+    clusters: int | None = Field(None, description="Independent clusters the items form "
+                                                   "(None: every item is independent).")
     p_holm: float
     significant: bool
 
@@ -146,10 +159,18 @@ def _letters(results: Sequence[EvalResult]) -> str:
     return LETTERS[:n or 4]
 
 
+def _cluster_keys(results: Sequence[EvalResult]) -> list[str]:
+    """Each item's cluster (`extra["cluster"]`, set from the item's source sentence), else its
+    own id: items of one cluster are not independent."""
+    return [str(r.extra.get("cluster") or f"item:{r.example_id}") for r in results]
+
+
 def _formulation(preds: Sequence[str | None], golds: Sequence[str], letters: str,
-                 cls=FormulationSummary, **extra) -> FormulationSummary:
+                 cls=FormulationSummary, clusters: Sequence[str] | None = None,
+                 **extra) -> FormulationSummary:
     reason = degenerate_reason(preds, golds)
-    return cls(accuracy=Accuracy.of([p == g for p, g in zip(preds, golds, strict=True)]),
+    return cls(accuracy=Accuracy.of([p == g for p, g in zip(preds, golds, strict=True)],
+                                    clusters),
                predictions=prediction_counts(preds, letters), degenerate=reason is not None,
                degenerate_reason=reason, **extra)
 
@@ -162,15 +183,17 @@ def summarize(results: Sequence[EvalResult]) -> ConditionSummary:
     golds = [r.gold or "" for r in results]
     preds = [r.extra.get("predictions", {}) for r in results]
     names = [k for k in ("letter", "cloze", "cloze_norm") if all(k in p for p in preds)]
-    forms = {k: _formulation([p[k] for p in preds], golds, letters) for k in names}
+    keys = _cluster_keys(results)
+    forms = {k: _formulation([p[k] for p in preds], golds, letters, clusters=keys)
+             for k in names}
     gen = None
     if all("generate" in p for p in preds):
         g = [p["generate"] for p in preds]
-        gen = _formulation(g, golds, letters, GenerationSummary,
+        gen = _formulation(g, golds, letters, GenerationSummary, clusters=keys,
                            unparsed=sum(x is None for x in g) / len(g))
     circ = None
     if all("circular" in r.scores for r in results):
-        circ = Accuracy.of([r.scores["circular"] == 1.0 for r in results])
+        circ = Accuracy.of([r.scores["circular"] == 1.0 for r in results], keys)
     agree = None
     if "letter" in forms and gen is not None:
         agree = sum(p["letter"] == p["generate"] for p in preds) / len(preds)
@@ -205,12 +228,17 @@ def _correct(results: Sequence[EvalResult], formulation: str) -> dict[str, bool]
             if formulation in r.scores}
 
 
+def _clusters_of(results: Sequence[EvalResult]) -> dict[str, str]:
+    return dict(zip((r.example_id for r in results), _cluster_keys(results), strict=True))
+
+
 def paired_comparisons(pairs: Sequence[tuple[str, str, Mapping[str, bool], Mapping[str, bool],
-                                             str, str]], *, seed: int = 0
-                       ) -> list[PairedComparison]:
+                                             str, str]], *, seed: int = 0,
+                       clusters: Mapping[str, str] | None = None) -> list[PairedComparison]:
     """One PairedComparison per (a, b, correct_a, correct_b, formulation_a, formulation_b),
     where correct_* map item id -> right or wrong; only the items both sides have count, and
-    the p-values are Holm-adjusted together."""
+    the p-values are Holm-adjusted together. `clusters` maps item id -> cluster where items
+    are not independent (clustered McNemar and a bootstrap over clusters then)."""
     rows = []
     for a, b, ca, cb, fa, fb in pairs:
         ids = [i for i in ca if i in cb]
@@ -218,11 +246,17 @@ def paired_comparisons(pairs: Sequence[tuple[str, str, Mapping[str, bool], Mappi
             continue
         xa, xb = [ca[i] for i in ids], [cb[i] for i in ids]
         only_a, only_b = discordant_pairs(xa, xb)
-        diff, (lo, hi) = paired_bootstrap_difference(xa, xb, seed=seed)
+        keys = [(clusters or {}).get(i, f"item:{i}") for i in ids]
+        if is_clustered(keys):
+            diff, (lo, hi) = cluster_bootstrap_difference(xa, xb, keys, seed=seed)
+            p, k = mcnemar_clustered(xa, xb, keys), len(set(keys))
+        else:
+            diff, (lo, hi) = paired_bootstrap_difference(xa, xb, seed=seed)
+            p, k = mcnemar_exact(xa, xb), None
         rows.append(dict(a=a, b=b, formulation_a=fa, formulation_b=fb, n=len(ids),
                          accuracy_a=sum(xa) / len(ids), accuracy_b=sum(xb) / len(ids),
                          difference=diff, difference_ci_low=lo, difference_ci_high=hi,
-                         only_a=only_a, only_b=only_b, p_value=mcnemar_exact(xa, xb)))
+                         only_a=only_a, only_b=only_b, p_value=p, clusters=k))
     adjusted = holm([r["p_value"] for r in rows])
     return [PairedComparison(**r, p_holm=p, significant=p < SIGNIFICANCE)
             for r, p in zip(rows, adjusted, strict=True)]
@@ -242,7 +276,9 @@ def compare_conditions(results: Sequence[EvalResult], formulation: str, *, seed:
               and m.group("base") in by_cond]
     return paired_comparisons([(a, b, _correct(by_cond[a], formulation),
                                 _correct(by_cond[b], formulation), formulation, formulation)
-                               for a, b in pairs], seed=seed)
+                               for a, b in pairs], seed=seed,
+                              clusters=_clusters_of([r for r in results
+                                                     if r.condition != "open"]))
 
 
 def summarize_eval(results: Sequence[EvalResult], *, model: str, model_identity: str,
@@ -290,4 +326,5 @@ def compare_runs(summary_a: EvalSummary, results_a: Sequence[EvalResult],
         rb = [r for r in results_b if r.condition == c]
         pairs.append((f"{summary_a.model} / {c}", f"{summary_b.model} / {c}",
                       _correct(ra, fa), _correct(rb, fb), fa, fb))
-    return paired_comparisons(pairs, seed=seed)
+    return paired_comparisons(pairs, seed=seed, clusters={**_clusters_of(results_b),
+                                                          **_clusters_of(results_a)})

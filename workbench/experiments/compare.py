@@ -297,6 +297,15 @@ def report_markdown(r: CompareReport) -> str:
             cells.append(f"**{cell}**" if k == row.headline else cell)
         lines.append(f"| {row.name} | {row.n} | " + " | ".join(cells)
                      + f" | {_fmt(row.seconds_per_item)} |")
+    clustered = [row.headline_accuracy.clusters for row in r.rows
+                 if row.headline_accuracy and row.headline_accuracy.clusters]
+    if clustered:
+        lines += ["", f"The {r.rows[0].n} items were asked for {clustered[0]} sentences of the "
+                  "held-out text (several items per sentence share their correct option), so "
+                  "they are not independent: each interval is the Wilson interval at the "
+                  "effective sample size (Kish's design effect over sentences), and the paired "
+                  "tests are McNemar's test for clustered pairs with a bootstrap over "
+                  "sentences."]
     lines += ["", f"Chance is {r.chance:.0%}. ![comparison](comparison.png)", "",
               f"**Headline rule.** {r.headline_rule}", "",
               f"**Degenerate rule.** {r.degenerate_rule}", ""]
