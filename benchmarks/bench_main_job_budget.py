@@ -9,7 +9,8 @@ the bundled SmolLM2-135M on the transformers backend:
    and with the top-3 keyword chunks of the RF corpus (chunks of 96 words, as the main job);
 3. torch dynamic int8 (`quantize_dynamic` of every Linear) against fp32 on the same cloze
    requests: speed ratio, same choice (acc_norm) and the largest log-likelihood change;
-4. the evaluation time the main job's conditions would take at --items-target items.
+4. seconds per question call of the distillation's writer at batch 16 and 64;
+5. the evaluation time the main job's conditions would take at --items-target items.
 
     python benchmarks/bench_main_job_budget.py --items 40 --json benchmarks/results/budget.json
 """
@@ -57,6 +58,31 @@ def forward_throughput(model) -> list[dict]:
             dt = time.perf_counter() - t0
         out.append({"batch": bs, "tokens": length, "tokens_per_s": round(bs * length / dt)})
         print(f"forward batch {bs} x {length}: {bs * length / dt:.0f} tokens/s", flush=True)
+    return out
+
+
+def generation_batches(prompts: int = 64) -> dict[str, float]:
+    """Seconds per question call of the distillation's writer at batch 16 and 64."""
+    from workbench.corpus import load_sections
+    from workbench.distill.pipeline import Span, _conv, _facts
+    from workbench.domains import load_pack
+    from workbench.models.base import GenerationParams
+    from workbench.models.registry import load_model
+
+    pack = load_pack("rf")
+    sections, _ = load_sections(REPO / "datasets" / "rf")
+    facts = [f for s in sections for f in _facts(Span(s.id, s, s.text, ""), 0)][:prompts]
+    convs = [_conv(pack, pack.prompts.question_from_fact.format(fact=f, start="",
+                                                               domain=pack.title))
+             for f in facts]
+    out = {}
+    for bs in (16, 64):
+        model = load_model("default", backend="transformers", batch_size=bs)
+        model.generate(convs[:2], GenerationParams(max_tokens=4))
+        t0 = time.perf_counter()
+        model.generate(convs, GenerationParams(max_tokens=48, temperature=0.7, seed=0))
+        out[f"batch_{bs}"] = round((time.perf_counter() - t0) / len(convs), 3)
+        print(f"question writing at batch {bs}: {out[f'batch_{bs}']} s a call", flush=True)
     return out
 
 
@@ -133,6 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
                                "rag_top3": per_item(model, items, contexts)}
     print("seconds per item:", json.dumps(res["seconds_per_item"]), flush=True)
     res["int8_dynamic"] = int8_parity(model, items, contexts)
+    res["generation_s_per_call"] = generation_batches()
     print("torch dynamic int8 vs fp32 (cloze):", json.dumps(res["int8_dynamic"]), flush=True)
     s = res["seconds_per_item"]
     n = args.items_target

@@ -82,11 +82,14 @@ class DistillConfig(_Section):
                                    "many MC items, each asked from a different perspective (0: "
                                    "held-out sections get the same tasks as training ones, one "
                                    "sentence per perspective). More items for a benchmark whose "
-                                   "intervals can tell conditions apart.")
+                                   "intervals can tell conditions apart; they are MC whatever "
+                                   "`kinds` says, and evaluation treats the items of one "
+                                   "sentence as one cluster.")
     benchmark_rationales: bool = Field(
         True, description="Write rationales for held-out items too. They are scored, never "
                           "trained on: false saves a long model call per item and leaves "
-                          "their `thinking` empty.")
+                          "their `thinking` empty (their difficulty is then judged from the "
+                          "question and solution alone).")
     write_attempts: int = Field(
         1, ge=1, le=5, description="Composed mode with answers from the text: a question that "
                                    "fails validation is asked again with the next seed, up to "

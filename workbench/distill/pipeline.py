@@ -157,7 +157,15 @@ def make_spans(sections: list[Section], cfg: DistillConfig, stats: Stats) -> lis
 # --- stage 2: writing -------------------------------------------------------------------------
 
 def _generate(model: ChatModel, convs, params, stats: Stats):
-    gens = model.generate(convs, params) if convs else []
+    """The model's generations for `convs`, a few batches at a time under a progress bar
+    (chunks are whole batches, so the batches and their seeds are the same as in one call)."""
+    from workbench.progress import progress
+
+    step = max(1, getattr(model, "batch_size", 16)) * 4
+    chunks = [convs[i:i + step] for i in range(0, len(convs), step)]
+    gens = []
+    for chunk in progress(chunks, desc="model calls", unit="chunk"):
+        gens += model.generate(chunk, params)
     stats.count(gens)
     return gens
 
