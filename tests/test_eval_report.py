@@ -236,6 +236,12 @@ def test_items_of_one_sentence_are_clustered_in_summary_and_comparisons():
     (cc,), (cp,) = clustered.comparisons, plain.comparisons
     assert (cc.clusters, cp.clusters, cc.difference) == (N // 4, None, cp.difference)
     assert cc.p_value > cp.p_value
+    # an older run without clusters compared with one that has them keeps the clusters
+    plain_rows, _ = evaluate_conditions(Scripted(), bench(), cfg,
+                                        contexts={"semantic": Passages("semantic")},
+                                        log=lambda m: None)
+    mixed = compare_runs(plain, plain_rows, clustered, rows)
+    assert [c.clusters for c in mixed] == [N // 4, N // 4]
     md = summary_markdown(clustered)
-    assert f"come from {N // 4} sentences" in md and f"{N} ({N // 4} clusters)" in md
-    assert "sentences of the text" not in summary_markdown(plain)
+    assert f"items form {N // 4} independent clusters" in md and f"{N} ({N // 4} clusters)" in md
+    assert "independent clusters" not in summary_markdown(plain)

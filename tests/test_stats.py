@@ -8,7 +8,7 @@ from scipy import stats as sps
 
 from workbench.evaluate.stats import (
     bootstrap_interval, cluster_bootstrap_difference, clustered_wilson_interval,
-    degenerate_reason, discordant_pairs, effective_n, holm, mcnemar_clustered, mcnemar_exact,
+    clustered_sign_flip_p, degenerate_reason, discordant_pairs, effective_n, holm, mcnemar_exact,
     paired_bootstrap_difference, prediction_counts, wilson_interval,
 )
 
@@ -96,29 +96,35 @@ def test_prediction_counts_and_degenerate_rule():
 
 def test_clustered_intervals_and_tests():
     """Copies of an item add no information: 50 items each asked three times get the interval
-    of the 50; singleton clusters change nothing; McNemar for clustered pairs reduces to the
-    usual statistic (b - c)^2 / (b + c) with one item per cluster (Durkalski et al. 2003)."""
+    and the test of the 50; singleton clusters change nothing (the sign-flip test over
+    clusters is then the exact McNemar test)."""
     rng = np.random.default_rng(0)
     base = [bool(x) for x in rng.random(50) < 0.4]
     tripled = [x for x in base for _ in range(3)]
     by_item = [f"f{i // 3}" for i in range(150)]
     assert effective_n(tripled, by_item) == pytest.approx(50)
+    assert effective_n([True] * 150, by_item) == 50  # no variance: count the clusters
     assert clustered_wilson_interval(tripled, by_item) == pytest.approx(
         wilson_interval(sum(base), 50))
     singles = [str(i) for i in range(150)]
     assert clustered_wilson_interval(tripled, singles) == wilson_interval(sum(tripled), 150)
     a = [bool(x) for x in rng.random(150) < 0.5]
     b = [x if r < 0.6 else not x for x, r in zip(a, rng.random(150), strict=True)]
-    only_a, only_b = discordant_pairs(a, b)
-    x2 = (only_a - only_b) ** 2 / (only_a + only_b)
-    assert mcnemar_clustered(a, b, singles) == pytest.approx(sps.chi2.sf(x2, 1))
-    assert mcnemar_clustered(a, a, singles) == 1.0
-    # tripled pairs: clustered test = the test on the 50 originals; the naive one is 3x surer
+    assert clustered_sign_flip_p(a, b, singles) == pytest.approx(mcnemar_exact(a, b))
+    assert clustered_sign_flip_p(a, a, singles) == 1.0
+    for k_a, k_b in ((5, 0), (6, 2), (0, 7), (3, 3)):  # few discordant items: still exact
+        xa = [True] * k_a + [False] * k_b + [True] * 4
+        xb = [False] * k_a + [True] * k_b + [True] * 4
+        keys = [str(i) for i in range(k_a + k_b)] + ["shared"] * 4
+        assert clustered_sign_flip_p(xa, xb, keys) == pytest.approx(mcnemar_exact(xa, xb))
+    # tripled pairs: the clustered test is the test of the 50 originals
     a50, b50 = a[:50], b[:50]
     a3, b3 = [x for x in a50 for _ in range(3)], [x for x in b50 for _ in range(3)]
-    d50 = discordant_pairs(a50, b50)
-    assert mcnemar_clustered(a3, b3, by_item) == pytest.approx(
-        sps.chi2.sf((d50[0] - d50[1]) ** 2 / sum(d50), 1))
+    assert clustered_sign_flip_p(a3, b3, by_item) == pytest.approx(mcnemar_exact(a50, b50))
+    assert mcnemar_exact(a3, b3) < clustered_sign_flip_p(a3, b3, by_item)
+    # a cluster of +2 and one of -1: the sums are +-2 +-1, |sum| >= 1 always
+    assert clustered_sign_flip_p([True, True, False], [False, False, True],
+                                 ["x", "x", "y"]) == 1.0
     diff, (lo, hi) = cluster_bootstrap_difference(a3, b3, by_item, seed=1)
     _, (lo50, hi50) = paired_bootstrap_difference(a50, b50, seed=1)
     _, (lo_naive, hi_naive) = paired_bootstrap_difference(a3, b3, seed=1)

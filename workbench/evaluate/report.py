@@ -82,9 +82,10 @@ def summary_markdown(summary: EvalSummary, *, title: str | None = None) -> str:
              f"Model `{s.model_identity}`, {s.items} items, chance {_pct(s.chance)}. "
              "Accuracies with 95% Wilson intervals.", ""]
     if k := clusters_of(s):
-        lines[-2] += (f" The items come from {k} sentences of the text (items asked for one "
-                      "sentence share their correct option): intervals are at the effective "
-                      "sample size and tests are clustered.")
+        lines[-2] += (f" The items form {k} independent clusters (items asked for one "
+                      "sentence of the text share their correct option): intervals are at "
+                      "the effective sample size, and comparisons marked with clusters test "
+                      "and resample clusters.")
     cols = [SCORING_LABELS[k] + (" (headline)" if k == head else "") for k in scorings]
     lines += ["| condition | n | " + " | ".join(cols) + " | unparsed | agreement | s/item |",
               "|---" * (len(cols) + 5) + "|"]

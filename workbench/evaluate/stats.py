@@ -7,8 +7,8 @@ Several comparisons at once are corrected with Holm's step-down method.
 
 Items that are not independent (several items asked for one sentence of a text share their
 correct option) carry a cluster key: their accuracy gets the Wilson interval at Kish's
-effective sample size, and comparisons use McNemar's test for clustered pairs and a bootstrap
-over clusters.
+effective sample size, and comparisons use an exact sign-flip test over clusters (the exact
+McNemar test when every cluster is one item) and a bootstrap over clusters.
 """
 
 from __future__ import annotations
@@ -66,14 +66,18 @@ def is_clustered(clusters: Sequence[str] | None) -> bool:
 
 def effective_n(correct: Sequence[bool], clusters: Sequence[str]) -> float:
     """Kish's effective sample size of a clustered proportion: n divided by the design effect,
-    the cluster-robust variance of the mean over the independent-items one (Miller 2024,
-    "Adding Error Bars to Evals", arXiv 2411.00640, section 2.2). A design effect below 1 is
-    taken as 1: clustering never narrows an interval here."""
+    the cluster-robust variance of the mean (Miller 2024, "Adding Error Bars to Evals", arXiv
+    2411.00640, section 2.2) over the independent-items one; the Wilson interval at this n is
+    the design-effect adjustment of Korn and Graubard (1998). A design effect below 1 is taken
+    as 1 (clustering never narrows an interval here); all right or all wrong leaves no
+    variance to estimate it from, and the number of clusters is used."""
     x = np.asarray(correct, dtype=float)
     n = x.size
     p = x.mean() if n else 0.0
-    if n == 0 or p in (0.0, 1.0):
-        return float(n)
+    if n == 0:
+        return 0.0
+    if p in (0.0, 1.0):  # no variance to estimate a design effect from: count clusters
+        return float(len(set(clusters)))
     resid: dict[str, float] = {}
     for v, c in zip(x - p, clusters, strict=True):
         resid[c] = resid.get(c, 0.0) + v
@@ -152,20 +156,28 @@ def paired_bootstrap_difference(correct_a: Sequence[bool], correct_b: Sequence[b
                                                       confidence=confidence, seed=seed))
 
 
-def mcnemar_clustered(correct_a: Sequence[bool], correct_b: Sequence[bool],
-                      clusters: Sequence[str]) -> float:
-    """Two-sided p-value of McNemar's test for clustered pairs (Durkalski et al. 2003, Stat Med
-    22:2417): X2 = (sum over clusters of b_k - c_k)^2 / sum of (b_k - c_k)^2, chi-square with
-    one degree of freedom, where b_k and c_k count the cluster's items only a, resp. only b,
-    gets right. With one item per cluster it is the usual (asymptotic) McNemar statistic."""
+def clustered_sign_flip_p(correct_a: Sequence[bool], correct_b: Sequence[bool],
+                          clusters: Sequence[str]) -> float:
+    """Two-sided p-value of an exact randomisation test for paired items in clusters: under
+    "no difference" the sign of each cluster's d_k = (items only a gets right) - (items only b
+    gets right) is as likely + as -, and p = P(|sum of +-d_k| >= |sum of d_k|), computed
+    exactly by convolving the clusters one at a time (Durkalski et al. 2003 give the
+    chi-square form of the same idea; the exact form stays valid when discordant items are
+    few). With one item per cluster it is the exact McNemar test."""
     d: dict[str, int] = {}
     for a, b, c in zip(correct_a, correct_b, clusters, strict=True):
         d[c] = d.get(c, 0) + int(bool(a) and not bool(b)) - int(bool(b) and not bool(a))
-    denom = sum(v * v for v in d.values())
-    if denom == 0:
+    steps = [abs(v) for v in d.values() if v]
+    if not steps:
         return 1.0
-    x2 = sum(d.values()) ** 2 / denom
-    return min(1.0, math.erfc(math.sqrt(x2 / 2)))
+    total = sum(steps)
+    dist = np.zeros(2 * total + 1)  # P(sum = s) at index s + total
+    dist[total] = 1.0
+    for v in steps:
+        dist = 0.5 * (np.roll(dist, v) + np.roll(dist, -v))  # no wrap: |sum| <= total
+    observed = abs(sum(d.values()))
+    sums = np.abs(np.arange(-total, total + 1))
+    return float(min(1.0, dist[sums >= observed].sum()))
 
 
 def cluster_bootstrap_difference(correct_a: Sequence[bool], correct_b: Sequence[bool],

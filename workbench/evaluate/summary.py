@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbench.evaluate.stats import (
     DEGENERATE_MARGIN, DEGENERATE_MIN_ITEMS, DEGENERATE_SHARE, SIGNIFICANCE,
     cluster_bootstrap_difference, clustered_wilson_interval, degenerate_reason,
-    discordant_pairs, holm, is_clustered, mcnemar_clustered, mcnemar_exact,
+    clustered_sign_flip_p, discordant_pairs, holm, is_clustered, mcnemar_exact,
     paired_bootstrap_difference, prediction_counts, wilson_interval,
 )
 from workbench.records import LETTERS, EvalResult
@@ -40,9 +40,10 @@ COMPARISON_RULE = (
     "(two-sided binomial test on the items only one side gets right), paired bootstrap 95% "
     "interval of the accuracy difference (b - a), Holm-adjusted over the comparisons listed "
     f"together; significant means Holm p < {SIGNIFICANCE:g}. Where items share a cluster "
-    "(several items asked for one sentence of the text), McNemar's test for clustered pairs "
-    "(Durkalski et al. 2003) and a bootstrap over clusters replace them, and accuracies get "
-    "the Wilson interval at the effective sample size.")
+    "(several items asked for one sentence of the text), an exact sign-flip test over "
+    "clusters (McNemar's idea applied to clusters, Durkalski et al. 2003) and a bootstrap "
+    "over clusters replace them, and accuracies get the Wilson interval at the effective "
+    "sample size (Kish's design effect).")
 _MISS = re.compile(r"^(?P<base>.+)_ranks\d+-\d+$")
 
 
@@ -117,8 +118,8 @@ class PairedComparison(_Summary):
     difference_ci_high: float
     only_a: int = Field(description="Items only a gets right.")
     only_b: int = Field(description="Items only b gets right.")
-    p_value: float = Field(description="Exact McNemar, two-sided (clustered McNemar when the "
-                                       "items form clusters).")
+    p_value: float = Field(description="Exact McNemar, two-sided (an exact sign-flip test over "
+                                       "clusters when the items form clusters).")
     clusters: int | None = Field(None, description="Independent clusters the items form "
                                                    "(None: every item is independent).")
     p_holm: float
@@ -163,6 +164,12 @@ def _cluster_keys(results: Sequence[EvalResult]) -> list[str]:
     """Each item's cluster (`extra["cluster"]`, set from the item's source sentence), else its
     own id: items of one cluster are not independent."""
     return [str(r.extra.get("cluster") or f"item:{r.example_id}") for r in results]
+
+
+def _clusters_of(results: Sequence[EvalResult]) -> dict[str, str]:
+    """item id -> cluster, for the items that have one (no fill-ins: a run without clusters
+    merged with one that has them must not hide them)."""
+    return {r.example_id: str(c) for r in results if (c := r.extra.get("cluster"))}
 
 
 def _formulation(preds: Sequence[str | None], golds: Sequence[str], letters: str,
@@ -228,10 +235,6 @@ def _correct(results: Sequence[EvalResult], formulation: str) -> dict[str, bool]
             if formulation in r.scores}
 
 
-def _clusters_of(results: Sequence[EvalResult]) -> dict[str, str]:
-    return dict(zip((r.example_id for r in results), _cluster_keys(results), strict=True))
-
-
 def paired_comparisons(pairs: Sequence[tuple[str, str, Mapping[str, bool], Mapping[str, bool],
                                              str, str]], *, seed: int = 0,
                        clusters: Mapping[str, str] | None = None) -> list[PairedComparison]:
@@ -249,7 +252,7 @@ def paired_comparisons(pairs: Sequence[tuple[str, str, Mapping[str, bool], Mappi
         keys = [(clusters or {}).get(i, f"item:{i}") for i in ids]
         if is_clustered(keys):
             diff, (lo, hi) = cluster_bootstrap_difference(xa, xb, keys, seed=seed)
-            p, k = mcnemar_clustered(xa, xb, keys), len(set(keys))
+            p, k = clustered_sign_flip_p(xa, xb, keys), len(set(keys))
         else:
             diff, (lo, hi) = paired_bootstrap_difference(xa, xb, seed=seed)
             p, k = mcnemar_exact(xa, xb), None

@@ -25,7 +25,7 @@ from workbench.evaluate.report import (
 )
 from workbench.evaluate.run import evaluate_conditions
 from workbench.evaluate.summary import (
-    Accuracy, EvalSummary, PairedComparison, compare_runs,
+    Accuracy, EvalSummary, PairedComparison, compare_runs, summarize_eval,
 )
 from workbench.io import atomic_write_text
 from workbench.registry import PipelineResult
@@ -34,7 +34,7 @@ from workbench.runs import RunContext, file_hash, run_pipeline
 RAG = ("semantic", "keyword", "hybrid")
 ROW_NAMES = {"none": "", "semantic": " + semantic RAG", "keyword": " + keyword RAG",
              "hybrid": " + hybrid RAG"}
-REPORT_SCHEMA = 1
+REPORT_SCHEMA = 2  # 2: accuracies and comparisons may carry `clusters`
 
 
 class CompareRow(BaseModel):
@@ -140,7 +140,7 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
 
     if items:
         stages.run("eval_base", base_inputs, eval_base)
-    base = _summary(lay, "eval_base")
+    base = _summary(lay, "eval_base", cfg.eval.bootstrap_seed)
 
     # 4. LoRA SFT on the training split (the train pipeline)
     tc = cfg.train.model_copy(update={"data": str(lay.artifact("distill", "sft")),
@@ -167,7 +167,7 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
 
     if items:
         stages.run("eval_sft", sft_inputs, eval_sft)
-    sft = _summary(lay, "eval_sft")
+    sft = _summary(lay, "eval_sft", cfg.eval.bootstrap_seed)
 
     # 6. report
     report = build_report(cfg, lay, base, sft, best, time.perf_counter() - t_all)
@@ -184,9 +184,19 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
         message="\n".join(lines + [f"report: {lay.artifact('compare', 'report_md')}"]))
 
 
-def _summary(lay, name: str) -> EvalSummary | None:
+def _summary(lay, name: str, seed: int = 0) -> EvalSummary | None:
+    """The evaluation's summary, recomputed from its per-item results: a re-run that skips the
+    (expensive) scoring still reports with the current statistics."""
     folder = lay.artifact("compare", name).parent
-    return read_eval_summary(folder) if (folder / "summary.json").exists() else None
+    if not (folder / "summary.json").exists():
+        return None
+    old = read_eval_summary(folder)
+    results = lay.artifact("compare", f"{name}_results")
+    if not results.exists():
+        return old
+    return summarize_eval(read_eval_results(results), model=old.model,
+                          model_identity=old.model_identity, chance=old.chance, seed=seed,
+                          retrieval=old.retrieval)
 
 
 def _best_rag(base: EvalSummary | None) -> str | None:
@@ -297,15 +307,16 @@ def report_markdown(r: CompareReport) -> str:
             cells.append(f"**{cell}**" if k == row.headline else cell)
         lines.append(f"| {row.name} | {row.n} | " + " | ".join(cells)
                      + f" | {_fmt(row.seconds_per_item)} |")
-    clustered = [row.headline_accuracy.clusters for row in r.rows
+    clustered = [(row.n, row.headline_accuracy.clusters) for row in r.rows
                  if row.headline_accuracy and row.headline_accuracy.clusters]
     if clustered:
-        lines += ["", f"The {r.rows[0].n} items were asked for {clustered[0]} sentences of the "
-                  "held-out text (several items per sentence share their correct option), so "
-                  "they are not independent: each interval is the Wilson interval at the "
-                  "effective sample size (Kish's design effect over sentences), and the paired "
-                  "tests are McNemar's test for clustered pairs with a bootstrap over "
-                  "sentences."]
+        n, k = clustered[0]
+        lines += ["", f"The {n} items form {k} independent clusters: items asked for one "
+                  "sentence of the held-out text share their correct option (and distractors "
+                  "come from sibling sentences, so even clusters are not fully independent). "
+                  "Each interval is the Wilson interval at the effective sample size (Kish's "
+                  "design effect over clusters); comparisons marked with clusters use an exact "
+                  "sign-flip test over clusters and a bootstrap over clusters."]
     lines += ["", f"Chance is {r.chance:.0%}. ![comparison](comparison.png)", "",
               f"**Headline rule.** {r.headline_rule}", "",
               f"**Degenerate rule.** {r.degenerate_rule}", ""]
