@@ -97,7 +97,9 @@ def eval_folder(lay, which: str):
 
 def comparison_table(report, key: str) -> None:
     st.dataframe([
-        {"configuration": row.name, "items": row.n,
+        {"configuration": row.name,
+         "items": f"{row.n} ({acc.clusters} clusters)"
+         if (acc := row.headline_accuracy) and acc.clusters else str(row.n),
          **{SCORING_LABELS.get(k, k) + (" ★" if k == row.headline else ""):
             acc_text(row.scorings.get(k)) + (" ⚠" if k in row.degenerate else "")
             for k in SCORINGS if k in row.scorings},
@@ -105,8 +107,9 @@ def comparison_table(report, key: str) -> None:
          "degenerate": "; ".join(f"{k}: {why}" for k, why in row.degenerate.items()) or "-",
          "s/item": round(row.seconds_per_item, 2)} for row in report.rows],
         hide_index=True, key=key)
-    st.caption("Accuracy with its Wilson 95% interval; ★ the headline scoring, ⚠ degenerate. "
-               + report.headline_rule)
+    st.caption("Accuracy with its Wilson 95% interval (at the effective sample size where "
+               "items form clusters: items asked for one sentence share their correct option); "
+               "★ the headline scoring, ⚠ degenerate. " + report.headline_rule)
 
 
 def comparisons_view(comparisons, key: str) -> None:
@@ -119,6 +122,7 @@ def comparisons_view(comparisons, key: str) -> None:
                    "difference b - a (95% CI)": f"{100 * c.difference:+.1f} "
                    f"[{100 * c.difference_ci_low:+.1f}, {100 * c.difference_ci_high:+.1f}]",
                    "only a / only b": f"{c.only_a} / {c.only_b}",
+                   "items": f"{c.n} ({c.clusters} clusters)" if c.clusters else str(c.n),
                    "p (Holm)": round(c.p_holm, 4),
                    "significant": "yes" if c.significant else "no"}
                   for c in comparisons], hide_index=True, key=key)
