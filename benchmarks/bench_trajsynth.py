@@ -3,8 +3,10 @@
 MCTS (PUCT over the slot grammar) vs best-of-N (independent prior-weighted paths from the
 root, N = the iteration budget) vs one greedy path (the likeliest move at every slot, a
 single ReAct-style path), each with the bundled model's log-likelihood prior; plus the
-uniform prior (no model) and the prefix trie on vs off. Every strategy gets a fresh prior
-cache and a fresh trie (except the trie-on run, which shares one across tasks).
+uniform prior (no model) and the prefix trie on vs off, with either prior. Every strategy
+gets a fresh prior cache; the trie is shared across tasks (executions answered from it, and
+later trees seeded with the verified paths of earlier tasks of a similar question shape)
+except in the "trie off" runs, which give every task a fresh one.
 
     python benchmarks/bench_trajsynth.py --tasks 40 --json bench_trajsynth.json
 
@@ -19,7 +21,7 @@ import json
 import time
 
 from workbench.evaluate.stats import wilson_interval
-from workbench.trajsynth.api import open_env
+from workbench.trajsynth.api import make_generator, open_env
 from workbench.trajsynth.explore import (
     ExploreConfig,
     GrammarGenerator,
@@ -32,9 +34,9 @@ from workbench.trajsynth.explore import (
 from workbench.trajsynth.tasks import PoolConfig, build_pool
 
 
-def run(name, env, tasks, cfg, prior_factory, shared_trie: bool) -> dict:
-    prior = prior_factory()
-    gen = GrammarGenerator(prior, cfg)
+def run(name, env, tasks, cfg, prior_factory, shared_trie: bool, model=None) -> dict:
+    gen = make_generator(cfg, model) if cfg.prior == "choose" else \
+        GrammarGenerator(prior_factory(), cfg)
     trie = PrefixTrie(env.profile.content_hash)
     total, found = Ledger(), 0
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -49,7 +51,9 @@ def run(name, env, tasks, cfg, prior_factory, shared_trie: bool) -> dict:
     row = {"strategy": name, "tasks": len(tasks), "verified": found,
            "ci95": [round(lo, 3), round(hi, 3)], "iterations": total.iterations,
            "model_calls": total.model_calls, "executions": total.executions,
-           "executions_saved": total.executions_saved, "cpu_s": round(cpu, 1),
+           "executions_saved": total.executions_saved, "seeded_nodes": total.seeded_nodes,
+           "escalated_nodes": total.escalated_nodes,
+           "model_calls_saved": total.model_calls_saved, "cpu_s": round(cpu, 1),
            "wall_s": round(wall, 1),
            "verified_per_1000_calls": round(1000 * found / total.model_calls, 1)
            if total.model_calls else None,
@@ -111,6 +115,10 @@ def main() -> None:
     rows = [
         run("mcts, model prior", env, tasks, ExploreConfig(**base), lambda: ModelPrior(model),
             True),
+        run("mcts, model prior, trie off", env, tasks, ExploreConfig(**base),
+            lambda: ModelPrior(model), False),
+        run("mcts, per-node choice (uniform | model)", env, tasks,
+            ExploreConfig(prior="choose", **base), None, True, model=model),
         run("best-of-N, model prior", env, tasks, ExploreConfig(strategy="sample", **base),
             lambda: ModelPrior(model), True),
         run("greedy path, model prior", env, tasks, ExploreConfig(strategy="greedy", **base),

@@ -30,6 +30,7 @@ from workbench.trajsynth.explore import (
     Ledger,
     ModelGenerator,
     ModelPrior,
+    NodeChooser,
     PrefixTrie,
     TaskTree,
     TreeNode,
@@ -80,20 +81,32 @@ def _reusable(path: Path, task: Task, configs: list[ExploreConfig]) -> bool:
     return tree.config in configs and tree.env_hash == task.env_hash and tree.task_id == task.id
 
 
-def make_generator(config: ExploreConfig, model) -> GrammarGenerator | ModelGenerator:
+def make_generator(config: ExploreConfig, model, load_model=None
+                   ) -> GrammarGenerator | ModelGenerator:
+    """The arm's action generator; `load_model(spec)` serves `explore.node_models`."""
     if config.generator == "model":
         if model is None:
             raise WorkbenchError("explore.generator=model needs a chat model")
         return ModelGenerator(model, config)
-    if config.prior == "model" and model is None:
-        raise WorkbenchError("explore.prior=model needs a chat model")
+    if config.prior in ("model", "choose") and model is None:
+        raise WorkbenchError(f"explore.prior={config.prior} needs a chat model")
+    if config.prior == "choose":
+        scorers: dict = {"uniform": UniformPrior(),
+                         model.identity: ModelPrior(model, config.prior_temperature)}
+        for spec in config.node_models:
+            if load_model is None:
+                raise WorkbenchError(f"explore.node_models: no way to load {spec}")
+            m = load_model(spec)
+            scorers[m.identity] = ModelPrior(m, config.prior_temperature)
+        return GrammarGenerator(scorers[model.identity], config,
+                                chooser=NodeChooser(scorers, config))
     prior = ModelPrior(model, config.prior_temperature) if config.prior == "model" \
         else UniformPrior()
     return GrammarGenerator(prior, config)
 
 
 def needs_model(config: ExploreConfig) -> bool:
-    return config.generator == "model" or config.prior == "model"
+    return config.generator == "model" or config.prior in ("model", "choose")
 
 
 def select_tasks(pool: TaskPool, split: str, limit: int | None) -> list[Task]:
@@ -151,7 +164,14 @@ def explore_pool(env: DataEnvironment, tasks: list[Task], out: str | Path,
                 models[arm.model] = load_model(arm.model)
             m = models[arm.model]
         if arm.name not in generators:
-            generators[arm.name] = make_generator(arm.explore, m)
+            def load(spec: str):
+                if spec not in models:
+                    if load_model is None:
+                        raise WorkbenchError(f"arm {arm.name}: no way to load model {spec}")
+                    models[spec] = load_model(spec)
+                return models[spec]
+
+            generators[arm.name] = make_generator(arm.explore, m, load)
         return generators[arm.name], [m.identity] if m is not None else []
 
     n_columns = sum(len(t.columns) for t in env.profile.tables)
@@ -201,9 +221,11 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
     total = Ledger()
     by_cat: dict[str, list[int]] = {}
     found = 0
+    scorers: Counter[str] = Counter()
     for t in tasks:
         tree = load_tree(tree_path(out, t))
         total.add(tree.ledger)
+        scorers.update(n.scorer for n in tree.nodes if n.scorer)
         ok = bool(tree.verified_paths)
         found += ok
         c = by_cat.setdefault(t.category, [0, 0])
@@ -243,6 +265,8 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
         "verified_per_1000_model_calls": (1000 * total.verified / total.model_calls
                                           if total.model_calls else None),
         "trie_entries": len(trie.results) if trie else None,
+        "trie_shapes": len(trie.shapes) if trie else None,
+        "node_scorers": dict(sorted(scorers.items())),
         "arms": per_arm,
         "escalations": sum(a.attempt > 0 for a in attempts),
         "stopped": sum(a.arm == "-" for a in attempts),
@@ -326,4 +350,5 @@ def run(cfg, ctx):
                  f"{ex['sft']} SFT conversations, {ex['preferences']} preference pairs, "
                  f"{summary['ledger']['executions']} executions "
                  f"({100 * summary['prefix_hit_rate']:.0f}% answered by the trie), "
-                 f"{summary['ledger']['model_calls']} model calls"))
+                 f"{summary['ledger']['model_calls']} model calls "
+                 f"({summary['ledger']['seeded_nodes']} nodes seeded from earlier tasks)"))

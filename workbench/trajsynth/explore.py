@@ -17,7 +17,10 @@ task's answer check on the executed result (an execution error is a hard zero), 
 mcts-simple's backpropagation. A failed terminal leaves a reflection (what ran, what came
 back) that later expansions see: the grammar prior discounts the moves of failed plans, the
 model generator reads the last reflections in its prompt. Executions go through a per
-environment `PrefixTrie` keyed by canonicalised statements, shared across tasks.
+environment `PrefixTrie` keyed by canonicalised statements, shared across tasks. The trie also
+keeps the verified paths of earlier tasks per question shape (`reuse`: the question with its
+names and values abstracted); a later task of a similar shape is seeded with them, and a node
+on a seeded path takes its prior from the trie instead of a model call.
 
 Same seed, same task, same models → the same tree (statistics and file bytes): priors are
 deterministic scores, sampling uses seeded streams, timings stay out of the tree file.
@@ -45,6 +48,7 @@ from workbench.io import atomic_write_json
 from workbench.trajsynth.env import DataEnvironment
 from workbench.trajsynth.grammar import Grammar, Move, Plan
 from workbench.trajsynth.queries import lit, qi
+from workbench.trajsynth.reuse import Shape, question_shape, similarity
 from workbench.trajsynth.sandbox import SqlResult
 from workbench.trajsynth.tasks import Task, normalise_program
 
@@ -61,8 +65,22 @@ class ExploreConfig(BaseModel):
         "mcts", description="mcts: the tree search; sample: independent prior-weighted paths "
                             "from the root (best-of-N, the baseline); greedy: one path of "
                             "the likeliest moves (a single ReAct-style path).")
-    prior: Literal["model", "uniform"] = Field(
-        "model", description="grammar: score options with the model (model) or not (uniform).")
+    prior: Literal["model", "uniform", "choose"] = Field(
+        "model", description=(
+            "grammar: score options with the model (model), not at all (uniform), or let a "
+            "bandit choose per node among uniform, the model and `node_models` (choose)."))
+    node_models: list[str] = Field(default_factory=list, description=(
+        "prior=choose: more model specs the per-node choice may use, cheap to strong, after "
+        "uniform and the arm's model."))
+    choose_lam: float = Field(0.5, ge=0, description=(
+        "prior=choose: weight of the cost in a node's reward (the probability the scorer put "
+        "on the move a verified path took, minus lam x tokens / choose_cost_scale)."))
+    choose_cost_scale: float = Field(200.0, gt=0, description=(
+        "prior=choose: scored tokens that count as a cost of 1."))
+    choose_ucb_c: float = Field(0.3, ge=0, description="prior=choose: exploration weight.")
+    choose_escalate_after: int = Field(3, ge=0, description=(
+        "prior=choose: after this many failed terminals in a task, its new nodes use the "
+        "strongest scorer (0: never escalate)."))
     iterations: int = Field(200, ge=1, description="MCTS iterations per task (at most).")
     stop_after: int = Field(1, ge=0, description=(
         "Stop a task's search once this many distinct verified statements are found "
@@ -83,6 +101,17 @@ class ExploreConfig(BaseModel):
         "model: a new task's root is seeded with the statements that began the verified "
         "paths of at least this many earlier tasks (from the prefix trie), and the model is "
         "asked only for the rest of the root's proposals; 0: off."))
+    seed_shapes: int = Field(1, ge=0, description=(
+        "grammar: a task whose question has the shape of at least this many earlier "
+        "verified tasks (same wording, other names and values) is seeded with their "
+        "verified paths, names swapped: a node on a seeded path takes its prior from the "
+        "trie instead of a model call; 0: off."))
+    seed_similarity: float = Field(0.5, gt=0, le=1, description=(
+        "grammar: shapes at least this alike (word-sequence similarity of the shapes) seed "
+        "each other too, weighted by their similarity; 1: the same shape only."))
+    seed_weight: float = Field(0.9, ge=0, le=1, description=(
+        "grammar: the share of a seeded node's prior on the seeded moves (the rest is "
+        "spread evenly over all options)."))
     seed: int = 0
 
     def digest(self) -> str:
@@ -102,6 +131,8 @@ class Ledger(BaseModel):
     probes: int = 0
     model_calls: int = 0
     model_calls_saved: int = 0
+    seeded_nodes: int = 0
+    escalated_nodes: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     scored_tokens: int = 0
@@ -136,6 +167,11 @@ class PrefixTrie:
         self.env_hash = env_hash
         self.results: dict[str, dict[str, Any]] = {}  # action key → SqlResult JSON
         self.paths: dict[str, int] = {}  # "key1\x1fkey2..." → times reached
+        # per-node scorer choice: context "env/category/depth" → scorer → task id →
+        # [nodes, reward sum] (per task, so a re-run task replaces its own share)
+        self.scorers: dict[str, dict[str, dict[str, list[float]]]] = {}
+        # question shape → {abstract key path "k1\x1fk2...": ids of the tasks verified so}
+        self.shapes: dict[str, dict[str, list[str]]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -155,6 +191,33 @@ class PrefixTrie:
             p = "\x1f".join(keys[:i])
             self.paths[p] = self.paths.get(p, 0) + 1
 
+    def learn(self, shape: str, keys: Sequence[str], task_id: str) -> None:
+        """Task `task_id`, of this question shape, was verified along this abstract key path
+        (idempotent: a re-run task is not counted twice)."""
+        ids = self.shapes.setdefault(shape, {}).setdefault("\x1f".join(keys), [])
+        if task_id not in ids:
+            ids.append(task_id)
+            ids.sort()
+
+    def seeds(self, shape: str, min_count: int = 1, min_similarity: float = 1.0,
+              exclude: str | None = None) -> list[tuple[tuple[str, ...], int, float]]:
+        """The verified abstract paths of this shape and of shapes at least
+        `min_similarity` alike (`reuse.similarity`), as (keys, tasks, similarity), when
+        at least `min_count` other tasks (not `exclude`: a task never seeds itself, so a
+        re-run of a task after a kill searches as the first run did) verified them."""
+        out = []
+        for other, paths in sorted(self.shapes.items()):
+            sim = 1.0 if other == shape else similarity(shape, other)
+            if sim < min_similarity:
+                continue
+            for p, ids in sorted(paths.items()):
+                n = sum(i != exclude for i in ids)
+                if n:
+                    out.append((tuple(p.split("\x1f")), n, sim))
+        if not min_count or sum(n for _, n, _ in out) < min_count:
+            return []
+        return out
+
     def prefixes(self, min_count: int = 2) -> list[list[str]]:
         """Action sequences reached at least `min_count` times (for seeding new trees)."""
         return [p.split("\x1f") for p, n in sorted(self.paths.items()) if n >= min_count]
@@ -172,8 +235,9 @@ class PrefixTrie:
         return [sql for _, sql in sorted(rows)[:limit]]
 
     def save(self, path: str | Path) -> None:
-        atomic_write_json(path, {"version": 1, "env_hash": self.env_hash,
-                                 "results": self.results, "paths": self.paths})
+        atomic_write_json(path, {"version": 2, "env_hash": self.env_hash,
+                                 "results": self.results, "paths": self.paths,
+                                 "shapes": self.shapes, "scorers": self.scorers})
 
     @classmethod
     def load(cls, path: str | Path, env_hash: str) -> PrefixTrie:
@@ -188,6 +252,12 @@ class PrefixTrie:
         if isinstance(data, dict) and data.get("env_hash") == env_hash:
             trie.results = dict(data.get("results") or {})
             trie.paths = {k: int(v) for k, v in (data.get("paths") or {}).items()}
+            trie.shapes = {s: {k: sorted(map(str, v)) for k, v in (ps or {}).items()
+                               if isinstance(v, list)}
+                           for s, ps in (data.get("shapes") or {}).items()}
+            trie.scorers = {c: {k: {t: [float(x) for x in nr][:2] for t, nr in v.items()}
+                                for k, v in (d or {}).items() if isinstance(v, dict)}
+                            for c, d in (data.get("scorers") or {}).items()}
         return trie
 
 
@@ -262,6 +332,66 @@ def _normalised(ws: Sequence[float]) -> list[float]:
     return [w / s for w in ws] if s > 0 else [1.0 / len(ws)] * len(ws)
 
 
+class NodeChooser:
+    """Which scorer gives a node its prior (`prior: choose`): a bandit per context
+    (environment, task category, depth in the tree) over the scorers, cheap to strong
+    (uniform, then the models).
+
+    A node's reward is known once a verified path passes through it: the probability the
+    chosen scorer put on the move that path took, minus `choose_lam` x the tokens it scored /
+    `choose_cost_scale`. The choice is the highest upper confidence bound (an untried scorer
+    first, cheap before strong); after `choose_escalate_after` failed terminals in a task its
+    new nodes use the strongest scorer. The statistics live in the environment's trie, so they
+    carry across tasks, runs and resumes; every node records its scorer and why."""
+
+    def __init__(self, scorers: dict[str, Prior], config: ExploreConfig) -> None:
+        self.scorers = scorers
+        self.names = list(scorers)
+        self.config = config
+
+    @staticmethod
+    def context(search: Search, path: tuple) -> str:
+        return f"{search.env.name}/{search.task.category}/{len(path)}"
+
+    def pick(self, search: Search, path: tuple) -> tuple[str, str]:
+        c = self.config
+        key = self.context(search, path)
+        failed = len(search.reflections)
+        if c.choose_escalate_after and failed >= c.choose_escalate_after:
+            return self.names[-1], f"escalated after {failed} failed terminals"
+        stats = {}
+        for n, by_task in search.trie.scorers.get(key, {}).items():
+            rows = [v for t, v in by_task.items() if t != search.task.id]
+            stats[n] = [sum(v[0] for v in rows), sum(v[1] for v in rows)]
+        untried = [n for n in self.names if not stats.get(n, [0, 0])[0]]
+        if untried:
+            return untried[0], f"untried in {key}"
+        total = sum(stats[n][0] for n in self.names)
+
+        def ucb(n: str) -> float:
+            k, r = stats[n]
+            return r / k + c.choose_ucb_c * math.sqrt(math.log(total + 1) / k)
+
+        best = max(self.names, key=lambda n: (ucb(n), -self.names.index(n)))
+        return best, f"UCB {ucb(best):.3f} in {key}"
+
+    def learn(self, search: Search) -> None:
+        """Rewards for the chosen scorers of the nodes on the task's first verified path."""
+        c = self.config
+        mine: dict[tuple[str, str], list[float]] = {}
+        for path in list(search.verified_sql.values())[:1]:
+            for i in range(len(path)):
+                node = search.node_scorer.get(path[:i])
+                if node is None:
+                    continue
+                name, tokens, weights = node
+                reward = weights[path[i]] - c.choose_lam * tokens / c.choose_cost_scale
+                k, r = mine.get((self.context(search, path[:i]), name), [0, 0.0])
+                mine[(self.context(search, path[:i]), name)] = [k + 1, r + reward]
+        for (key, name), v in mine.items():  # this task's share, replaced on a re-run
+            search.trie.scorers.setdefault(key, {}).setdefault(name, {})[search.task.id] = v
+
+
 # --- one task's search ------------------------------------------------------------------------
 
 
@@ -293,6 +423,9 @@ class Search:
         self._options: dict[tuple, tuple[list[Move], list[float]]] = {}
         self._terminal: dict[tuple, Terminal] = {}
         self.verified_sql: dict[str, tuple] = {}  # canonical SQL → first verified path
+        # prior=choose: path → (scorer, tokens it scored, its weights); and why it was chosen
+        self.node_scorer: dict[tuple, tuple[str, int, list[float]]] = {}
+        self.node_why: dict[tuple, str] = {}
 
     # executions (through the trie)
     def run(self, sql: str, *, probe: bool = False) -> SqlResult:
@@ -377,14 +510,17 @@ class GrammarGenerator:
 
     name = "grammar"
 
-    def __init__(self, prior: Prior, config: ExploreConfig, guide=None) -> None:
+    def __init__(self, prior: Prior, config: ExploreConfig, guide=None,
+                 chooser: NodeChooser | None = None) -> None:
         self.prior = prior
         self.config = config
+        self.chooser = chooser
         # guide(search, path, moves, weights) -> weights: shared know-how (e.g. federated
         # workflows) reweighting a node's options before the search sees them
         self.guide = guide
         self._grammars: dict[str, Grammar] = {}
         self._plans: dict[tuple, Plan] = {}
+        self._shapes: dict[str, Shape] = {}
 
     def grammar(self, search: Search) -> Grammar:
         t = search.task
@@ -419,11 +555,58 @@ class GrammarGenerator:
         tables = ", ".join(search.env.profile.table_names)
         return f"Tables: {tables}\nPlan: " + "; ".join(done) + (";" if done else "")
 
+    def shape(self, search: Search) -> Shape:
+        t = search.task
+        if t.id not in self._shapes:
+            self._shapes[t.id] = question_shape(t.question, search.env.profile)
+        return self._shapes[t.id]
+
+    def seeded(self, search: Search, path: tuple, moves: list[Move]) -> list[float] | None:
+        """The prior of a node on a verified path of earlier tasks of this question's shape
+        (see `reuse`), or None when no seeded path passes through it."""
+        if not self.config.seed_shapes:
+            return None
+        shape = self.shape(search)
+        seeds = search.trie.seeds(shape.text, self.config.seed_shapes,
+                                  self.config.seed_similarity, exclude=search.task.id)
+        if not seeds:
+            return None
+        done = tuple(shape.abstract(f"{m.slot}:{m.key}") for m in search.moves(path))
+        support: dict[str, float] = {}
+        alike: dict[str, float] = {}
+        for keys, n, sim in seeds:
+            if len(keys) > len(done) and keys[:len(done)] == done:
+                k = keys[len(done)]
+                support[k] = support.get(k, 0.0) + n * sim
+                alike[k] = max(alike.get(k, 0.0), sim)
+        abstract = [shape.abstract(f"{m.slot}:{m.key}") for m in moves]
+        hits = [support.get(a, 0.0) for a in abstract]
+        total = sum(hits)
+        if not total:
+            return None
+        mix = self.config.seed_weight * max(alike[a] for a in abstract if a in alike)
+        return [(1 - mix) / len(moves) + mix * h / total for h in hits]
+
     def priors(self, search: Search, path: tuple, moves: list[Move]) -> list[float]:
         if len(moves) == 1:
             return [1.0]
-        w = self.prior.weights(self.context(search, path), [m.text for m in moves],
-                               search.ledger, question=search.task.question)
+        w = self.seeded(search, path, moves)
+        if w is not None:
+            search.ledger.seeded_nodes += 1
+            if isinstance(self.prior, ModelPrior):
+                search.ledger.model_calls_saved += 1
+        elif self.chooser is not None:
+            name, why = self.chooser.pick(search, path)
+            before = search.ledger.scored_tokens
+            w = self.chooser.scorers[name].weights(
+                self.context(search, path), [m.text for m in moves], search.ledger,
+                question=search.task.question)
+            search.node_scorer[path] = (name, search.ledger.scored_tokens - before, list(w))
+            search.node_why[path] = why
+            search.ledger.escalated_nodes += why.startswith("escalated")
+        else:
+            w = self.prior.weights(self.context(search, path), [m.text for m in moves],
+                                   search.ledger, question=search.task.question)
         rho = self.config.reflection_penalty
         if rho and search.failed_moves:
             w = [x * (1 - rho) ** search.failed_moves.get(f"{m.slot}:{m.key}", 0)
@@ -688,6 +871,8 @@ class TreeNode(BaseModel):
     sql: str | None = None
     verified: bool | None = None
     observation: str | None = None
+    scorer: str | None = None  # prior=choose: which scorer gave this node's children priors
+    scorer_why: str | None = None
     reason: str | None = None
 
 
@@ -724,6 +909,8 @@ def _tree_nodes(search: Search, root: PUCTNode) -> tuple[list[TreeNode], dict[tu
         move = search.moves(path)[-1].to_json() if path else None
         tn = TreeNode(id=nid, parent=parent, action=path[-1] if path else None, move=move,
                       prior=round(float(node.prior), 6), visits=node.n, wins=node.w)
+        if path in search.node_scorer:
+            tn.scorer, tn.scorer_why = search.node_scorer[path][0], search.node_why[path]
         if move and move["slot"] == "sql":
             tn.sql = move["value"]
             tn.observation = search.run(tn.sql).to_observation()[:2000]
@@ -761,8 +948,13 @@ def explore_task(task: Task, env: DataEnvironment, generator: GrammarGenerator |
             mcts.backpropagation(mcts.simulation([mcts.root], greedy=config.strategy == "greedy"))
         search.ledger.iterations += 1
     search.ledger.wall_s = time.perf_counter() - t0
+    shape = question_shape(task.question, env.profile)
     for path in search.verified_sql.values():
-        trie.visit([f"{m.slot}:{m.key}" for m in search.moves(path)])
+        keys = [f"{m.slot}:{m.key}" for m in search.moves(path)]
+        trie.visit(keys)
+        trie.learn(shape.text, [shape.abstract(k) for k in keys], task.id)
+    if getattr(generator, "chooser", None) is not None:
+        generator.chooser.learn(search)
     nodes, ids = _tree_nodes(search, mcts.root)
     verified = [ids[p] for p in search.verified_sql.values() if p in ids]
     tree = TaskTree(task_id=task.id, env_hash=task.env_hash, arm=arm, generator=generator.name,
