@@ -167,7 +167,10 @@ class DataAgentSite:
     def attempt(self, tasks: Sequence, units: Sequence[dict], *, scaffold: str | None = None,
                 iterations: int | None = None, boost: float = 8.0) -> list[Outcome]:
         from workbench.trajsynth.explore import (
-            ExploreConfig, GrammarGenerator, UniformPrior, explore_task,
+            ExploreConfig,
+            GrammarGenerator,
+            UniformPrior,
+            explore_task,
         )
 
         cfg = ExploreConfig(prior="uniform", iterations=iterations or self.iterations,
@@ -177,7 +180,7 @@ class DataAgentSite:
         gen = GrammarGenerator(UniformPrior(), cfg, guide=guide)
         out = []
         for t in tasks:
-            tree, search = explore_task(t, self.env, gen, config=cfg)
+            _tree, search = explore_task(t, self.env, gen, config=cfg)
             paths = list(search.verified_sql.values())
             flow = workflow_of(search.moves(paths[0])) if paths else ()
             texts = [t.question, t.program] + [r.get("sql") or "" for r in search.reflections]
