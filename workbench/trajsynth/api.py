@@ -210,8 +210,10 @@ def explore_pool(env: DataEnvironment, tasks: list[Task], out: str | Path,
                 task_id=task.id, env_name=env.name, category=task.category,
                 difficulty=task.difficulty, n_tables=ctx["n_tables"], n_columns=n_columns,
                 arm="-", verified=False, reason=stopped or "").model_dump_json())
-        save_tree(best, tree_path(out, task))
+        # the trie first: a kill between the two leaves a task the trie knows but whose tree
+        # is missing, and its re-run ignores its own share (a task never seeds itself)
         trie.save(trie_file)
+        save_tree(best, tree_path(out, task))
     trie.save(trie_file)
     return summarise(out, tasks, trie, arms=[a.name for a in arms])
 

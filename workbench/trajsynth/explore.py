@@ -53,6 +53,10 @@ from workbench.trajsynth.sandbox import SqlResult
 from workbench.trajsynth.tasks import Task, normalise_program
 
 TREE_VERSION = 1
+# a similar shape's seed counts similarity² (on the first 40 / all 77 Chinook tasks with the
+# uniform prior, power 2 needed the fewest executions: 356 / 1,330, against 390 / 1,373 for
+# power 1 and 512 / 1,524 for power 4)
+SIMILARITY_POWER = 2
 
 
 class ExploreConfig(BaseModel):
@@ -102,16 +106,17 @@ class ExploreConfig(BaseModel):
         "paths of at least this many earlier tasks (from the prefix trie), and the model is "
         "asked only for the rest of the root's proposals; 0: off."))
     seed_shapes: int = Field(1, ge=0, description=(
-        "grammar: a task whose question has the shape of at least this many earlier "
-        "verified tasks (same wording, other names and values) is seeded with their "
-        "verified paths, names swapped: a node on a seeded path takes its prior from the "
-        "trie instead of a model call; 0: off."))
+        "grammar: once at least this many other verified tasks have a question of a "
+        "similar shape (the wording with names and values abstracted, see seed_similarity), "
+        "their verified paths seed the task's tree, names swapped: a node on a seeded path "
+        "takes its prior from the trie instead of a model call; 0: off."))
     seed_similarity: float = Field(0.5, gt=0, le=1, description=(
-        "grammar: shapes at least this alike (word-sequence similarity of the shapes) seed "
-        "each other too, weighted by their similarity; 1: the same shape only."))
-    seed_weight: float = Field(0.9, ge=0, le=1, description=(
-        "grammar: the share of a seeded node's prior on the seeded moves (the rest is "
-        "spread evenly over all options)."))
+        "grammar: shapes at least this alike (difflib's ratio over the shapes' words) seed "
+        "each other, weighted by similarity²; 1: the same shape only."))
+    seed_weight: float = Field(0.9, ge=0, lt=1, description=(
+        "grammar: the share of a seeded node's prior on the seeded moves, times the "
+        "similarity² of the closest seeding shape (the rest is spread evenly over all "
+        "options, so every option keeps some prior)."))
     seed: int = 0
 
     def digest(self) -> str:
@@ -203,18 +208,19 @@ class PrefixTrie:
               exclude: str | None = None) -> list[tuple[tuple[str, ...], int, float]]:
         """The verified abstract paths of this shape and of shapes at least
         `min_similarity` alike (`reuse.similarity`), as (keys, tasks, similarity), when
-        at least `min_count` other tasks (not `exclude`: a task never seeds itself, so a
-        re-run of a task after a kill searches as the first run did) verified them."""
-        out = []
+        at least `min_count` distinct other tasks (not `exclude`: a task never seeds itself,
+        so a re-run of a task after a kill searches as the first run did) verified them."""
+        out, tasks = [], set()
         for other, paths in sorted(self.shapes.items()):
             sim = 1.0 if other == shape else similarity(shape, other)
             if sim < min_similarity:
                 continue
             for p, ids in sorted(paths.items()):
-                n = sum(i != exclude for i in ids)
-                if n:
-                    out.append((tuple(p.split("\x1f")), n, sim))
-        if not min_count or sum(n for _, n, _ in out) < min_count:
+                mine = [i for i in ids if i != exclude]
+                if mine:
+                    out.append((tuple(p.split("\x1f")), len(mine), sim))
+                    tasks.update(mine)
+        if not min_count or len(tasks) < min_count:
             return []
         return out
 
@@ -252,13 +258,25 @@ class PrefixTrie:
         if isinstance(data, dict) and data.get("env_hash") == env_hash:
             trie.results = dict(data.get("results") or {})
             trie.paths = {k: int(v) for k, v in (data.get("paths") or {}).items()}
-            trie.shapes = {s: {k: sorted(map(str, v)) for k, v in (ps or {}).items()
+            trie.shapes = {s: {k: sorted(map(str, v)) for k, v in ps.items()
                                if isinstance(v, list)}
-                           for s, ps in (data.get("shapes") or {}).items()}
-            trie.scorers = {c: {k: {t: [float(x) for x in nr][:2] for t, nr in v.items()}
-                                for k, v in (d or {}).items() if isinstance(v, dict)}
-                            for c, d in (data.get("scorers") or {}).items()}
+                           for s, ps in _dict(data.get("shapes")).items() if isinstance(ps, dict)}
+            trie.scorers = {c: {k: {t: [float(nr[0]), float(nr[1])] for t, nr in v.items()
+                                    if _pair(nr)}
+                                for k, v in d.items() if isinstance(v, dict)}
+                            for c, d in _dict(data.get("scorers")).items() if isinstance(d, dict)}
         return trie
+
+
+def _dict(x: Any) -> dict:
+    return x if isinstance(x, dict) else {}
+
+
+def _pair(x: Any) -> bool:
+    """[nodes, reward sum]: what a scorer statistic must be (a hand-edited trie is a cache:
+    anything else is dropped)."""
+    return isinstance(x, list) and len(x) == 2 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in x)
 
 
 # --- priors -----------------------------------------------------------------------------------
@@ -376,20 +394,28 @@ class NodeChooser:
         return best, f"UCB {ucb(best):.3f} in {key}"
 
     def learn(self, search: Search) -> None:
-        """Rewards for the chosen scorers of the nodes on the task's first verified path."""
+        """The task's share of the statistics: every node a scorer was chosen for (not the
+        escalated ones) earns the weight it put on the move of the task's first verified
+        path through it (0 off that path, or when nothing verified), minus its cost. A
+        re-run of the task replaces its whole share."""
         c = self.config
+        verified = next(iter(search.verified_sql.values()), None)
         mine: dict[tuple[str, str], list[float]] = {}
-        for path in list(search.verified_sql.values())[:1]:
-            for i in range(len(path)):
-                node = search.node_scorer.get(path[:i])
-                if node is None:
-                    continue
-                name, tokens, weights = node
-                reward = weights[path[i]] - c.choose_lam * tokens / c.choose_cost_scale
-                k, r = mine.get((self.context(search, path[:i]), name), [0, 0.0])
-                mine[(self.context(search, path[:i]), name)] = [k + 1, r + reward]
-        for (key, name), v in mine.items():  # this task's share, replaced on a re-run
-            search.trie.scorers.setdefault(key, {}).setdefault(name, {})[search.task.id] = v
+        for path, (name, tokens, weights) in sorted(search.node_scorer.items()):
+            if search.node_why.get(path, "").startswith("escalated"):
+                continue
+            on = verified is not None and len(verified) > len(path) and \
+                verified[:len(path)] == path
+            reward = (weights[verified[len(path)]] if on else 0.0) \
+                - c.choose_lam * tokens / c.choose_cost_scale
+            k, r = mine.get((self.context(search, path), name), [0, 0.0])
+            mine[(self.context(search, path), name)] = [k + 1, r + reward]
+        tid = search.task.id
+        for by_name in search.trie.scorers.values():
+            for by_task in by_name.values():
+                by_task.pop(tid, None)
+        for (key, name), v in mine.items():
+            search.trie.scorers.setdefault(key, {}).setdefault(name, {})[tid] = v
 
 
 # --- one task's search ------------------------------------------------------------------------
@@ -426,6 +452,7 @@ class Search:
         # prior=choose: path → (scorer, tokens it scored, its weights); and why it was chosen
         self.node_scorer: dict[tuple, tuple[str, int, list[float]]] = {}
         self.node_why: dict[tuple, str] = {}
+        self.seeds: list[tuple[tuple[str, ...], int, float]] | None = None
 
     # executions (through the trie)
     def run(self, sql: str, *, probe: bool = False) -> SqlResult:
@@ -567,18 +594,20 @@ class GrammarGenerator:
         if not self.config.seed_shapes:
             return None
         shape = self.shape(search)
-        seeds = search.trie.seeds(shape.text, self.config.seed_shapes,
-                                  self.config.seed_similarity, exclude=search.task.id)
-        if not seeds:
+        if search.seeds is None:  # the trie learns only between tasks
+            search.seeds = search.trie.seeds(shape.text, self.config.seed_shapes,
+                                             self.config.seed_similarity,
+                                             exclude=search.task.id)
+        if not search.seeds:
             return None
         done = tuple(shape.abstract(f"{m.slot}:{m.key}") for m in search.moves(path))
         support: dict[str, float] = {}
         alike: dict[str, float] = {}
-        for keys, n, sim in seeds:
+        for keys, n, sim in search.seeds:
             if len(keys) > len(done) and keys[:len(done)] == done:
                 k = keys[len(done)]
-                support[k] = support.get(k, 0.0) + n * sim
-                alike[k] = max(alike.get(k, 0.0), sim)
+                support[k] = support.get(k, 0.0) + n * sim ** SIMILARITY_POWER
+                alike[k] = max(alike.get(k, 0.0), sim ** SIMILARITY_POWER)
         abstract = [shape.abstract(f"{m.slot}:{m.key}") for m in moves]
         hits = [support.get(a, 0.0) for a in abstract]
         total = sum(hits)
@@ -593,7 +622,7 @@ class GrammarGenerator:
         w = self.seeded(search, path, moves)
         if w is not None:
             search.ledger.seeded_nodes += 1
-            if isinstance(self.prior, ModelPrior):
+            if self.chooser is None and isinstance(self.prior, ModelPrior):
                 search.ledger.model_calls_saved += 1
         elif self.chooser is not None:
             name, why = self.chooser.pick(search, path)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
 
-from workbench.trajsynth.grammar import literals
+from workbench.trajsynth.grammar import _number, literals
 from workbench.trajsynth.profile import EnvProfile
 
 
@@ -34,15 +34,32 @@ class Shape:
     values: tuple[tuple[str, str], ...]
 
     def abstract(self, key: str) -> str:
-        """A move key with this question's values and names replaced by their placeholders."""
+        """A move key (`slot:key`) with this question's values and names replaced by their
+        placeholders. Values are replaced only where the grammar puts them: a condition's
+        `=value` (as `repr` writes it, also for a number the question wrote otherwise, e.g.
+        1.50 → 1.5), a skipped literal, a `values` pair and `k`; never inside a name."""
+        slot, _, rest = key.partition(":")
         for text, ph in self.values:
-            if _is_number(text):
-                key = re.sub(r"(?<![\w.])" + re.escape(text) + r"(?![\w.])", ph, key)
+            if slot == "lit" and rest == f"skip:{text}":
+                rest = f"skip:{ph}"
+            elif slot == "values":
+                rest = "|".join(ph if f == text else f for f in rest.split("|"))
+            elif slot == "k" and _is_number(text) and rest == str(_number(text)):
+                rest = ph
             else:
-                key = key.replace(repr(text), ph).replace(text, ph)
+                for form in _forms(text):
+                    rest = re.sub("=" + re.escape(form) + r"(?=,|$)", "=" + ph, rest)
         for name, ph in self.names:
-            key = re.sub(r"(?<!\w)" + re.escape(name) + r"(?!\w)", ph, key)
-        return key
+            rest = re.sub(r"(?<![\w⟨])" + re.escape(name) + r"(?![\w⟩])", ph, rest)
+        return f"{slot}:{rest}"
+
+
+def _forms(text: str) -> list[str]:
+    """How a condition key may write a literal: repr of the text, and of the number."""
+    forms = [repr(text)]
+    if _is_number(text):
+        forms += [repr(_number(text)), str(_number(text))]
+    return list(dict.fromkeys(forms))
 
 
 def _is_number(s: str) -> bool:

@@ -17,8 +17,10 @@ with st.form("ts-form"):
                           key="ts-env")
     path = c2.text_input("SQLite file or CSV/Parquet folder (for a path)", key="ts-path")
     c3, c4, c5, c6 = st.columns(4)
-    prior = c3.selectbox("Prior over the grammar", ["model", "uniform"], key="ts-prior",
-                         help="model: the chat model's log-likelihood ranks each option")
+    prior = c3.selectbox("Prior over the grammar", ["model", "uniform", "choose"],
+                         key="ts-prior",
+                         help="model: the chat model's log-likelihood ranks each option; "
+                              "choose: a bandit picks uniform or the model per node")
     iterations = c4.number_input("Iterations per task", 1, 5000, 200, key="ts-iter")
     limit = c5.number_input("Tasks (0 = all)", 0, 10000, 0, key="ts-limit")
     name = c6.text_input("Run name", value="trajsynth", key="ts-name")
@@ -125,6 +127,7 @@ with tab_tree:
                               "visits": n["visits"],
                               "value": round(n["wins"] / n["visits"], 3) if n["visits"] else 0,
                               "prior": n["prior"], "verified path": n["id"] in on_path,
+                              "children scored by": n.get("scorer") or "",
                               "sql": n.get("sql") or "", "observation": n.get("observation")
                               or n.get("reason") or ""})
             st.dataframe(table, hide_index=True, use_container_width=True)
@@ -134,6 +137,13 @@ with tab_tree:
                         st.markdown(f"- `{r.get('sql')}`: {r.get('reason')}")
 
 with tab_cost:
+    if led.get("seeded_nodes") or summary.get("node_scorers"):
+        st.caption(
+            f"Nodes seeded from earlier tasks' verified paths: {led.get('seeded_nodes', 0)} "
+            f"(model calls saved: {led.get('model_calls_saved', 0)}); sandbox executions "
+            f"answered by the trie: {led.get('executions_saved', 0)}"
+            + (f"; nodes scored by {summary['node_scorers']}" if summary.get("node_scorers")
+               else ""))
     st.json(led, expanded=False)
     if summary.get("arms"):
         st.markdown("**Per arm**")
