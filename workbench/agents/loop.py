@@ -55,6 +55,7 @@ class AgentTask:
     # a conversation to go on from (a dialogue's earlier turns, system prompt included);
     # None: a new conversation from the scaffold
     history: list[dict[str, Any]] | None = None
+    system: str | None = None  # this task's system prompt (None: the setup's)
 
 
 @dataclass
@@ -133,13 +134,31 @@ class PlanExecute(Scaffold):
         state.messages.append({"role": "user", "content": self.go})
 
 
+class Reflexion(ReAct):
+    """ReAct whose system prompt carries the lessons of the task's earlier failed trials
+    (`task.metadata["lessons"]`); `run_reflexion` runs the trials (Shinn et al., 2023)."""
+
+    name = "reflexion"
+
+    def start(self, task, system, final):
+        msgs = super().start(task, system, final)
+        lessons = task.metadata.get("lessons") or []
+        if lessons:
+            msgs[0]["content"] += "\n\nLessons from your earlier trials:\n" + "\n".join(
+                f"- {x}" for x in lessons)
+        return msgs
+
+
+# one-run scaffolds (any pack's `scaffold:` setting), and those that need `run_reflexion`
 SCAFFOLDS: dict[str, type[Scaffold]] = {"react": ReAct, "plan_execute": PlanExecute}
+TRIAL_SCAFFOLDS: dict[str, type[Scaffold]] = {"reflexion": Reflexion}
 
 
 def scaffold(name: str) -> Scaffold:
-    if name not in SCAFFOLDS:
-        raise WorkbenchError(f"unknown scaffold {name!r} (one of {', '.join(SCAFFOLDS)})")
-    return SCAFFOLDS[name]()
+    known = {**SCAFFOLDS, **TRIAL_SCAFFOLDS}
+    if name not in known:
+        raise WorkbenchError(f"unknown scaffold {name!r} (one of {', '.join(known)})")
+    return known[name]()
 
 
 # --- policies --------------------------------------------------------------------------------
@@ -339,7 +358,8 @@ def run_agents(model: ChatModel, tasks: Sequence[AgentTask], setup: AgentSetup, 
 
     final = setup.toolbox.final_names[0]
     states = [AgentState(t, [dict(m) for m in t.history], planned=True) if t.history is not None
-              else AgentState(t, setup.scaffold.start(t, setup.system, final)) for t in tasks]
+              else AgentState(t, setup.scaffold.start(
+                  t, setup.system if t.system is None else t.system, final)) for t in tasks]
     out: dict[int, AgentTrajectory] = {}
     bar = iter(progress(range(len(states)), desc=desc, total=len(states)))
 
@@ -370,6 +390,45 @@ def run_agents(model: ChatModel, tasks: Sequence[AgentTask], setup: AgentSetup, 
             if s.done:
                 finish(i)
     return [out[i] for i in range(len(states))]
+
+
+def default_lesson(traj: AgentTrajectory, feedback: str, trial: int) -> str:
+    answer = json.dumps(traj.final, ensure_ascii=False) if traj.final else "no answer"
+    return f"Trial {trial} answered {answer}, which was wrong: {feedback}. Do not repeat it."
+
+
+def run_reflexion(model: ChatModel, tasks: Sequence[AgentTask], setup: AgentSetup, *,
+                  evaluate: Callable[[AgentTrajectory], tuple[bool, str]], trials: int = 2,
+                  lesson: Callable[[AgentTrajectory, str, int], str] = default_lesson,
+                  desc: str = "agent") -> list[list[AgentTrajectory]]:
+    """Reflexion's outer loop: run every task; `evaluate` judges each finished run (ok,
+    feedback); a failed task runs again, in lockstep with the other failed ones, with one
+    lesson per failed trial in `metadata["lessons"]` (the `Reflexion` scaffold shows them)
+    and the final arguments it gave in `metadata["failed_finals"]` (a guided pack can stop
+    offering them). Returns each task's trials, in task order. With trials=1 this is
+    `run_agents`."""
+    from dataclasses import replace
+
+    runs: dict[str, list[AgentTrajectory]] = {t.id: [] for t in tasks}
+    live = list(tasks)
+    for k in range(1, trials + 1):
+        trajs = run_agents(model, live, setup,
+                           desc=desc if trials == 1 else f"{desc}, trial {k}/{trials}")
+        again = []
+        for t, traj in zip(live, trajs, strict=True):
+            runs[t.id].append(traj)
+            ok, feedback = evaluate(traj)
+            if ok or k == trials:
+                continue
+            meta = dict(t.metadata)
+            meta["lessons"] = [*meta.get("lessons", []), lesson(traj, feedback, k)]
+            meta["failed_finals"] = [*meta.get("failed_finals", []),
+                                     *([traj.final] if traj.final else [])]
+            again.append(replace(t, metadata=meta))
+        live = again
+        if not live:
+            break
+    return [runs[t.id] for t in tasks]
 
 
 def _apply_plan(s: AgentState, gen: Generation, setup: AgentSetup) -> None:

@@ -218,8 +218,9 @@ def evaluate_knowledge(fc: FederatedConfig, folders: list[Path], views: dict[str
     ks = fc.knowledge
     rows = []
     for d in folders:
-        site = provider("knowledge_site")(d, iterations=ks.eval_iterations, seed=fc.seed)
-        tasks = site.tasks("dev")[1::2]
+        site = provider("knowledge_site")(d, iterations=ks.eval_iterations, seed=fc.seed,
+                                          agent=ks.agent, agent_settings=ks.prompted)
+        tasks = site.tasks("dev", 2 * ks.slice if ks.slice else None)[1::2]
         for cond, view in views.items():
             units = view(site.name) if callable(view) else view
             res = site.attempt(tasks, units, boost=ks.boost)

@@ -113,10 +113,11 @@ def handle_knowledge(msg: Message, context: Context) -> Message:
     ks = KnowledgeSettings.model_validate_json(str(cfg["knowledge-json"]))
     view = json.loads(str(cfg["view-json"]))
     site = provider("knowledge_site")(str(path), iterations=ks.learn_iterations,
-                                      seed=int(cfg["seed"]))
-    dev = site.tasks("dev")
+                                      seed=int(cfg["seed"]), agent=ks.agent,
+                                      agent_settings=ks.prompted)
+    dev = site.tasks("dev", 2 * ks.slice if ks.slice else None)
     gate_tasks, eval_tasks = dev[0::2], dev[1::2]
-    learned = site.attempt(site.tasks("learn"), view, boost=ks.boost)
+    learned = site.attempt(site.tasks("learn", ks.slice), view, boost=ks.boost)
     evals = site.attempt(eval_tasks, view, iterations=ks.eval_iterations, boost=ks.boost)
     metrics = {"learn-tasks": len(learned), "learn-success": sum(o.verified for o in learned),
                "eval-tasks": len(evals), "eval-success": sum(o.verified for o in evals),

@@ -7,7 +7,7 @@ the same JSON and the sites get their part in each round's message.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,6 +72,16 @@ class KnowledgeSettings(_Section):
 
     k_min: int = Field(2, ge=1, description="Sites that must support a unit before it is "
                                             "active and sent out.")
+    agent: Literal["grammar", "prompted"] = Field(
+        "grammar", description="grammar: each scaffold is a search strategy over the query "
+                               "grammar and units reweight its prior (fast); prompted: a chat "
+                               "model runs ReAct / plan-then-execute / Reflexion with tools, "
+                               "units rendered into its prompt.")
+    prompted: dict[str, Any] = Field(
+        default_factory=dict, description="The prompted agent's settings: model, candidates, "
+                                          "rollouts, max_steps, max_tool_calls, trials, rows.")
+    slice: int | None = Field(None, ge=1, description="At most this many tasks in each of a "
+                              "site's slices (learn, gate, eval); None: all of them.")
     learn_iterations: int = Field(24, ge=1, description="Search iterations per local task "
                                                         "when a site works its tasks.")
     eval_iterations: int = Field(6, ge=1, description="Search budget per task when success "

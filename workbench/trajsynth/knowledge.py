@@ -114,7 +114,8 @@ class DataAgentSite:
     """One site of the knowledge track. `folder/site.json` names the environment, the
     scaffold and, for experiments, canaries planted in the data and a `poison` flag."""
 
-    def __init__(self, folder: str | Path, *, iterations: int = 8, seed: int = 0):
+    def __init__(self, folder: str | Path, *, iterations: int = 8, seed: int = 0,
+                 agent: str = "grammar", agent_settings: dict | None = None):
         from workbench.trajsynth.api import open_env
         from workbench.trajsynth.tasks import build_pool, load_pool, save_pool
 
@@ -136,6 +137,13 @@ class DataAgentSite:
         self.iterations, self.seed = iterations, seed
         self.canaries = list(self.meta.get("canaries", []))
         self.poison = bool(self.meta.get("poison", False))
+        # grammar: the scaffold is a search strategy over the grammar, units reweight its
+        # prior; prompted: a chat model runs the scaffold with the units in its prompt
+        if agent not in ("grammar", "prompted"):
+            raise WorkbenchError(f"knowledge agent {agent!r}: use grammar or prompted")
+        self.agent = agent
+        self.agent_settings = _agent_settings(agent_settings)
+        self._agents: dict[str, Any] = {}
 
     @property
     def families(self) -> dict[str, int]:
@@ -166,6 +174,8 @@ class DataAgentSite:
 
     def attempt(self, tasks: Sequence, units: Sequence[dict], *, scaffold: str | None = None,
                 iterations: int | None = None, boost: float = 8.0) -> list[Outcome]:
+        if self.agent == "prompted":
+            return self.prompted(scaffold or self.scaffold).attempt(tasks, units)
         from workbench.trajsynth.explore import (
             ExploreConfig,
             GrammarGenerator,
@@ -188,6 +198,18 @@ class DataAgentSite:
                                search.ledger.executions, flow,
                                guided=t.category in guide.by_family, texts=texts))
         return out
+
+    def prompted(self, scaffold: str):
+        """The site's prompted agent for a scaffold (its outcomes cached in the site folder:
+        the same prompt is never run twice, across rounds and runs)."""
+        from workbench.trajsynth.agent import DataAgent
+
+        if scaffold not in self._agents:
+            self._agents[scaffold] = DataAgent(
+                self.env, chat_model(self.agent_settings.model), scaffold,
+                self.agent_settings, seed=self.seed,
+                cache=self.folder / "agent_outcomes.jsonl")
+        return self._agents[scaffold]
 
     def propose(self, outcomes: Sequence[Outcome], view: Sequence[dict], *,
                 min_support: int = 2) -> list[dict]:
@@ -224,6 +246,31 @@ class DataAgentSite:
                 "kind": "workflow", "family": "lookup", "steps": list(POISON),
                 "text": workflow_text("lookup", POISON)}})
         return ops
+
+
+_MODELS: dict[str, Any] = {}
+
+
+def chat_model(spec: str):
+    """One model per spec per process (a site's rounds and scaffolds share it)."""
+    from workbench.models.registry import load_model
+
+    if spec not in _MODELS:
+        _MODELS[spec] = load_model(spec)
+    return _MODELS[spec]
+
+
+def _agent_settings(raw: dict | None):
+    from pydantic import ValidationError
+
+    from workbench.trajsynth.agent import AgentSettings
+
+    try:
+        return AgentSettings.model_validate(raw or {})
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "(settings)"
+        raise WorkbenchError(f"knowledge.prompted.{where}: {first['msg']}") from None
 
 
 # --- experiment sites ---------------------------------------------------------------------
