@@ -612,6 +612,31 @@ def test_federated_page_shows_a_knowledge_run(ws):
     assert not at.exception, at.exception
     assert any(m.label == "Active units" for m in at.metric)
     assert next(m for m in at.metric if m.label == "Canaries leaked").value == "0"
+    units = next(d.value for d in at.dataframe if "sites for" in d.value.columns)
+    assert len(units) > 0 and set(units["status"]) <= {"candidate", "active", "retired"}
+
+
+def test_federated_page_starts_a_prompted_knowledge_job(ws):
+    """The form's third track: a knowledge run whose sites run prompted agents with the
+    app's chat model (the job is stopped once its config is checked)."""
+    import yaml
+
+    from workbench.jobs import list_jobs, stop_job
+
+    at = page("federated").run()
+    at.selectbox(key="fed-track").set_value(
+        "Knowledge units, prompted agents (chat model)")
+    at.number_input(key="fed-sites").set_value(4)
+    at.button[0].click().run()
+    assert not at.exception, at.exception
+    (job,) = list_jobs(ws, kind="fed")
+    try:
+        cfg = yaml.safe_load((job.folder / "config.yaml").read_text())["federated"]
+        k = cfg["knowledge"]
+        assert cfg["track"] == "knowledge" and k["agent"] == "prompted"
+        assert k["prompted"]["model"] == "fake" and k["listener"] == 3 and k["poison"] == 2
+    finally:
+        stop_job(job)
 
 
 def test_agents_page_shows_a_kgv_evaluation_and_its_steps(ws):

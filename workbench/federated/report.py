@@ -258,14 +258,27 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
                "canary_leaks": wire.get("canary_leaks"), "poison_active_rounds": poison_active,
                "poison_sites_against": poison_against,
                "transfer": transfer, "seconds": round(seconds, 1)}
+    if ks.agent == "prompted":
+        from workbench.registry import provider
+
+        agent = provider("knowledge_agent_settings")(ks.prompted)
+        how = (f"a prompted agent: the chat model `{agent.model}` runs the site's scaffold "
+               f"(ReAct, plan-then-execute or Reflexion with {agent.trials} trials) with the "
+               f"tools run_sql and answer, choosing among {agent.candidates} grammar plans by "
+               f"log-likelihood, with the units of the question's family in its system prompt")
+        budget, unit = f"{agent.max_steps} model turns per trial", "model turns"
+    else:
+        how = (f"its scaffold as a search strategy over the query grammar "
+               f"({ks.learn_iterations} iterations per task), units reweighting its prior")
+        budget, unit = f"{ks.eval_iterations} iterations", "iterations"
     lines = [f"# Federated knowledge units: {len(sites)} data-agent sites x {fc.rounds} rounds",
-             "", f"Each site works its learning tasks with its scaffold ({ks.learn_iterations} "
-             f"search iterations per task) and the units in its view, proposes operations "
+             "", f"Each site works its learning tasks with {how}, and the units in its view; "
+             f"it proposes operations "
              f"(workflows need {ks.min_support} verified plans), filters them (privacy), gates "
              f"them (A/B on a gate slice: {'on' if ks.gate else 'off'}) and sends operations "
              f"and counts. A unit is active when {ks.k_min} sites support it. Success is the "
              f"share of a held-back slice of each site's tasks verified within "
-             f"{ks.eval_iterations} iterations. Wall time {seconds:.0f} s.", "",
+             f"{budget}. Wall time {seconds:.0f} s.", "",
              "## Sites", "", "| site | scaffold | contributes | adversary |", "|---|---|---|---|"]
     lines += [f"| {s} | {meta[s]['scaffold']} | {'yes' if meta[s]['contributes'] else 'no'} | "
               f"{'yes' if meta[s]['poison'] else ''} |" for s in sites]
@@ -273,7 +286,7 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
               "Wilson 95% intervals; p: exact McNemar against federated units on the same "
               "tasks.", "",
               "| units | verified [95% CI] | " + " | ".join(sites)
-              + " | iterations | p vs federated |",
+              + f" | {unit} | p vs federated |",
               "|---|---|" + "---|" * len(sites) + "---|---|"]
     for t in table:
         lo, hi = t["ci95"] or (0, 0)

@@ -142,7 +142,7 @@ class DataAgentSite:
         if agent not in ("grammar", "prompted"):
             raise WorkbenchError(f"knowledge agent {agent!r}: use grammar or prompted")
         self.agent = agent
-        self.agent_settings = _agent_settings(agent_settings)
+        self.agent_settings = parse_agent_settings(agent_settings)
         self._agents: dict[str, Any] = {}
 
     @property
@@ -260,7 +260,8 @@ def chat_model(spec: str):
     return _MODELS[spec]
 
 
-def _agent_settings(raw: dict | None):
+def parse_agent_settings(raw: dict | None):
+    """`knowledge.prompted` validated (errors name the field)."""
     from pydantic import ValidationError
 
     from workbench.trajsynth.agent import AgentSettings

@@ -6,33 +6,55 @@ from common import (
     base_config, job_panel, jsonl_rows, read_or_none, show_error, show_image, workspace,
 )
 
+from workbench.federated.knowledge import load_latest_kb, votes
 from workbench.jobs import start_job
 
 st.title("Federated rounds")
-st.caption("Sites train one shared LoRA adapter on data that never leaves them (Flower); "
-           "each round's global adapter is evaluated where the data is, against local-only "
-           "and centralised training at the same number of steps.")
+st.caption("Sites learn together on data that never leaves them (Flower): one shared LoRA "
+           "adapter, evaluated where the data is against local-only and centralised training "
+           "at the same number of steps; or shared knowledge units (workflows) that data "
+           "agents propose, filter, gate and vote on.")
 ws = workspace()
 
+TRACKS = {"LoRA adapters (FedAvg / FFA-LoRA)": None,
+          "Knowledge units, search agents": "grammar",
+          "Knowledge units, prompted agents (chat model)": "prompted"}
 with st.form("fed-form"):
+    track = st.selectbox("Track", list(TRACKS), key="fed-track", help=(
+        "Knowledge units: data-agent sites (Chinook split by customer, plus a listener site "
+        "that contributes nothing) evolve shared workflows; prompted agents run the chat "
+        "model with the units in its prompt (minutes per round on a CPU)."))
     c1, c2, c3, c4 = st.columns(4)
     n_sites = c1.number_input("Sites", 2, 8, 3, key="fed-sites")
     rounds = c2.number_input("Rounds", 1, 50, 3, key="fed-rounds")
-    steps = c3.number_input("Steps per site per round", 1, 100, 2, key="fed-steps")
-    agg = c4.selectbox("Aggregation", ["fedavg", "ffa"], key="fed-agg",
+    steps = c3.number_input("Steps per site per round (LoRA)", 1, 100, 2, key="fed-steps")
+    agg = c4.selectbox("Aggregation (LoRA)", ["fedavg", "ffa"], key="fed-agg",
                        help="ffa: FFA-LoRA, A frozen and only B averaged (exact)")
     c5, c6 = st.columns(2)
-    source = c5.text_input("QTSA source (distillation run folder)",
+    source = c5.text_input("QTSA source (LoRA: distillation run folder)",
                            value="datasets/rf_distilled", key="fed-source")
     name = c6.text_input("Run name", value="federated", key="fed-name")
     go = st.form_submit_button("Start rounds (in process)")
 if go:
     try:
-        cfg = base_config(name, federated={
-            "rounds": int(rounds), "aggregation": agg,
-            "split": {"source": source.strip(), "sites": int(n_sites)},
-            "local": {"steps": int(steps)}})
-        job = start_job(ws, "fed", cfg)
+        agent = TRACKS[track]
+        if agent is None:
+            fed = {"rounds": int(rounds), "aggregation": agg,
+                   "split": {"source": source.strip(), "sites": int(n_sites)},
+                   "local": {"steps": int(steps)}}
+        else:
+            n = int(n_sites)
+            cfg0 = base_config(name)
+            knowledge = {"agent": agent, "chinook_parts": max(1, n - 1),
+                         "extra": ["sklearn_classic"], "listener": n - 1,
+                         "poison": 2 if n >= 4 else None, "k_min": min(2, max(1, n - 1))}
+            if agent == "prompted":
+                knowledge.update(slice=6, prompted={"model": cfg0["models"]["chat"]["spec"]})
+            fed = {"track": "knowledge", "rounds": int(rounds), "model": "",
+                   "knowledge": knowledge,
+                   "guards": {"min_nodes": n, "min_replies": max(1, n - 1),
+                              "round_timeout_s": 3600}}
+        job = start_job(ws, "fed", base_config(name, federated=fed))
         st.success(f"Started job {job.id}")
     except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
         show_error(e)
@@ -71,6 +93,18 @@ if any(r.get("kind") == "knowledge" for r in rounds_log):
     st.dataframe([{"round": r["round"], "site": site, **m} for r in rounds_log
                   for site, m in r["sites"].items()], hide_index=True,
                  use_container_width=True)
+    kb = read_or_none("knowledge base", lambda: load_latest_kb(out / "federated"))
+    if kb and kb.units:
+        st.caption(f"Units after round {kb.round}: sites for and against count one vote "
+                   "each; support is the sum of the counts the sites reported.")
+        st.dataframe([{"family": u.family, "unit": u.text, "status": u.status,
+                       "sites for": votes(u)[0], "against": votes(u)[1],
+                       "support": sum(u.support.values()),
+                       "proposed in round": u.created_round,
+                       "active since": u.promoted_round}
+                      for u in sorted(kb.units.values(),
+                                      key=lambda u: (u.status != "active", u.family, u.id))],
+                     hide_index=True, use_container_width=True)
     if report:
         st.dataframe([{"units": t["label"], "verified": f"{t['verified']}/{t['n']}",
                        "95% interval": f"{t['ci95'][0]:.2f}–{t['ci95'][1]:.2f}",
