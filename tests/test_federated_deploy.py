@@ -254,9 +254,12 @@ def test_tls_and_node_authentication(tiny_model, sites, tmp_path):
         d.down()
 
 
-def test_knowledge_track_over_a_real_deployment(tmp_path):
+@pytest.mark.parametrize("agent", ["grammar", "prompted"])
+def test_knowledge_track_over_a_real_deployment(tmp_path, agent):
     """Track B's messages (operations as lists of short strings) through a real SuperLink
-    and two SuperNodes whose node configs point at data-agent sites."""
+    and two SuperNodes whose node configs point at data-agent sites; with `prompted`, each
+    SuperNode's ClientApp runs prompted agents (scripted model) with the units in their
+    prompts."""
     from workbench.trajsynth.knowledge import make_data_sites
 
     sites = make_data_sites(tmp_path / "ksites", chinook_parts=2, extra=())
@@ -265,7 +268,8 @@ def test_knowledge_track_over_a_real_deployment(tmp_path):
     cfg = write_config(tmp_path / "k.yaml", {
         "track": "knowledge", "model": "", "rounds": 2, "deploy": {"port": port},
         "guards": {"min_nodes": 2, "round_timeout_s": 120},
-        "knowledge": {"k_min": 1, "learn_iterations": 8, "listener": None, "poison": None}})
+        "knowledge": {"k_min": 1, "learn_iterations": 8, "listener": None, "poison": None,
+                      "agent": agent, "prompted": {"model": "fake"}, "slice": 4}})
     try:
         d.up(sites, wait_s=120)
         r = fed_run(cfg, d.home, tmp_path / "srv", "--insecure")
@@ -278,6 +282,8 @@ def test_knowledge_track_over_a_real_deployment(tmp_path):
     assert log[0]["bytes_up"] > 0 and log[1]["bytes_down"] > 0
     kb = json.loads((tmp_path / "srv" / "kb" / "round-0002.json").read_text())
     assert kb["round"] == 2
+    if agent == "prompted":  # the sites' agents ran (their outcomes stay on the sites)
+        assert all((d / "agent_outcomes.jsonl").exists() for d in sites)
 
 
 def test_server_app_killed_then_resumed_ends_like_an_uninterrupted_run(tiny_model, sites,

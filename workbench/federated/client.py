@@ -133,7 +133,8 @@ def handle_knowledge(msg: Message, context: Context) -> Message:
         filt = PrivacyFilter([t for o in learned for t in o.texts], site.identifiers,
                              site.canaries, n=ks.ngram, embed=embed,
                              max_similarity=ks.max_similarity or 0.9,
-                             embed_texts=[o.texts[0] for o in learned])  # the questions
+                             embed_texts=None if ks.embed_against == "all"
+                             else [o.texts[0] for o in learned])  # the questions
         dropped = 0
         for op in proposed:
             if op.op in ("ADD", "EDIT"):

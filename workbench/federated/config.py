@@ -98,6 +98,10 @@ class KnowledgeSettings(_Section):
         None, gt=0, le=1, description="Also drop a unit whose MiniLM cosine to any of the "
                                       "site's trajectory texts reaches this (e.g. 0.9); None: "
                                       "n-grams and identifiers only.")
+    embed_against: Literal["questions", "all"] = Field(
+        "questions", description="What the embedding threshold compares a unit with: the "
+                                 "site's task questions, or every private text of the round "
+                                 "(questions, reference programs, the SQL its agents ran).")
     chinook_parts: int = Field(3, ge=1, description="Experiment sites: Chinook split by "
                                                     "customer into this many sites ...")
     extra: list[str] = Field(default_factory=lambda: ["sklearn_classic"],
