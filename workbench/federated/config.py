@@ -98,6 +98,9 @@ class KnowledgeSettings(_Section):
         None, gt=0, le=1, description="Also drop a unit whose MiniLM cosine to any of the "
                                       "site's trajectory texts reaches this (e.g. 0.9); None: "
                                       "n-grams and identifiers only.")
+    merge_similarity: float = Field(0.95, gt=0, le=1, description="Server: a new insight "
+                                    "(free text) joins an existing unit of its family when "
+                                    "their MiniLM cosine reaches this.")
     embed_against: Literal["questions", "all"] = Field(
         "questions", description="What the embedding threshold compares a unit with: the "
                                  "site's task questions, or every private text of the round "

@@ -23,6 +23,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -401,7 +402,8 @@ class KnowledgeServer(FedServer):
                 kb.round = rnd
             else:
                 streak = 0
-                log.ops = apply_round(kb, updates, k_min=ks.k_min, rnd=rnd)
+                log.ops = apply_round(kb, updates, k_min=ks.k_min, rnd=rnd,
+                                      embed=_embed_insights, threshold=ks.merge_similarity)
             log.active = len(kb.active())
             log.candidates = sum(u.status == "candidate" for u in kb.units.values())
             kb.failed_streak = streak
@@ -459,3 +461,15 @@ def serve(grid: Grid, config_file: str, out_dir: str) -> dict[str, Any]:
                                                **e.details})
         log(f"abort: {e}")
         raise
+
+
+def _embed_insights(texts: list[str]):
+    """MiniLM vectors for free-text units (loaded on the first insight, once per process)."""
+    return _minilm().embed(texts)
+
+
+@lru_cache(maxsize=1)
+def _minilm():
+    from workbench.models.embed import load_embedder
+
+    return load_embedder("minilm")

@@ -274,6 +274,7 @@ class DataAgent:
             out.append(Outcome(t.id, t.category, bool(row["verified"]), int(row["turns"]),
                                int(row["executions"]), tuple(row["workflow"]),
                                guided=any(u.get("family") == t.category for u in units),
+                               tried=tuple(row.get("tried", ())),
                                texts=[t.question, t.program, *row.get("sql", [])]))
         return out
 
@@ -313,6 +314,7 @@ class DataAgent:
                    "tokens": sum(x.completion_tokens for x in trials),
                    "trials": len(trials),
                    "workflow": list(workflow_of(cand.moves)) if ok and cand else [],
+                   "tried": list(workflow_of(cand.moves)) if cand else [],
                    "sql": [s for x in trials for s in _sqls(x)]}
             self._outcomes[a.metadata["key"]] = row
             if self.cache_path:

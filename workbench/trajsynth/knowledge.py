@@ -73,6 +73,28 @@ def workflow_text(family: str, steps: Sequence[str]) -> str:
     return f"{family}: " + " -> ".join(steps)
 
 
+def contrast_insight(family: str, wins: Sequence[Sequence[str]],
+                     fails: Sequence[Sequence[str]], margin: float = 0.5) -> str | None:
+    """ExpeL's comparison of successes with failures, without an LLM: the step found in the
+    largest share of the family's verified plans beyond its share in the failed ones (and
+    the reverse), when the gap is at least `margin`; None when nothing separates them."""
+    from workbench.trajsynth.agent import step_text
+
+    def share(step: str, flows: Sequence[Sequence[str]]) -> float:
+        return sum(step in f for f in flows) / len(flows)
+
+    steps = sorted({s for f in [*wins, *fails] for s in f})
+    gap = {s: share(s, wins) - share(s, fails) for s in steps}
+    use = max(steps, key=lambda s: (gap[s], s), default=None)
+    avoid = min(steps, key=lambda s: (gap[s], s), default=None)
+    if use is None or gap[use] < margin:
+        return None
+    text = f"For {family.replace('_', ' ')} questions, right plans: {step_text(use)}."
+    if avoid is not None and -gap[avoid] >= margin:
+        text += f" Wrong plans: {step_text(avoid)}."
+    return text[:200]
+
+
 class WorkflowGuide:
     """Multiplies the prior of options that continue a known workflow of the task's family
     by `boost` (the plan so far must match the workflow's first steps)."""
@@ -105,6 +127,7 @@ class Outcome:
     executions: int
     workflow: tuple[str, ...] = ()
     guided: bool = False  # a workflow of its family was in the view
+    tried: tuple[str, ...] = ()  # the workflow of the plan it answered with, right or wrong
     texts: list[str] = field(default_factory=list)  # question, SQL, observations (private)
 
 
@@ -241,6 +264,21 @@ class DataAgentSite:
         for (fam, steps), u in held.items():
             if failed[fam] >= min_support and not by_fam[fam][steps]:
                 ops.append({"op": "REMOVE", "target": u["id"], "count": failed[fam]})
+        held_insights = {(u["family"], u["text"]): u for u in view if u.get("kind") == "insight"}
+        for fam in sorted({o.family for o in outcomes}):
+            wins = [o.workflow for o in outcomes if o.family == fam and o.verified]
+            fails = [o.tried for o in outcomes if o.family == fam and not o.verified and o.tried]
+            if len(wins) < min_support or len(fails) < min_support:
+                continue
+            text = contrast_insight(fam, wins, fails)
+            if text is None:
+                continue
+            if (fam, text) in held_insights:
+                ops.append({"op": "AGREE", "target": held_insights[(fam, text)]["id"],
+                            "count": len(wins)})
+            else:
+                ops.append({"op": "ADD", "count": len(wins), "unit": {
+                    "kind": "insight", "family": fam, "steps": [], "text": text}})
         if self.poison:  # an experiment's adversary: counting rows to answer lookups
             ops.append({"op": "ADD", "count": 50, "unit": {
                 "kind": "workflow", "family": "lookup", "steps": list(POISON),
