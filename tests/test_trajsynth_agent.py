@@ -131,6 +131,10 @@ def test_outcomes_are_cached_per_prompt_and_survive_a_restart(site_dir, tmp_path
     again = DataAgentSite(d, agent="prompted", agent_settings={"model": "fake"})
     assert again.attempt(tasks, []) == first
     assert again.prompted("react").model_runs == 0
+    again.attempt(tasks, [mine], scaffold="plan")  # new records after the torn line
+    third = DataAgentSite(d, agent="prompted", agent_settings={"model": "fake"})
+    third.attempt(tasks, [mine], scaffold="plan")
+    assert third.prompted("plan").model_runs == 0
 
 
 def test_bad_agent_settings_name_the_field(site_dir):
@@ -202,3 +206,22 @@ def test_insights_contrast_successes_with_failures_and_merge_by_embedding(site_d
     lookup = [u for u in kb.units.values() if u.family == "lookup"]
     assert len(lookup) == 1 and set(lookup[0].support) == {"a", "b"}
     assert lookup[0].status == "active" and len(kb.units) == 2
+
+
+def test_a_task_without_any_plan_fails_without_stopping_the_others(site_dir, tmp_path,
+                                                                    monkeypatch):
+    import shutil
+
+    from workbench.trajsynth.agent import DataAgent
+
+    d = tmp_path / "site"
+    shutil.copytree(site_dir, d)
+    (d / "agent_outcomes.jsonl").unlink(missing_ok=True)
+    site = DataAgentSite(d, agent="prompted", agent_settings={"model": "fake"})
+    tasks = site.tasks("learn", 4)
+    real = DataAgent.candidates
+    monkeypatch.setattr(DataAgent, "candidates",
+                        lambda self, t: [] if t.id == tasks[0].id else real(self, t))
+    out = site.attempt(tasks, [])
+    assert not out[0].verified and out[0].iterations == 0
+    assert site.prompted("react").model_runs == len(tasks) - 1

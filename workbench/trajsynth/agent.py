@@ -131,7 +131,10 @@ class DataAgent:
         self._tasks: dict[str, Any] = {}  # task id -> Task, for the runs under way
         self.model_runs = 0  # trials run through the model (cache misses)
         if self.cache_path and self.cache_path.exists():
-            for line in self.cache_path.read_text().splitlines():
+            raw = self.cache_path.read_bytes()
+            if raw and not raw.endswith(b"\n"):  # a torn last line: end it, so the next
+                append_line(self.cache_path, "")  # record starts on a line of its own
+            for line in raw.decode("utf-8", "replace").splitlines():
                 try:
                     row = json.loads(line)
                     self._outcomes[row["key"]] = row["outcome"]
@@ -262,10 +265,16 @@ class DataAgent:
         for t in tasks:
             system = self.system(t, units)
             keys[t.id] = k = self.key(t, system)
-            if k not in self._outcomes and k not in {a.metadata["key"] for a in todo}:
-                self._tasks[t.id] = t
-                todo.append(AgentTask(id=t.id, prompt=t.question, system=system,
-                                      metadata={"task_id": t.id, "key": k}))
+            if k in self._outcomes or k in {a.metadata["key"] for a in todo}:
+                continue
+            if not self.candidates(t):  # the grammar has no complete plan: nothing to offer
+                self._store(k, {"verified": False, "turns": 0,
+                                "executions": self._probes.get(t.id, 0), "tokens": 0,
+                                "trials": 0, "workflow": [], "tried": [], "sql": []})
+                continue
+            self._tasks[t.id] = t
+            todo.append(AgentTask(id=t.id, prompt=t.question, system=system,
+                                  metadata={"task_id": t.id, "key": k}))
         if todo:
             self._work(todo, run_reflexion)
         out = []
@@ -316,10 +325,12 @@ class DataAgent:
                    "workflow": list(workflow_of(cand.moves)) if ok and cand else [],
                    "tried": list(workflow_of(cand.moves)) if cand else [],
                    "sql": [s for x in trials for s in _sqls(x)]}
-            self._outcomes[a.metadata["key"]] = row
-            if self.cache_path:
-                append_line(self.cache_path, json.dumps({"key": a.metadata["key"],
-                                                         "outcome": row}))
+            self._store(a.metadata["key"], row)
+
+    def _store(self, key: str, row: dict) -> None:
+        self._outcomes[key] = row
+        if self.cache_path:
+            append_line(self.cache_path, json.dumps({"key": key, "outcome": row}))
 
 
 def _call(name: str, sql: str):
