@@ -45,7 +45,7 @@ def test_units_render_in_the_plans_own_words():
              {"id": "d", "family": "join", "steps": ["op=count"], "support": 9}]
     text = render_units(units, "lookup")
     lines = text.splitlines()
-    assert lines[0] == "Workflows that worked for lookup questions:"
+    assert lines[0] == "What worked for lookup questions at other sites:"
     assert len(lines) == 3  # same steps rendered once; the join unit is not this family's
     assert lines[1].startswith("- list the distinct values")  # most supported first
     assert render_units(units, "aggregation") == ""
@@ -59,8 +59,8 @@ def test_scaffolds_run_through_the_agent_loop_and_units_reach_the_prompt(site_di
     covered = {u["id"] for u in units}
     agent = site.prompted("react")
     t = next(t for t in tasks if t.id in covered)
-    assert "Workflows that worked for" in agent.system(t, units)
-    assert "Workflows" not in agent.system(t, [])
+    assert "What worked for" in agent.system(t, units)
+    assert "What worked" not in agent.system(t, [])
     results = {}
     for scaffold in ("react", "plan", "reflexion"):
         base = site.attempt(tasks, [], scaffold=scaffold)
@@ -71,8 +71,11 @@ def test_scaffolds_run_through_the_agent_loop_and_units_reach_the_prompt(site_di
             if o.verified:
                 assert o.workflow and all("=" in s for s in o.workflow)
     print("verified without / with the right workflows in the prompt:", results)
-    # the units change what the model picks: more right answers in every scaffold
-    assert all(w > b for b, w in results.values()), results
+    # the units change what the model picks: more right answers at the first trial, and
+    # never fewer with Reflexion's second trial
+    assert results["react"][1] > results["react"][0], results
+    assert results["plan"][1] > results["plan"][0], results
+    assert results["reflexion"][1] >= results["reflexion"][0] >= results["react"][0], results
     # plan-then-execute spends a turn on its plan; Reflexion retries what failed
     plan = site.prompted("plan")
     react = site.prompted("react")

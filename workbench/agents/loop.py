@@ -400,26 +400,38 @@ def default_lesson(traj: AgentTrajectory, feedback: str, trial: int) -> str:
 def run_reflexion(model: ChatModel, tasks: Sequence[AgentTask], setup: AgentSetup, *,
                   evaluate: Callable[[AgentTrajectory], tuple[bool, str]], trials: int = 2,
                   lesson: Callable[[AgentTrajectory, str, int], str] = default_lesson,
-                  desc: str = "agent") -> list[list[AgentTrajectory]]:
+                  desc: str = "agent",
+                  on_task_done: Callable[[AgentTask, list[AgentTrajectory]], None] | None
+                  = None) -> list[list[AgentTrajectory]]:
     """Reflexion's outer loop: run every task; `evaluate` judges each finished run (ok,
     feedback); a failed task runs again, in lockstep with the other failed ones, with one
     lesson per failed trial in `metadata["lessons"]` (the `Reflexion` scaffold shows them)
     and the final arguments it gave in `metadata["failed_finals"]` (a guided pack can stop
-    offering them). Returns each task's trials, in task order. With trials=1 this is
-    `run_agents`."""
+    offering them). `on_task_done(task, trials)` hears of each task as soon as it is settled
+    (right, or out of trials), so a caller can save as it goes. Returns each task's trials,
+    in task order. With trials=1 this is `run_agents`."""
     from dataclasses import replace
 
     runs: dict[str, list[AgentTrajectory]] = {t.id: [] for t in tasks}
+    verdict: dict[str, tuple[bool, str]] = {}
     live = list(tasks)
     for k in range(1, trials + 1):
-        trajs = run_agents(model, live, setup,
-                           desc=desc if trials == 1 else f"{desc}, trial {k}/{trials}")
+        by_id = {t.id: t for t in live}
+
+        def settle(traj: AgentTrajectory, k: int = k, by_id: dict = by_id) -> None:
+            runs[traj.task_id].append(traj)
+            verdict[traj.task_id] = evaluate(traj)
+            if (verdict[traj.task_id][0] or k == trials) and on_task_done is not None:
+                on_task_done(by_id[traj.task_id], runs[traj.task_id])
+
+        run_agents(model, live, setup, on_done=settle,
+                   desc=desc if trials == 1 else f"{desc}, trial {k}/{trials}")
         again = []
-        for t, traj in zip(live, trajs, strict=True):
-            runs[t.id].append(traj)
-            ok, feedback = evaluate(traj)
+        for t in live:
+            ok, feedback = verdict[t.id]
             if ok or k == trials:
                 continue
+            traj = runs[t.id][-1]
             meta = dict(t.metadata)
             meta["lessons"] = [*meta.get("lessons", []), lesson(traj, feedback, k)]
             meta["failed_finals"] = [*meta.get("failed_finals", []),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workbench.train.config import LoraSettings
 
@@ -82,6 +82,20 @@ class KnowledgeSettings(_Section):
                                           "rollouts, max_steps, max_tool_calls, trials, rows.")
     slice: int | None = Field(None, ge=1, description="At most this many tasks in each of a "
                               "site's slices (learn, gate, eval); None: all of them.")
+
+    @field_validator("prompted")
+    @classmethod
+    def _prompted_settings(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """Checked here, not at the first round on every site (the settings live with the
+        agent, in the pipeline that provides the sites)."""
+        from workbench.errors import WorkbenchError
+        from workbench.registry import provider
+
+        try:
+            provider("knowledge_agent_settings")(v)
+        except WorkbenchError as e:
+            raise ValueError(str(e).removeprefix("knowledge.prompted.")) from None
+        return v
     learn_iterations: int = Field(24, ge=1, description="Search iterations per local task "
                                                         "when a site works its tasks.")
     eval_iterations: int = Field(6, ge=1, description="Search budget per task when success "

@@ -163,7 +163,7 @@ def ab_gate(candidates: Sequence[Op], view: Sequence[dict],
             kept.append(op)
             continue
         unit = {"id": "candidate", "kind": op.kind, "family": op.family, "text": op.text,
-                "steps": op.steps}
+                "steps": op.steps, "trial": True}  # a site must show it to measure it
         trial_view = [u for u in view if not (op.op == "EDIT" and u["id"] == op.target)]
         if op.family not in base:
             base[op.family] = success(view, op.family)
@@ -222,7 +222,7 @@ def review_candidates(candidates: Sequence[dict], view: Sequence[dict],
             continue
         if fam not in base:
             base[fam] = success(view, fam)
-        with_unit = success([*view, c], fam)
+        with_unit = success([*view, {**c, "trial": True}], fam)
         delta = round((with_unit - base[fam]) * n_tasks(fam))
         log.append({"id": c["id"], "family": fam, "without": base[fam], "with": with_unit})
         if delta > 0:

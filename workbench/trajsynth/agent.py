@@ -16,8 +16,10 @@ each plan's description, read after the conversation, picks one. Scaffolds:
 - plan: the model writes a short plan first, then acts (plan-then-execute);
 - reflexion: a trial ends in an answer; the task's checker judges it, as Reflexion's evaluator
   does on HotpotQA (Shinn et al., 2023), and a failed task runs again with the lesson of each
-  failed trial in its system prompt (the lesson is templated, not model-written; the calls it
-  names are not offered again).
+  failed trial in its system prompt (the lesson is templated, not model-written; the answer
+  it names is not offered again while other plans are left). Its success is therefore
+  pass@trials with the checker as evaluator, on every slice: compare scaffolds with that in
+  mind.
 
 Outcomes are cached per (task, scaffold, model, prompt): a unit that does not change a task's
 prompt does not make the site run that task again, so the A/B gate and peer review pay only
@@ -40,6 +42,8 @@ from workbench.io import append_line
 from workbench.trajsynth.grammar import OP_TEXT, Move
 from workbench.trajsynth.knowledge import Outcome, workflow_of
 
+# bump when sampling, scaffolds or prompts change: cached outcomes of older code are not reused
+CACHE_VERSION = "data-agent-2"
 # site scaffold -> agent-loop scaffold
 LOOP_SCAFFOLD = {"react": "react", "plan": "plan_execute", "reflexion": "reflexion"}
 
@@ -52,11 +56,18 @@ _COND = {"eq": "is <value>", "gt": "is greater than <value>", "lt": "is less tha
          "year": "is in <year>"}
 
 
-def step_text(step: str) -> str:
-    """A workflow step in the words the plans' descriptions use (so a model can match them)."""
+# words that are also common column names ("Total") would make a site's privacy filter drop
+# an insight that carries them: on the wire the ops say "sum"
+_WIRE_OP = {"agg": "the sum, average, minimum or maximum of a column",
+            "group": "list the groups, each with its count or sum"}
+
+
+def step_text(step: str, *, wire: bool = False) -> str:
+    """A workflow step in the words the plans' descriptions use (so a model can match them);
+    `wire`: the words of a text that leaves the site (an insight)."""
     slot, _, rest = step.partition("=")
     if slot == "op":
-        return OP_TEXT.get(rest, rest)
+        return (_WIRE_OP.get(rest) if wire else None) or OP_TEXT.get(rest, rest)
     if slot == "measure":
         return _MEASURE.get(rest, rest)
     if slot == "group":
@@ -67,28 +78,48 @@ def step_text(step: str) -> str:
         parts = rest.split(":")
         if parts[0] == "skip":
             return "a stated value that is not a filter"
-        cmp = _COND.get(parts[1], "matches <value>") if len(parts) > 1 else "matches <value>"
+        kind = parts[1] if len(parts) > 1 else ""
+        cmp = _COND.get(kind, "matches <value>")
         text = f"a filter: whose <column> {cmp}"
         if len(parts) > 2 and parts[2].startswith("via"):
             text = f"a filter on a linked table: linked to a <table> row whose <column> {cmp}"
+        elif kind == "ref":
+            text = "a filter on a child table: referenced by a <table> row that matches <value>"
         if parts[0] == "extra":
             text += " (in the numerator)"
         return text
     return step
 
 
+def shown_units(units: Sequence[dict], family: str, limit: int = 3) -> list[dict]:
+    """The units of `family` a prompt shows: a unit on trial (the A/B gate's or a peer
+    review's candidate, `trial: true`) always, then the most supported, `limit` workflows
+    (distinct wording) and `limit` insights."""
+    def order(u: dict) -> tuple:
+        return (not u.get("trial"), -int(u.get("support", 0)), str(u.get("id", "")))
+
+    mine = sorted((u for u in units if u.get("family") == family), key=order)
+    flows, insights, seen = [], [], set()
+    for u in mine:
+        if u.get("kind", "workflow") == "workflow" and u.get("steps"):
+            text = "; ".join(step_text(s) for s in u["steps"])
+            if text not in seen and len(flows) < limit:
+                seen.add(text)
+                flows.append(u)
+        elif u.get("kind") == "insight" and u.get("text") and len(insights) < limit:
+            insights.append(u)
+    return flows + insights
+
+
 def render_units(units: Sequence[dict], family: str, limit: int = 3) -> str:
-    """The prompt block for a task of `family`: its workflows, most supported first."""
-    flows = [u for u in units if u.get("kind", "workflow") == "workflow"
-             and u.get("family") == family and u.get("steps")]
-    flows.sort(key=lambda u: (-int(u.get("support", 0)), u.get("id", "")))
-    insights = [u for u in units if u.get("kind") == "insight" and u.get("family") == family]
-    if not flows and not insights:
+    """The prompt block for a task of `family` (empty when it has no units)."""
+    shown = shown_units(units, family, limit)
+    if not shown:
         return ""
-    lines = [f"Workflows that worked for {family.replace('_', ' ')} questions:"]
-    texts = ["; ".join(step_text(s) for s in u["steps"]) for u in flows]
-    lines += [f"- {x}" for x in list(dict.fromkeys(texts))[:limit]]
-    lines += [f"- {u['text']}" for u in insights[:limit]]
+    lines = [f"What worked for {family.replace('_', ' ')} questions at other sites:"]
+    for u in shown:
+        lines.append("- " + ("; ".join(step_text(s) for s in u["steps"])
+                             if u.get("kind", "workflow") == "workflow" else u["text"]))
     return "\n".join(lines)
 
 
@@ -120,6 +151,12 @@ class DataAgent:
                  seed: int = 0, cache: str | Path | None = None):
         if scaffold not in LOOP_SCAFFOLD:
             raise ValueError(f"scaffold {scaffold!r}: use {', '.join(LOOP_SCAFFOLD)}")
+        if not model.capabilities.score:
+            from workbench.errors import WorkbenchError
+
+            raise WorkbenchError(f"knowledge.prompted.model: {model.identity} cannot score "
+                                 "continuations, which the guided agent needs (use a local "
+                                 "model or a server that returns prompt logprobs)")
         self.env, self.model, self.scaffold = env, model, scaffold
         self.cfg = settings or AgentSettings()
         self.seed = seed
@@ -198,8 +235,8 @@ class DataAgent:
         return head + (f"\n\n{block}" if block else "")
 
     def key(self, task, system: str) -> str:
-        parts = [task.id, self.scaffold, self.model.identity, self.cfg.model_dump_json(),
-                 self.seed, system]
+        parts = [CACHE_VERSION, task.id, self.scaffold, self.model.identity,
+                 self.cfg.model_dump_json(), self.seed, system]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
 
     # -- the loop ---------------------------------------------------------------------------
@@ -232,6 +269,8 @@ class DataAgent:
             for c in cands:
                 texts[c.sql] = c.text
             ran = [a.get("sql") for a in state.calls_made("run_sql")]
+            if state.turn + 1 >= self.cfg.max_steps:  # the last turn must answer
+                names = [n for n in names if n == "answer"]
             out = []
             if "answer" in names:
                 out += [_call("answer", s) for s in dict.fromkeys(ran)
@@ -255,7 +294,7 @@ class DataAgent:
             budget=Budget(max_steps=self.cfg.max_steps, max_tool_calls=self.cfg.max_tool_calls,
                           max_tokens=4096),
             errors=ErrorPolicy(on_error="continue", max_errors=2),
-            pack="data_agent", prompt_version="fed-knowledge-1")
+            pack="data_agent", prompt_version=CACHE_VERSION)
 
     def attempt(self, tasks: Sequence, units: Sequence[dict]) -> list[Outcome]:
         """Each task's outcome with these units in the prompt (cached per prompt)."""
@@ -282,7 +321,8 @@ class DataAgent:
             row = self._outcomes[keys[t.id]]
             out.append(Outcome(t.id, t.category, bool(row["verified"]), int(row["turns"]),
                                int(row["executions"]), tuple(row["workflow"]),
-                               guided=any(u.get("family") == t.category for u in units),
+                               guided=any(u.get("kind", "workflow") == "workflow"
+                                          for u in shown_units(units, t.category)),
                                tried=tuple(row.get("tried", ())),
                                texts=[t.question, t.program, *row.get("sql", [])]))
         return out
@@ -306,26 +346,25 @@ class DataAgent:
         return f"Trial {trial} answered with {what}; {feedback}. Try another plan."
 
     def _work(self, todo: list, run_reflexion) -> None:
-        setup = self._setup()
-        trials_of = run_reflexion(
-            self.model, todo, setup, evaluate=self.judge, lesson=self.lesson,
-            trials=self.cfg.trials if self.scaffold == "reflexion" else 1,
-            desc=f"{self.scaffold} agent")
-        for a, trials in zip(todo, trials_of, strict=True):
-            self.model_runs += len(trials)
-            t = self._tasks[a.id]
-            sql = (trials[-1].final or {}).get("sql")
-            ok = bool(sql) and t.check(self.run_sql(sql))
-            cand = next((c for c in self.candidates(t) if c.sql == sql), None)
-            row = {"verified": ok, "turns": sum(x.model_turns for x in trials),
-                   "executions": self._probes.get(t.id, 0)
-                   + sum(x.tool_calls + (x.final is not None) for x in trials),
-                   "tokens": sum(x.completion_tokens for x in trials),
-                   "trials": len(trials),
-                   "workflow": list(workflow_of(cand.moves)) if ok and cand else [],
-                   "tried": list(workflow_of(cand.moves)) if cand else [],
-                   "sql": [s for x in trials for s in _sqls(x)]}
-            self._store(a.metadata["key"], row)
+        run_reflexion(self.model, todo, self._setup(), evaluate=self.judge, lesson=self.lesson,
+                      trials=self.cfg.trials if self.scaffold == "reflexion" else 1,
+                      desc=f"{self.scaffold} agent", on_task_done=self._record)
+
+    def _record(self, a, trials: list) -> None:
+        """Save a settled task's outcome at once (a killed round keeps what it finished)."""
+        self.model_runs += len(trials)
+        t = self._tasks[a.id]
+        sql = (trials[-1].final or {}).get("sql")
+        ok = bool(sql) and t.check(self.run_sql(sql))
+        cand = next((c for c in self.candidates(t) if c.sql == sql), None)
+        self._store(a.metadata["key"], {
+            "verified": ok, "turns": sum(x.model_turns for x in trials),
+            "executions": self._probes.get(t.id, 0)
+            + sum(x.tool_calls + (x.final is not None) for x in trials),
+            "tokens": sum(x.completion_tokens for x in trials), "trials": len(trials),
+            "workflow": list(workflow_of(cand.moves)) if ok and cand else [],
+            "tried": list(workflow_of(cand.moves)) if cand else [],
+            "sql": [s for x in trials for s in _sqls(x)]})
 
     def _store(self, key: str, row: dict) -> None:
         self._outcomes[key] = row

@@ -89,9 +89,10 @@ def contrast_insight(family: str, wins: Sequence[Sequence[str]],
     avoid = min(steps, key=lambda s: (gap[s], s), default=None)
     if use is None or gap[use] < margin:
         return None
-    text = f"For {family.replace('_', ' ')} questions, right plans: {step_text(use)}."
+    text = f"For {family.replace('_', ' ')} questions, right plans: " \
+           f"{step_text(use, wire=True)}."
     if avoid is not None and -gap[avoid] >= margin:
-        text += f" Wrong plans: {step_text(avoid)}."
+        text += f" Wrong plans: {step_text(avoid, wire=True)}."
     return text[:200]
 
 
@@ -128,7 +129,7 @@ class Outcome:
     workflow: tuple[str, ...] = ()
     guided: bool = False  # a workflow of its family was in the view
     tried: tuple[str, ...] = ()  # the workflow of the plan it answered with, right or wrong
-    texts: list[str] = field(default_factory=list)  # question, SQL, observations (private)
+    texts: list[str] = field(default_factory=list)  # question, program, SQL run (private)
 
 
 # --- a site -----------------------------------------------------------------------------------
