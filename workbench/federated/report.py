@@ -274,7 +274,7 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
     lines = [f"# Federated knowledge units: {len(sites)} data-agent sites x {fc.rounds} rounds",
              "", f"Each site works its learning tasks with {how}, and the units in its view; "
              f"it proposes operations "
-             f"(workflows need {ks.min_support} verified plans), filters them (privacy), gates "
+             f"(a workflow needs {ks.min_support} verified plan(s)), filters them (privacy), gates "
              f"them (A/B on a gate slice: {'on' if ks.gate else 'off'}) and sends operations "
              f"and counts. A unit is active when {ks.k_min} sites support it. Success is the "
              f"share of a held-back slice of each site's tasks verified within "
@@ -319,7 +319,7 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
         ops = ", ".join(f"{k} {v}" for k, v in r["ops"].items() if v)
         lines.append(f"| {r['round']} | " + " | ".join(cells) + f" | {r['active']} | "
                      f"{ops or '–'} | {r['bytes_down'] / 1e3:.1f} | {r['bytes_up'] / 1e3:.1f} |")
-    lines += ["", "## Active units", "", "| family | workflow | sites for | against | "
+    lines += ["", "## Active units", "", "| family | unit (workflow or insight) | sites for | against | "
               "support (counts) |", "|---|---|---|---|---|"]
     lines += [f"| {u['family']} | {u['text']} | {u['sites']} | {u['against']} | "
               f"{u['support']} |" for u in summary.get("active", [])]
