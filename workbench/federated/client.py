@@ -19,15 +19,6 @@ if TYPE_CHECKING:
     from flwr.app import Context, Message
 
 
-@functools.cache
-def _embedder():
-    """The bundled MiniLM, loaded once per process (the in-process runner serves every site
-    from one process)."""
-    from workbench.models.embed import load_embedder
-
-    return load_embedder("minilm")
-
-
 def site_errors(handler):
     """A site's exception goes to the server as its type and a fixed line; the message, which
     can quote the site's rows (a validation error shows the bad value), stays in the site's
@@ -102,7 +93,7 @@ def handle_knowledge(msg: Message, context: Context) -> Message:
 
     from workbench.federated.config import KnowledgeSettings
     from workbench.federated.knowledge import (
-        Op, PrivacyFilter, ab_gate, ops_to_record, review_candidates,
+        Op, PrivacyFilter, ab_gate, minilm, ops_to_record, review_candidates,
     )
     from workbench.registry import provider
 
@@ -129,7 +120,7 @@ def handle_knowledge(msg: Message, context: Context) -> Message:
                            "text": o["unit"]["text"], "steps": o["unit"]["steps"]}
                           if "unit" in o else {}))
                     for o in site.propose(learned, view, min_support=ks.min_support)]
-        embed = _embedder().embed if ks.max_similarity is not None else None
+        embed = minilm().embed if ks.max_similarity is not None else None
         filt = PrivacyFilter([t for o in learned for t in o.texts], site.identifiers,
                              site.canaries, n=ks.ngram, embed=embed,
                              max_similarity=ks.max_similarity or 0.9,

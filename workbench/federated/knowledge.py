@@ -16,6 +16,7 @@ protocol: records, filter, gate, server, messages.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -329,3 +330,12 @@ def record_bytes(rec: dict) -> int:
 
 def now() -> float:
     return time.monotonic()
+
+
+@functools.cache
+def minilm():
+    """The bundled MiniLM, loaded once per process (the in-process runner serves every site
+    from one process; the server embeds insights with it)."""
+    from workbench.models.embed import load_embedder
+
+    return load_embedder("minilm")

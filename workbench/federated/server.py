@@ -23,7 +23,6 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -463,13 +462,9 @@ def serve(grid: Grid, config_file: str, out_dir: str) -> dict[str, Any]:
         raise
 
 
+
 def _embed_insights(texts: list[str]):
     """MiniLM vectors for free-text units (loaded on the first insight, once per process)."""
-    return _minilm().embed(texts)
+    from workbench.federated.knowledge import minilm
 
-
-@lru_cache(maxsize=1)
-def _minilm():
-    from workbench.models.embed import load_embedder
-
-    return load_embedder("minilm")
+    return minilm().embed(texts)
