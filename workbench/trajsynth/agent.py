@@ -3,8 +3,8 @@ with the site's knowledge units rendered into its prompt.
 
 The agent loop (`workbench.agents.loop`) runs the conversation: the system prompt names the
 database's tables, the scaffold's instruction and the workflows of the question's family that
-the site holds ("Workflows that worked for lookup questions: look up a value of one row; a
-filter: whose <column> is <value>"); the user turn is the question. The tools are `run_sql`
+the site holds ("What worked for lookup questions at other sites: look up a value of one
+row; a filter: whose <column> is <value>"); the user turn is the question. The tools are `run_sql`
 (read-only, shows a few rows) and `answer` (final: the SQL whose result is the answer).
 
 A 135M model cannot write this schema's SQL, so the policy is guided: each turn the agent is
