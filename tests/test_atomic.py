@@ -7,6 +7,8 @@ import random
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 CHILD = r"""
@@ -38,7 +40,7 @@ def _version(folder):
     return json.loads((folder / "version.json").read_text())["v"]
 
 
-def test_kill_at_every_step_of_replace_dir_leaves_old_or_new(tmp_path):
+def test_kill_at_every_step_of_replace_dir_leaves_old_or_new(tmp_path, kill_injection):
     from workbench.io import recover_dir
 
     rng = random.Random(0)
@@ -59,3 +61,35 @@ def test_kill_at_every_step_of_replace_dir_leaves_old_or_new(tmp_path):
         seen.add(v)
         assert not list(root.glob(".out.old-*"))  # leftovers cleaned by the recovery
     assert seen == {"old", "new"}  # the kills landed both before and after the switch
+
+
+def test_an_atomic_write_never_replaces_what_is_not_a_regular_file(tmp_path):
+    """A device, FIFO, socket or folder (or a link to one) under the target name is refused
+    before anything is written; it is still there, unchanged, and no temp file is left."""
+    import socket
+    import stat
+
+    from workbench.errors import DataError
+    from workbench.io import atomic_write_text, write_jsonl
+
+    targets = {"fifo": tmp_path / "fifo", "folder": tmp_path / "folder",
+               "socket": tmp_path / "sock", "link": tmp_path / "link"}
+    os.mkfifo(targets["fifo"])
+    targets["folder"].mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(targets["socket"]))
+    targets["link"].symlink_to(targets["fifo"])
+    if os.geteuid() == 0:  # a character device like /dev/full, made where the test may write
+        targets["device"] = tmp_path / "full"
+        os.mknod(targets["device"], 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    before = {k: os.lstat(p) for k, p in targets.items()}
+    for name, target in targets.items():
+        for write in (lambda p: atomic_write_text(p, "x"), lambda p: write_jsonl(p, [{"a": 1}])):
+            with pytest.raises(DataError, match="not a regular file") as e:
+                write(target)
+            assert str(target) in str(e.value)
+        after = os.lstat(target)
+        assert (after.st_mode, after.st_ino) == (before[name].st_mode, before[name].st_ino)
+    sock.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in
+                                                                targets.values())

@@ -24,9 +24,12 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success it replaces `path` in one rename.
 
-    On any exception the temporary file is removed and `path` is left as it was.
+    On any exception the temporary file is removed and `path` is left as it was. A `path`
+    that exists and is not a regular file (a device, FIFO, socket or folder, or a link to
+    one) is refused before anything is written: a rename would put a file in its place.
     """
     path = Path(path)
+    check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f"{suffix}.tmp", dir=path.parent)
     os.close(fd)
@@ -42,6 +45,25 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+
+
+def check_replaceable(path: str | os.PathLike) -> None:
+    """Refuse (DataError naming it) a path that exists and is not a regular file."""
+    import stat
+
+    try:
+        st = os.stat(path)  # follows a link: a link to a device is refused too
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise DataError(f"cannot check the file to write ({e.strerror})", path=str(path),
+                        code="not_a_file") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a device" if stat.S_ISCHR(
+            st.st_mode) or stat.S_ISBLK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(
+            st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise DataError(f"is {kind}, not a regular file; nothing written", path=str(path),
+                        code="not_a_file")
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:
