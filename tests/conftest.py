@@ -1,3 +1,16 @@
+"""Shared fixtures, and the two test tiers.
+
+The README's command (`python -m pytest -q`) runs the fast tier: every package through its
+public API with tiny random-init models, scripted models and in-process CLI calls. The full
+tier (`python -m pytest -q --tier full`) runs the rest: a test belongs to it because it asks
+for one of the fixtures in FULL_TIER (the bundled model, a CLI subprocess, a server process,
+the Flower deployment, kill injection, real training, the browser), directly or through
+another fixture. `--tier all` runs both; CI runs the fast tier, then the full tier.
+
+A fast-tier test that loads the bundled chat model or starts the CLI as a subprocess fails
+with a message saying which fixture would move it to the full tier.
+"""
+
 import os
 import socket
 import subprocess
@@ -11,6 +24,188 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# --- tiers -------------------------------------------------------------------------------------
+
+FULL_TIER = {
+    "bundled_model": "loads the bundled SmolLM2-135M chat model",
+    "cli_process": "runs the workbench CLI as a subprocess",
+    "server_process": "starts a server in another process",
+    "flower_deployment": "starts a Flower SuperLink and SuperNodes",
+    "kill_injection": "kills a process in the middle of its work",
+    "real_training": "trains or scores past a tiny model's few steps",
+    "browser": "drives Chromium",
+}
+_current = {"tier": "all", "test": ""}
+
+
+def tier_of(item) -> str:
+    return "full" if FULL_TIER.keys() & set(getattr(item, "fixturenames", ())) else "fast"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tier", choices=("fast", "full", "all"), default=None,
+                     help="fast (the default): tiny and scripted models, in-process CLI, "
+                          "minutes; full: the tests that use a fixture of conftest.FULL_TIER "
+                          "(bundled model, processes, servers, Flower, kills, browser); all: "
+                          "both. Naming tests by id (file::test) runs them whatever their "
+                          "tier.")
+
+
+def _chosen_tier(config) -> str:
+    tier = config.getoption("--tier")
+    if tier:
+        return tier
+    if any("::" in a for a in config.args):  # tests named by id run whatever their tier
+        return "all"
+    return "fast"
+
+
+def pytest_report_header(config):
+    tier = _chosen_tier(config)
+    other = {"fast": " (the full tier: --tier full)", "full": "", "all": ""}[tier]
+    return f"workbench test tier: {tier}{other}"
+
+
+def pytest_collection_modifyitems(config, items):
+    tier = _chosen_tier(config)
+    if tier == "all":
+        return
+    keep = [i for i in items if tier_of(i) == tier]
+    drop = [i for i in items if tier_of(i) != tier]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _current.update(tier=tier_of(item), test=item.nodeid)
+
+
+def fast_tier_refuses(what: str, fixture: str) -> None:
+    """Fail the running test if it is in the fast tier and does `what`."""
+    if _current["tier"] == "fast":
+        pytest.fail(f"{_current['test']} is a fast-tier test and {what}; ask for the "
+                    f"`{fixture}` fixture (full tier: {FULL_TIER[fixture]}) or use a tiny or "
+                    "scripted model / the in-process `cli` fixture", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _guard_bundled_model():
+    """In the fast tier, converting or opening the bundled GGUF model fails the test."""
+    from workbench.models import local
+
+    real = local.convert_gguf
+
+    def guarded(source, *a, **kw):
+        if source.kind == "bundled-gguf":
+            fast_tier_refuses("loads the bundled chat model", "bundled_model")
+        return real(source, *a, **kw)
+
+    local.convert_gguf = guarded
+    yield
+    local.convert_gguf = real
+
+
+def require(ok: bool, why: str) -> None:
+    """Skip the test when `ok` is false, except in CI (CI set), where it fails: nothing is
+    skipped in CI."""
+    if not ok:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and {why}", pytrace=False)
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def cli_process():
+    """`run_cli`: the workbench CLI in a subprocess (full tier). Prefer the in-process `cli`
+    fixture unless the test is about the process (exit by signal, stdout/stderr streams)."""
+    return run_cli
+
+
+@pytest.fixture(scope="session")
+def server_process():
+    """Declares that the test starts a server in another process (full tier)."""
+
+
+@pytest.fixture(scope="session")
+def flower_deployment():
+    """Declares that the test starts a Flower SuperLink and SuperNodes (full tier)."""
+
+
+@pytest.fixture(scope="session")
+def kill_injection():
+    """Declares that the test kills a process mid-work (full tier)."""
+
+
+@pytest.fixture(scope="session")
+def real_training():
+    """Declares that the test trains or scores past a tiny model's few steps (full tier)."""
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium, which the test drives (full tier): its path."""
+    require(Path(CHROMIUM).exists(), f"{CHROMIUM} (Debian's chromium) is not installed")
+    return CHROMIUM
+
+
+class CliResult:
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+    def __repr__(self) -> str:
+        return f"CliResult({self.returncode}, stdout={self.stdout[-300:]!r}, " \
+               f"stderr={self.stderr[-300:]!r})"
+
+
+def cli_in_process(*args: str, env: dict | None = None, cwd: Path | None = None,
+                   stdin: str = "") -> CliResult:
+    """`workbench ARGS` through `workbench.cli.main.main(argv)` in this process: its exit
+    code, stdout and stderr, as `run_cli` gives them for a subprocess. Environment, working
+    folder, signal handlers and logging are put back afterwards."""
+    import contextlib
+    import io
+    import logging
+    import signal
+
+    from workbench.cli.main import main
+
+    old_env = dict(os.environ)
+    old_cwd = os.getcwd()
+    old_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()
+    old_log = (list(root.handlers), root.level)
+    out, err = io.StringIO(), io.StringIO()
+    old_stdin = sys.stdin
+    try:
+        os.environ.update(env or {})
+        os.chdir(cwd or REPO)
+        sys.stdin = io.StringIO(stdin)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = main(list(args))
+            except SystemExit as e:  # a command that exits by itself
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.stdin = old_stdin
+        os.chdir(old_cwd)
+        os.environ.clear()
+        os.environ.update(old_env)
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
+        root.handlers[:], root.level = old_log
+    return CliResult(rc, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """The workbench CLI called in-process (fast tier): `cli("data", "validate", f)`."""
+    return cli_in_process
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +241,7 @@ def wait_http(url: str, timeout: float = 120.0, proc: subprocess.Popen | None = 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess:
+    fast_tier_refuses("starts the CLI as a subprocess", "cli_process")
     e = dict(os.environ)
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True,
@@ -81,10 +277,12 @@ def tiny_model(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from workbench.models.local import model_folder
     from workbench.models.resolve import resolve_chat_model
 
-    tok = AutoTokenizer.from_pretrained(model_folder(resolve_chat_model("default")))
+    # the bundled model's tokenizer and chat template, read from the GGUF's metadata (no
+    # weights are loaded or converted)
+    src = resolve_chat_model("default")
+    tok = AutoTokenizer.from_pretrained(src.path, gguf_file=src.gguf_file)
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -150,3 +348,49 @@ def small_trajsynth_run(out: Path) -> Path:
     explore_pool(env, pool.tasks[:6], out, ExploreConfig(prior="uniform", iterations=50),
                  log=lambda m: None)
     return out
+
+
+# --- the tiny compare run, made once per test run ----------------------------------------------
+
+TINY_COMPARE = """name: tiny
+output_dir: {out}
+models:
+  chat: {{spec: {model}}}
+corpus: {corpus}
+distill:
+  mode: single
+  max_sections: 12
+  kinds: [mc, nd]
+  perspectives: [concepts, analysis]
+  benchmark_fraction: 0.3
+  verifier: {{method: generate}}
+  models: {{writer: {teacher}, answerer: {teacher}, verifier: {teacher}}}
+rag: {{chunk_size: 96, chunk_overlap: 16}}
+train: {{max_steps: 3, batch_size: 2, max_length: 512, eval_fraction: 0.1,
+        domain_eval: {{every: 3, max_items: 5}}}}
+eval: {{methods: [loglik, generate], max_tokens: 8}}
+compare: {{eval_items: 8}}
+"""
+
+
+class CompareRun:
+    def __init__(self, workspace: Path, config: Path, result: "CliResult"):
+        self.workspace, self.config, self.result = workspace, config, result
+        self.run = workspace / "runs" / "tiny"
+
+
+@pytest.fixture(scope="session")
+def compare_run(tmp_path_factory, tiny_model) -> CompareRun:
+    """The main job (`workbench compare run`, in-process) on a tiny configuration, made once
+    and shared: a scripted teacher distils, the tiny random-init Llama is the student. Its
+    run folder sits in a workspace's runs/, as the app finds runs made outside it."""
+    from workbench.workspace import open_workspace
+
+    ws = open_workspace(tmp_path_factory.mktemp("compare") / "ws")
+    conf = ws.parent / "tiny.yaml"
+    conf.write_text(TINY_COMPARE.format(
+        out=ws / "runs", model=tiny_model, corpus=REPO / "datasets" / "rf",
+        teacher='{spec: fake, options: {script: "fake_teacher:reply"}}'))
+    result = cli_in_process("compare", "run", str(conf), env={"TQDM_DISABLE": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return CompareRun(Path(ws), conf, result)

@@ -34,31 +34,10 @@ def page(name):
 
 
 @pytest.fixture(scope="session")
-def finished_ws(tmp_path_factory, tiny_model):
-    """A workspace whose runs/ holds a finished compare run made outside the app (no job),
-    exactly as tests/test_compare.py configures it: scripted teacher, tiny student."""
-    from workbench.config import experiment_config_model
-    from workbench.jobs import run_in_process
-    from workbench.workspace import open_workspace
-
-    if TESTS not in sys.path:
-        sys.path.insert(0, TESTS)
-    w = open_workspace(tmp_path_factory.mktemp("app") / "ws")
-    teacher = {"spec": "fake", "options": {"script": "fake_teacher:reply"}}
-    cfg = experiment_config_model().model_validate({
-        "name": "tiny", "output_dir": str(w / "runs"), "models": {"chat": {"spec": tiny_model}},
-        "corpus": str(REPO / "datasets" / "rf"),
-        "distill": {"mode": "single", "max_sections": 12, "kinds": ["mc", "nd"],
-                    "perspectives": ["concepts", "analysis"], "benchmark_fraction": 0.3,
-                    "verifier": {"method": "generate"},
-                    "models": {"writer": teacher, "answerer": teacher, "verifier": teacher}},
-        "rag": {"chunk_size": 96, "chunk_overlap": 16},
-        "train": {"max_steps": 3, "batch_size": 2, "max_length": 512, "eval_fraction": 0.1,
-                  "domain_eval": {"every": 3, "max_items": 5}},
-        "eval": {"methods": ["loglik", "generate"], "max_tokens": 8},
-        "compare": {"eval_items": 8}})
-    run_in_process("compare", cfg, log=lambda _msg: None)
-    return w
+def finished_ws(compare_run):
+    """A workspace whose runs/ holds a finished compare run made outside the app (no job):
+    the shared tiny `compare_run` (scripted teacher, tiny student)."""
+    return compare_run.workspace
 
 
 @pytest.fixture()
@@ -67,10 +46,25 @@ def finished(finished_ws, monkeypatch):
     return finished_ws
 
 
+TITLES = {"projects": "Projects and runs", "corpus": "Corpus", "distill": "Distill QTSA data",
+          "retrieval": "Retrieval playground", "train": "Train (LoRA SFT)",
+          "evaluate": "Evaluate and compare", "trajsynth": "Trajectories for data agents",
+          "federated": "Federated rounds", "agents": "Domain agents",
+          "loop": "Improvement loop"}
+
+
 @pytest.mark.parametrize("name", PAGES)
-def test_every_page_renders_without_exception(ws, name):
+def test_every_page_renders_on_an_empty_workspace(ws, name):
+    """Each page runs to its end on a new workspace: its title, no exception, no error box,
+    and something that tells a person what to do or what is there (text beyond the title)."""
     at = page(name).run()
     assert not at.exception, at.exception
+    assert [t.value for t in at.title] == [TITLES[name]]
+    assert not at.error, [e.value for e in at.error]
+    said = [e.value for kind in ("markdown", "caption", "info", "subheader", "text")
+            for e in getattr(at, kind)]
+    assert any(len(x) > 20 for x in said), said
+    assert (ws / "corpus").is_dir()  # the page opened (made) the workspace it was given
 
 
 def test_navigation_app_renders(ws):

@@ -20,9 +20,8 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_app_stops_with_its_children(tmp_path, sig):
+def test_app_stops_with_its_children(tmp_path, sig, server_process):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "app", "--workspace",
                              str(tmp_path / "ws"), "--port", str(port)], cwd=REPO,

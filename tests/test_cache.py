@@ -30,7 +30,7 @@ def run_job(tmp_path, db, die=None):
     return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_killed_after_60_rerun_makes_exactly_40_calls(tmp_path):
+def test_killed_after_60_rerun_makes_exactly_40_calls(tmp_path, kill_injection):
     clean = run_job(tmp_path, tmp_path / "clean.sqlite")
     assert clean.returncode == 0, clean.stderr
     reference = json.loads(clean.stdout)

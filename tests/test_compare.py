@@ -1,44 +1,12 @@
-"""The compare experiment (the main job) end to end on a tiny configuration: a scripted teacher
-distils, a tiny random-init Llama is the student; then a re-run skips every stage."""
-
-from pathlib import Path
-
-import pytest
-
-from conftest import REPO, run_cli
-
-TESTS = str(Path(__file__).parent)
+"""The compare experiment (the main job) end to end on a tiny configuration (the shared
+`compare_run`: a scripted teacher distils, a tiny random-init Llama is the student); then a
+re-run skips every stage and reports the same rows."""
 
 
-@pytest.mark.slow
-def test_compare_end_to_end_and_cached_rerun(tmp_path, tiny_model):
-    conf = tmp_path / "tiny.yaml"
-    teacher = '{spec: fake, options: {script: "fake_teacher:reply"}}'
-    conf.write_text(f"""name: tiny
-output_dir: {tmp_path}
-models:
-  chat: {{spec: {tiny_model}}}
-corpus: {REPO / "datasets" / "rf"}
-distill:
-  mode: single
-  max_sections: 12
-  kinds: [mc, nd]
-  perspectives: [concepts, analysis]
-  benchmark_fraction: 0.3
-  verifier: {{method: generate}}
-  models: {{writer: {teacher}, answerer: {teacher}, verifier: {teacher}}}
-rag: {{chunk_size: 96, chunk_overlap: 16}}
-train: {{max_steps: 3, batch_size: 2, max_length: 512, eval_fraction: 0.1,
-        domain_eval: {{every: 3, max_items: 5}}}}
-eval: {{methods: [loglik, generate], max_tokens: 8}}
-compare: {{eval_items: 8}}
-""")
-    env = {"PYTHONPATH": TESTS, "TQDM_DISABLE": "1"}
-    r = run_cli("compare", "run", str(conf), env=env, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    run = tmp_path / "tiny"
+def test_compare_end_to_end_and_cached_rerun(compare_run, cli):
     from workbench.experiments.compare import read_report
 
+    run = compare_run.run
     report = read_report(run)
     names = [row.name for row in report.rows]
     assert names[:4] == ["Base", "Base + semantic RAG", "Base + keyword RAG",
@@ -61,7 +29,10 @@ compare: {{eval_items: 8}}
     for f in ("comparison.png", "eval_base/accuracy.png", "adapter/training_curves.png",
               "eval_base/results.jsonl", "eval_sft/summary.json"):
         assert (run / f).exists(), f
-    r2 = run_cli("compare", "run", str(conf), env=env, timeout=600)
+    for stage in ("distill/distill", "rag/index", "compare/eval_base", "train/train",
+                  "compare/eval_sft"):  # the first run ran every stage
+        assert f"== {stage}\n" in compare_run.result.stderr, stage
+    r2 = cli("compare", "run", str(compare_run.config), env={"TQDM_DISABLE": "1"})
     assert r2.returncode == 0, r2.stderr[-3000:]
     for stage in ("distill/distill", "rag/index", "compare/eval_base", "train/train",
                   "compare/eval_sft"):

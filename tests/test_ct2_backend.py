@@ -17,7 +17,6 @@ import pytest
 
 from workbench.models import GenerationParams, ScoreRequest, load_model
 
-pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 Q = [[{"role": "user", "content": "What is the capital of France?"}],
@@ -28,7 +27,11 @@ Q = [[{"role": "user", "content": "What is the capital of France?"}],
 
 
 def _ct2():
-    pytest.importorskip("ctranslate2")
+    from importlib.util import find_spec
+
+    from conftest import require
+
+    require(find_spec("ctranslate2") is not None, "ctranslate2 is not installed (dev extra)")
     from workbench.models import ct2
 
     return ct2
@@ -48,7 +51,7 @@ def tiny_pair(tiny_model, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def bundled_int8():
+def bundled_int8(bundled_model):  # full tier: the bundled model's weights
     _ct2()
     return load_model("default", backend="ctranslate2", batch_size=8)
 

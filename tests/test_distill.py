@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO
 from workbench.distill.config import AgentModel, DistillConfig
 from workbench.distill.export import to_chat
 from workbench.distill.pipeline import run_distill
@@ -187,7 +187,7 @@ def _digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.glob("*.jsonl"))}
 
 
-def test_resume_after_kill_makes_only_missing_calls(tmp_path):
+def test_resume_after_kill_makes_only_missing_calls(tmp_path, kill_injection):
     script = tmp_path / "job.py"
     script.write_text(JOB.format(tests=str(Path(__file__).parent)))
 
@@ -209,7 +209,7 @@ def test_resume_after_kill_makes_only_missing_calls(tmp_path):
     assert _digest(tmp_path / "resumed") == _digest(tmp_path / "clean")
 
 
-def test_cli_run_export_report(tmp_path):
+def test_cli_run_export_report(tmp_path, cli):
     conf = tmp_path / "c.yaml"
     conf.write_text(f"""name: d
 output_dir: {tmp_path}
@@ -223,17 +223,17 @@ distill:
   verifier: {{method: generate}}
 """)
     env = {"PYTHONPATH": str(Path(__file__).parent)}
-    r = run_cli("distill", "run", str(conf), env=env)
+    r = cli("distill", "run", str(conf), env=env)
     assert r.returncode == 0, r.stderr
     assert "samples accepted" in r.stdout
-    r = run_cli("distill", "export", str(tmp_path / "d"), "-o", str(tmp_path / "a.jsonl"),
+    r = cli("distill", "export", str(tmp_path / "d"), "-o", str(tmp_path / "a.jsonl"),
                 "--format", "alpaca", "--kinds", "mc", env=env)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert rows and all("instruction" in x for x in rows)
-    r = run_cli("distill", "report", str(tmp_path / "d"), env=env)
+    r = cli("distill", "report", str(tmp_path / "d"), env=env)
     assert "Yield per stage" in r.stdout
-    r = run_cli("distill", "report", str(tmp_path), env=env)
+    r = cli("distill", "report", str(tmp_path), env=env)
     assert r.returncode == 1 and "not a finished distillation run" in r.stderr
 
 

@@ -45,8 +45,7 @@ A quarter-wave line also turns a short circuit into an open circuit at its input
 Microstrip quarter-wave transformers are common in power dividers and amplifier matching networks.
 """
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium missing")]
+pytestmark = pytest.mark.usefixtures("browser")
 
 
 @contextlib.contextmanager

@@ -90,7 +90,6 @@ metric_list:
 """}
 
 
-@pytest.mark.slow
 def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path):
     """Both OLMES formulations, raw prompts: our letter, cloze (acc) and cloze_norm (acc_norm)
     predictions are lm-eval's, and the option log-likelihoods agree."""
@@ -138,7 +137,6 @@ def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path):
     assert s.formulations["cloze_norm"].accuracy.value == pytest.approx(acc["acc_norm,none"])
 
 
-@pytest.mark.slow
 def test_methods_circular_and_summary(bundled_model):
     its = items(12)
     rows = evaluate_mc(bundled_model, its, methods=["loglik", "generate"], circular=True,
@@ -221,8 +219,8 @@ def test_fake_model_through_conditions(rf_index, embedder):
     assert rows[0].correct and rows[0].score > 0.7
 
 
-def test_eval_train_preview_and_merge_commands(tiny_model, tmp_path):
-    from conftest import run_cli
+def test_eval_train_preview_and_merge_commands(tiny_model, tmp_path, cli):
+    run_cli = cli
     from workbench.evaluate.report import read_eval_results, read_eval_summary
     from workbench.formats import write_dataset
     from workbench.records import ChatExample

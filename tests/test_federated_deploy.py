@@ -26,7 +26,7 @@ from workbench.federated.sites import load_site, split_sites
 from workbench.federated.weights import GlobalStore
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.usefixtures("flower_deployment")
 BIN = Path(sys.executable).parent
 
 

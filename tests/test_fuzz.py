@@ -102,10 +102,21 @@ def test_dataset_and_record_loaders_take_any_bytes(tmp_path, data):
             read(path)
         except DataError as e:
             _check_error(e, data, path)
+    # the validator agrees with the reader: a file the reader takes whole has no problems
+    # and as many good records; a file it refuses has that line among the problems
+    try:
+        n, first_bad = len(read_dataset(path)), None
+    except DataError as e:
+        n, first_bad = None, e.line
     good, problems = validate_dataset(path)
-    assert good >= 0
     for e in problems:
         _check_error(e, data, path)
+    if first_bad is None:
+        assert problems == [] and good == n, (good, n, [str(p) for p in problems])
+    else:
+        assert min(p.line for p in problems) == first_bad, ([str(p) for p in problems],
+                                                             first_bad)
+    assert good + len({p.line for p in problems}) <= _lines(data)
 
 
 # ------------------------------------------------------------------ valid records + junk lines

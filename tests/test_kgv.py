@@ -230,12 +230,9 @@ def test_shipped_data_is_consistent():
             assert c.object.label.lower() in text, c.id
 
 
-@pytest.mark.usefixtures("bundled_model")
-def test_agent_on_the_bundled_model_end_to_end(tmp_path):
+def test_agent_on_the_bundled_model_end_to_end(tmp_path, bundled_model, cli):
     """Real model, real hybrid index over the shipped entries, the CLI."""
-    from conftest import run_cli
-
-    r = run_cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "kgv-0002",
+    r = cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "kgv-0002",
                 "-i", "oak | hypernym | tree", "-s", f"output_dir={tmp_path}",
                 "--out", str(tmp_path / "t.jsonl"))
     assert r.returncode == 0, r.stderr[-2000:]
@@ -243,7 +240,7 @@ def test_agent_on_the_bundled_model_end_to_end(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["final"]["label"] in ("SUPPORTED", "REFUTED")
                                   for r in rows)
-    r = run_cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "not a claim")
+    r = cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "not a claim")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "subject | predicate | object" in r.stderr + r.stdout
 
@@ -285,11 +282,8 @@ def test_a_killed_condition_rerun_finishes_the_rest(agent, tmp_path):
     assert timing["claims"] == 6
 
 
-@pytest.mark.usefixtures("bundled_model")
-def test_rf_tools_agent_on_the_bundled_model(tmp_path):
-    from conftest import run_cli
-
-    r = run_cli("agent", "run", "rf", "configs/rf_agent_demo.yaml", "-i", "rfd-000",
+def test_rf_tools_agent_on_the_bundled_model(tmp_path, bundled_model, cli):
+    r = cli("agent", "run", "rf", "configs/rf_agent_demo.yaml", "-i", "rfd-000",
                 "-s", f"output_dir={tmp_path}")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "call reflection(" in r.stdout and "answer" in r.stdout
@@ -381,11 +375,8 @@ def test_the_agent_runs_against_an_openai_compatible_server_with_native_tool_cal
     assert agent.searcher.queries == ["dog"]
 
 
-@pytest.mark.usefixtures("bundled_model")
-def test_litsearch_agent_on_the_bundled_model(tmp_path):
-    from conftest import run_cli
-
-    r = run_cli("agent", "run", "litsearch", "configs/litsearch_demo.yaml", "-i", "ls-001",
+def test_litsearch_agent_on_the_bundled_model(tmp_path, bundled_model, cli):
+    r = cli("agent", "run", "litsearch", "configs/litsearch_demo.yaml", "-i", "ls-001",
                 "-s", "agent.turns=2", "-s", f"output_dir={tmp_path}")
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("call submit_workflow") == 2 and "nDCG@10" in r.stdout

@@ -312,7 +312,7 @@ def _report(name: str, out: dict, seen: dict[str, int]) -> None:
           f"{len(out['trials'])} kill points, 0 with neither version; outcomes {seen}")
 
 
-def test_kill_at_every_write_site_of_checkpoint_save_and_rotation(tmp_path):
+def test_kill_at_every_write_site_of_checkpoint_save_and_rotation(tmp_path, kill_injection):
     runs = run_scenarios(["rotate", "resave"], tmp_path)
     for scenario, out in runs.items():
         assert len(out["trials"]) >= 20
@@ -326,7 +326,7 @@ def test_kill_at_every_write_site_of_checkpoint_save_and_rotation(tmp_path):
         _report(scenario, out, seen)
 
 
-def test_kill_at_every_write_site_of_gguf_conversion(tmp_path, monkeypatch):
+def test_kill_at_every_write_site_of_gguf_conversion(tmp_path, monkeypatch, kill_injection):
     runs = run_scenarios(["gguf-first", "gguf-force"], tmp_path)
     for scenario, out in runs.items():
         assert len(out["trials"]) >= 20
@@ -339,7 +339,7 @@ def test_kill_at_every_write_site_of_gguf_conversion(tmp_path, monkeypatch):
         _report(scenario, out, seen)
 
 
-def test_unfinished_conversion_under_the_final_name_is_redone(tmp_path, monkeypatch):
+def test_unfinished_conversion_under_the_final_name_is_redone(tmp_path, monkeypatch, kill_injection):
     """A folder under the final name without the finishing file (a copy cut short, an older
     non-atomic writer) is never taken as a conversion; temp folders of killed conversions go."""
     from workbench.models import local
@@ -359,7 +359,7 @@ def test_unfinished_conversion_under_the_final_name_is_redone(tmp_path, monkeypa
                                                                target.name]
 
 
-def test_a_second_conversion_waits_for_the_first_and_uses_its_folder(tmp_path, monkeypatch):
+def test_a_second_conversion_waits_for_the_first_and_uses_its_folder(tmp_path, monkeypatch, kill_injection):
     import threading
 
     from workbench.models import local

@@ -6,7 +6,6 @@ import pytest
 
 from workbench.models import GenerationParams, ScoreRequest
 
-pytestmark = pytest.mark.slow
 
 Q = [[{"role": "user", "content": "What is the capital of France?"}],
      [{"role": "user", "content": "Say hello."}],

@@ -190,7 +190,7 @@ def test_auto_keeps_a_good_round_and_reverts_one_that_hurts_a_subset(tmp_path, m
     assert "**NO**" in report and "Decision: revert" in report and "[" in report
 
 
-def test_a_killed_round_resumes_where_it_stopped(tmp_path):
+def test_a_killed_round_resumes_where_it_stopped(tmp_path, kill_injection):
     """The first candidate training exits like a SIGKILL; the re-run keeps the finished
     steps (synthesis, gates, mixture) and finishes the round."""
     marker = tmp_path / "died"

@@ -16,7 +16,7 @@ from workbench.models import GenerationParams, ScoreRequest, load_model
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(server_process):
     port = free_port()
     env = dict(os.environ, OPENAI_API_KEY="sk-test-SECRET-123")
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "serve", "--port", str(port)],
@@ -30,7 +30,6 @@ def server():
         proc.wait(timeout=30)
 
 
-@pytest.mark.slow
 def test_round_trip_against_workbench_serve(server, bundled_model, monkeypatch):
     url, proc = server
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-123")
@@ -54,7 +53,6 @@ def test_round_trip_against_workbench_serve(server, bundled_model, monkeypatch):
         assert abs(r.logprob - lo.logprob) < 1e-4 and r.n_tokens == lo.n_tokens
 
 
-@pytest.mark.slow
 def test_server_rejects_unknown_model_and_bad_request(server):
     import httpx
 

@@ -2,7 +2,6 @@ import json
 
 import pytest
 
-from conftest import run_cli
 from workbench.rag.context import format_context, with_context
 from workbench.records import RetrievalHit
 
@@ -23,14 +22,13 @@ def test_context_cites_sources_and_respects_budget():
     assert "Question: q" in with_context("q", ctx)
 
 
-@pytest.mark.slow
-def test_build_query_eval_end_to_end(tmp_path):
+def test_build_query_eval_end_to_end(tmp_path, cli):
     idx = tmp_path / "idx"
-    r = run_cli("rag", "build", "datasets/rf", "--out", str(idx), "-s", "rag.chunk_size=96",
+    r = cli("rag", "build", "datasets/rf", "--out", str(idx), "-s", "rag.chunk_size=96",
                 "-s", "rag.chunk_overlap=16", env={"TQDM_DISABLE": "1"})
     assert r.returncode == 0, r.stderr
     assert "chunks from" in r.stdout
-    r = run_cli("rag", "query", str(idx), "standing wave ratio", "--retriever", "keyword",
+    r = cli("rag", "query", str(idx), "standing wave ratio", "--retriever", "keyword",
                 "-k", "3", "--json")
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["rank"] for x in rows] == [1, 2, 3]
@@ -50,7 +48,7 @@ def test_build_query_eval_end_to_end(tmp_path):
                                       "relevant": [by_heading[h]["section_id"]]}) + "\n"
                           for q, t, h in qrels))
     out = tmp_path / "eval.json"
-    r = run_cli("rag", "eval", str(idx), "--qrels", str(jl), "--level", "section", "--out",
+    r = cli("rag", "eval", str(idx), "--qrels", str(jl), "--level", "section", "--out",
                 str(out))
     assert r.returncode == 0, r.stderr
     assert "| keyword |" in r.stdout and "| hybrid |" in r.stdout
@@ -60,11 +58,11 @@ def test_build_query_eval_end_to_end(tmp_path):
     trec.write_text("".join(f"{q} 0 {by_heading[h]['section_id']} 1\n" for q, _, h in qrels))
     tsv = tmp_path / "queries.tsv"
     tsv.write_text("".join(f"{q}\t{t}\n" for q, t, _ in qrels))
-    r = run_cli("rag", "eval", str(idx), "--qrels", str(trec), "--queries", str(tsv),
+    r = cli("rag", "eval", str(idx), "--qrels", str(trec), "--queries", str(tsv),
                 "--level", "section", "--out", str(tmp_path / "eval2.json"))
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "eval2.json").read_text()) == summary
-    r = run_cli("rag", "query", str(tmp_path / "nope"), "x")
+    r = cli("rag", "query", str(tmp_path / "nope"), "x")
     assert r.returncode == 1 and "no such index folder" in r.stderr
-    r = run_cli("rag", "eval", str(idx), "--qrels", str(trec))
+    r = cli("rag", "eval", str(idx), "--qrels", str(trec))
     assert r.returncode == 3 and "--queries" in r.stderr

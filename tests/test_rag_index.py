@@ -123,7 +123,7 @@ build_index(sys.argv[1], sys.argv[2], log=lambda m: None)
 """
 
 
-def test_sigkill_mid_build_keeps_previous_index(rf_index, tmp_path, embedder):
+def test_sigkill_mid_build_keeps_previous_index(rf_index, tmp_path, embedder, kill_injection):
     import shutil
 
     out = tmp_path / "idx"
@@ -268,7 +268,7 @@ def test_manifest_must_list_exactly_the_index_files(rf_index, tmp_path, embedder
     lambda m: m.update(config={"chunk_size": "big"}),
 ], ids=["dotdot", "absolute", "types", "no-files", "files-list", "bad-config"])
 def test_malformed_manifests_are_refused_before_opening_anything(rf_index, tmp_path, bad,
-                                                                  monkeypatch, embedder):
+                                                                  monkeypatch, embedder, cli):
     import builtins
 
     idx, m = _copy_index(rf_index, tmp_path / "i")
@@ -282,20 +282,18 @@ def test_malformed_manifests_are_refused_before_opening_anything(rf_index, tmp_p
         RagIndex.load(idx, embedder=embedder)
     assert "\n" not in str(e.value)
     assert not [f for f in opened if "passwd" in f]  # the outside file was never opened
-    r = subprocess.run([sys.executable, "-m", "workbench", "rag", "query", str(idx), "vswr"],
-                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    r = cli("rag", "query", str(idx), "vswr")
     assert r.returncode == 3 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def test_truncated_faiss_index_is_one_line(rf_index, tmp_path, embedder):
+def test_truncated_faiss_index_is_one_line(rf_index, tmp_path, embedder, cli):
     idx, m = _copy_index(rf_index, tmp_path / "t")
     data = (idx / "faiss.index").read_bytes()[:100]
     (idx / "faiss.index").write_bytes(data)
     m["files"]["faiss.index"] = {"bytes": len(data), "sha256": __import__(
         "hashlib").sha256(data).hexdigest()}
     _write_manifest(idx, m)
-    r = subprocess.run([sys.executable, "-m", "workbench", "rag", "query", str(idx), "vswr"],
-                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    r = cli("rag", "query", str(idx), "vswr")
     assert r.returncode in (1, 3) and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr

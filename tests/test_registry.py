@@ -9,7 +9,7 @@ import pytest
 
 from workbench.errors import WorkbenchError
 
-from conftest import REPO, run_cli
+from conftest import REPO
 
 TESTS = Path(__file__).parent
 PLUGIN_ENV = {"WB_PLUGINS": "toy_pipeline", "PYTHONPATH": str(TESTS)}
@@ -24,7 +24,9 @@ def test_builtin_pipelines_are_registered():
     assert registry.get("compare").kind == "experiment"
 
 
-def test_toy_pipeline_shows_in_help_schema_and_jobs(tmp_path):
+def test_toy_pipeline_shows_in_help_schema_and_jobs(tmp_path, cli_process):
+    """Plugins are found when the CLI process starts (WB_PLUGINS): a process test."""
+    run_cli = cli_process
     r = run_cli("--help", env=PLUGIN_ENV)
     assert r.returncode == 0 and "toy" in r.stdout and "counts words" in r.stdout
     r = run_cli("toy", "--help", env=PLUGIN_ENV)
@@ -38,7 +40,8 @@ def test_toy_pipeline_shows_in_help_schema_and_jobs(tmp_path):
     assert "toy" not in json.loads(run_cli("config", "schema").stdout)["properties"]
 
 
-def test_toy_pipeline_runs_from_cli_with_stages(tmp_path):
+def test_toy_pipeline_runs_from_cli_with_stages(tmp_path, cli_process):
+    run_cli = cli_process
     args = ("toy", "run", "-s", f"output_dir={tmp_path}", "-s", "name=t1", "-s", "toy.words=4")
     r = run_cli(*args, env=PLUGIN_ENV)
     assert r.returncode == 0, r.stderr

@@ -11,11 +11,10 @@ import pytest
 
 from conftest import REPO, free_port, wait_http
 
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def served():
+def served(server_process):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "serve", "--port", str(port)],
                             cwd=REPO, env=dict(os.environ), stdout=subprocess.PIPE,

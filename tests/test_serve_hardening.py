@@ -294,7 +294,7 @@ def test_fuzzed_bodies_never_get_a_500_and_errors_are_openai_shaped(fuzz_servers
 # --- process ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_workbench_serve_stops_within_10s_while_streaming(tiny_model, sig):
+def test_workbench_serve_stops_within_10s_while_streaming(tiny_model, sig, server_process):
     port = free_port()
     env = {**os.environ, "WB_API_KEY": "k"}
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "serve", "--model",

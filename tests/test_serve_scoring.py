@@ -96,7 +96,6 @@ def bundled_server(bundled_model):
         yield url
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("tokenizer", [None, "server"])
 def test_chat_prompt_scoring_over_http_matches_local(bundled_server, bundled_model, tokenizer):
     remote = load_model(f"{bundled_server}#smollm2-135m-instruct", tokenizer=tokenizer)
@@ -105,7 +104,6 @@ def test_chat_prompt_scoring_over_http_matches_local(bundled_server, bundled_mod
     remote.close()
 
 
-@pytest.mark.slow
 def test_bundled_model_chat_with_tools_over_http(bundled_server):
     client = openai.OpenAI(base_url=bundled_server, api_key="unused", max_retries=0)
     weather = {"type": "function", "function": {
@@ -136,7 +134,6 @@ def test_bundled_model_chat_with_tools_over_http(bundled_server):
     assert msg.tool_calls or msg.content.startswith('<tool_call>\n{"name": "get_weather"')
 
 
-@pytest.mark.slow
 def test_text_completions_and_tokenizer_routes(bundled_server, bundled_model):
     client = openai.OpenAI(base_url=bundled_server, api_key="unused", max_retries=0)
     prompt = "The capital of France is"

@@ -170,7 +170,7 @@ train(cfg, model_spec=sys.argv[2], output=sys.argv[3], seed=1, on_step=on_step,
 """
 
 
-def test_kill_and_resume_is_exact(tiny_model, data_file, tmp_path):
+def test_kill_and_resume_is_exact(tiny_model, data_file, tmp_path, kill_injection):
     from workbench.train.recipe import train
 
     cfg = tc(data_file, save_every=5)
