@@ -153,9 +153,15 @@ class StageRunner:
             self.log(f"== {self.key(stage)}: up to date")
             return rec, False
         self.log(f"== {self.key(stage)}")
+        from workbench.progress import stage as in_progress
+
         t0 = time.perf_counter()
-        info = fn() or {}
-        return self.mark(stage, h, time.perf_counter() - t0, info), True
+        with in_progress(self.key(stage)):
+            info = fn() or {}
+        seconds = time.perf_counter() - t0
+        if seconds >= 60:
+            self.log(f"== {self.key(stage)}: done in {seconds:.0f} s")
+        return self.mark(stage, h, seconds, info), True
 
     def mark(self, stage: str, h: str, seconds: float, info: dict[str, Any] | None = None
              ) -> StageRecord:

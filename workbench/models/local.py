@@ -45,6 +45,7 @@ from workbench.models.tools import (
     strip_special_tokens,
     template_messages,
 )
+from workbench.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +377,8 @@ class LocalChatModel(ChatModel):
         prompts = [self._prompt(c, specs, choice) for c in conversations]
         out: list[Generation] = []
         bs = self.opts.batch_size
-        for i in range(0, len(prompts), bs):
+        for i in progress(range(0, len(prompts), bs), desc="generating", unit="batch",
+                          delay=2):
             chunk = prompts[i:i + bs]
             gens = self._generate_batch([p for p, _ in chunk], params, add_special_tokens=False,
                                         keep_markers=calling)
@@ -532,7 +534,7 @@ class LocalChatModel(ChatModel):
             else:
                 rest.append(ri)
         prefix = self._common_prefix([ctx for _, ctx, _ in shared])
-        for ri, ctx, conts in shared:
+        for ri, ctx, conts in progress(shared, desc="scoring", unit="prompt", delay=2):
             out[ri] = self._score_shared(ctx, conts,
                                          [len(c) for c in requests[ri].continuations], prefix)
         if rest:
@@ -651,7 +653,7 @@ class LocalChatModel(ChatModel):
         # Left padding puts every continuation at the end of its row, so only the last K
         # positions need logits (`logits_to_keep`): the vocabulary projection and softmax
         # over the whole prompt would cost more than the rest of the forward pass.
-        for i in range(0, len(flat), bs):
+        for i in progress(range(0, len(flat), bs), desc="scoring", unit="batch", delay=2):
             chunk = flat[i:i + bs]
             seqs = [(ctx + cont)[:-1] for _, ctx, cont, _ in chunk]
             width = max(len(s) for s in seqs)
