@@ -93,3 +93,58 @@ def test_an_atomic_write_never_replaces_what_is_not_a_regular_file(tmp_path):
     sock.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in
                                                                 targets.values())
+
+
+def test_replace_dir_replaces_only_a_folder_the_workbench_made(tmp_path):
+    """A user's folder (or a file, or a link) under the final name is refused and left as it
+    was; an empty folder or an earlier output of the same kind is replaced."""
+    from workbench.errors import WorkbenchError
+    from workbench.io import replace_dir
+
+    def new(name="manifest.json"):
+        t = tmp_path / f".new-{len(list(tmp_path.iterdir()))}"
+        t.mkdir()
+        (t / name).write_text("{}")
+        return t
+
+    user = tmp_path / "thesis"
+    user.mkdir()
+    (user / "chapter1.tex").write_text("precious")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "manifest.json").write_text("{}")
+    link = tmp_path / "link"
+    link.symlink_to(elsewhere)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    other_kind = tmp_path / "adapter"
+    other_kind.mkdir()
+    (other_kind / "adapter_config.json").write_text("{}")
+    for target in (user, link, afile, other_kind):
+        t = new()
+        with pytest.raises(WorkbenchError, match="refusing to replace"):
+            replace_dir(t, target)
+        assert t.is_dir()  # the caller's temp folder is the caller's to remove
+    assert (user / "chapter1.tex").read_text() == "precious"
+    assert link.is_symlink() and (elsewhere / "manifest.json").exists()
+    assert afile.read_text() == "x" and (other_kind / "adapter_config.json").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    replace_dir(new(), empty)
+    assert (empty / "manifest.json").exists()
+    earlier = tmp_path / "index"
+    replace_dir(new(), earlier)
+    replace_dir(new(), earlier)  # an earlier output of the same kind: replaced
+    assert (earlier / "manifest.json").exists()
+    assert not list(tmp_path.glob(".index.old-*"))
+
+
+def test_rag_build_refuses_a_users_folder_before_any_work(tmp_path, cli):
+    user = tmp_path / "victim"
+    user.mkdir()
+    (user / "notes.txt").write_text("precious")
+    r = cli("rag", "build", str(REPO / "datasets" / "rf"), "--out", str(user))
+    assert r.returncode == 1 and "not made by the workbench" in r.stderr
+    assert "chunks" not in r.stderr  # refused before reading the corpus
+    assert sorted(p.name for p in user.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["victim"]

@@ -84,7 +84,8 @@ def atomic_savefig(fig, path: str | os.PathLike, **kwargs) -> None:
         fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", **kwargs)
 
 
-def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
+def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike, *, ours: bool = False
+                ) -> None:
     """Put a completed folder `tmp` under the name `final`, replacing any previous one.
 
     The previous folder is moved aside (`.<name>.old-<pid>`), the new one renamed in, then the
@@ -92,11 +93,18 @@ def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
     the two renames leaves the old folder aside and the final name empty for a moment:
     `recover_dir` (called here and by readers) puts it back, so `final` is always the old
     complete folder or the new complete one, never a mixture and never nothing.
+
+    Only a folder the workbench made is ever replaced (`check_made_here`): a user's folder,
+    a file or a link under the name `final` is refused before anything moves. `ours=True`
+    is for names inside a folder only the workbench writes (its model caches, a run's
+    checkpoint folder), where an unfinished earlier attempt must be replaced too.
     """
     import shutil
 
     tmp, final = Path(tmp), Path(final)
     recover_dir(final)
+    if not ours:
+        check_made_here(final, tmp)
     if final.exists():
         old = final.parent / f".{final.name}.old-{os.getpid()}"
         os.replace(final, old)
@@ -106,6 +114,42 @@ def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
     else:
         os.replace(tmp, final)
         fsync_dir(final.parent)
+
+
+# The file each kind of folder the workbench writes finishes with (an index's manifest, an
+# adapter's manifest, a checkpoint's or conversion's completion mark, a merge's report, an
+# ONNX export's record, a PEFT adapter's config): a folder is replaced only when it holds the
+# same one as its replacement, that is, when it is an earlier output of the same kind.
+MADE_HERE = ("manifest.json", "COMPLETE", "workbench-source.json", "merge_report.json",
+             "export.json", "adapter_config.json")
+
+
+def check_made_here(final: str | os.PathLike, new: str | os.PathLike | tuple[str, ...]
+                    ) -> None:
+    """Refuse (WorkbenchError naming it) to replace `final` unless it is absent, an empty
+    folder, or a folder holding the same finishing file (MADE_HERE) as `new` (the folder
+    that will replace it, or the names of its finishing files, to check before any work)."""
+    from workbench.errors import WorkbenchError
+
+    final = Path(final)
+    markers = new if isinstance(new, tuple) else tuple(
+        m for m in MADE_HERE if (Path(new) / m).is_file())
+    if not os.path.lexists(final):
+        return
+    if final.is_symlink() or not final.is_dir():
+        raise WorkbenchError(f"{final}: exists and is not a folder the workbench made (a file "
+                             "or a link); refusing to replace it. Name a new folder.")
+    try:
+        if not any(final.iterdir()):
+            return
+    except OSError as e:
+        raise WorkbenchError(f"{final}: cannot be read ({e.strerror}); not replaced") from None
+    ours = [m for m in markers if (final / m).is_file() and not (final / m).is_symlink()]
+    if not ours:
+        raise WorkbenchError(f"{final}: exists and was not made by the workbench (it holds "
+                             "none of the files an earlier output of this kind would); "
+                             "refusing to replace it. Name a new folder, or remove it "
+                             "yourself.")
 
 
 def recover_dir(final: str | os.PathLike) -> Path:

@@ -236,7 +236,7 @@ def convert_ct2(folder: str | os.PathLike, quantization: str = "int8", *,
             meta.update(seconds=round(time.perf_counter() - t0, 2))
             (tmp / COMPLETE).write_text(json.dumps(meta, indent=2))
             _fsync_tree(tmp)
-            replace_dir(tmp, target)
+            replace_dir(tmp, target, ours=True)  # the model cache
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

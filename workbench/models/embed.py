@@ -268,7 +268,7 @@ def export_onnx(folder: Path, target: Path, max_seq_length: int) -> dict[str, An
         meta = {"version": EXPORT_VERSION, "source": str(folder), "max_abs_diff": diff,
                 "parity_ok": diff <= PARITY_ATOL, "probes": len(_PROBES)}
         atomic_write_json(tmp / "export.json", meta)  # last: marks the export finished
-        replace_dir(tmp, target)
+        replace_dir(tmp, target, ours=True)  # the model cache
     except _OnnxUnavailable:
         raise
     except Exception as e:  # noqa: BLE001 - any exporter failure means: stay on PyTorch

@@ -131,7 +131,7 @@ def convert_gguf(source: ModelSource, *, force: bool = False) -> Path:
                 {"gguf": str(source.path / source.gguf_file),
                  "seconds": time.perf_counter() - t0}))
             _fsync_tree(tmp)
-            replace_dir(tmp, target)
+            replace_dir(tmp, target, ours=True)  # the model cache
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

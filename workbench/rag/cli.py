@@ -28,8 +28,11 @@ def register(group: typer.Typer) -> None:
         from workbench.rag.api import build_index
         from workbench.rag.index import RagConfig
 
+        from workbench.io import check_made_here
+
         quiet_libraries()
         cfg = load_config(config, set_).rag if (config or set_) else RagConfig()
+        check_made_here(out, ("manifest.json",))  # before any work: never a user's folder
         index, _ = build_index(corpus, out, cfg, log=lambda m: typer.echo(m, err=True))
         m = index.manifest
         typer.echo(f"built {out}: {m['n_chunks']} chunks from {m['n_sections']} sections, "

@@ -70,7 +70,7 @@ def save_checkpoint(folder: Path, step: int, *, model, optimizer, state: dict[st
     fault("state")
     (tmp / MARKER).write_text("ok")
     _fsync_tree(tmp)
-    replace_dir(tmp, final)  # a previous checkpoint-N is removed only once this one is in
+    replace_dir(tmp, final, ours=True)  # a previous checkpoint-N goes only once this one is in
     fault("renamed")
     return final
 

@@ -26,6 +26,7 @@ def merge_adapter(base_spec: str, adapter: str | Path, out: str | Path, *,
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from workbench.io import check_made_here
     from workbench.models.local import check_adapter_dir, model_folder
     from workbench.models.resolve import resolve_chat_model
 
@@ -33,6 +34,7 @@ def merge_adapter(base_spec: str, adapter: str | Path, out: str | Path, *,
     if not prompts:
         raise WorkbenchError("merge parity needs at least one prompt")
     adapter = check_adapter_dir(adapter)
+    check_made_here(out, ("merge_report.json",))  # before any work: never a user's folder
     folder = model_folder(resolve_chat_model(base_spec))
     tok = AutoTokenizer.from_pretrained(folder)
     base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)

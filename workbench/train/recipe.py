@@ -57,7 +57,10 @@ def train(cfg: TrainConfig, *, model_spec: str, output: str | Path, seed: int = 
     `on_step(step, row)` sees every metric row; `fault` is a test hook for checkpoint writes.
     """
     # ---------------------------------------------------------------- setup
+    from workbench.io import check_made_here
+
     output = Path(output)
+    check_made_here(output, ("manifest.json",))  # before any work: never a user's folder
     checkpoints = output.parent / f".{output.name}.checkpoints"
     session = setup(cfg, model_spec=model_spec, seed=seed, checkpoint_dir=checkpoints)
     rank0 = session.rank == 0
