@@ -245,3 +245,15 @@ def test_unreadable_job_does_not_hide_the_others(inputs, cli):
     assert "ok1" in r.stdout and "unreadable" in r.stdout and "broken" in r.stdout
     jobs = {j.id: j for j in list_jobs(ws)}
     assert jobs["broken"].status == "unreadable" and "job.json" in jobs["broken"].error
+
+
+def test_a_run_refused_before_its_first_output_leaves_nothing(tmp_path, cli):
+    """Bad input found after the run folder's lock was taken: the lock, the run folder and
+    the folders made for it are gone again; a folder that was already there stays."""
+    r = cli("train", "run", "-s", f"output_dir={tmp_path / 'new' / 'deep'}", "-s", "name=x")
+    assert r.returncode == 1 and "train.data" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "runs").mkdir()
+    r = cli("train", "run", "-s", f"output_dir={tmp_path / 'runs'}", "-s", "name=x")
+    assert r.returncode == 1 and [p.name for p in tmp_path.iterdir()] == ["runs"]
+    assert list((tmp_path / "runs").iterdir()) == []

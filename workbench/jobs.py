@@ -171,9 +171,16 @@ def wait_job(job: Job, timeout: float = 600, poll: float = 0.5) -> Job:
 
 @contextlib.contextmanager
 def run_lock(run_dir: Path, job_id: str):
-    """Exclusive lock on a run folder for the duration of a job."""
+    """Exclusive lock on a run folder for the duration of a job. A run that ends having
+    written nothing but the lock (bad input found before its first output) leaves nothing:
+    the lock and the folders made for it are removed."""
+    made = [d for d in (run_dir, *run_dir.parents) if not d.exists()]
     run_dir.mkdir(parents=True, exist_ok=True)
-    fh = open(run_dir / ".lock", "a+")
+    try:
+        fh = open(run_dir / ".lock", "a+")
+    except OSError:
+        _remove_if_only_lock(run_dir, made)
+        raise
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -191,6 +198,19 @@ def run_lock(run_dir: Path, job_id: str):
     finally:
         fcntl.flock(fh, fcntl.LOCK_UN)
         fh.close()
+        _remove_if_only_lock(run_dir, made)
+
+
+def _remove_if_only_lock(run_dir: Path, made: list[Path]) -> None:
+    """With `run_dir` made by this run and holding nothing but its lock, remove the lock and
+    the folders `made` for it (innermost first), each only while it is empty."""
+    if run_dir not in made:
+        return
+    with contextlib.suppress(OSError):
+        if {p.name for p in run_dir.iterdir()} <= {".lock"}:
+            (run_dir / ".lock").unlink(missing_ok=True)
+            for d in made:
+                d.rmdir()  # refuses (and stops the cleanup) as soon as one is not empty
 
 
 def run_in_process(kind: str, cfg, *, log=print, should_stop=lambda: False,
