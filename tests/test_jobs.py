@@ -81,3 +81,81 @@ def test_stop_and_died_process(tmp_path):
     j.status, j.pid = "running", 999999
     j.save()
     assert load_job(job.folder).status == "failed"
+
+
+def _tampered(ws: Path, name: str, **state) -> Path:
+    from workbench.jobs import Job
+
+    folder = ws / "jobs" / name
+    folder.mkdir(parents=True)
+    job = Job(id=name, kind="distill", workspace=str(ws), config={}, status="running",
+              pid=os.getpid()).model_dump(mode="json")
+    job.update(state)
+    (folder / "job.json").write_text(__import__("json").dumps(job))
+    return folder
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_listing_is_read_only_and_a_job_is_its_folder(tmp_path):
+    """A job.json naming another workspace or id, a job folder that is a link out of the
+    workspace, a job.json that is a link to a device or a FIFO: listing writes nothing
+    anywhere, names jobs by their folders, and keeps listing the others."""
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    outside.mkdir()
+    _tampered(ws, "elsewhere", workspace="../elsewhere")
+    _tampered(ws, "climber", id="../../../x")
+    real = _tampered(outside, "real")
+    (ws / "jobs" / "linked").symlink_to(real)
+    zero = ws / "jobs" / "zero"
+    zero.mkdir()
+    (zero / "job.json").symlink_to("/dev/zero")
+    fifo = ws / "jobs" / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "job.json")
+    before = _tree(tmp_path)
+    mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if not p.is_symlink()}
+    jobs = {j.id: j for j in list_jobs(ws)}
+    assert set(jobs) == {"elsewhere", "climber", "zero", "fifo"}
+    assert jobs["elsewhere"].workspace == str(ws) and jobs["climber"].folder == ws / "jobs" / \
+        "climber"
+    # pid is this test's own process, not the job's: it reads as failed
+    assert jobs["elsewhere"].status == "failed" and jobs["climber"].status == "failed"
+    assert jobs["zero"].status == jobs["fifo"].status == "unreadable"
+    assert "job.json" in jobs["zero"].error
+    assert _tree(tmp_path) == before
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
+
+
+def test_stop_signals_only_the_jobs_own_process(tmp_path, cli):
+    """job.json naming an unrelated process (a `setsid sleep`, as a changed file or a
+    reused pid would): stop refuses with one line and the process lives on."""
+    import subprocess
+
+    sleeper = subprocess.Popen(["setsid", "sleep", "60"])
+    try:
+        time.sleep(0.3)
+        ws = tmp_path / "ws"
+        folder = _tampered(ws, "victim", pid=sleeper.pid)
+        job = load_job(folder)  # read: the pid is not the job's process, so it is not running
+        assert job.status == "failed" and stop_job(job) is False
+        job.status = "running"  # a caller holding a stale "running" state
+        with pytest.raises(WorkbenchError, match="not this job's"):
+            stop_job(job)
+        r = cli("jobs", "stop", "victim", "--workspace", str(ws))
+        assert r.returncode == 0 and "victim is not running (failed)" in r.stdout
+        time.sleep(0.3)
+        assert sleeper.poll() is None  # still running
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_jobs_list_of_a_file_is_one_line(tmp_path, cli):
+    f = tmp_path / "notes.txt"
+    f.write_text("x")
+    r = cli("jobs", "list", "--workspace", str(f))
+    assert r.returncode == 1 and r.stderr.strip() == f"error: {f}: not a folder (a " \
+        "workspace is a folder)"

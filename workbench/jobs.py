@@ -60,6 +60,7 @@ class Job(BaseModel):
     config: dict[str, Any]
     status: str = "queued"  # one of STATUSES
     pid: int | None = None
+    pid_start: int | None = None  # the process's start time (clock ticks since boot)
     created: float = Field(default_factory=time.time)
     started: float | None = None
     finished: float | None = None
@@ -87,32 +88,94 @@ class Job(BaseModel):
         if self.status != "unreadable":
             atomic_write_json(self.folder / "job.json", self.model_dump(mode="json"))
 
-    def log_text(self, tail: int = 200) -> str:
-        f = self.folder / "log.txt"
-        if not f.exists():
+    def log_text(self, tail: int = 200, max_bytes: int = 1 << 20) -> str:
+        """The last `tail` lines of the job's log (a regular file, never through a link;
+        only its last `max_bytes` are read)."""
+        import stat
+
+        try:
+            fd = os.open(self.folder / "log.txt", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
             return ""
-        return "\n".join(f.read_text(errors="replace").splitlines()[-tail:])
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return ""
+            fh.seek(max(0, st.st_size - max_bytes))
+            data = fh.read(max_bytes)
+        return "\n".join(data.decode(errors="replace").splitlines()[-tail:])
+
+
+MAX_JOB_JSON = 8 * 1024 * 1024  # a job's state is kilobytes; more is not a job.json
+
+
+def _read_job_json(f: Path) -> bytes:
+    """The bytes of a job.json that is a regular file (never through a link, never a
+    device or FIFO), at most MAX_JOB_JSON of them."""
+    import stat
+
+    fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > MAX_JOB_JSON:
+            raise ValueError(f"{st.st_size} bytes, over {MAX_JOB_JSON}")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(MAX_JOB_JSON + 1)
+    finally:
+        os.close(fd)
 
 
 def load_job(folder: str | Path) -> Job:
-    """A job's state. A `job.json` that cannot be read comes back as an "unreadable" job
-    naming the file, so one broken job never hides the others."""
+    """A job's state, read-only. The job's identity (id, workspace) is its folder's, never
+    what its file says. A `job.json` that cannot be read (broken, a link, a device, too
+    large) comes back as an "unreadable" job naming the file, so one broken job never hides
+    the others. A running job whose process is gone, or is not the job's, reads as failed."""
     folder = Path(folder)
     f = folder / "job.json"
+    ident = {"id": folder.name, "workspace": str(folder.parent.parent)}
     try:
-        job = Job.model_validate_json(f.read_bytes())
+        job = Job.model_validate_json(_read_job_json(f)).model_copy(update=ident)
     except FileNotFoundError:
         raise WorkbenchError(f"{folder}: no such job") from None
     except (ValidationError, ValueError, OSError) as e:
-        first = str(e).splitlines()[0][:200]
-        return Job(id=folder.name, kind="?", workspace=str(folder.parent.parent), config={},
-                   status="unreadable", error=f"{f}: unreadable job state ({first})",
-                   created=f.stat().st_mtime if f.exists() else 0.0)
-    if job.status == "running" and not pid_alive(job.pid):
+        first = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        with contextlib.suppress(OSError):
+            created = f.lstat().st_mtime
+        return Job(**ident, kind="?", config={}, status="unreadable",
+                   error=f"{f}: unreadable job state ({first})",
+                   created=locals().get("created", 0.0))
+    if job.status == "running" and not is_job_process(job):
         job.status, job.error = "failed", job.error or "the job's process died"
         job.finished = job.finished or time.time()
-        job.save()
     return job
+
+
+def process_start(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (/proc), None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[-1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def is_job_process(job: Job) -> bool:
+    """Whether `job.pid` is this job's process: alive, running `workbench.jobs` on this
+    job's folder, and (when recorded) started when the job's process started. A pid reused
+    by another process, or named by a changed job.json, is not."""
+    if not job.pid or job.pid <= 1 or not pid_alive(job.pid):
+        return False
+    try:
+        with open(f"/proc/{job.pid}/cmdline", "rb") as fh:
+            argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return False
+    if "workbench.jobs" not in argv or not argv or \
+            Path(argv[-1]).resolve() != job.folder.resolve():
+        return False
+    return job.pid_start is None or process_start(job.pid) == job.pid_start
 
 
 def job_folder(workspace: str | Path, job_id: str) -> Path:
@@ -120,9 +183,15 @@ def job_folder(workspace: str | Path, job_id: str) -> Path:
 
 
 def list_jobs(workspace: str | Path, kind: str | None = None) -> list[Job]:
-    root = Path(workspace) / "jobs"
-    jobs = [load_job(p) for p in root.iterdir() if (p / "job.json").exists()] \
-        if root.exists() else []
+    """Every job of a workspace, read-only. Entries of `jobs/` that are not plain folders
+    (links, files) or are not job ids are not jobs and are left out."""
+    workspace = Path(workspace)
+    if workspace.exists() and not workspace.is_dir():
+        raise WorkbenchError(f"{workspace}: not a folder (a workspace is a folder)")
+    root = workspace / "jobs"
+    jobs = [load_job(p) for p in sorted(root.iterdir())
+            if not p.is_symlink() and p.is_dir() and JOB_ID.match(p.name)
+            and os.path.lexists(p / "job.json")] if root.is_dir() else []
     jobs = [j for j in jobs if kind is None or j.kind == kind]
     return sorted(jobs, key=lambda j: j.created, reverse=True)
 
@@ -148,15 +217,27 @@ def start_job(workspace: str | Path, kind: str, config: dict[str, Any], *,
                             cwd=str(workspace), start_new_session=True,
                             env=dict(os.environ, TQDM_DISABLE="1"))
     log.close()
-    job.pid, job.status = proc.pid, "running"
+    job.pid, job.pid_start, job.status = proc.pid, process_start(proc.pid), "running"
     job.save()
     return job
 
 
-def stop_job(job: Job) -> None:
-    if job.status == "running" and pid_alive(job.pid):
-        with contextlib.suppress(ProcessLookupError):
+def stop_job(job: Job) -> bool:
+    """SIGTERM to the job's process group, only once the process is verified to be this
+    job's (`is_job_process`); returns whether a signal was sent. A running job whose pid
+    is not its process is refused with one line, and nothing is signalled."""
+    if job.status != "running":
+        return False
+    if not is_job_process(job):
+        raise WorkbenchError(f"job {job.id}: process {job.pid} is not this job's (it ended, "
+                             "its pid was reused, or job.json was changed); nothing was "
+                             "signalled")
+    with contextlib.suppress(ProcessLookupError):
+        if os.getpgid(job.pid) == job.pid:  # start_job made it a group leader
             os.killpg(job.pid, signal.SIGTERM)
+        else:
+            os.kill(job.pid, signal.SIGTERM)
+    return True
 
 
 def wait_job(job: Job, timeout: float = 600, poll: float = 0.5) -> Job:
@@ -240,7 +321,8 @@ def _execute(job: Job) -> dict[str, Any]:
 
 def main(folder: str) -> int:
     job = load_job(folder)
-    job.status, job.started, job.pid = "running", time.time(), os.getpid()
+    job.status, job.started = "running", time.time()
+    job.pid, job.pid_start = os.getpid(), process_start(os.getpid())
     job.save()
     stopped = {"flag": False}
 

@@ -376,8 +376,11 @@ def jobs_stop(job_id: str, workspace: Annotated[Path, typer.Option(help="Workspa
     """Stop a running job (it can be resumed by starting it again)."""
     from workbench.jobs import job_folder, load_job, stop_job
 
-    stop_job(load_job(job_folder(workspace, job_id)))
-    typer.echo(f"stop requested for {job_id}")
+    job = load_job(job_folder(workspace, job_id))
+    if stop_job(job):
+        typer.echo(f"stop requested for {job_id}")
+    else:
+        typer.echo(f"{job_id} is not running ({job.status}); nothing to stop")
 
 
 add_pipeline_groups(app)
