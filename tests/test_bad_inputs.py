@@ -59,6 +59,9 @@ def _files(root: Path) -> dict[str, Path]:
                                             "answer": 1}) + "\n"
                                 + json.dumps({"question": "q2", "choices": ["a"],
                                               "answer": 0}) + "\n")
+    f["unsupported"] = root / "only_pickles"
+    f["unsupported"].mkdir()
+    (f["unsupported"] / "model.pkl").write_bytes(b"\x80\x04")
     ws = root / "ws"
     (ws / "jobs" / "broken").mkdir(parents=True)
     (ws / "jobs" / "broken" / "job.json").write_text('{"id": "broken", "kin')
@@ -125,6 +128,11 @@ CASES = [
     ("convert-bad-line", lambda f, i: ["data", "convert", str(f["badjson3"]),
                                        str(f["folder"].parent / "out2.jsonl")], 3, ":3:"),
     ("ingest-missing", lambda f, i: ["data", "ingest", "nope", "-o", "x.jsonl"], 3, "nope"),
+    ("ingest-nothing-readable", lambda f, i: ["data", "ingest", str(f["unsupported"]), "-o",
+                                              str(f["folder"].parent / "s.jsonl")], 3,
+     "no sections found"),
+    ("rag-query-negative-k", lambda f, i: ["rag", "query", str(i["files_empty"]), "x", "-k",
+                                           "-5"], 2, "-k"),
     ("pack-placeholder", lambda f, i: ["distill", "run", "-s", f"domain={f['pack']}",
                                        "-s", f"output_dir={f['folder'].parent}", *FAKE], 2,
      "{opts}"),

@@ -211,9 +211,14 @@ def data_ingest(corpus: Annotated[Path, typer.Argument(help="Folder or file (md,
     from workbench.io import write_jsonl
     from workbench.corpus import ingest
 
+    from workbench.errors import DataError
+
     report = ingest(corpus, on_error=on_error)
     for f, why in report.skipped:
         echo_err(f"skipped {f}: {why}")
+    if not report.sections:  # never write (or replace a file with) an empty corpus
+        raise DataError("no sections found (no readable md, txt, html or pdf file); nothing "
+                        "written", path=str(corpus), code="empty")
     n = write_jsonl(out, report.sections)
     typer.echo(f"{report.summary()}; wrote {n} sections to {out}")
 

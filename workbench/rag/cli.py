@@ -42,7 +42,8 @@ def register(group: typer.Typer) -> None:
     def query(index: Annotated[Path, typer.Argument(help="Index folder.")],
               text: Annotated[str, typer.Argument(help="The query.")],
               retriever: RetrieverOpt = "hybrid",
-              k: Annotated[int, typer.Option("-k", help="Hits to return.")] = 10,
+              k: Annotated[int, typer.Option("-k", help="Hits to return.", min=1,
+                                            max=1000)] = 10,
               doc: Annotated[Optional[list[str]], typer.Option(
                   help="Only these documents (id or source path; repeatable).")] = None,
               heading: Annotated[Optional[str], typer.Option(
