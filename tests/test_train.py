@@ -303,3 +303,34 @@ def test_merge_parity_and_unsafe_adapters(tiny_model, data_file, tmp_path):
     body.write_bytes((tmp_path / "ad" / "adapter_model.safetensors").read_bytes()[:-16])
     with pytest.raises(WorkbenchError, match="truncated"):
         check_adapter_dir(trunc)
+
+
+def test_a_non_finite_update_stops_training_and_writes_no_adapter(tiny_model, data_file,
+                                                                  tmp_path):
+    """A learning rate that blows the weights up (or is inf outright, as a library caller
+    can pass) stops at the first non-finite update with one line; no adapter, no
+    non-finite checkpoint."""
+    from workbench.train.recipe import train
+
+    cfg = tc(data_file, max_steps=4, save_every=1, warmup_ratio=0.0)
+    cfg = cfg.model_copy(update={"learning_rate": float("inf")})
+    with pytest.raises(WorkbenchError, match="not finite") as e:
+        train(cfg, model_spec=tiny_model, output=tmp_path / "out", seed=1, log=lambda m: None)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists()
+    import torch
+    from safetensors.torch import load_file
+
+    for f in (tmp_path / ".out.checkpoints").rglob("adapter_model.safetensors"):
+        assert all(bool(torch.isfinite(t).all()) for t in load_file(f).values()), f
+
+
+def test_out_of_range_numbers_are_refused_at_load(cli):
+    for setting, needle in [("seed=1000000000000000000000000000000", "seed"),
+                            ("train.learning_rate=.inf", "train.learning_rate"),
+                            ("train.weight_decay=.inf", "must be a finite number"),
+                            ("eval.bootstrap_seed=-1", "eval.bootstrap_seed"),
+                            ("train.learning_rate=5", "train.learning_rate")]:
+        r = cli("config", "show", "-s", setting)
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, \
+            (setting, r.stderr)

@@ -64,7 +64,8 @@ class CoreConfig(Section):
 
     name: str = Field("experiment", description="Run name (one folder name); outputs go to "
                                                 "<output_dir>/<name>.")
-    seed: int = Field(0, description="Seed for every random choice of the run.")
+    seed: int = Field(0, ge=0, lt=2**32, description="Seed for every random choice of the "
+                                                    "run (0 to 2**32-1).")
     output_dir: str = Field("runs", description="Folder for runs and the call cache.")
     domain: str = Field("rf", description="Domain pack (bundled name or YAML path): prompts "
                                           "and settings of every pipeline.")
@@ -249,9 +250,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                 msg = f"{msg} (got {_shown(err.get('input'))})"
             problems.append(f"{loc}: {msg}")
         raise ConfigError([_one_line(p) for p in problems], source=source) from None
+    problems += _out_of_range(cfg.model_dump(mode="python"))
     if problems:
         raise ConfigError([_one_line(p) for p in problems], source=source)
     return cfg
+
+
+def _out_of_range(tree: Any, path: str = "") -> list[str]:
+    """Every number of a validated config that no setting can mean: a float that is not
+    finite (inf, nan), an integer beyond 64 bits. Named by key path."""
+    import math
+
+    if isinstance(tree, dict):
+        return [p for k, v in tree.items() for p in _out_of_range(v, f"{path}.{k}" if path
+                                                                   else str(k))]
+    if isinstance(tree, (list, tuple)):
+        return [p for i, v in enumerate(tree) for p in _out_of_range(v, f"{path}[{i}]")]
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return [f"{path}: must be a finite number (got {tree})"]
+    if isinstance(tree, int) and not isinstance(tree, bool) and abs(tree) >= 2**63:
+        return [f"{path}: out of range (got an integer of {len(str(abs(tree)))} digits)"]
+    return []
 
 
 def dump_config(cfg: BaseModel) -> dict[str, Any]:

@@ -42,7 +42,8 @@ class EvalConfig(BaseModel):
     adapter: str | None = Field(None, description="LoRA adapter folder to evaluate.")
     judge: str | None = Field(None, description="Model spec of a judge for open answers "
                                                 "(reference match when unset).")
-    bootstrap_seed: int = Field(0, description="Seed of the bootstrap intervals.")
+    bootstrap_seed: int = Field(0, ge=0, lt=2**32, description="Seed of the bootstrap "
+                                                             "intervals.")
     output: str | None = Field(None, description="Folder for results; default <run>/eval.")
 
     @model_validator(mode="after")

@@ -240,7 +240,17 @@ def train_steps(session: TrainingSession, n: int, *,
             s.tokens_real += b.n_real
             s.tokens_padded += len(b.input_ids) * len(b.input_ids[0])
         grad_norm = torch.nn.utils.clip_grad_norm_(s.params, cfg.max_grad_norm).item()
+        if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
+            raise WorkbenchError(f"step {step + 1}: the loss or the gradient is not finite "
+                                 f"(loss {loss_sum / max(n_label, 1):.4g}, gradient norm "
+                                 f"{grad_norm:.4g}); training stopped before the update and "
+                                 "nothing was written. Lower train.learning_rate or check "
+                                 "the data.")
         s.optimizer.step()
+        if not all(bool(torch.isfinite(p).all()) for p in s.params):
+            raise WorkbenchError(f"step {step + 1}: the update made adapter weights not finite "
+                                 f"(learning rate {lr:.4g}); training stopped and nothing "
+                                 "was written. Lower train.learning_rate.")
         s.optimizer.zero_grad(set_to_none=True)
         s.step = done = step + 1
         row = {"step": done, "loss": loss_sum / n_label, "lr": lr, "grad_norm": grad_norm,
