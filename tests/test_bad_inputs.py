@@ -24,6 +24,15 @@ def _files(root: Path) -> dict[str, Path]:
     f["nonutf8"].write_bytes(b"name: \xff\xfe\n")
     f["badyaml"] = root / "broken.yaml"
     f["badyaml"].write_text("name: a\nseed: [1,\n")
+    f["bomb"] = root / "bomb.yaml"  # 443 bytes that expand to 9**7 values
+    f["bomb"].write_text("".join(
+        f"{a}: &{a} [" + ", ".join([f"*{b}"] * 9 if b else ['"x"'] * 9) + "]\n"
+        for a, b in zip("abcdefg", [None, *"abcdef"], strict=True))
+        + "models: {chat: {options: {x: *g}}}\n")
+    f["dupkey"] = root / "dup.yaml"
+    f["dupkey"].write_text("seed: 1\nname: a\nseed: 2\n")
+    f["huge"] = root / "huge.yaml"
+    f["huge"].write_bytes(b"#" * 2_000_000)
     f["listyaml"] = root / "list.yaml"
     f["listyaml"].write_text("- a\n- b\n")
     f["unknownkey"] = root / "unknown.yaml"
@@ -101,6 +110,13 @@ CASES = [
     ("config-non-utf8", lambda f, i: ["config", "show", str(f["nonutf8"])], 2, "UTF-8"),
     ("config-bad-yaml", lambda f, i: ["config", "show", str(f["badyaml"])], 2, "line 3"),
     ("config-list", lambda f, i: ["config", "show", str(f["listyaml"])], 2, "mapping"),
+    ("config-alias-bomb", lambda f, i: ["config", "show", str(f["bomb"])], 2,
+     "aliases expand to more than"),
+    ("override-alias-bomb", lambda f, i: ["config", "show", "-s", "generation.stop={" + ", ".join(
+        f["bomb"].read_text().splitlines()[:-1]) + ", x: *g}"], 2, "aliases expand"),
+    ("config-duplicate-key", lambda f, i: ["config", "show", str(f["dupkey"])], 2,
+     "duplicate key 'seed'"),
+    ("config-too-large", lambda f, i: ["config", "show", str(f["huge"])], 2, "too large"),
     ("config-unknown-key", lambda f, i: ["config", "show", str(f["unknownkey"])], 2, "trian"),
     ("override-empty-key", lambda f, i: ["config", "show", "-s", "=5"], 2, "key path"),
     ("override-dot-key", lambda f, i: ["config", "show", "-s", ".=5"], 2, "key path"),
@@ -221,25 +237,19 @@ def test_bad_input_as_a_process_exits_with_its_code(inputs, name, cli_process):
     assert r.stdout == ""
 
 
-def test_catalogue_covers_every_exit_code_and_command_group():
+def test_catalogue_covers_every_exit_code_and_command_group(inputs):
     """Each documented exit code is produced by some case, and every command group of the
     CLI that reads a user's file or setting has at least one case."""
     import typer.main
 
     from workbench.cli.main import app
 
+    files, indexes = inputs
     assert {c[2] for c in CASES} == {1, 2, 3}
     groups = set(typer.main.get_command(app).commands)
-    covered = {c[1](_Names(), _Names())[0] for c in CASES}
+    covered = {c[1](files, indexes)[0] for c in CASES}
     untested = groups - covered - {"serve"}  # serve's bad requests: test_serve_hardening
     assert not untested, f"command groups with no bad-input case: {sorted(untested)}"
-
-
-class _Names(dict):
-    """Stands in for the case fixtures when only the command's name is wanted."""
-
-    def __missing__(self, key):
-        return Path("/nonexistent") / key
 
 
 def test_unreadable_job_does_not_hide_the_others(inputs, cli):

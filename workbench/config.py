@@ -130,10 +130,71 @@ def config_schema() -> dict[str, Any]:
     return experiment_config_model().model_json_schema()
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config is kilobytes; a bigger file is not one
+MAX_YAML_NODES = 100_000  # values a config may hold once its aliases are expanded
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping and a document whose
+    aliases expand to more than MAX_YAML_NODES values (an "alias bomb": a few hundred bytes
+    that expand to billions of values)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {first})",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _check_expanded_size(node)
+        return node
+
+
+def _check_expanded_size(root) -> None:
+    """Count the values of the document with every alias expanded (memoised per node, so
+    the count itself is linear in the file); refuse more than MAX_YAML_NODES."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        kids = [] if isinstance(node, yaml.ScalarNode) else [
+            x for pair in node.value for x in (pair if isinstance(pair, tuple) else (pair,))]
+        if children_done or not kids:
+            sizes[id(node)] = 1 + sum(sizes.get(id(k), 1) for k in kids)
+            if sizes[id(node)] > MAX_YAML_NODES:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"aliases expand to more than {MAX_YAML_NODES:,} values",
+                    node.start_mark)
+        else:
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in sizes)
+
+
+def load_yaml_text(text: str) -> Any:
+    """YAML with duplicate keys and alias bombs refused (ConstructorError, with a mark)."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def _yaml_value(raw: str, what: str) -> Any:
     """A scalar or collection written in YAML; text that is not YAML stays text."""
     try:
-        return yaml.safe_load(raw)
+        return load_yaml_text(raw)
+    except yaml.constructor.ConstructorError as e:
+        if e.problem and ("aliases expand" in e.problem or "duplicate key" in e.problem):
+            raise ConfigError([f"{what}: {e.problem}"]) from None
+        return raw
     except yaml.YAMLError:
         return raw
     except RecursionError:
@@ -204,7 +265,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not p.is_file():
             raise ConfigError(["not a file (pass a YAML config file)"], source=source)
         try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+            size = p.stat().st_size
+            if size > MAX_CONFIG_BYTES:
+                raise ConfigError([f"{size:,} bytes: too large for a config (at most "
+                                   f"{MAX_CONFIG_BYTES:,}); not read"], source=source)
+            loaded = load_yaml_text(p.read_text(encoding="utf-8"))
         except UnicodeDecodeError as e:
             raise ConfigError([f"not UTF-8 text (byte {e.start}: {e.reason})"],
                               source=source) from None
