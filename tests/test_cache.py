@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from workbench.models import GenerationParams, load_model
+from workbench.models import GenerationParams, ScoreRequest, load_model
 from workbench.models.cache import CachedModel, CallCache, generation_key
 
 PROMPTS = [[{"role": "user", "content": f"prompt number {i}"}] for i in range(100)]
@@ -212,3 +212,55 @@ def test_only_corruption_moves_a_cache_aside(tmp_path):
     with pytest.raises(sqlite3.DatabaseError) as e:
         sqlite3.connect(db).execute("SELECT 1 FROM sqlite_master")
     assert _corrupt(e.value)
+
+
+@pytest.mark.parametrize("damage", ["folder", "link to /dev/zero"])
+def test_a_cache_name_that_is_not_a_file_is_moved_aside(tmp_path, caplog, damage):
+    import logging
+
+    db = tmp_path / "calls.sqlite"
+    if damage == "folder":
+        db.mkdir()
+        (db / "inside.txt").write_text("kept")
+    else:
+        db.symlink_to("/dev/zero")
+    with caplog.at_level(logging.WARNING, logger="workbench.models.cache"):
+        cache = CallCache(db)
+    aside = [p for p in tmp_path.glob("calls.sqlite.corrupt-*")]
+    assert len(aside) == 1 and cache.moved_aside == aside
+    if damage == "folder":
+        assert (aside[0] / "inside.txt").read_text() == "kept"
+    else:
+        assert aside[0].is_symlink()  # the link moved, its target untouched
+    assert sum("moved aside" in r.getMessage() for r in caplog.records) == 1
+    first = CachedModel(load_model("fake"), cache)
+    first.generate(PROMPTS[:2])
+    assert first.calls_made == 2 and db.is_file()
+
+
+@pytest.mark.parametrize("stored", ["{not json", '{"unexpected": 1}', "[1, 2]"])
+def test_a_damaged_row_is_dropped_and_the_call_made_again(tmp_path, caplog, stored):
+    import logging
+    import sqlite3
+
+    db = tmp_path / "calls.sqlite"
+    first = CachedModel(load_model("fake"), CallCache(db))
+    want = first.generate(PROMPTS[:2])
+    reqs = [ScoreRequest("q", ["a", "b"])]
+    want_scores = first.score(reqs)
+    first.cache.close()
+    con = sqlite3.connect(db)
+    con.execute("UPDATE calls SET value=?", (stored,))
+    con.commit()
+    con.close()
+    with caplog.at_level(logging.WARNING, logger="workbench.models.cache"):
+        again = CachedModel(load_model("fake"), CallCache(db))
+        got = again.generate(PROMPTS[:2])
+        scores = again.score(reqs)
+    assert [g.text for g in got] == [g.text for g in want] and again.calls_made == 2 + 2
+    assert [[s.logprob for s in r] for r in scores] == [[s.logprob for s in r]
+                                                        for r in want_scores]
+    assert sum("dropped a damaged entry" in r.getMessage() for r in caplog.records) == 4
+    third = CachedModel(load_model("fake"), CallCache(db))
+    third.generate(PROMPTS[:2])
+    assert third.calls_made == 0  # stored again, whole

@@ -97,6 +97,9 @@ class CallCache:
             conn.close()
             conn = None
         if conn is None:
+            if os.path.lexists(self.path) and not _regular(self.path):
+                self._recover(sqlite3.DatabaseError("not a regular file (a folder, link or "
+                                                    "device)"), any_file=True)
             self._local.inode = _inode(self.path)
             conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
             try:
@@ -121,7 +124,7 @@ class CallCache:
             self._recover(e)
             return op(self._conn())
 
-    def _recover(self, error: sqlite3.DatabaseError) -> None:
+    def _recover(self, error: sqlite3.DatabaseError, *, any_file: bool = False) -> None:
         """Move the corrupt file (and its -wal/-shm) aside, unless another thread or process
         already did (the file under the name is no longer the one this thread opened)."""
         import fcntl
@@ -133,6 +136,8 @@ class CallCache:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # one process at a time moves it
                 now = _inode(self.path)
+                if any_file and os.path.lexists(self.path) and not _regular(self.path):
+                    now, seen = -1, -1  # a folder, link or device under the name: aside
                 if now is not None and (seen is None or now == seen):
                     aside = self._aside_name()
                     os.replace(self.path, aside)
@@ -162,8 +167,20 @@ class CallCache:
         if row is None or not row[0]:
             self.misses += 1
             return None
+        try:
+            value = json.loads(row[1])
+        except (TypeError, ValueError):
+            self.forget(key, "its stored value is not JSON")
+            return None
         self.hits += 1
-        return json.loads(row[1])
+        return value
+
+    def forget(self, key: str, why: str) -> None:
+        """Drop one damaged row (logged once per row), so the call is made again."""
+        log.warning("call cache %s: dropped a damaged entry (%s); the call is made again",
+                    self.path, why)
+        self._run(lambda c: c.execute("DELETE FROM calls WHERE key=?", (key,)))
+        self.misses += 1
 
     def put(self, key: str, kind: str, model: str, value: Any, ok: bool = True) -> None:
         row = (key, kind, model, int(ok), _canonical(value), time.time())
@@ -182,6 +199,15 @@ class CallCache:
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+def _regular(path: Path) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _inode(path: Path) -> int | None:
@@ -240,7 +266,7 @@ class CachedModel(ChatModel):
         out: list[Generation | None] = []
         for k in keys:
             hit = self.cache.get(k)
-            out.append(Generation.from_json(hit, cached=True) if hit is not None else None)
+            out.append(self._parsed(k, hit, lambda v: Generation.from_json(v, cached=True)))
         todo = [i for i, g in enumerate(out) if g is None]
         # identical prompts in one batch are generated once
         unique: dict[str, list[int]] = {}
@@ -260,6 +286,17 @@ class CachedModel(ChatModel):
                     out[j] = g
         return [g for g in out if g is not None]
 
+    def _parsed(self, key: str, hit: Any, parse: Callable[[Any], Any]) -> Any:
+        """`parse(hit)`, or None (a miss) when the stored value has the wrong shape."""
+        if hit is None:
+            return None
+        try:
+            return parse(hit)
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            self.cache.hits -= 1
+            self.cache.forget(key, f"not a stored call ({type(e).__name__})")
+            return None
+
     def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
         results: list[list[ContinuationScore | None]] = []
         missing: list[tuple[int, int, str]] = []
@@ -267,8 +304,8 @@ class CachedModel(ChatModel):
             row: list[ContinuationScore | None] = []
             for ci, cont in enumerate(req.continuations):
                 key = score_key(self.identity, req.prompt, cont)
-                hit = self.cache.get(key)
-                row.append(ContinuationScore(**hit) if hit is not None else None)
+                hit = self._parsed(key, self.cache.get(key), lambda v: ContinuationScore(**v))
+                row.append(hit)
                 if hit is None:
                     missing.append((ri, ci, key))
             results.append(row)
