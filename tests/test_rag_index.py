@@ -297,3 +297,87 @@ def test_truncated_faiss_index_is_one_line(rf_index, tmp_path, embedder, cli):
     r = cli("rag", "query", str(idx), "vswr")
     assert r.returncode in (1, 3) and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# --- tampered indexes: only regular files inside the folder, arrays checked whole ----------
+
+def _rehash(idx, m, *names):
+    import hashlib
+
+    for n in names:
+        data = (idx / n).read_bytes()
+        m["files"][n] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    _write_manifest(idx, m)
+
+
+def _tamper_array(name, change):
+    def tamper(idx, m):
+        import numpy as np
+
+        a = np.load(idx / f"bm25_{name}.npy")
+        np.save(idx / f"bm25_{name}.npy", change(a))
+        _rehash(idx, m, f"bm25_{name}.npy")
+    return tamper
+
+
+def _link_chunks_to_passwd(idx, m):
+    (idx / "chunks.jsonl").unlink()
+    (idx / "chunks.jsonl").symlink_to("/etc/passwd")
+    _rehash(idx, m, "chunks.jsonl")  # size and hash match: only the link gives it away
+
+
+def _manifest_is(kind):
+    def tamper(idx, m):
+        (idx / "manifest.json").unlink()
+        if kind == "zero":
+            (idx / "manifest.json").symlink_to("/dev/zero")
+        elif kind == "fifo":
+            os.mkfifo(idx / "manifest.json")
+        else:  # 100k-deep
+            (idx / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    return tamper
+
+
+def _vocab_as_dict(idx, m):
+    terms = json.loads((idx / "bm25_vocab.json").read_text())
+    (idx / "bm25_vocab.json").write_text(json.dumps({t: i for i, t in enumerate(terms)}))
+    _rehash(idx, m, "bm25_vocab.json")
+
+
+def _analyzer(idx, m):
+    m["analyzer"]["stopwords"] = "/etc/passwd"
+    _write_manifest(idx, m)
+
+
+TAMPER = {
+    "manifest-link-to-dev-zero": (_manifest_is("zero"), "is a link"),
+    "manifest-fifo": (_manifest_is("fifo"), "not a regular file"),
+    "manifest-100k-deep": (_manifest_is("deep"), "nested too deeply"),
+    "chunks-link-to-passwd": (_link_chunks_to_passwd, "is a link"),
+    "indices-out-of-range": (_tamper_array("indices", lambda a: a + 10_000), "outside"),
+    "indices-negative": (_tamper_array("indices", lambda a: a - a.max() - 1), "outside"),
+    "data-cut-short": (_tamper_array("data", lambda a: a[:-5]), "inconsistent lengths"),
+    "data-nan": (_tamper_array("data", lambda a: a * float("nan")), "not finite"),
+    "indptr-2d": (_tamper_array("indptr", lambda a: a.reshape(1, -1)), "2-D"),
+    "indptr-huge": (_tamper_array("indptr", lambda a: a * 10**12), "non-decreasing"),
+    "vocab-dict": (_vocab_as_dict, "not a list of terms"),
+    "analyzer-stopwords-path": (_analyzer, "manifest analyzer"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPER))
+def test_a_tampered_index_is_one_line_and_opens_nothing_outside(rf_index, tmp_path, case,
+                                                                monkeypatch, cli):
+    import builtins
+
+    idx, m = _copy_index(rf_index, tmp_path / "i")
+    tamper, needle = TAMPER[case]
+    tamper(idx, m)
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (opened.append(str(f)),
+                                                               real_open(f, *a, **k))[1])
+    r = cli("rag", "query", str(idx), "vswr")
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r
+    assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+    assert not [f for f in opened if "passwd" in f or f.startswith("/dev/")]

@@ -190,7 +190,11 @@ class RagIndex:
                             ) from None
         chunks = read_jsonl(folder / "chunks.jsonl", Chunk.model_validate)
         store = ChunkStore(chunks)
-        analyzer = Analyzer(**manifest["analyzer"])
+        try:
+            analyzer = Analyzer(**manifest["analyzer"])
+        except (ValueError, TypeError) as e:
+            raise DataError(f"manifest analyzer: {str(e).splitlines()[0][:200]}",
+                            path=str(mpath)) from None
         backend = keyword_backend or cfg.keyword_backend
         if backend == "sparse":
             try:
@@ -244,14 +248,37 @@ class RagIndex:
         raise WorkbenchError(f"unknown retriever {name!r} (expected {', '.join(RETRIEVERS)})")
 
 
+MAX_MANIFEST_BYTES = 1 << 20
+
+
+def _regular_file(p: Path) -> None:
+    """Refuse an index file that is a link (it could point anywhere), a device, a FIFO or a
+    folder: only regular files inside the index folder are ever opened."""
+    import stat
+
+    st = os.lstat(p)
+    if stat.S_ISLNK(st.st_mode):
+        raise DataError("is a link; an index holds only regular files (rebuild the index)",
+                        path=str(p))
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError("is not a regular file (a device, FIFO or folder); rebuild the index",
+                        path=str(p))
+
+
 def _checked_manifest(folder: Path, mpath: Path, *, verify: bool) -> dict[str, Any]:
     """The manifest, checked before any other file is opened: it must list exactly the files
     of the index format, as plain names inside the folder, each with its size and sha256, and
     every file must match. Anything else is refused with one line naming the file."""
+    _regular_file(mpath)
+    if mpath.stat().st_size > MAX_MANIFEST_BYTES:
+        raise DataError(f"manifest of {mpath.stat().st_size:,} bytes (an index's is a few "
+                        "kilobytes); refused", path=str(mpath))
     try:
         manifest = json.loads(mpath.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataError(f"corrupt manifest ({e})", path=str(mpath)) from None
+    except RecursionError:
+        raise DataError("corrupt manifest (nested too deeply)", path=str(mpath)) from None
     if not isinstance(manifest, dict):
         raise DataError("manifest is not a JSON object", path=str(mpath))
     if manifest.get("format") != FORMAT:
@@ -281,8 +308,9 @@ def _checked_manifest(folder: Path, mpath: Path, *, verify: bool) -> dict[str, A
             raise DataError(f"manifest entry for {name} needs integer 'bytes' and string "
                             "'sha256'", path=str(mpath))
         p = folder / name
-        if not p.is_file():
+        if not os.path.lexists(p):
             raise DataError("missing index file; rebuild the index", path=str(p))
+        _regular_file(p)
         if p.stat().st_size != meta["bytes"]:
             raise DataError(f"size {p.stat().st_size} != {meta['bytes']} in the manifest "
                             "(truncated or replaced); rebuild the index", path=str(p))

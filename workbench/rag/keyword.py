@@ -110,13 +110,46 @@ class SparseBM25:
 
     @classmethod
     def load(cls, folder: Path) -> SparseBM25:
+        """The saved matrix, checked whole before use (ValueError naming what is wrong):
+        a list of distinct terms, 1-D arrays of the right kinds and lengths, a
+        non-decreasing indptr from 0 to the number of entries, document indices inside
+        the collection, finite weights."""
         terms = json.loads((folder / "bm25_vocab.json").read_text())
         params = json.loads((folder / "bm25_params.json").read_text())
+        if not (isinstance(terms, list) and all(isinstance(t, str) for t in terms)):
+            raise ValueError("bm25_vocab.json is not a list of terms")
+        if len(set(terms)) != len(terms):
+            raise ValueError("bm25_vocab.json repeats terms")
+        if not isinstance(params, dict) or not isinstance(params.get("n_docs"), int) \
+                or isinstance(params.get("n_docs"), bool) or params["n_docs"] < 0:
+            raise ValueError("bm25_params.json needs a non-negative integer n_docs")
         n_docs = params.pop("n_docs")
-        return cls({t: i for i, t in enumerate(terms)},
-                   np.load(folder / "bm25_indptr.npy", allow_pickle=False),
-                   np.load(folder / "bm25_indices.npy", allow_pickle=False),
-                   np.load(folder / "bm25_data.npy", allow_pickle=False), n_docs, params)
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in params.values()):
+            raise ValueError("bm25_params.json holds a value that is not a finite number")
+        arrays = {name: np.load(folder / f"bm25_{name}.npy", allow_pickle=False)
+                  for name in ("indptr", "indices", "data")}
+        for name, a in arrays.items():
+            if a.ndim != 1:
+                raise ValueError(f"bm25_{name}.npy is {a.ndim}-D, not 1-D")
+        indptr, indices, data = arrays["indptr"], arrays["indices"], arrays["data"]
+        if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu" \
+                or data.dtype.kind != "f":
+            raise ValueError("bm25 arrays of the wrong kinds (integer indptr and indices, "
+                             "float data)")
+        if len(indptr) != len(terms) + 1 or len(indices) != len(data):
+            raise ValueError(f"bm25 arrays of inconsistent lengths (indptr {len(indptr)} for "
+                             f"{len(terms)} terms, {len(indices)} indices, {len(data)} "
+                             "weights)")
+        if len(indptr) and (indptr[0] != 0 or indptr[-1] != len(indices)
+                            or bool((np.diff(indptr) < 0).any())):
+            raise ValueError("bm25_indptr.npy is not a non-decreasing run from 0 to the "
+                             "number of entries")
+        if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= n_docs):
+            raise ValueError(f"bm25_indices.npy names documents outside 0..{n_docs - 1}")
+        if not bool(np.isfinite(data).all()):
+            raise ValueError("bm25_data.npy holds weights that are not finite")
+        return cls({t: i for i, t in enumerate(terms)}, indptr.astype(np.int64),
+                   indices.astype(np.int64), data.astype(np.float64), n_docs, params)
 
 
 class RankBM25Scorer:
