@@ -14,6 +14,8 @@ import pickle
 import shutil
 import socket
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -512,3 +514,45 @@ def test_bad_environments_are_user_errors(tmp_path):
     with pytest.raises(DataError, match="no .csv"):
         DataEnvironment.open(empty, cache_dir=tmp_path)
     assert run_sql(tmp_path / "missing.sqlite", "SELECT 1").error_kind == "open"
+
+
+SQL_BOMBS = {
+    "printf-width": "SELECT " + ", ".join(f"length(printf('%.*c', 2000000000, '{c}'))"
+                                          for c in "abcdefghij"),
+    "printf-literal-width": "SELECT length(format('%2000000000d', 1))",
+    "zeroblob-rows": "WITH RECURSIVE r(n, b) AS (SELECT 1, zeroblob(49000000) UNION ALL "
+                     "SELECT n + 1, zeroblob(49000000) FROM r WHERE n < 200) "
+                     "SELECT n, length(b) FROM r ORDER BY n DESC",
+    "big-sort": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
+                "WHERE n < 5000000) SELECT n, hex(randomblob(300)) FROM r ORDER BY 2 LIMIT 3",
+    "wide-rows": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
+                 "WHERE n < 1000) SELECT n, hex(randomblob(400000)) FROM r",
+}
+SQL_BOMB_CHILD = r"""
+import json, resource, sys, time
+from workbench.trajsynth.sandbox import SandboxLimits, run_sql
+db, sql = sys.argv[1], sys.stdin.read()
+limits = SandboxLimits(sql_timeout_s=2.0)
+t0 = time.monotonic()
+r = run_sql(db, sql, limits)
+print(json.dumps({"seconds": time.monotonic() - t0, "kind": r.error_kind, "error": r.error,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rows": len(r.rows)}))
+"""
+
+
+@pytest.mark.parametrize("name", list(SQL_BOMBS))
+def test_sql_bombs_stay_within_time_and_memory(chinook_copy, name):
+    """Statements whose cost sits inside one SQLite step (padding in printf, huge blobs) or
+    in materialised rows: each ends by its 2 s limit + 1 s, the calling process stays under
+    300 MB, and nothing but a result or a one-line error comes back."""
+    out = subprocess.run([sys.executable, "-c", SQL_BOMB_CHILD, str(chinook_copy)],
+                         input=SQL_BOMBS[name], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout)
+    assert r["seconds"] <= 3.0, r
+    assert r["rss_mb"] <= 300, r
+    assert r["kind"] in (None, "timeout", "denied", "sql"), r
+    if r["error"]:
+        assert "\n" not in r["error"]

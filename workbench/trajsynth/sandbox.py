@@ -50,6 +50,12 @@ class SandboxLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     sql_timeout_s: float = Field(5.0, gt=0, description="SQL deadline (progress handler).")
+    sql_max_value_bytes: int = Field(1_000_000, ge=1000, description=(
+        "Largest string or blob a statement may make (SQLITE_LIMIT_LENGTH): it bounds the "
+        "memory and the time of one function call, which the deadline cannot interrupt."))
+    sql_cache_mb: int = Field(32, ge=1, description="Page cache of a statement; sorts and "
+                                                    "materialised rows beyond it spill to "
+                                                    "temp files.")
     sql_max_rows: int = Field(200, ge=1, description="Rows returned; more sets `truncated`.")
     sql_max_cell_chars: int = Field(2000, ge=16, description="Longer text values are cut.")
     py_timeout_s: float = Field(20.0, gt=0, description="Wall clock, from process start.")
@@ -113,7 +119,8 @@ def _authorizer(denied: list[str]):
 
 
 def open_readonly(db_path: str | os.PathLike, *, deadline: float | None = None,
-                  denied: list[str] | None = None) -> sqlite3.Connection:
+                  denied: list[str] | None = None, max_value_bytes: int = 50_000_000,
+                  cache_kib: int | None = None) -> sqlite3.Connection:
     """A read-only connection: `mode=ro`, `query_only`, the authorizer, no ATTACH, no
     extensions, and (with `deadline`, a `time.monotonic()` value) a progress-handler deadline.
 
@@ -131,14 +138,62 @@ def open_readonly(db_path: str | os.PathLike, *, deadline: float | None = None,
     except AttributeError:  # Python built without extension support: nothing to disable
         pass
     con.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 50_000_000)
+    con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
+    con.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 1000)
+    denied = denied if denied is not None else []
+    _guard_printf(con, max_value_bytes, denied)
     con.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 1_000_000)
     con.execute("PRAGMA query_only = ON")
     con.execute("PRAGMA trusted_schema = OFF")
-    con.set_authorizer(_authorizer(denied if denied is not None else []))
+    if cache_kib is not None:  # sorts and materialised subqueries spill to temp files
+        con.execute(f"PRAGMA cache_size = -{int(cache_kib)}")
+        con.execute("PRAGMA temp_store = FILE")
+    con.set_authorizer(_authorizer(denied))
     if deadline is not None:
         con.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1000)
     return con
+
+
+_PRINTF_SPEC = re.compile(r"%[-+ 0#!,]*(\*|\d+)?(?:\.(\*|\d+))?(?:ll|l)?([a-zA-Z%])")
+
+
+def _guard_printf(con: sqlite3.Connection, max_value_bytes: int, denied: list[str]) -> None:
+    """Replace printf()/format() with a checked one: SQLite pads to a width or precision
+    one character at a time inside a single step, where neither the length limit nor the
+    deadline reach it (printf('%.*c', 2000000000, 'x') runs ~12 s per call). A width or
+    precision over the length limit is an error; the rest is SQLite's own printf, run by a
+    private in-memory connection."""
+    helper = sqlite3.connect(":memory:", check_same_thread=False)
+    helper.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
+
+    def checked(fmt, *args):
+        if fmt is None:
+            return None
+        if not isinstance(fmt, str):
+            fmt = str(fmt)
+        i = 0
+        for m in _PRINTF_SPEC.finditer(fmt):
+            for part in m.group(1, 2):
+                if part == "*":
+                    n = args[i] if i < len(args) else 0
+                    i += 1
+                else:
+                    n = part
+                try:
+                    if part is not None and abs(int(n)) > max_value_bytes:
+                        denied.append(f"printf width or precision {int(n):,} is over the "
+                                      f"{max_value_bytes:,}-byte limit of a value")
+                        raise ValueError(denied[-1])
+                except (TypeError, ValueError) as e:
+                    if "limit" in str(e):
+                        raise
+            if m.group(3) != "%":
+                i += 1
+        marks = ", ".join("?" * (len(args) + 1))
+        return helper.execute(f"SELECT printf({marks})", (fmt, *args)).fetchone()[0]
+
+    for name in ("printf", "format"):
+        con.create_function(name, -1, checked, deterministic=True)
 
 
 class SqlResult(BaseModel):
@@ -218,16 +273,23 @@ def run_sql(db_path: str | os.PathLike, sql: str,
                     f"PRAGMA), not {keyword.upper() or 'an empty statement'}", "denied")
     denied: list[str] = []
     try:
-        con = open_readonly(db_path, deadline=deadline, denied=denied)
+        con = open_readonly(db_path, deadline=deadline, denied=denied,
+                            max_value_bytes=limits.sql_max_value_bytes,
+                            cache_kib=limits.sql_cache_mb * 1024)
     except sqlite3.Error as e:
         return fail(f"cannot open the database: {e}", "open")
     try:
         cur = con.execute(sql)
         columns = [d[0] for d in cur.description or []]
-        raw = cur.fetchmany(limits.sql_max_rows + 1) if columns else []
-        truncated = len(raw) > limits.sql_max_rows
-        rows = [[_cell(v, limits.sql_max_cell_chars) for v in r]
-                for r in raw[: limits.sql_max_rows]]
+        rows, truncated = [], False
+        while columns:  # one row at a time, each cell cut at once: memory stays bounded
+            r = cur.fetchone()
+            if r is None:
+                break
+            if len(rows) == limits.sql_max_rows:
+                truncated = True
+                break
+            rows.append([_cell(v, limits.sql_max_cell_chars) for v in r])
         return SqlResult(sql=sql, columns=columns, rows=rows, truncated=truncated,
                          elapsed_s=round(time.monotonic() - t0, 4))
     except sqlite3.Error as e:
