@@ -35,6 +35,7 @@ FULL_TIER = {
     "kill_injection": "kills a process in the middle of its work",
     "real_training": "trains or scores past a tiny model's few steps",
     "browser": "drives Chromium",
+    "thorough_fuzz": "sends a thousand fuzzed requests or more",
 }
 _current = {"tier": "all", "test": ""}
 
@@ -142,6 +143,11 @@ def kill_injection():
 @pytest.fixture(scope="session")
 def real_training():
     """Declares that the test trains or scores past a tiny model's few steps (full tier)."""
+
+
+@pytest.fixture(scope="session")
+def thorough_fuzz():
+    """Declares a fuzz run of a thousand requests or more (full tier)."""
 
 
 CHROMIUM = "/usr/bin/chromium"

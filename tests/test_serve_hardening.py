@@ -261,7 +261,7 @@ _request = st.one_of(
       for path, strat in _ROUTES],
     st.tuples(st.sampled_from([p for p, _ in _ROUTES]), st.binary(max_size=60)))
 
-_seen = {"n": 0, "by_status": {}}
+_seen: dict[str, dict] = {"quick": {}, "thorough": {}}
 
 
 @pytest.fixture(scope="module")
@@ -270,25 +270,46 @@ def fuzz_servers(tiny_model, slow_tiny):
     with serving(load_model("fake"), "fake") as fake_url, \
             serving(model, "fake", ServerLimits(max_queue=4)) as tiny_url:
         yield [fake_url.removesuffix("/v1"), tiny_url.removesuffix("/v1")]
-    print(f"fuzzed {_seen['n']} requests; statuses {_seen['by_status']}")
-    assert _seen["n"] >= 500
+    for run, statuses in _seen.items():
+        if statuses:
+            print(f"fuzzed {sum(statuses.values())} requests ({run}); statuses {statuses}")
 
 
-@settings(max_examples=600, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(req=_request, which=st.integers(0, 3))
-def test_fuzzed_bodies_never_get_a_500_and_errors_are_openai_shaped(fuzz_servers, req, which):
+def _fuzz_one(servers, req, which, run):
     path, body = req
-    base = fuzz_servers[0 if which else 1]  # a quarter go to the tiny real model
+    base = servers[0 if which else 1]  # a quarter go to the tiny real model
     r = httpx.post(base + path, content=body, timeout=120,
                    headers={"content-type": "application/json"})
-    _seen["n"] += 1
-    _seen["by_status"][r.status_code] = _seen["by_status"].get(r.status_code, 0) + 1
+    _seen[run][r.status_code] = _seen[run].get(r.status_code, 0) + 1
     assert r.status_code in (200, 400, 404), (r.status_code, body, r.text)
     if r.status_code != 200:
         assert_openai_error(r)
     elif "text/event-stream" not in r.headers.get("content-type", ""):
         r.json()
+
+
+FUZZ_SETTINGS = dict(deadline=None, derandomize=True, database=None,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                            HealthCheck.too_slow])
+
+
+@settings(max_examples=80, **FUZZ_SETTINGS)
+@given(req=_request, which=st.integers(0, 3))
+def test_fuzzed_bodies_never_get_a_500_quick(fuzz_servers, req, which):
+    """80 fuzzed bodies (fast tier); the thorough run below sends over a thousand."""
+    _fuzz_one(fuzz_servers, req, which, "quick")
+
+
+@settings(max_examples=1200, **FUZZ_SETTINGS)
+@given(req=_request, which=st.integers(0, 3))
+def test_fuzzed_bodies_never_get_a_500_and_errors_are_openai_shaped(fuzz_servers, req, which,
+                                                                    thorough_fuzz):
+    _fuzz_one(fuzz_servers, req, which, "thorough")
+
+
+def test_the_thorough_fuzz_sent_over_a_thousand_bodies(fuzz_servers, thorough_fuzz):
+    """Runs after the thorough fuzz (file order): it really sent its bodies."""
+    assert sum(_seen["thorough"].values()) >= 1000, _seen["thorough"]
 
 
 # --- process ----------------------------------------------------------------------------

@@ -194,7 +194,8 @@ def test_kill_and_resume_is_exact(tiny_model, data_file, tmp_path, kill_injectio
     assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
 
 
-def test_crash_during_checkpoint_write_never_picked(tiny_model, data_file, tmp_path):
+def test_crash_during_checkpoint_write_never_picked(tiny_model, data_file, tmp_path,
+                                                   kill_injection):
     import random
 
     from transformers.trainer_utils import get_last_checkpoint

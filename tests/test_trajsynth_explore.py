@@ -326,7 +326,7 @@ def test_escalation_bandit_and_cost_model(chinook, pool, tmp_path):
     assert s4["stopped"] > 0
 
 
-def test_downstream_check_zero_shot_icl_and_sft(toy, tmp_path):
+def test_downstream_check_zero_shot_icl_and_sft(toy, tmp_path, bundled_model, real_training):
     """The three conditions run end to end on the bundled model (a toy environment, a few
     LoRA steps): accuracies with intervals and outcome counts, McNemar against zero-shot."""
     from workbench.trajsynth.downstream import DownstreamConfig, format_downstream, run_downstream
