@@ -114,6 +114,9 @@ CASES = [
      "aliases expand to more than"),
     ("override-alias-bomb", lambda f, i: ["config", "show", "-s", "generation.stop={" + ", ".join(
         f["bomb"].read_text().splitlines()[:-1]) + ", x: *g}"], 2, "aliases expand"),
+    ("override-recursive-alias", lambda f, i: ["config", "show", "-s",
+                                               "models.chat.options={a: &a [*a]}"], 2,
+     "contains itself"),
     ("config-duplicate-key", lambda f, i: ["config", "show", str(f["dupkey"])], 2,
      "duplicate key 'seed'"),
     ("config-too-large", lambda f, i: ["config", "show", str(f["huge"])], 2, "too large"),

@@ -162,8 +162,10 @@ class _StrictLoader(yaml.SafeLoader):
 
 def _check_expanded_size(root) -> None:
     """Count the values of the document with every alias expanded (memoised per node, so
-    the count itself is linear in the file); refuse more than MAX_YAML_NODES."""
+    the count itself is linear in the file); refuse more than MAX_YAML_NODES, and refuse a
+    value that contains itself (a recursive alias)."""
     sizes: dict[int, int] = {}
+    open_: set[int] = set()
     stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
         node, children_done = stack.pop()
@@ -172,14 +174,25 @@ def _check_expanded_size(root) -> None:
         kids = [] if isinstance(node, yaml.ScalarNode) else [
             x for pair in node.value for x in (pair if isinstance(pair, tuple) else (pair,))]
         if children_done or not kids:
-            sizes[id(node)] = 1 + sum(sizes.get(id(k), 1) for k in kids)
+            open_.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(k)] for k in kids)
             if sizes[id(node)] > MAX_YAML_NODES:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"aliases expand to more than {MAX_YAML_NODES:,} values",
                     node.start_mark)
-        else:
-            stack.append((node, True))
-            stack.extend((k, False) for k in kids if id(k) not in sizes)
+            continue
+        if id(node) in open_:  # reached again while its own children are being counted
+            raise yaml.constructor.ConstructorError(
+                None, None, "a value that contains itself (recursive alias)", node.start_mark)
+        open_.add(id(node))
+        stack.append((node, True))
+        for k in kids:
+            if id(k) in open_:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a value that contains itself (recursive alias)",
+                    k.start_mark)
+            if id(k) not in sizes:
+                stack.append((k, False))
 
 
 def load_yaml_text(text: str) -> Any:
@@ -192,7 +205,8 @@ def _yaml_value(raw: str, what: str) -> Any:
     try:
         return load_yaml_text(raw)
     except yaml.constructor.ConstructorError as e:
-        if e.problem and ("aliases expand" in e.problem or "duplicate key" in e.problem):
+        if e.problem and any(w in e.problem for w in ("aliases expand", "duplicate key",
+                                                      "contains itself")):
             raise ConfigError([f"{what}: {e.problem}"]) from None
         return raw
     except yaml.YAMLError:
