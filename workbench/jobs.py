@@ -320,6 +320,9 @@ def _execute(job: Job) -> dict[str, Any]:
 
 
 def main(folder: str) -> int:
+    from workbench.progress import quiet_libraries
+
+    quiet_libraries()  # library warnings stay out of the job's log
     job = load_job(folder)
     job.status, job.started = "running", time.time()
     job.pid, job.pid_start = os.getpid(), process_start(os.getpid())
