@@ -400,3 +400,40 @@ def compare_run(tmp_path_factory, tiny_model) -> CompareRun:
     result = cli_in_process("compare", "run", str(conf), env={"TQDM_DISABLE": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     return CompareRun(Path(ws), conf, result)
+
+
+# --- federated runs, made once per test run ----------------------------------------------------
+
+class FedRun:
+    def __init__(self, workspace: Path, cfg, report_dir: Path):
+        self.workspace, self.cfg, self.report_dir = workspace, cfg, report_dir
+
+
+def _fed_run(tmp_path_factory, name: str, settings: list[str]) -> FedRun:
+    from workbench.config import load_config
+    from workbench.runs import RunContext, RunLayout, run_pipeline
+    from workbench.workspace import open_workspace
+
+    ws = Path(open_workspace(tmp_path_factory.mktemp(name) / "ws"))
+    cfg = load_config(None, [*settings, f"output_dir={ws / 'runs'}", f"name={name}"])
+    res = run_pipeline("fed", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
+    return FedRun(ws, cfg, Path(res.outputs["report"]).parent)
+
+
+@pytest.fixture(scope="session")
+def federated_run(tmp_path_factory, tiny_model) -> FedRun:
+    """A finished federated LoRA experiment (2 rounds, 3 sites of the shipped distilled RF
+    rows, the tiny model), in a workspace's runs/: the federated tests and the app share it."""
+    return _fed_run(tmp_path_factory, "fedrun", [
+        f"federated.model={tiny_model}", "federated.rounds=2", "federated.local.steps=1",
+        "federated.local.batch_size=2", "federated.local.lora.r=4",
+        "federated.local.lora.alpha=8", "federated.guards.min_nodes=3",
+        f"federated.split.source={REPO / 'datasets' / 'rf_distilled'}"])
+
+
+@pytest.fixture(scope="session")
+def knowledge_run(tmp_path_factory) -> FedRun:
+    """A finished knowledge-track run (3 rounds, 4 sites with search agents), shared."""
+    return _fed_run(tmp_path_factory, "krun", [
+        "federated.track=knowledge", "federated.rounds=3", "federated.model=",
+        "federated.guards.min_nodes=4", "federated.knowledge.learn_iterations=12"])

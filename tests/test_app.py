@@ -569,18 +569,10 @@ def test_trajectories_page_shows_the_pool_the_tree_and_the_ledger(ws):
     assert nodes["verified path"].any() and (nodes["visits"] > 0).all()
 
 
-def test_federated_page_shows_rounds_sites_and_conditions(ws, tiny_model):
-    """A federated run made outside the app: the round table, per-site metrics and the
-    conditions table with intervals render."""
-    from workbench.config import load_config
-    from workbench.runs import RunContext, RunLayout, run_pipeline
-
-    cfg = load_config(None, [f"federated.model={tiny_model}", "federated.rounds=2",
-                             "federated.local.steps=1", "federated.local.batch_size=2",
-                             "federated.local.lora.r=4", "federated.local.lora.alpha=8",
-                             f"federated.split.source={REPO / 'datasets' / 'rf_distilled'}",
-                             f"output_dir={ws / 'runs'}", "name=fedrun"])
-    run_pipeline("fed", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
+def test_federated_page_shows_rounds_sites_and_conditions(federated_run, monkeypatch):
+    """A federated run made outside the app (the shared `federated_run`): the round table,
+    per-site metrics and the conditions table with intervals render."""
+    monkeypatch.setenv("WB_WORKSPACE", str(federated_run.workspace))
     at = page("federated").run()
     assert not at.exception, at.exception
     assert {m.label for m in at.metric} >= {"Rounds done", "Canaries leaked"}
@@ -593,15 +585,8 @@ def test_federated_page_shows_rounds_sites_and_conditions(ws, tiny_model):
                                        "centralised"}
 
 
-def test_federated_page_shows_a_knowledge_run(ws):
-    from workbench.config import load_config
-    from workbench.runs import RunContext, RunLayout, run_pipeline
-
-    cfg = load_config(None, ["federated.track=knowledge", "federated.rounds=2",
-                             "federated.model=", "federated.guards.min_nodes=4",
-                             "federated.knowledge.learn_iterations=8",
-                             f"output_dir={ws / 'runs'}", "name=krun"])
-    run_pipeline("fed", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
+def test_federated_page_shows_a_knowledge_run(knowledge_run, monkeypatch):
+    monkeypatch.setenv("WB_WORKSPACE", str(knowledge_run.workspace))
     at = page("federated").run()
     assert not at.exception, at.exception
     assert any(m.label == "Active units" for m in at.metric)

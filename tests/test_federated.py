@@ -229,7 +229,7 @@ def test_replies_outside_the_allow_list_are_rejected(tiny_model, sites, tmp_path
 # --- F6: the server resumes after a crash and ends where an uninterrupted run ends ----------
 
 def test_server_resumes_after_a_crash_with_the_same_final_adapter(tiny_model, sites,
-                                                                   tmp_path):
+                                                                   tmp_path, kill_injection):
     cfg = fcfg(tiny_model, rounds=4, keep_replies=False)
     whole = serve(cfg, sites, tmp_path / "whole")
 
@@ -326,19 +326,11 @@ def test_launcher_refuses_without_tls_unless_insecure(tmp_path, sites):
 
 # --- the experiment -------------------------------------------------------------------------
 
-def test_experiment_reports_federated_local_and_central(tiny_model, tmp_path, monkeypatch):
-    from workbench.config import load_config
+def test_experiment_reports_federated_local_and_central(federated_run, tmp_path, monkeypatch):
     from workbench.runs import RunContext, RunLayout, run_pipeline
 
     monkeypatch.chdir(tmp_path)
-    cfg = load_config(None, [f"federated.model={tiny_model}", "federated.rounds=2",
-                             "federated.local.steps=1", "federated.local.batch_size=2",
-                             "federated.local.lora.r=4", "federated.local.lora.alpha=8",
-                             f"federated.split.source={ROOT / 'datasets' / 'rf_distilled'}",
-                             "federated.guards.min_nodes=3", f"output_dir={tmp_path / 'runs'}",
-                             "name=fedtest"])
-    res = run_pipeline("fed", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
-    out = Path(res.outputs["report"]).parent
+    cfg, out = federated_run.cfg, federated_run.report_dir
     report = json.loads((out / "report.json").read_text())
     conds = {t["condition"] for t in report["conditions"]}
     assert conds == {"initial", "local", "federated", "central"}

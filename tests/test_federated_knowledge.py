@@ -87,22 +87,8 @@ def test_gate_and_review_follow_measured_success():
     assert [(o.op, o.target, o.count) for o in ops] == [("AGREE", "g", 3), ("REMOVE", "b", 2)]
 
 
-@pytest.fixture(scope="module")
-def knowledge_run(tmp_path_factory):
-    from workbench.config import load_config
-    from workbench.runs import RunContext, RunLayout, run_pipeline
-
-    out = tmp_path_factory.mktemp("know")
-    cfg = load_config(None, ["federated.track=knowledge", "federated.rounds=3",
-                             "federated.model=", "federated.guards.min_nodes=4",
-                             "federated.knowledge.learn_iterations=12",
-                             f"output_dir={out}", "name=k"])
-    res = run_pipeline("fed", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
-    return cfg, Path(res.outputs["report"]).parent
-
-
 def test_knowledge_experiment_end_to_end(knowledge_run):
-    _, out = knowledge_run
+    out = knowledge_run.report_dir
     report = json.loads((out / "report.json").read_text())
     fig = report["figures"]
     assert fig["canary_leaks"] == 0 and fig["sites"] == 4
@@ -121,10 +107,10 @@ def test_knowledge_experiment_end_to_end(knowledge_run):
     assert "Cross-scaffold transfer" in md and "Wilson" in md and "canaries" in md
 
 
-def test_knowledge_server_resumes_after_a_crash(knowledge_run, tmp_path):
+def test_knowledge_server_resumes_after_a_crash(knowledge_run, tmp_path, kill_injection):
     from workbench.federated.api import knowledge_sites, run_knowledge_rounds
 
-    cfg, out = knowledge_run
+    cfg, out = knowledge_run.cfg, knowledge_run.report_dir
     fc = cfg.federated.model_copy(update={"rounds": 2})
     sites = knowledge_sites(fc, out)
 

@@ -529,15 +529,17 @@ SQL_BOMBS = {
                  "WHERE n < 1000) SELECT n, hex(randomblob(400000)) FROM r",
 }
 SQL_BOMB_CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from workbench.trajsynth.sandbox import SandboxLimits, run_sql
 db, sql = sys.argv[1], sys.stdin.read()
 limits = SandboxLimits(sql_timeout_s=2.0)
 t0 = time.monotonic()
 r = run_sql(db, sql, limits)
+# VmHWM: this process's own peak (ru_maxrss would carry the forking parent's over exec)
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status")
+           if line.startswith("VmHWM:"))
 print(json.dumps({"seconds": time.monotonic() - t0, "kind": r.error_kind, "error": r.error,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "rows": len(r.rows)}))
+                  "rss_mb": hwm / 1024, "rows": len(r.rows)}))
 """
 
 
