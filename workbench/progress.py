@@ -4,11 +4,12 @@
 job's log file, a pipe), nothing is drawn; instead one daemon thread per process prints a
 line to stderr every `WB_PROGRESS_SECONDS` (default 25) while any work is under way:
 
-    [progress] compare/eval_base > scoring: 12/22 prompt (55%), 0.41/s, 29s, ETA 24s
+    [progress] distill/distill > model calls > generating 3/4: 2/7 chunk (29%), 0.02/s,
+    1m40s, ETA 4m10s
 
 naming every level of the work in flight (a stage, the loop inside it, the model's batches
-inside that), with done/total, rate, elapsed time and time left of the innermost one that
-has a total. `stage(name)` marks a piece of work without a count (the stage runner wraps
+inside that) with each counted level's done/total, and the rate, elapsed time and time left
+of the outermost counted loop that has moved (its end is the stage's end). `stage(name)` marks a piece of work without a count (the stage runner wraps
 every stage in one), so even a stage whose loops are not counted prints that it is alive.
 """
 
@@ -87,8 +88,12 @@ class _Ticker:
         if not stacks:
             return None
         stack = max(stacks, key=len)  # the deepest work in flight says the most
-        counted = next((w for w in reversed(stack) if w.total), None)
-        names = " > ".join(w.desc for w in stack if w.desc) or "working"
+        # rate and time left come from the outermost counted loop that has moved (the one
+        # whose end is the stage's end); every counted level shows its done/total
+        counted = next((w for w in stack if w.total and w.done), None) or next(
+            (w for w in reversed(stack) if w.total), None)
+        names = " > ".join(f"{w.desc} {w.done}/{w.total}" if w.total and w is not counted
+                           else w.desc for w in stack if w.desc) or "working"
         now = time.monotonic()
         if counted is None:
             return f"[progress] {names}: running, {_duration(now - stack[0].t0)}"
