@@ -62,6 +62,16 @@ def _chosen_tier(config) -> str:
     return "fast"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Workers (pytest-xdist's -n from addopts) only for the fast tier as a whole: the full
+    tier's bundled models, servers and deployments want the memory and cores to
+    themselves, and a test named by id needs no second process."""
+    if getattr(config.option, "numprocesses", None) and _chosen_tier(config) != "fast":
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+
+
 def pytest_report_header(config):
     tier = _chosen_tier(config)
     other = {"fast": " (the full tier: --tier full)", "full": "", "all": ""}[tier]
