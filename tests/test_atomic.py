@@ -32,6 +32,7 @@ os.replace, shutil.rmtree = step(real_replace), step(real_rmtree)
 tmp = root / ".out.tmp"
 tmp.mkdir()
 (tmp / "version.json").write_text('{"v": "new"}')
+(tmp / "manifest.json").write_text("{}")  # an output of the workbench's, like the old one
 io.replace_dir(tmp, root / "out")
 """
 
@@ -50,6 +51,7 @@ def test_kill_at_every_step_of_replace_dir_leaves_old_or_new(tmp_path, kill_inje
         root = tmp_path / f"r{i}"
         (root / "out").mkdir(parents=True)
         (root / "out" / "version.json").write_text('{"v": "old"}')
+        (root / "out" / "manifest.json").write_text("{}")
         r = subprocess.run([sys.executable, "-c", CHILD, str(root), str(kill_at)],
                            cwd=REPO, capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONPATH": str(REPO)})
