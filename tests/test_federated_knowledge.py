@@ -5,7 +5,6 @@ process over the real Flower ClientApp, and resume."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -339,7 +339,8 @@ def test_kill_at_every_write_site_of_gguf_conversion(tmp_path, monkeypatch, kill
         _report(scenario, out, seen)
 
 
-def test_unfinished_conversion_under_the_final_name_is_redone(tmp_path, monkeypatch, kill_injection):
+def test_unfinished_conversion_under_the_final_name_is_redone(tmp_path, monkeypatch,
+                                                             kill_injection):
     """A folder under the final name without the finishing file (a copy cut short, an older
     non-atomic writer) is never taken as a conversion; temp folders of killed conversions go."""
     from workbench.models import local
@@ -359,7 +360,8 @@ def test_unfinished_conversion_under_the_final_name_is_redone(tmp_path, monkeypa
                                                                target.name]
 
 
-def test_a_second_conversion_waits_for_the_first_and_uses_its_folder(tmp_path, monkeypatch, kill_injection):
+def test_a_second_conversion_waits_for_the_first_and_uses_its_folder(tmp_path, monkeypatch,
+                                                                    kill_injection):
     import threading
 
     from workbench.models import local

@@ -2,7 +2,6 @@
 
 import math
 
-import pytest
 
 from workbench.models import GenerationParams, ScoreRequest
 

@@ -1,6 +1,5 @@
 import json
 
-import pytest
 
 from workbench.rag.context import format_context, with_context
 from workbench.records import RetrievalHit

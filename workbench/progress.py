@@ -9,8 +9,9 @@ line to stderr every `WB_PROGRESS_SECONDS` (default 25) while any work is under 
 
 naming every level of the work in flight (a stage, the loop inside it, the model's batches
 inside that) with each counted level's done/total, and the rate, elapsed time and time left
-of the outermost counted loop that has moved (its end is the stage's end). `stage(name)` marks a piece of work without a count (the stage runner wraps
-every stage in one), so even a stage whose loops are not counted prints that it is alive.
+of the outermost counted loop that has moved (its end is the stage's end). `stage(name)`
+marks a piece of work without a count (the stage runner wraps every stage in one), so even
+a stage whose loops are not counted prints that it is alive.
 """
 
 from __future__ import annotations

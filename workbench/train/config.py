@@ -39,7 +39,8 @@ class TrainConfig(_Section):
                                             "(boundaries respected).")
     batch_size: int = Field(4, ge=1, description="Sequences per micro-batch.")
     grad_accum: int = Field(1, ge=1, description="Micro-batches per optimizer step.")
-    learning_rate: float = Field(2e-4, gt=0, le=1, description="Peak learning rate (above 0, at most 1).")
+    learning_rate: float = Field(2e-4, gt=0, le=1,
+                                 description="Peak learning rate (above 0, at most 1).")
     weight_decay: float = Field(0.0, ge=0)
     epochs: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1, description="Stop after this many steps.")
