@@ -205,3 +205,21 @@ def test_openai_backend_sends_tools_and_reads_calls_back(fake_server):
     g = remote.generate([ask], tools=[WEATHER, CLOCK], tool_choice=named)[0]
     assert not g.ok and "HTTP 400" in g.error and "'get_time'" in g.error
     remote.close()
+
+
+def test_stop_strings_are_capped_as_openai_caps_them():
+    """At most 4 stop strings of 1 to 256 characters: 300 one-letter stops cost 32 s of
+    uncancellable work before the cap, 10,000 wedged the server for minutes."""
+    import pytest as _pytest
+    from pydantic import ValidationError
+
+    from workbench.serve import ChatCompletionRequest, CompletionRequest
+
+    msgs = [{"role": "user", "content": "hi"}]
+    ChatCompletionRequest(messages=msgs, stop=["a", "b", "c", "d"])
+    CompletionRequest(prompt="x", stop="x" * 256)
+    for bad in (list("abcde"), ["a"] * 300, [""], "x" * 257):
+        with _pytest.raises(ValidationError, match="stop"):
+            ChatCompletionRequest(messages=msgs, stop=bad)
+        with _pytest.raises(ValidationError, match="stop"):
+            CompletionRequest(prompt="x", stop=bad)

@@ -92,6 +92,9 @@ class ChatMessageIn(_Strict):
         return out
 
 
+MAX_STOPS, MAX_STOP_CHARS = 4, 256
+
+
 class _Sampling(_Strict):
     """The sampling fields both generation routes accept."""
 
@@ -101,6 +104,18 @@ class _Sampling(_Strict):
     repetition_penalty: float | None = Field(None, gt=0.0)
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)  # int64, as OpenAI
+
+    @field_validator("stop")
+    @classmethod
+    def _few_short_stops(cls, v):
+        """At most MAX_STOPS strings (OpenAI's 4) of 1 to MAX_STOP_CHARS characters: each
+        costs a pass over the vocabulary, and 10,000 of them wedged the server."""
+        stops = [v] if isinstance(v, str) else (v or [])
+        if len(stops) > MAX_STOPS:
+            raise ValueError(f"at most {MAX_STOPS} stop strings, got {len(stops)}")
+        if any(not 1 <= len(x) <= MAX_STOP_CHARS for x in stops):
+            raise ValueError(f"each stop string has 1 to {MAX_STOP_CHARS} characters")
+        return v
     stream: bool = False
     n: int = Field(1, ge=1, le=1)
 
