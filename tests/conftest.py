@@ -78,27 +78,37 @@ def pytest_report_header(config):
     return f"workbench test tier: {tier}{other}"
 
 
-# Files that share the session's finished runs (compare_run, federated_run, knowledge_run): one
-# xdist group, so one worker builds each run once instead of both workers building it.
+def pytest_collection_modifyitems(config, items):
+    tier = _chosen_tier(config)
+    if tier == "all":
+        return
+    keep = [i for i in items if tier_of(i) == tier]
+    drop = [i for i in items if tier_of(i) != tier]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
+# Files that share the session's finished runs (compare_run, federated_run, knowledge_run) go
+# to one worker together, so each run is built once instead of once per worker.
 SHARED_RUNS = {"test_app.py", "test_compare.py", "test_federated.py",
                "test_federated_knowledge.py"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook appends the group to node ids
-def pytest_collection_modifyitems(config, items):
-    tier = _chosen_tier(config)
-    if tier != "all":
-        keep = [i for i in items if tier_of(i) == tier]
-        drop = [i for i in items if tier_of(i) != tier]
-        if drop:
-            config.hook.pytest_deselected(items=drop)
-        items[:] = keep
-    # --dist loadgroup: a file is one unit of work (its module fixtures are made once), and
-    # the files that share finished runs are one unit together
-    for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group("shared-runs" if name in SHARED_RUNS
-                                                else name.removesuffix(".py")))
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile with one change: the SHARED_RUNS files are one unit of work. (xdist's
+    own `xdist_group` marks do nothing under pytest 9: xdist 3.8 renames `item._nodeid`,
+    which pytest 9 no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "shared-runs" if Path(file).name in SHARED_RUNS else file
+
+    return ByFile(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
