@@ -64,10 +64,10 @@ def _chosen_tier(config) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """Workers (pytest-xdist's -n from addopts) only for the fast tier as a whole: the full
-    tier's bundled models, servers and deployments want the memory and cores to
-    themselves, and a test named by id needs no second process."""
-    if getattr(config.option, "numprocesses", None) and _chosen_tier(config) != "fast":
+    """Workers (pytest-xdist's -n from addopts) for whole tiers; a test named by id needs no
+    second process."""
+    if getattr(config.option, "numprocesses", None) and not config.getoption("--tier") \
+            and _chosen_tier(config) == "all":
         config.option.numprocesses = 0
         config.option.dist = "no"
 
