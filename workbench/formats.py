@@ -23,7 +23,9 @@ from typing import Any, Literal
 
 from workbench.errors import DataError
 from workbench.io import iter_jsonl_raw, write_jsonl
-from workbench.records import ChatExample, Message, RecordError, ToolCall, ToolSpec
+from workbench.records import (
+    ChatExample, Message, PreferencePair, RecordError, ToolCall, ToolSpec,
+)
 
 Format = Literal["messages", "sharegpt", "alpaca"]
 FORMATS: tuple[str, ...] = ("messages", "sharegpt", "alpaca")
@@ -304,3 +306,129 @@ def write_dataset(path: str | Path, examples: Iterable[ChatExample], fmt: str = 
         except RecordError as e:
             raise DataError(f"record {i}: {e}", path=str(path), code=e.code) from None
     return write_jsonl(path, rows)
+
+
+# --- preference pairs -------------------------------------------------------------------------
+# One format for every exporter (`records.PreferencePair`: prompt messages, chosen and rejected
+# continuations, tools, provenance). TRL's conversational preference format is the same three
+# lists; TRL writes tool-call arguments as objects and has no call ids, and its "implicit
+# prompt" rows carry whole conversations in chosen/rejected with the prompt as their shared
+# start.
+
+def parse_preference(obj: Any) -> PreferencePair:
+    """A pair in our format or TRL's (explicit or implicit prompt)."""
+    if not isinstance(obj, dict):
+        raise RecordError("expected a JSON object", "wrong_type")
+    for k in ("chosen", "rejected"):
+        if k not in obj:
+            raise RecordError(f"{k}: missing field", "missing_field")
+        if not isinstance(obj[k], list):
+            raise RecordError(f"{k}: expected a list of messages (TRL's conversational "
+                              f"format), got {type(obj[k]).__name__}", "wrong_type")
+    return from_trl_preference(obj)
+
+
+def from_trl_preference(obj: dict[str, Any]) -> PreferencePair:
+    """TRL's conversational preference row (or ours) as a PreferencePair."""
+    obj = dict(obj)
+    if "prompt" not in obj:  # implicit prompt: the longest shared start of both sides
+        c, r = obj["chosen"], obj["rejected"]
+        n = 0
+        while n < min(len(c), len(r)) - 1 and c[n] == r[n]:
+            n += 1
+        while n and (not isinstance(c[n - 1], dict) or c[n - 1].get("role") == "assistant"):
+            n -= 1  # a side starts at an assistant turn
+        obj["prompt"], obj["chosen"], obj["rejected"] = c[:n], c[n:], r[n:]
+    ids: dict[int, str] = {}
+    for key in ("prompt", "chosen", "rejected"):
+        if not isinstance(obj.get(key), list):
+            raise RecordError(f"{key}: expected a list of messages", "wrong_type")
+        obj[key] = [_from_trl_message(m, f"{key}.{i}", ids) for i, m in enumerate(obj[key])]
+    if obj.get("tools"):
+        obj["tools"] = [t if isinstance(t, dict) and "function" in t
+                        else {"type": "function", "function": t} for t in obj["tools"]]
+    return PreferencePair.model_validate(obj)
+
+
+def _from_trl_message(m: Any, where: str, ids: dict[int, str]) -> Any:
+    if not isinstance(m, dict):
+        return m  # the record's validation names it
+    m = dict(m)
+    calls = m.get("tool_calls")
+    if isinstance(calls, list):
+        fixed = []
+        for c in calls:
+            if isinstance(c, dict) and isinstance(c.get("function"), dict):
+                c = {**c, "type": c.get("type", "function"),
+                     "id": c.get("id") or f"call_{len(ids)}"}
+                ids[len(ids)] = c["id"]
+                args = c["function"].get("arguments", "{}")
+                if not isinstance(args, str):
+                    c["function"] = {**c["function"],
+                                     "arguments": json.dumps(args, ensure_ascii=False)}
+            fixed.append(c)
+        m["tool_calls"] = fixed
+        m.setdefault("content", "")
+    if m.get("role") == "tool" and not m.get("tool_call_id") and ids:
+        m["tool_call_id"] = ids[max(ids)]  # TRL rows have no ids: the latest call
+    return m
+
+
+def to_trl_preference(pair: PreferencePair) -> dict[str, Any]:
+    """TRL's conversational preference row: prompt/chosen/rejected message lists (tool-call
+    arguments as objects where they are valid JSON), `tools` as JSON schemas."""
+    def msg(m: Message) -> dict[str, Any]:
+        d = m.to_json()
+        for c in d.get("tool_calls", ()):
+            try:
+                c["function"]["arguments"] = json.loads(c["function"]["arguments"])
+            except ValueError:
+                pass  # invalid JSON stays text: a rejected side may hold exactly that
+        return d
+
+    out: dict[str, Any] = {k: [msg(m) for m in getattr(pair, k)]
+                           for k in ("prompt", "chosen", "rejected")}
+    if pair.tools:
+        out["tools"] = [t.model_dump(mode="json", exclude_none=True) for t in pair.tools]
+    return out
+
+
+def read_preferences(path: str | Path) -> list[PreferencePair]:
+    """Every pair of a JSONL file; the first bad line raises a DataError naming it."""
+    good, problems, pairs = _scan_preferences(path, stop_at_first=True)
+    if problems:
+        raise problems[0]
+    return pairs
+
+
+def validate_preferences(path: str | Path) -> tuple[int, list[DataError]]:
+    """(good count, every problem) for a preference JSONL file."""
+    good, problems, _ = _scan_preferences(path, stop_at_first=False)
+    return good, problems
+
+
+def _scan_preferences(path, *, stop_at_first: bool):
+    from workbench.io import _error_code, describe_validation_error
+
+    pairs, problems = [], []
+    for lineno, obj in iter_jsonl_raw(path, collect=not stop_at_first):
+        if isinstance(obj, DataError):
+            problems.append(obj)
+            continue
+        try:
+            pairs.append(parse_preference(obj))
+        except RecordError as e:
+            problems.append(DataError(str(e), path=str(path), line=lineno, code=e.code))
+        except ValueError as e:
+            problems.append(DataError(describe_validation_error(e), path=str(path),
+                                      line=lineno, code=_error_code(e)))
+        if problems and stop_at_first:
+            break
+    if not pairs and not problems:
+        problems.append(DataError("no preference pairs in the file", path=str(path),
+                                  code="empty"))
+    return len(pairs), problems, pairs
+
+
+def is_preference_row(obj: Any) -> bool:
+    return isinstance(obj, dict) and "chosen" in obj and "rejected" in obj

@@ -161,6 +161,50 @@ class ChatExample(Record):
         return self
 
 
+
+class PreferencePair(Record):
+    """One preference: a state (`prompt`, the conversation so far) and two continuations of
+    it, `chosen` and `rejected` (assistant turns, with any tool results between them), the
+    `tools` both may call, and where the pair came from. TRL's conversational preference
+    format with tools; `formats.to_trl_preference` / `from_trl_preference` convert."""
+
+    id: StrictStr | None = None
+    prompt: list[Message]
+    chosen: list[Message]
+    rejected: list[Message]
+    tools: list[ToolSpec] | None = None
+    kind: StrictStr | None = Field(None, description="How the rejected side was made (e.g. "
+                                                     "a corruption or perturbation name).")
+    metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> PreferencePair:
+        if not self.prompt:
+            raise RecordError("prompt is empty", "empty_messages")
+        if self.prompt[-1].role == "assistant":
+            raise RecordError("prompt: its last turn is an assistant turn; the pair should "
+                              "continue from a user or tool turn", "prompt_ends_assistant")
+        for side in ("chosen", "rejected"):
+            msgs = getattr(self, side)
+            if not msgs:
+                raise RecordError(f"{side} is empty", "empty_messages")
+            if msgs[0].role != "assistant" or msgs[-1].role != "assistant":
+                raise RecordError(f"{side}: must start and end with an assistant turn",
+                                  "not_assistant")
+            try:  # call ids, system placement: as a whole conversation
+                ChatExample(messages=self.prompt + msgs, tools=self.tools)
+            except RecordError as e:
+                raise RecordError(f"{side}: {e}", e.code) from None
+        if [m.to_json() for m in self.chosen] == [m.to_json() for m in self.rejected]:
+            raise RecordError("chosen and rejected are the same", "same_sides")
+        return self
+
+    def example(self, side: str) -> ChatExample:
+        """prompt + one side as a ChatExample (what SFT on that side would train)."""
+        return ChatExample(messages=self.prompt + getattr(self, side), tools=self.tools,
+                           id=self.id)
+
+
 # --- corpus -----------------------------------------------------------------------------------
 
 class Document(Record):

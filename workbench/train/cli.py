@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,7 +17,8 @@ def register(group: typer.Typer) -> None:
                 set_: Annotated[Optional[list[str]], typer.Option(
                     "--set", "-s", help="Override a config key (repeatable).")] = None,
                 index: Annotated[int, typer.Option(help="Which example.")] = 0):
-        """Print one training example as the model sees it, trained spans in [[ ]]."""
+        """Print one training example as the model sees it, trained spans in [[ ]] (with
+        train.method=dpo: one pair, its chosen and its rejected side)."""
         from transformers import AutoTokenizer
 
         from workbench.config import load_config
@@ -32,10 +35,49 @@ def register(group: typer.Typer) -> None:
         if cfg.train.chat_template:
             tok.chat_template = cfg.train.chat_template
         tc = cfg.train.model_copy(update={"data": training_data(cfg, cfg.layout)})
+        if tc.method == "dpo":
+            from workbench.train.preference import load_pairs, preview_pair
+
+            pairs = load_pairs(tc.data)
+            if not 0 <= index < len(pairs):
+                raise WorkbenchError(f"--index {index}: the data has {len(pairs)} pairs")
+            typer.echo(preview_pair(tok, pairs[index]))
+            return
         _, examples = load_examples(tc)
         if not 0 <= index < len(examples):
             raise WorkbenchError(f"--index {index}: the data has {len(examples)} examples")
         typer.echo(render(tok, examples[index]))
+
+    @group.command("pairs")
+    def pairs(trajectories: Annotated[Path, typer.Argument(
+                  help="Agent trajectories: a messages/ShareGPT JSONL with tool calls (e.g. "
+                       "trajsynth's sft.jsonl or a domain agent's SFT export).")],
+              out: Annotated[Path, typer.Option("--out", "-o", help="Preference JSONL to "
+                                                                     "write.")],
+              per_step: Annotated[int, typer.Option(min=1, max=20, help="Pairs per expert "
+                                                                        "step.")] = 1,
+              final_tool: Annotated[Optional[list[str]], typer.Option(
+                  help="Tools whose call is the answer (never offered as a wrong tool); "
+                       "repeatable.")] = None,
+              seed: Annotated[int, typer.Option(help="Seed of the perturbation choices.")] = 0):
+        """Step-level preference pairs (Agentic-DPO): at every expert tool call, the expert's
+        call against a wrong one that still fits the tool's schema (a step's own
+        alternatives first, then another table, operator, argument value or tool). Train on
+        them with `train run -s train.method=dpo -s train.data=OUT`."""
+        from workbench.formats import read_dataset
+        from workbench.io import atomic_write_text, check_replaceable
+        from workbench.train.steppairs import step_pairs
+
+        check_replaceable(out)
+        made, report = step_pairs(read_dataset(trajectories), per_step=per_step, seed=seed,
+                                  final_tools=final_tool or ())
+        atomic_write_text(out, "".join(json.dumps(p.to_json(), ensure_ascii=False) + "\n"
+                                       for p in made))
+        kinds = ", ".join(f"{k} {v}" for k, v in report["by_kind"].items()) or "none"
+        typer.echo(f"{report['pairs']} pairs from {report['steps']} expert steps of "
+                   f"{report['examples']} trajectories ({kinds}); "
+                   f"{report['steps_without_pair']} steps had no wrong call that fits the "
+                   f"schema; written to {out}")
 
     @group.command("merge")
     def merge(adapter: Annotated[Path, typer.Argument(help="Adapter folder.")],

@@ -29,9 +29,31 @@ class DomainEvalSettings(_Section):
     max_items: int = Field(50, ge=1)
 
 
+class DPOSettings(_Section):
+    beta: float = Field(0.1, gt=0, le=100, description="Strength of the pull towards the "
+                                                       "reference policy (DPO's beta).")
+    loss: Literal["sigmoid", "ipo"] = Field("sigmoid", description="sigmoid: DPO; ipo: IPO "
+                                                                    "(per-token means).")
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5, description="Conservative DPO: the "
+                                                                  "share of flipped labels "
+                                                                  "assumed.")
+    reference_cache: bool = Field(True, description="Keep the reference log-probabilities "
+                                                    "on disk (next to the output) and reuse "
+                                                    "them across epochs, resumes and re-runs.")
+
+
 class TrainConfig(_Section):
+    method: Literal["sft", "dpo"] = Field(
+        "sft", description="sft: imitate the assistant turns of train.data; dpo: prefer the "
+                           "chosen over the rejected side of each pair in train.data (a "
+                           "preference JSONL: prompt/chosen/rejected, TRL's format).")
     data: str | None = Field(None, description="ChatExample JSONL (messages, sharegpt or "
-                                               "alpaca) or a distillation run folder.")
+                                               "alpaca) or a distillation run folder; with "
+                                               "method dpo, preference pairs (JSONL).")
+    init_adapter: str | None = Field(None, description="An adapter folder to start from "
+                                                       "(e.g. SFT before DPO: it is then the "
+                                                       "reference policy); its LoRA settings "
+                                                       "must match train.lora.")
     data_format: str = Field("auto", description="messages, sharegpt, alpaca or auto.")
     eval_fraction: float = Field(0.1, ge=0, lt=1, description="Held-out share for eval loss.")
     max_length: int = Field(1024, ge=16, description="Tokens per training sequence.")
@@ -54,6 +76,7 @@ class TrainConfig(_Section):
     log_every: int = Field(1, ge=1)
     lora: LoraSettings = Field(default_factory=LoraSettings)
     domain_eval: DomainEvalSettings = Field(default_factory=DomainEvalSettings)
+    dpo: DPOSettings = Field(default_factory=DPOSettings)
     chat_template: str | None = Field(None, description="Jinja chat template when the "
                                                         "tokenizer has none.")
     device: str = "auto"

@@ -70,15 +70,20 @@ def _plain(ex: ChatExample, template: str | None = None) -> tuple[list[dict], li
     return out, tools
 
 
-def tokenize_example(tok, ex: ChatExample, idx: int = 0) -> Tokenized:
+def tokenize_example(tok, ex: ChatExample, idx: int = 0, *, skip_assistant: int = 0
+                     ) -> Tokenized:
+    """Token ids with labels on the assistant turns; the first `skip_assistant` assistant
+    turns are context (not trained), as in a preference pair's prompt."""
     msgs, tools = _plain(ex, getattr(tok, "chat_template", None))
     extra = {"tools": tools} if tools else {}
     ids: list[int] = []
     labels: list[int] = []
     rendered = ""
+    seen = 0
     for i, m in enumerate(msgs):
         if m["role"] != "assistant":
             continue
+        seen += 1
         prefix = tok.apply_chat_template(msgs[:i], add_generation_prompt=True, tokenize=False,
                                          **extra)
         full = tok.apply_chat_template(msgs[:i + 1], tokenize=False, **extra)
@@ -90,7 +95,8 @@ def tokenize_example(tok, ex: ChatExample, idx: int = 0) -> Tokenized:
         c_ids = tok(context, add_special_tokens=False)["input_ids"]
         a_ids = tok(answer, add_special_tokens=False)["input_ids"]
         ids += c_ids + a_ids
-        labels += [IGNORE] * len(c_ids) + a_ids
+        labels += [IGNORE] * len(c_ids) + (a_ids if seen > skip_assistant
+                                           else [IGNORE] * len(a_ids))
         rendered = full
     if tok.bos_token_id is not None and getattr(tok, "add_bos_token", False) and \
             (not ids or ids[0] != tok.bos_token_id):
@@ -193,9 +199,10 @@ def to_tensors(b: Batch, device: str) -> dict:
     return out
 
 
-def preview(tok, ex: ChatExample, mark: tuple[str, str] = ("[[", "]]")) -> str:
+def preview(tok, ex: ChatExample, mark: tuple[str, str] = ("[[", "]]"), *,
+            skip_assistant: int = 0) -> str:
     """The rendered example with trained (assistant) spans wrapped in markers."""
-    t = tokenize_example(tok, ex)
+    t = tokenize_example(tok, ex, skip_assistant=skip_assistant)
     out, inside = [], False
     for tid, lab in zip(t.input_ids, t.labels, strict=True):
         trained = lab != IGNORE

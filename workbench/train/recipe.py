@@ -1,4 +1,4 @@
-"""LoRA SFT as one runnable job, read top to bottom: setup, train, cleanup.
+"""LoRA SFT or DPO as one runnable job, read top to bottom: setup, train, cleanup.
 
 This is the entry point the CLI (`workbench train run`), background jobs and the pipeline
 call: it owns the process-level parts (resume from the last complete checkpoint, live metrics
@@ -62,7 +62,14 @@ def train(cfg: TrainConfig, *, model_spec: str, output: str | Path, seed: int = 
     output = Path(output)
     check_made_here(output, ("manifest.json",))  # before any work: never a user's folder
     checkpoints = output.parent / f".{output.name}.checkpoints"
-    session = setup(cfg, model_spec=model_spec, seed=seed, checkpoint_dir=checkpoints)
+    reference = output.parent / f".{output.name}.reference.jsonl" \
+        if cfg.method == "dpo" and cfg.dpo.reference_cache else None
+    session = setup(cfg, model_spec=model_spec, seed=seed, checkpoint_dir=checkpoints,
+                    reference_cache=reference)
+    if cfg.method == "dpo":
+        log(f"reference log-probabilities: {session.ref_forwards} forward passes, "
+            f"{len(session.reference.values)} pairs known"
+            + (f" (cached in {reference})" if reference else ""))
     rank0 = session.rank == 0
     if resume and (last := restore_checkpoint(session)):
         log(f"resuming from {last.name} (step {session.step} of {session.total})")

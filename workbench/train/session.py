@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.errors import TrainingInterrupted, WorkbenchError
 from workbench.io import atomic_write_json, replace_dir, sha256_file, sha256_text
 from workbench.models.templates import template_fingerprint
-from workbench.records import ChatExample, RunManifest, library_versions
+from workbench.records import ChatExample, PreferencePair, RunManifest, library_versions
 from workbench.train import checkpoint as ckpt
 from workbench.train.config import LoraSettings, TrainConfig
 from workbench.train.data import (
@@ -89,12 +89,16 @@ class TrainingSession:
     tokens_real: int = 0
     tokens_padded: int = 0
     seconds: float = 0.0
+    reference: Any = None  # method dpo: the ReferenceCache every pair has a row in
+    ref_forwards: int = 0  # reference forward passes this session ran (0: all from cache)
     _epoch: tuple[int, list[Batch]] | None = field(default=None, repr=False)
 
 
 def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, model=None,
           tokenizer=None, examples: list[ChatExample] | None = None,
-          checkpoint_dir: str | Path | None = None) -> TrainingSession:
+          pairs: list[PreferencePair] | None = None,
+          checkpoint_dir: str | Path | None = None,
+          reference_cache: str | Path | None = None) -> TrainingSession:
     """A session at step 0: tokenised data split into train and eval, the model with its
     adapter, optimizer and schedule.
 
@@ -106,6 +110,11 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
     `checkpoint_dir` is where `save_checkpoint` (and a stop request) writes; None: nowhere.
     Everything that can be refused (data, template, lengths) is refused before the model
     is loaded.
+
+    With `cfg.method == "dpo"` the data are preference pairs (`pairs`, or the JSONL that
+    `cfg.data` names) and the reference log-probabilities of every pair are computed here,
+    with the model as it starts (`train.init_adapter`, or the base model under a fresh
+    LoRA), or read from `reference_cache` (a JSONL file; None: kept in memory only).
     """
     import torch
 
@@ -113,9 +122,15 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
         raise WorkbenchError("pass a model_spec or an in-memory model, not both or neither")
     if model is not None and tokenizer is None:
         raise WorkbenchError("an in-memory model needs its tokenizer: pass tokenizer=")
-    if examples is not None and cfg.data:
-        raise WorkbenchError(f"examples were passed and train.data is {cfg.data!r}: pass one "
-                             f"(train.data=None to train on the examples)")
+    dpo = cfg.method == "dpo"
+    given = pairs if dpo else examples
+    if (pairs if not dpo else examples) is not None:
+        raise WorkbenchError(f"train.method is {cfg.method}: pass "
+                             f"{'pairs=' if dpo else 'examples='}, not "
+                             f"{'examples=' if dpo else 'pairs='}")
+    if given is not None and cfg.data:
+        raise WorkbenchError(f"in-memory data was passed and train.data is {cfg.data!r}: pass "
+                             f"one (train.data=None to train on what was passed)")
     rank, world = _distributed()
 
     # the tokenizer and the model's identity
@@ -143,15 +158,21 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
         tokenizer.pad_token = tokenizer.eos_token
 
     # the data: tokenised and checked in full, then a seeded train/eval split
-    if examples is None:
-        data_path, examples = load_examples(cfg)
+    if given is None:
+        data_path, given = (_load_pairs(cfg) if dpo else load_examples(cfg))
         data_source, data_hash = str(data_path), sha256_file(data_path)[:16]
     else:
-        data_source = "in-memory examples"
+        data_source = f"in-memory {'pairs' if dpo else 'examples'}"
         data_hash = sha256_text("".join(json.dumps(e.to_json(), sort_keys=True) + "\n"
-                                        for e in examples))[:16]
-    tokenized = tokenize_all(tokenizer, list(examples), max_length=cfg.max_length,
-                             max_positions=max_positions, source=data_source)
+                                        for e in given))[:16]
+    if dpo:
+        from workbench.train.preference import tokenize_pairs
+
+        tokenized = tokenize_pairs(tokenizer, list(given), max_length=cfg.max_length,
+                                   max_positions=max_positions, source=data_source)
+    else:
+        tokenized = tokenize_all(tokenizer, list(given), max_length=cfg.max_length,
+                                 max_positions=max_positions, source=data_source)
     order = list(range(len(tokenized)))
     random.Random(seed).shuffle(order)
     n_eval = int(len(order) * cfg.eval_fraction)
@@ -167,6 +188,8 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    if cfg.init_adapter:
+        model = _from_adapter(model, cfg.init_adapter)
     model = _with_adapter(model, cfg.lora)
     if cfg.lora.freeze_a:
         for name, p in model.named_parameters():
@@ -191,6 +214,18 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
     first_epoch = _make_epoch(cfg, train_set, tokenizer, seed, 0)
     steps_per_epoch = max(1, len(first_epoch) // (cfg.grad_accum * world))
     total = cfg.max_steps or max(1, int(steps_per_epoch * cfg.epochs))
+    reference, ref_forwards = None, 0
+    if dpo:  # the policy at step 0 is the reference: its log-probabilities, once
+        from workbench.train.preference import ReferenceCache, compute_reference, model_key
+
+        from peft import get_peft_model_state_dict
+
+        key = model_key(base_model, model_source, get_peft_model_state_dict(
+            model, adapter_name=model.active_adapter), dtype)
+        reference = ReferenceCache(reference_cache if cfg.dpo.reference_cache else None, key)
+        ref_forwards = compute_reference(model, train_set + eval_set, reference,
+                                         batch_size=cfg.batch_size,
+                                         pad_id=tokenizer.pad_token_id, device=device)
     return TrainingSession(
         cfg=cfg, seed=seed, model=model, tokenizer=tokenizer, optimizer=optimizer,
         params=params, train_set=train_set, eval_set=eval_set, device=device, dtype=dtype,
@@ -199,7 +234,7 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
         data_hash=data_hash, forward=forward, rank=rank, world=world,
         benchmark=_load_benchmark(cfg),
         checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
-        _epoch=(0, first_epoch))
+        reference=reference, ref_forwards=ref_forwards, _epoch=(0, first_epoch))
 
 
 def train_steps(session: TrainingSession, n: int, *,
@@ -229,16 +264,10 @@ def train_steps(session: TrainingSession, n: int, *,
         for group in s.optimizer.param_groups:
             group["lr"] = lr
         batches = _micro_batches(s, step)
-        n_label = sum(b.n_trained for b in batches)
-        loss_sum = 0.0
-        for b in batches:
-            inputs = to_tensors(b, s.device)
-            labels = inputs.pop("labels")
-            loss = summed_loss(s.forward, inputs, labels)
-            (loss / n_label).backward()  # mean over every labelled token of the step
-            loss_sum += loss.item()
-            s.tokens_real += b.n_real
-            s.tokens_padded += len(b.input_ids) * len(b.input_ids[0])
+        if cfg.method == "dpo":
+            n_label, loss_sum, extra = _dpo_backward(s, batches)
+        else:
+            n_label, loss_sum, extra = _sft_backward(s, batches)
         grad_norm = torch.nn.utils.clip_grad_norm_(s.params, cfg.max_grad_norm).item()
         if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
             raise WorkbenchError(f"step {step + 1}: the loss or the gradient is not finite "
@@ -254,9 +283,14 @@ def train_steps(session: TrainingSession, n: int, *,
         s.optimizer.zero_grad(set_to_none=True)
         s.step = done = step + 1
         row = {"step": done, "loss": loss_sum / n_label, "lr": lr, "grad_norm": grad_norm,
-               "tokens": sum(b.n_real for b in batches), "seconds": time.perf_counter() - t0}
+               **extra, "tokens": sum(b.n_real for b in batches),
+               "seconds": time.perf_counter() - t0}
         if s.eval_set and (cfg.eval_every and done % cfg.eval_every == 0 or done == s.total):
-            row["eval_loss"] = eval_loss(s)
+            if cfg.method == "dpo":
+                row.update({f"eval_{k}": v for k, v in preference_metrics(s, s.eval_set)
+                            .items()})
+            else:
+                row["eval_loss"] = eval_loss(s)
         if s.benchmark and (cfg.domain_eval.every and done % cfg.domain_eval.every == 0
                             or done == s.total):
             row["domain_accuracy"] = domain_accuracy(s)
@@ -275,6 +309,78 @@ def train_steps(session: TrainingSession, n: int, *,
                 saved = save_checkpoint(s, fault=fault)
             raise TrainingInterrupted(step=done, checkpoint=saved)
     return rows
+
+
+def _sft_backward(s: TrainingSession, batches) -> tuple[int, float, dict]:
+    n_label = sum(b.n_trained for b in batches)
+    loss_sum = 0.0
+    for b in batches:
+        inputs = to_tensors(b, s.device)
+        labels = inputs.pop("labels")
+        loss = summed_loss(s.forward, inputs, labels)
+        (loss / n_label).backward()  # mean over every labelled token of the step
+        loss_sum += loss.item()
+        s.tokens_real += b.n_real
+        s.tokens_padded += len(b.input_ids) * len(b.input_ids[0])
+    return n_label, loss_sum, {}
+
+
+def _dpo_backward(s: TrainingSession, batches) -> tuple[int, float, dict]:
+    """Mean DPO loss over the step's pairs; reward statistics of the same pairs."""
+    import torch
+
+    from workbench.train.preference import dpo_loss, sequence_logps
+
+    n_pairs = sum(b.pairs for b in batches)
+    loss_sum, stats = 0.0, {"chosen_reward": [], "rejected_reward": []}
+    for b in batches:
+        policy, counts = sequence_logps(s.forward, b, s.device)
+        ref = s.reference.tensor(b.keys, s.device)
+        loss, st = dpo_loss(policy, ref, counts, beta=s.cfg.dpo.beta, kind=s.cfg.dpo.loss,
+                            label_smoothing=s.cfg.dpo.label_smoothing)
+        (loss.sum() / n_pairs).backward()
+        loss_sum += float(loss.detach().sum())
+        for k in stats:
+            stats[k].append(st[k])
+        s.tokens_real += b.n_real
+        s.tokens_padded += len(b.input_ids) * len(b.input_ids[0])
+    return n_pairs, loss_sum, _reward_summary(torch.cat(stats["chosen_reward"]),
+                                              torch.cat(stats["rejected_reward"]))
+
+
+def _reward_summary(chosen, rejected) -> dict[str, float]:
+    return {"reward_accuracy": float((chosen > rejected).float().mean()),
+            "reward_margin": float((chosen - rejected).mean()),
+            "chosen_reward": float(chosen.mean()), "rejected_reward": float(rejected.mean())}
+
+
+def preference_metrics(session: TrainingSession, pairs) -> dict[str, float]:
+    """DPO loss, reward accuracy and margin of the current policy on `pairs` (held-out, say),
+    against the session's reference; and `preference_accuracy`: the share of pairs whose
+    chosen side the policy gives a higher log-probability than the rejected one."""
+    import torch
+
+    from workbench.train.preference import dpo_loss, pair_batches, sequence_logps
+
+    s = session
+    s.model.eval()
+    losses, chosen, rejected, prefer = [], [], [], []
+    with torch.no_grad():
+        for b in pair_batches(pairs, batch_size=s.cfg.batch_size,
+                              pad_id=s.tokenizer.pad_token_id, seed=0, epoch=0,
+                              shuffle=False):
+            lp, counts = sequence_logps(s.model, b, s.device)
+            loss, st = dpo_loss(lp, s.reference.tensor(b.keys, s.device), counts,
+                                beta=s.cfg.dpo.beta, kind=s.cfg.dpo.loss,
+                                label_smoothing=s.cfg.dpo.label_smoothing)
+            losses.append(loss)
+            chosen.append(st["chosen_reward"])
+            rejected.append(st["rejected_reward"])
+            prefer.append((st["chosen_logp"] > st["rejected_logp"]).float())
+    s.model.train()
+    return {"loss": float(torch.cat(losses).mean()),
+            **_reward_summary(torch.cat(chosen), torch.cat(rejected)),
+            "preference_accuracy": float(torch.cat(prefer).mean())}
 
 
 def adapter_state(session: TrainingSession) -> dict[str, torch.Tensor]:
@@ -395,7 +501,9 @@ def export(session: TrainingSession, output: str | Path, *, run_id: str | None =
                  "tokens_per_s": s.tokens_real / s.seconds if s.seconds else None,
                  "padding_share": 1 - s.tokens_real / s.tokens_padded if s.tokens_padded
                  else None,
-                 "final": s.metrics[-1] if s.metrics else {}}).to_json()
+                 "final": s.metrics[-1] if s.metrics else {},
+                 **({"reference_forward_passes": s.ref_forwards} if s.cfg.method == "dpo"
+                    else {})}).to_json()
     if s.rank == 0:
         export_adapter(s.model, s.tokenizer, output, manifest, s.metrics)
     return manifest
@@ -428,7 +536,12 @@ def _micro_batches(s: TrainingSession, step: int) -> list[Batch]:
     return out
 
 
-def _make_epoch(cfg: TrainConfig, train_set, tok, seed: int, epoch: int) -> list[Batch]:
+def _make_epoch(cfg: TrainConfig, train_set, tok, seed: int, epoch: int) -> list:
+    if cfg.method == "dpo":
+        from workbench.train.preference import pair_batches
+
+        return pair_batches(train_set, batch_size=cfg.batch_size, pad_id=tok.pad_token_id,
+                            seed=seed, epoch=epoch)
     return make_batches(train_set, batch_size=cfg.batch_size, max_length=cfg.max_length,
                         packing=cfg.packing, pad_id=tok.pad_token_id, seed=seed, epoch=epoch)
 
@@ -465,10 +578,13 @@ def summed_loss(model, inputs: dict, labels):
 
 
 def eval_loss(session: TrainingSession) -> float:
-    """Mean next-token loss per labelled token on the held-out examples."""
+    """Mean next-token loss per labelled token on the held-out examples (method dpo: the
+    mean DPO loss of the held-out pairs)."""
     import torch
 
     s = session
+    if s.cfg.method == "dpo":
+        return preference_metrics(s, s.eval_set)["loss"]
     s.model.eval()
     total = n = 0
     with torch.no_grad():
@@ -529,6 +645,29 @@ def _placement(cfg: TrainConfig, world: int, model) -> tuple[str, Any]:
                              f"{first.dtype}: convert it first (model.to(dtype)) or leave "
                              f"train.dtype at auto")
     return (str(first.device) if cfg.device == "auto" else cfg.device), first.dtype
+
+
+def _load_pairs(cfg: TrainConfig):
+    from workbench.train.preference import load_pairs
+
+    if not cfg.data:
+        raise WorkbenchError("train.data is not set: pass a preference JSONL file")
+    path = Path(cfg.data)
+    if path.is_dir():
+        raise WorkbenchError(f"{cfg.data}: train.method dpo reads a preference JSONL file "
+                             f"(prompt/chosen/rejected), not a folder")
+    return path, load_pairs(path)
+
+
+def _from_adapter(model, folder: str):
+    """The model with a trainable copy of the adapter in `folder` (train.init_adapter)."""
+    from peft import PeftModel
+
+    path = Path(folder)
+    if not (path / "adapter_config.json").is_file():
+        raise WorkbenchError(f"train.init_adapter {folder}: not an adapter folder (no "
+                             f"adapter_config.json)")
+    return PeftModel.from_pretrained(model, str(path), is_trainable=True)
 
 
 def _with_adapter(model, lora: LoraSettings):
@@ -599,7 +738,8 @@ def model_card(manifest: dict, metrics: list[dict]) -> str:
     o = manifest["outputs"]
     final = o.get("final", {})
     lines = ["---", "library_name: peft", f"base_model: {o['base_model']}",
-             "tags: [lora, workbench, sft]", "---", "", f"# LoRA adapter for {o['base_model']}",
+             f"tags: [lora, workbench, {manifest['config'].get('method', 'sft')}]", "---",
+             "", f"# LoRA adapter for {o['base_model']}",
              "", "Trained with the Domain-Agent Workbench (`workbench train`).", "",
              f"- base model: `{o['base_model']}` ({o['model_source']})",
              f"- chat template fingerprint: `{o['chat_template_fingerprint']}`",
@@ -607,7 +747,8 @@ def model_card(manifest: dict, metrics: list[dict]) -> str:
              (f"- steps: {o['steps']}, train examples: {o['train_examples']}, "
               f"eval examples: {o['eval_examples']}"),
              f"- device: {o['device']} ({o['dtype']})"]
-    for k in ("loss", "eval_loss", "domain_accuracy"):
+    for k in ("loss", "eval_loss", "domain_accuracy", "reward_accuracy", "reward_margin",
+              "eval_reward_accuracy", "eval_preference_accuracy"):
         if k in final:
             lines.append(f"- final {k.replace('_', ' ')}: {final[k]:.4f}")
     lines += ["", "Hyper-parameters: see `manifest.json`; per-step metrics: `metrics.jsonl`."]
@@ -632,12 +773,18 @@ def _plot_curves(metrics: list[dict], path: Path) -> None:
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     dom = [m for m in metrics if "domain_accuracy" in m]
-    if dom:
+    rew = [m for m in metrics if "reward_accuracy" in m]
+    if dom or rew:
         ax2 = ax.twinx()
-        ax2.plot([m["step"] for m in dom], [m["domain_accuracy"] for m in dom], "s--",
-                 color="tab:green", label="domain accuracy")
-        ax2.set_ylabel("MC accuracy")
+        if dom:
+            ax2.plot([m["step"] for m in dom], [m["domain_accuracy"] for m in dom], "s--",
+                     color="tab:green", label="domain accuracy")
+        if rew:  # DPO: the share of pairs whose chosen reward is above the rejected one
+            ax2.plot([m["step"] for m in rew], [m["reward_accuracy"] for m in rew], ".-",
+                     color="tab:purple", label="reward accuracy")
+        ax2.set_ylabel("accuracy")
         ax2.set_ylim(0, 1)
+        ax2.legend(loc="lower left")
     ax.legend(loc="upper right")
     fig.tight_layout()
     from workbench.io import atomic_savefig

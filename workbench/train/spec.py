@@ -8,12 +8,13 @@ from workbench.registry import Artifact, Pipeline, PipelineResult, Stage
 
 PIPELINE = Pipeline(
     name="train",
-    help="LoRA SFT of models.chat on train.data (default: the run's distilled SFT split); "
-         "resumable; preview the trained spans; merge an adapter.",
+    help="LoRA SFT (or DPO on preference pairs: train.method=dpo) of models.chat on "
+         "train.data (default: the run's distilled SFT split); resumable; preview the "
+         "trained spans; build step-level pairs from trajectories; merge an adapter.",
     config="workbench.train.config:TrainConfig",
     run="workbench.train.spec:run",
     folder="",
-    stages=(Stage("train", help="LoRA SFT, checkpoints, adapter export", outputs=(
+    stages=(Stage("train", help="LoRA SFT or DPO, checkpoints, adapter export", outputs=(
         Artifact("adapter", "adapter", help="PEFT adapter folder (safetensors)"),
         Artifact("weights", "adapter/adapter_model.safetensors"),
         Artifact("manifest", "adapter/manifest.json"),
@@ -32,6 +33,11 @@ def training_data(cfg, layout) -> str:
 
     if cfg.train.data:
         return cfg.train.data
+    if cfg.train.method == "dpo":
+        raise WorkbenchError("train.method is dpo and train.data is not set: pass a preference "
+                             "JSONL (prompt/chosen/rejected), e.g. trajsynth's "
+                             "preferences.jsonl, the litsearch agent's, or `workbench train "
+                             "pairs` made from a trajectory file")
     if layout.has("distill", "sft"):
         return str(layout.artifact("distill", "sft"))
     raise WorkbenchError("train.data is not set and this run has no distilled SFT data: pass "
