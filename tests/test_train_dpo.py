@@ -413,3 +413,15 @@ def test_pairs_preview_and_dpo_run_from_the_cli(cli, tiny_model, tmp_path):
     r = cli("train", "run", "-s", "train.method=dpo", "-s", f"output_dir={tmp_path / 'r2'}",
             "-s", "name=x")
     assert r.returncode != 0 and "preference JSONL" in r.stderr
+
+
+def test_data_validate_reads_pairs(cli, tmp_path):
+    f = tmp_path / "pairs.jsonl"
+    f.write_text(json.dumps(to_trl_preference(qa_pairs(1)[0])) + "\n"
+                 + json.dumps({"prompt": [{"role": "user", "content": "q"}],
+                               "chosen": [{"role": "assistant", "content": "a"}],
+                               "rejected": [{"role": "assistant", "content": "a"}]}) + "\n")
+    r = cli("data", "validate", str(f))
+    assert r.returncode == 3
+    assert "pairs.jsonl:2" in r.stderr and "same_sides" in r.stderr
+    assert "1 valid, 1 invalid (same_sides=1)" in r.stdout

@@ -152,19 +152,24 @@ def serve(
 # --- data ---------------------------------------------------------------------------------
 
 FormatOpt = Annotated[str, typer.Option("--format", "-f",
-                                        help="messages, sharegpt, alpaca or auto.")]
+                                        help="messages, sharegpt, alpaca, preference (pairs) "
+                                             "or auto.")]
 
 
 @data_app.command("validate")
 def data_validate(file: Annotated[Path, typer.Argument(help="JSONL dataset file.")],
                   fmt: FormatOpt = "auto",
                   show: Annotated[int, typer.Option(help="Problems to list.")] = 20):
-    """Check every line of a dataset; list problems with their line numbers (exit 3 if any)."""
+    """Check every line of a dataset (SFT conversations, or preference pairs: prompt/chosen/
+    rejected); list problems with their line numbers (exit 3 if any)."""
     from collections import Counter
 
-    from workbench.formats import validate_dataset
+    from workbench.formats import validate_dataset, validate_preferences
 
-    good, problems = validate_dataset(file, fmt)
+    if fmt == "preference" or fmt == "auto" and _first_row_is_pair(file):
+        good, problems = validate_preferences(file)
+    else:
+        good, problems = validate_dataset(file, fmt)
     for p in problems[:show]:
         echo_err(f"{p} [{p.code}]")
     if len(problems) > show:
@@ -178,6 +183,28 @@ def data_validate(file: Annotated[Path, typer.Argument(help="JSONL dataset file.
                                                                    else ""))
     if problems:
         raise typer.Exit(3)
+
+
+def _first_row_is_pair(file: Path) -> bool:
+    """Whether the first parseable line of `file` is a preference pair (read at most 8 MB)."""
+    import json
+
+    from workbench.formats import is_preference_row
+    from workbench.io import check_replaceable
+
+    check_replaceable(file)  # a regular file (or absent: the validator names it)
+    if not file.is_file():
+        return False
+    with open(file, encoding="utf-8", errors="replace") as fh:
+        while line := fh.readline(8 << 20):
+            if len(line) >= 8 << 20:
+                return False  # the validator reports the oversized line
+            if line.strip():
+                try:
+                    return is_preference_row(json.loads(line))
+                except ValueError:
+                    return False
+    return False
 
 
 @data_app.command("convert")
