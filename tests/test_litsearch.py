@@ -183,6 +183,11 @@ def test_teacher_exports_sft_and_preference_pairs(lib, tmp_path):
     pairs = [json.loads(x) for x in (tmp_path / "preferences.jsonl").read_text().splitlines()]
     assert {p["kind"] for p in pairs} >= set(STRUCTURAL)
     assert all(p["chosen"] != p["rejected"] for p in pairs)
+    # the one pair format: every row reads as a PreferencePair, with the tools offered
+    from workbench.formats import read_preferences
+
+    read = read_preferences(tmp_path / "preferences.jsonl")
+    assert len(read) == len(pairs) and all(p.tools for p in read)
     sft = json.loads((tmp_path / "sft.messages.jsonl").read_text().splitlines()[0])
     assert sft["messages"][-1]["role"] == "assistant"
 

@@ -266,6 +266,9 @@ def test_explore_pool_resumes_and_exports(chinook, pool, tmp_path, bundled_model
         assert tool_text.splitlines()[-1] not in trained  # "(1 rows)": the result is masked
     prefs = [json.loads(x) for x in (tmp_path / "preferences.jsonl").read_text().splitlines()]
     assert prefs and all(p["chosen"] != p["rejected"] for p in prefs)
+    from workbench.formats import read_preferences
+
+    assert len(read_preferences(tmp_path / "preferences.jsonl")) == len(prefs)
     icl = (tmp_path / "icl_bank.jsonl").read_text().splitlines()
     assert len(icl) == ex["icl"] and "SQL: SELECT" in json.loads(icl[0])["text"]
     # the ICL bank as a retrieval index: a task's own question finds its demonstration

@@ -125,7 +125,9 @@ def export_training(out: Path, dialogues: list[dict], lib: Library) -> dict[str,
                     continue
                 pairs.append({"id": f"{d['id']}:t{turn['turn']}:{kind}", "kind": kind,
                               "prompt": msgs[:i], "chosen": [_call_msg(gold)],
-                              "rejected": [_call_msg(bad)]})
+                              "rejected": [_call_msg(bad)], "tools": tools,
+                              "metadata": {"source": "litsearch", "intent": d["id"],
+                                           "turn": turn["turn"]}})
             prev = turn
     write_jsonl(out / "sft.messages.jsonl", sft)
     atomic_write_text(out / "preferences.jsonl",
