@@ -25,6 +25,11 @@ PIPELINE = Pipeline(
               outputs=(Artifact("adapter", "student/adapter_config.json"),)),
         Stage("agent_sft", help="the agent on the student model",
               outputs=(Artifact("agent_sft", _T.format("agent_sft"), "AgentTrajectory"),)),
+        Stage("litsearch_training_data", help="litsearch: gold dialogues as SFT, and "
+                                              "chosen/rejected pairs per turn against "
+                                              "controlled corruptions",
+              outputs=(Artifact("preferences", "preferences.jsonl", "PreferencePair",
+                                required=False),)),
     ),
     cli="workbench.domain_agents.cli:register",
     page="agents.py", page_title="Domain agents", page_icon=":material/smart_toy:",

@@ -15,7 +15,12 @@ PIPELINE = Pipeline(
                        Artifact("tasks_summary", "tasks.summary.json"))),
         Stage("explore", help="one MCTS tree per task (resumable), the prefix trie",
               outputs=(Artifact("explore", "explore.json"),
-                       Artifact("trie", "trie.json"))),
+                       Artifact("trie", "trie.json"),
+                       Artifact("sft", "sft.messages.jsonl", "ChatExample", required=False,
+                                help="verified trajectories as SFT conversations"),
+                       Artifact("preferences", "preferences.jsonl", "PreferencePair",
+                                required=False, help="verified path vs its nearest failed "
+                                                     "sibling (DPO: train.method=dpo)"))),
     ),
     cli="workbench.trajsynth.cli:register",
     # data-agent sites for the federated knowledge track (workflows from verified plans)

@@ -15,37 +15,74 @@ from common import (
 from workbench.jobs import list_jobs, start_job
 from workbench.records import RunManifest
 
-st.title("Train (LoRA SFT)")
+st.title("Train (LoRA SFT or DPO)")
 ws = workspace()
 infos = runs()
 data = [r for r in infos if r.has_sft_data]
-if not data:
+# preference pairs the pipelines exported (trajectory search; the litsearch agent)
+pair_files = {f"{r.name}: {pipe} pairs": r.layout.artifact(pipe, "preferences")
+              for r in infos for pipe in ("trajsynth", "agent")
+              if r.layout.has(pipe, "preferences")}
+adapters = [r for r in infos if r.has_adapter]
+method = st.radio("Method", ["SFT", "DPO"], horizontal=True, key="t-method",
+                  help="SFT imitates the assistant turns of distilled conversations. DPO "
+                       "(direct preference optimisation) teaches the model to prefer the "
+                       "chosen continuation of each pair over the rejected one, e.g. a "
+                       "verified tool call over a plausible mistake.")
+dpo = method == "DPO"
+pick = None
+if not dpo and not data:
     st.info("Distil some data first (Distill page).")
+if dpo and not pair_files:
+    st.info("No preference pairs in this workspace yet: run trajectory synthesis or the "
+            "litsearch agent (both export chosen/rejected pairs), or make step-level pairs "
+            "from trajectories with `workbench train pairs`.")
 with st.form("train-form"):
-    source = pick_run("Training data (a run's distilled SFT split)", data, "t-data") \
-        if data else None
-    name = st.text_input("Run name", value="train", key="t-name")
+    if dpo:
+        pick = st.selectbox("Preference pairs", list(pair_files), key="t-pairs") \
+            if pair_files else None
+        start = st.selectbox("Start from (also the reference policy)",
+                             ["the base model"] + [r.name for r in adapters], key="t-init",
+                             help="DPO usually follows SFT: pick the run whose adapter the "
+                                  "pairs should refine.")
+        beta = st.number_input("Beta", 0.01, 10.0, 0.1, key="t-beta",
+                               help="How strongly the policy is held near the reference.")
+        source = None
+    else:
+        source = pick_run("Training data (a run's distilled SFT split)", data, "t-data") \
+            if data else None
+    name = st.text_input("Run name", value="dpo" if dpo else "train", key=f"t-name-{method}")
     c1, c2, c3 = st.columns(3)
     steps = c1.number_input("Steps", 1, 100000, 8, key="t-steps")
-    lr = c2.number_input("Learning rate", 1e-6, 1e-2, 3e-4, format="%.1e", key="t-lr")
+    lr = c2.number_input("Learning rate", 1e-6, 1e-2, 5e-5 if dpo else 3e-4, format="%.1e",
+                         key="t-lr")
     rank = c3.number_input("LoRA rank", 1, 256, 8, key="t-rank")
     c4, c5, c6 = st.columns(3)
-    max_len = c4.number_input("Max length", 64, 32768, 512, key="t-len")
-    batch = c5.number_input("Batch size", 1, 512, 2, key="t-bs")
+    max_len = c4.number_input("Max length", 64, 32768, 1024 if dpo else 512, key="t-len")
+    batch = c5.number_input("Batch size" + (" (pairs)" if dpo else ""), 1, 512, 2,
+                            key="t-bs")
     save_every = c6.number_input("Checkpoint every (steps)", 0, 100000, 4, key="t-save")
-    go = st.form_submit_button("Start training", disabled=source is None)
-if go and source is not None:
+    ready = (pick is not None) if dpo else source is not None
+    go = st.form_submit_button("Start training", disabled=not ready)
+if go and ready:
     try:
-        lay = source.layout
-        bench = lay.artifact("distill", "benchmark")
-        cfg = base_config(name, train={
-            "data": str(lay.artifact("distill", "sft")), "max_steps": int(steps),
-            "learning_rate": float(lr), "lora": {"r": int(rank), "alpha": 2 * int(rank)},
-            "max_length": int(max_len), "batch_size": int(batch),
-            "save_every": int(save_every),
-            "domain_eval": {"benchmark": str(bench) if source.has_benchmark else None,
-                            "every": int(save_every), "max_items": 20}})
-        job = start_job(ws, "train", cfg)
+        common = {"max_steps": int(steps), "learning_rate": float(lr),
+                  "lora": {"r": int(rank), "alpha": 2 * int(rank)},
+                  "max_length": int(max_len), "batch_size": int(batch),
+                  "save_every": int(save_every)}
+        if dpo:
+            init = next((r for r in adapters if r.name == start), None)
+            train = {**common, "method": "dpo", "data": str(pair_files[pick]),
+                     "dpo": {"beta": float(beta)}, "eval_every": max(1, int(save_every)),
+                     "init_adapter": str(init.layout.artifact("train", "adapter"))
+                     if init else None}
+        else:
+            lay = source.layout
+            bench = lay.artifact("distill", "benchmark")
+            train = {**common, "data": str(lay.artifact("distill", "sft")),
+                     "domain_eval": {"benchmark": str(bench) if source.has_benchmark
+                                     else None, "every": int(save_every), "max_items": 20}}
+        job = start_job(ws, "train", base_config(name, train=train))
         st.success(f"Started job {job.id}")
     except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
         show_error(e)
@@ -75,13 +112,17 @@ if info.has_adapter:
         o = m.outputs
         try:
             final = o.get("final") or {}
-            st.dataframe([{"status": m.status, "steps": o.get("steps"),
+            st.dataframe([{"status": m.status, "method": m.config.get("method", "sft"),
+                           "steps": o.get("steps"),
                            "base model": o.get("base_model"),
                            "train examples": o.get("train_examples"),
                            "eval examples": o.get("eval_examples"),
                            "final loss": final.get("loss"),
                            "eval loss": final.get("eval_loss"),
                            "domain accuracy": final.get("domain_accuracy"),
+                           "reward accuracy": final.get("reward_accuracy"),
+                           "held-out preference accuracy": final.get(
+                               "eval_preference_accuracy"),
                            "device": o.get("device"), "dtype": o.get("dtype")}],
                          hide_index=True, key="t-manifest")
         except Exception as e:  # noqa: BLE001 - an odd manifest, never a traceback
@@ -96,6 +137,17 @@ if rows:
     st.markdown("**Training loss**")
     st.line_chart({"step": steps_, "loss": [r.get("loss") for r in rows]}, x="step",
                   y="loss")
+    pref = [r for r in rows if "reward_accuracy" in r]
+    if pref:  # DPO: live reward accuracy and margin
+        st.markdown("**Reward accuracy and margin** (chosen reward above rejected; their "
+                    "mean difference)")
+        c1, c2 = st.columns(2)
+        c1.line_chart({"step": [r.get("step") for r in pref],
+                       "reward accuracy": [r["reward_accuracy"] for r in pref]}, x="step",
+                      y="reward accuracy")
+        c2.line_chart({"step": [r.get("step") for r in pref],
+                       "reward margin": [r.get("reward_margin") for r in pref]}, x="step",
+                      y="reward margin")
     ev = [r for r in rows if "eval_loss" in r or "domain_accuracy" in r]
     if ev:
         st.markdown("**Held-out loss and domain accuracy**")
