@@ -92,12 +92,12 @@ def session(tiny_model, pairs, **kw):
                  reference_cache=cache, checkpoint_dir=ck)
 
 
-@pytest.mark.parametrize("make", [lambda: qa_pairs(),
-                                  lambda: [trajsynth_pair(i) for i in range(16)],
-                                  lambda: [litsearch_pair(i) for i in range(16)]],
+@pytest.mark.parametrize("make", [lambda: qa_pairs(12),
+                                  lambda: [trajsynth_pair(i) for i in range(10)],
+                                  lambda: [litsearch_pair(i) for i in range(10)]],
                          ids=["chat", "trajsynth", "litsearch"])
 def test_margin_rises_on_pairs_of_every_exporter_shape(tiny_model, make):
-    s = session(tiny_model, make())
+    s = session(tiny_model, make(), max_steps=6)
     before = preference_metrics(s, s.train_set)
     assert abs(before["reward_margin"]) < 1e-4  # the policy starts as the reference
     rows = train_steps(s, s.total)

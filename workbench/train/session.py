@@ -363,6 +363,10 @@ def preference_metrics(session: TrainingSession, pairs) -> dict[str, float]:
     from workbench.train.preference import dpo_loss, pair_batches, sequence_logps
 
     s = session
+    if not pairs:
+        nan = float("nan")
+        return {"loss": nan, "reward_accuracy": nan, "reward_margin": nan,
+                "chosen_reward": nan, "rejected_reward": nan, "preference_accuracy": nan}
     s.model.eval()
     losses, chosen, rejected, prefer = [], [], [], []
     with torch.no_grad():
