@@ -64,10 +64,12 @@ def _chosen_tier(config) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """Workers (pytest-xdist's -n from addopts) for whole tiers; a test named by id needs no
-    second process."""
-    if getattr(config.option, "numprocesses", None) and not config.getoption("--tier") \
-            and _chosen_tier(config) == "all":
+    """Workers (pytest-xdist's -n from addopts) only for the fast tier as a whole: the full
+    tier's bundled models, servers and deployments want the memory and cores to
+    themselves (measured on 2 cores: two workers took the same 43 min as one and pushed
+    the timing-bound tests past their limits), and a test named by id needs no second
+    process."""
+    if getattr(config.option, "numprocesses", None) and _chosen_tier(config) != "fast":
         config.option.numprocesses = 0
         config.option.dist = "no"
 
