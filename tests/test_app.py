@@ -3,7 +3,6 @@ finished compare run made outside the app; the navigation comes from the registr
 checked, a job started from the app runs with a scripted model, and the security settings
 hold."""
 
-import json
 import os
 import sys
 import tomllib
@@ -227,39 +226,6 @@ def test_train_page_shows_an_adapter_made_outside_the_app(finished):
     assert m["status"][0] == "completed" and m["steps"][0] == 3
     assert len(at.get("vega_lite_chart")) >= 2  # loss, and held-out loss / domain accuracy
     assert len(at.get("image")) == 1  # training_curves.png
-
-
-def test_dpo_from_the_train_page_on_exported_pairs(ws, tiny_model, monkeypatch):
-    """A workspace run holds trajectory pairs: the page offers them under DPO, trains on
-    them as a job, and shows the reward accuracy and margin curves and the method."""
-    from test_train_dpo import qa_pairs
-
-    from workbench.jobs import list_jobs, wait_job
-    from workbench.workspace import open_workspace
-
-    w = open_workspace(ws)
-    monkeypatch.setenv("WB_APP_MODEL", tiny_model)
-    src = w / "runs" / "search" / "trajsynth"
-    src.mkdir(parents=True)
-    (src / "preferences.jsonl").write_text("".join(json.dumps(p.to_json()) + "\n"
-                                                   for p in qa_pairs(12)))
-    at = page("train").run()
-    at.radio(key="t-method").set_value("DPO").run()
-    assert at.selectbox(key="t-pairs").value == "search: trajsynth pairs"
-    assert at.selectbox(key="t-init").options[0] == "the base model"
-    at.number_input(key="t-steps").set_value(3)
-    at.number_input(key="t-save").set_value(0)
-    at.button[0].click().run()
-    (job,) = list_jobs(w, kind="train")
-    job = wait_job(job, timeout=300)
-    assert not at.exception and not at.error, ([e.value for e in at.error], job.log_text())
-    assert job.status == "completed", job.log_text()
-    at = page("train").run()
-    at.selectbox(key="t-run").set_value("dpo").run()
-    assert not at.exception
-    m = frame(at, "status", "method")
-    assert m["method"][0] == "dpo" and m["status"][0] == "completed"
-    assert "Reward accuracy and margin" in texts(at)
 
 
 def test_distill_page_shows_a_sample(finished):

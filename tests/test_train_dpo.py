@@ -425,3 +425,50 @@ def test_data_validate_reads_pairs(cli, tmp_path):
     assert r.returncode == 3
     assert "pairs.jsonl:2" in r.stderr and "same_sides" in r.stderr
     assert "1 valid, 1 invalid (same_sides=1)" in r.stdout
+
+
+# --- the app's Train page (AppTest; the app's own fixtures) ------------------------------------
+
+@pytest.fixture()
+def ws(tmp_path, monkeypatch):
+    """An empty app workspace (as test_app's `ws`)."""
+    import os
+
+    from test_app import TESTS
+
+    monkeypatch.setenv("WB_WORKSPACE", str(tmp_path / "ws"))
+    monkeypatch.setenv("PYTHONPATH", TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return tmp_path / "ws"
+
+
+def test_dpo_from_the_train_page_on_exported_pairs(ws, tiny_model, monkeypatch):
+    """A workspace run holds trajectory pairs: the page offers them under DPO, trains on
+    them as a job, and shows the reward accuracy and margin curves and the method."""
+    from test_app import frame, page, texts
+
+    from workbench.jobs import list_jobs, wait_job
+    from workbench.workspace import open_workspace
+
+    w = open_workspace(ws)
+    monkeypatch.setenv("WB_APP_MODEL", tiny_model)
+    src = w / "runs" / "search" / "trajsynth"
+    src.mkdir(parents=True)
+    (src / "preferences.jsonl").write_text("".join(json.dumps(p.to_json()) + "\n"
+                                                   for p in qa_pairs(12)))
+    at = page("train").run()
+    at.radio(key="t-method").set_value("DPO").run()
+    assert at.selectbox(key="t-pairs").value == "search: trajsynth pairs"
+    assert at.selectbox(key="t-init").options[0] == "the base model"
+    at.number_input(key="t-steps").set_value(3)
+    at.number_input(key="t-save").set_value(0)
+    at.button[0].click().run()
+    (job,) = list_jobs(w, kind="train")
+    job = wait_job(job, timeout=300)
+    assert not at.exception and not at.error, ([e.value for e in at.error], job.log_text())
+    assert job.status == "completed", job.log_text()
+    at = page("train").run()
+    at.selectbox(key="t-run").set_value("dpo").run()
+    assert not at.exception
+    m = frame(at, "status", "method")
+    assert m["method"][0] == "dpo" and m["status"][0] == "completed"
+    assert "Reward accuracy and margin" in texts(at)
