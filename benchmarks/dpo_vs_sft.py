@@ -1,11 +1,14 @@
-"""SFT alone vs SFT then DPO on the bundled SmolLM2-135M, on the litsearch pack's data.
+"""SFT alone vs SFT then DPO on the bundled SmolLM2-135M.
 
-    python benchmarks/dpo_litsearch.py [--out benchmarks/results/dpo_litsearch.json]
-        [--sft-steps 16] [--dpo-steps 16] [--pairs 96] [--agent]
+    python benchmarks/dpo_vs_sft.py [--data rf|litsearch] [--sft-steps 16] [--dpo-steps 16]
+        [--pairs 96] [--held-out 64] [--max-length 512] [--agent]
 
-1. The oracle teacher's dialogues on the pack's training intents (no model): gold SFT rows
-   and chosen/rejected pairs per turn against controlled corruptions (`preferences.jsonl`).
-   Pairs are split by intent: three quarters of the intents train, the rest are held out.
+1. Pairs. rf (default, minutes): a question made from a paragraph's first words, that
+   paragraph (chosen) against another section's (rejected); SFT alone trains on the chosen
+   sides. litsearch (~2k tokens a side, hours on 2 cores): the oracle teacher's dialogues on
+   the pack's training intents (no model), gold SFT rows and chosen/rejected pairs per turn
+   against controlled corruptions. Pairs are split by group (question / intent): a quarter
+   of the groups are held out.
 2. LoRA SFT of the bundled model on the gold rows; then DPO from that adapter on (a sample
    of) the training pairs; the SFT adapter is the reference policy.
 3. Preference accuracy (chosen log-probability above rejected, whole side) on the held-out
@@ -27,7 +30,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path("/tmp/wb-dpo-ls")
+ROOT = Path("/tmp/wb-dpo-vs-sft")
 
 
 def cli(*argv: str) -> None:
@@ -83,14 +86,19 @@ def mcnemar_exact(a: list[bool], b: list[bool]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="benchmarks/results/dpo_litsearch.json")
+    ap.add_argument("--out", default="benchmarks/results/dpo_vs_sft.json")
     ap.add_argument("--sft-steps", type=int, default=16)
     ap.add_argument("--dpo-steps", type=int, default=16)
     ap.add_argument("--pairs", type=int, default=96, help="training pairs sampled for DPO")
     ap.add_argument("--held-out", type=int, default=64, help="held-out pairs scored")
     ap.add_argument("--beta", type=float, default=0.1)
     ap.add_argument("--lr", type=float, default=5e-5)
-    ap.add_argument("--agent", action="store_true", help="also run the agent condition")
+    ap.add_argument("--agent", action="store_true", help="also run the agent condition "
+                                                         "(litsearch)")
+    ap.add_argument("--data", choices=("rf", "litsearch"), default="rf",
+                    help="rf: short pairs from the RF corpus (minutes); litsearch: the "
+                         "teacher's turn pairs (~2k tokens a side: hours on 2 cores)")
+    ap.add_argument("--max-length", type=int, default=512)
     a = ap.parse_args()
     from workbench.evaluate.stats import wilson_interval
     from workbench.formats import read_preferences
@@ -98,31 +106,49 @@ def main() -> None:
 
     quiet_libraries()
     shutil.rmtree(ROOT, ignore_errors=True)
+    ROOT.mkdir(parents=True)
     t_all = time.perf_counter()
     base = ["-s", f"output_dir={ROOT}"]
-    # 1. the teacher's data, no model
-    cli("agent", "eval", "litsearch", "configs/litsearch_demo.yaml", *base, "-s",
-        "name=teacher", "-s", "agent.conditions=[oracle]")
-    folder = ROOT / "teacher" / "agent"
-    pairs = read_preferences(folder / "preferences.jsonl")
-    intents = sorted({p.metadata["intent"] for p in pairs})
     rng = random.Random(0)
+    if a.data == "litsearch":
+        # 1. the teacher's data, no model
+        cli("agent", "eval", "litsearch", "configs/litsearch_demo.yaml", *base, "-s",
+            "name=teacher", "-s", "agent.conditions=[oracle]")
+        folder = ROOT / "teacher" / "agent"
+        pairs = read_preferences(folder / "preferences.jsonl")
+        groups = [p.metadata["intent"] for p in pairs]
+        sft_rows = [json.loads(x) for x in (folder / "sft.messages.jsonl").read_text()
+                    .splitlines()]
+    else:  # rf: a question; its own paragraph against another section's
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        from dpo_throughput import make_pairs
+
+        make_pairs(ROOT / "rf_pairs.jsonl", n=160)
+        pairs = read_preferences(ROOT / "rf_pairs.jsonl")
+        groups = [p.prompt[0].content for p in pairs]
+        sft_rows = None
+    intents = sorted(set(groups))
     rng.shuffle(intents)
     held = set(intents[:max(1, len(intents) // 4)])
-    train_pairs = [p for p in pairs if p.metadata["intent"] not in held]
-    test_pairs = [p for p in pairs if p.metadata["intent"] in held]
+    train_pairs = [p for p, g in zip(pairs, groups, strict=True) if g not in held]
+    test_pairs = [p for p, g in zip(pairs, groups, strict=True) if g in held]
     rng.shuffle(train_pairs)
     rng.shuffle(test_pairs)
     train_pairs, test_pairs = train_pairs[:a.pairs], test_pairs[:a.held_out]
     pf = ROOT / "train_pairs.jsonl"
     pf.write_text("".join(json.dumps(p.to_json()) + "\n" for p in train_pairs))
-    # SFT rows of the training intents only
-    sft_rows = [json.loads(x) for x in (folder / "sft.messages.jsonl").read_text().splitlines()]
-    sft_rows = [r for r in sft_rows if r["id"] not in held]
+    # SFT alone: the teacher's rows of the training intents, or the chosen sides
+    if sft_rows is None:
+        sft_rows = [p.example("chosen").to_json() for p in train_pairs]
+    else:
+        sft_rows = [r for r in sft_rows if r["id"] not in held]
     sf = ROOT / "sft_train.jsonl"
     sf.write_text("".join(json.dumps(r) + "\n" for r in sft_rows))
     # 2. SFT, then DPO from it
-    common = [*base, "-s", "models.chat.spec=default", "-s", "train.max_length=2048",
+    common = [*base, "-s", "models.chat.spec=default", "-s",
+              f"train.max_length={a.max_length}",
               "-s", "train.batch_size=2", "-s", "train.lora.r=8", "-s", "train.lora.alpha=16",
               "-s", "train.eval_fraction=0"]
     t0 = time.perf_counter()
@@ -139,8 +165,8 @@ def main() -> None:
     dpo = str(ROOT / "dpo" / "adapter")
     metrics = [json.loads(x) for x in (Path(dpo) / "metrics.jsonl").read_text().splitlines()]
     # 3. preference accuracy on held-out pairs
-    res: dict = {"pairs_total": len(pairs), "intents": len(intents), "held_out_intents":
-                 sorted(held), "train_pairs": len(train_pairs), "held_out_pairs":
+    res: dict = {"data": a.data, "pairs_total": len(pairs), "groups": len(intents),
+                 "held_out_groups": len(held), "train_pairs": len(train_pairs), "held_out_pairs":
                  len(test_pairs), "sft_rows": len(sft_rows), "sft_steps": a.sft_steps,
                  "dpo_steps": a.dpo_steps, "beta": a.beta, "dpo_lr": a.lr,
                  "sft_seconds": round(sft_s), "dpo_seconds": round(dpo_s),
@@ -163,7 +189,7 @@ def main() -> None:
         print(name, json.dumps(res[f"preference_accuracy_{name}"]), flush=True)
     res["sft_vs_sft_dpo_mcnemar"] = mcnemar_exact(wins["sft"], wins["sft_dpo"])
     # 4. the agent with each adapter
-    if a.agent:
+    if a.agent and a.data == "litsearch":
         import numpy as np
 
         from workbench.evaluate.stats import bootstrap_interval
