@@ -190,10 +190,8 @@ def _first_row_is_pair(file: Path) -> bool:
     import json
 
     from workbench.formats import is_preference_row
-    from workbench.io import check_replaceable
 
-    check_replaceable(file)  # a regular file (or absent: the validator names it)
-    if not file.is_file():
+    if not file.is_file():  # a folder, a device, a FIFO, absent: the validator names it
         return False
     with open(file, encoding="utf-8", errors="replace") as fh:
         while line := fh.readline(8 << 20):

@@ -105,16 +105,24 @@ def tokenize_example(tok, ex: ChatExample, idx: int = 0, *, skip_assistant: int 
     return Tokenized(ex.id or f"example-{idx}", ids, labels)
 
 
-def tokenize_all(tok, examples: list[ChatExample], *, max_length: int, max_positions: int | None,
-                 source: str = "dataset") -> list[Tokenized]:
-    """Tokenise everything first; refuse (before step 0) on anything training cannot use."""
-    if not examples:
-        raise DataError("the dataset is empty", path=source, code="empty")
+def check_can_tokenize(tok, rows: list, *, max_length: int, max_positions: int | None,
+                       source: str, what: str = "dataset") -> None:
+    """Refuse an empty dataset, a tokenizer without a chat template, or a max_length past the
+    model's positions."""
+    if not rows:
+        raise DataError(f"the {what} is empty", path=source, code="empty")
     if not getattr(tok, "chat_template", None):
         raise WorkbenchError("the model has no chat template: pass train.chat_template")
     if max_positions is not None and max_length > max_positions:
         raise WorkbenchError(f"train.max_length {max_length} exceeds the model's "
                              f"{max_positions} positions")
+
+
+def tokenize_all(tok, examples: list[ChatExample], *, max_length: int, max_positions: int | None,
+                 source: str = "dataset") -> list[Tokenized]:
+    """Tokenise everything first; refuse (before step 0) on anything training cannot use."""
+    check_can_tokenize(tok, examples, max_length=max_length, max_positions=max_positions,
+                       source=source)
     out = [tokenize_example(tok, ex, i) for i, ex in enumerate(examples)]
     for i, t in enumerate(out, start=1):
         if len(t.input_ids) > max_length:

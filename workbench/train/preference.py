@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import sha256_text
 from workbench.records import PreferencePair
-from workbench.train.data import IGNORE, Tokenized, tokenize_example
+from workbench.train.data import IGNORE, Tokenized, check_can_tokenize, tokenize_example
 
 if TYPE_CHECKING:
     import torch
@@ -68,13 +68,8 @@ def tokenize_pair(tok, pair: PreferencePair, idx: int = 0) -> TokenizedPair:
 def tokenize_pairs(tok, pairs: list[PreferencePair], *, max_length: int,
                    max_positions: int | None, source: str = "dataset") -> list[TokenizedPair]:
     """Tokenise every pair first; refuse (before step 0) on one training cannot use."""
-    if not pairs:
-        raise DataError("the preference dataset is empty", path=source, code="empty")
-    if not getattr(tok, "chat_template", None):
-        raise WorkbenchError("the model has no chat template: pass train.chat_template")
-    if max_positions is not None and max_length > max_positions:
-        raise WorkbenchError(f"train.max_length {max_length} exceeds the model's "
-                             f"{max_positions} positions")
+    check_can_tokenize(tok, pairs, max_length=max_length, max_positions=max_positions,
+                       source=source, what="preference dataset")
     out = []
     for i, p in enumerate(pairs, start=1):
         t = tokenize_pair(tok, p, i - 1)
@@ -152,22 +147,17 @@ def sequence_logps(model, batch: PairBatch, device: str) -> tuple[torch.Tensor, 
     Like `session.summed_loss`, the vocabulary projection runs only on labelled positions
     where the model exposes its decoder and output embedding."""
     import torch
-    from torch.nn.parallel import DistributedDataParallel
+
+    from workbench.train.session import decoder_and_head
 
     ids = torch.tensor(batch.input_ids, device=device)
     mask = torch.tensor(batch.attention_mask, device=device)
     target = torch.tensor(batch.labels, device=device)[:, 1:]
     keep = target != IGNORE
     rows = torch.arange(ids.shape[0], device=device).unsqueeze(1).expand_as(target)[keep]
-    ddp = isinstance(model, DistributedDataParallel)
-    inner = model.module if ddp else model
-    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
-    decoder = getattr(inner, "get_decoder", lambda: None)()
-    head = inner.get_output_embeddings()
-    cfg = inner.config
-    fast = not ddp and decoder is not None and head is not None and not getattr(
-        cfg, "final_logit_softcapping", None) and getattr(cfg, "logit_scale", None) is None
-    if fast:
+    parts = decoder_and_head(model)
+    if parts is not None:
+        decoder, head = parts
         hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
         logits = head(hidden[:, :-1][keep]).float()
     else:

@@ -128,9 +128,10 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
         raise WorkbenchError(f"train.method is {cfg.method}: pass "
                              f"{'pairs=' if dpo else 'examples='}, not "
                              f"{'examples=' if dpo else 'pairs='}")
+    what = "pairs" if dpo else "examples"
     if given is not None and cfg.data:
-        raise WorkbenchError(f"in-memory data was passed and train.data is {cfg.data!r}: pass "
-                             f"one (train.data=None to train on what was passed)")
+        raise WorkbenchError(f"{what} were passed and train.data is {cfg.data!r}: pass one "
+                             f"(train.data=None to train on the {what})")
     rank, world = _distributed()
 
     # the tokenizer and the model's identity
@@ -559,26 +560,38 @@ def summed_loss(model, inputs: dict, labels):
     tensor, its shifted copy and its softmax are never materialised.
     """
     import torch
-    from torch.nn.parallel import DistributedDataParallel
 
-    ddp = isinstance(model, DistributedDataParallel)
-    inner = model.module if ddp else model
-    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
-    decoder = getattr(inner, "get_decoder", lambda: None)()
-    head = inner.get_output_embeddings()
-    cfg = inner.config
-    fast = not ddp and decoder is not None and head is not None and not getattr(
-        cfg, "final_logit_softcapping", None) and getattr(cfg, "logit_scale", None) is None
-    if not fast:  # generic path, and under DDP, whose own forward must run to sync gradients
+    parts = decoder_and_head(model)
+    if parts is None:  # generic path, and under DDP, whose own forward must run to sync
         logits = model(**inputs, use_cache=False).logits.float()
         return torch.nn.functional.cross_entropy(
             logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
             ignore_index=-100, reduction="sum")
+    decoder, head = parts
     hidden = decoder(**inputs, use_cache=False).last_hidden_state
     target = labels[:, 1:]
     keep = target != -100
     logits = head(hidden[:, :-1][keep]).float()
     return torch.nn.functional.cross_entropy(logits, target[keep], reduction="sum")
+
+
+def decoder_and_head(model):
+    """(decoder, output embedding) of a model whose logits are the head applied to the
+    decoder's last hidden state (Llama, Qwen, Mistral, Gemma, ...), so logits can be computed
+    only at the positions that have a label; None under DDP (whose own forward must run) or
+    when the model scales or caps its logits."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        return None
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = getattr(inner, "get_decoder", lambda: None)()
+    head = inner.get_output_embeddings()
+    cfg = inner.config
+    if decoder is None or head is None or getattr(cfg, "final_logit_softcapping", None) \
+            or getattr(cfg, "logit_scale", None) is not None:
+        return None
+    return decoder, head
 
 
 def eval_loss(session: TrainingSession) -> float:
