@@ -113,6 +113,50 @@ def pytest_xdist_make_scheduler(config, log):
     return ByFile(config, log)
 
 
+# --- nothing written outside the temp folders --------------------------------------------------
+
+def _repo_files() -> set[str]:
+    """Every file git sees in the checkout, ignored ones included, less caches."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--ignored",
+                              "--untracked-files=all"], cwd=REPO, capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    skip = ("__pycache__", ".pytest_cache", ".hypothesis", ".venv/", ".ruff_cache",
+            ".egg-info", ".cache/")
+    return {line[3:] for line in out.stdout.splitlines()
+            if line[3:] and not any(k in line for k in skip)}
+
+
+def pytest_sessionstart(session):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller (or the only process)
+        session.config._wb_repo_files = _repo_files()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A test run leaves no new file in the checkout (tests write under tmp_path): a file
+    that appears here was written outside what the test named."""
+    before = getattr(session.config, "_wb_repo_files", None)
+    if before is None or exitstatus not in (0, 1):
+        return
+    new = sorted(_repo_files() - before)
+    if new:
+        session.config._wb_stray = new
+        # the fast tier fails on it; the full tier (not yet run whole with this check)
+        # reports it
+        if _chosen_tier(session.config) == "fast" or os.environ.get("WB_STRAY_CHECK") == "fail":
+            session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    stray = getattr(config, "_wb_stray", None)
+    if stray:
+        terminalreporter.write_line(
+            f"the tests left {len(stray)} new file(s) in the checkout (tests must write "
+            f"under tmp_path): " + ", ".join(stray[:10]), red=True)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     _current.update(tier=tier_of(item), test=item.nodeid)
