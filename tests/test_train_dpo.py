@@ -409,6 +409,10 @@ def test_pairs_preview_and_dpo_run_from_the_cli(cli, tiny_model, tmp_path):
     assert {"reward_accuracy", "reward_margin"} <= rows[-1].keys()
     assert "reference log-probabilities: " in r.stdout + r.stderr
     assert (tmp_path / "runs" / "dpo" / ".adapter.reference.jsonl").is_file()
+    # starting from the adapter the run would write: refused before any work
+    r = cli("train", "run", *common, "-s", f"train.init_adapter={adapter}")
+    assert r.returncode != 0 and "also the output folder" in r.stderr
+    assert json.loads((adapter / "manifest.json").read_text())["outputs"]["steps"] == 3
     # method dpo with no data names what to pass
     r = cli("train", "run", "-s", "train.method=dpo", "-s", f"output_dir={tmp_path / 'r2'}",
             "-s", "name=x")

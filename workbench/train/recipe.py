@@ -60,6 +60,12 @@ def train(cfg: TrainConfig, *, model_spec: str, output: str | Path, seed: int = 
     from workbench.io import check_made_here
 
     output = Path(output)
+    if cfg.init_adapter and Path(cfg.init_adapter).resolve() == output.resolve():
+        from workbench.errors import WorkbenchError
+
+        raise WorkbenchError(f"train.init_adapter {cfg.init_adapter} is also the output folder: "
+                             "training would replace the adapter it starts from; name another "
+                             "run (-s name=...) or set train.output")
     check_made_here(output, ("manifest.json",))  # before any work: never a user's folder
     checkpoints = output.parent / f".{output.name}.checkpoints"
     reference = output.parent / f".{output.name}.reference.jsonl" \
