@@ -58,6 +58,7 @@ class _Pool:
         self.values: dict[tuple[str, str], list[Any]] = defaultdict(list)
         self.calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.schemas: dict[str, dict[str, Any]] = {}
+        self._validators: dict[str, Any] = {}
         for ex in examples:
             for t in ex.tools or ():
                 self.schemas.setdefault(t.name, t.function.parameters)
@@ -74,12 +75,13 @@ class _Pool:
                             self.tables.update(t for _, t in _TABLE.findall(v))
 
     def valid(self, name: str, args: dict[str, Any]) -> bool:
-        schema = self.schemas.get(name)
-        if schema is None:
+        if name not in self.schemas:
             return False
-        from jsonschema import Draft202012Validator
+        if name not in self._validators:
+            from jsonschema import Draft202012Validator
 
-        return Draft202012Validator(schema).is_valid(args)
+            self._validators[name] = Draft202012Validator(self.schemas[name])
+        return self._validators[name].is_valid(args)
 
 
 def perturbations(call: ToolCall, pool: _Pool, rng: random.Random,
@@ -155,8 +157,7 @@ def step_pairs(examples: Iterable[ChatExample], *, per_step: int = 1, seed: int 
             steps += 1
             call = m.tool_calls[0]
             wrong: list[tuple[str, str, dict]] = []
-            for alt in (m.tool_calls and (ex.metadata or {}).get("alternatives", {})
-                        .get(str(i), [])):
+            for alt in (ex.metadata or {}).get("alternatives", {}).get(str(i), []):
                 try:
                     tc = ToolCall.model_validate(alt)
                 except ValueError:
