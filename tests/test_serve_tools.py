@@ -12,7 +12,7 @@ import pytest
 
 from conftest import free_port, wait_http
 from workbench.models import load_model
-from workbench.serve import create_app
+from workbench.serve import create_app, make_server
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather of a city",
@@ -37,11 +37,8 @@ def model_reply(conv):
 
 @contextlib.contextmanager
 def serving(model, name: str, limits=None):
-    import uvicorn
-
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(model, name, limits), host="127.0.0.1",
-                                           port=port, log_level="warning"))
+    server = make_server(create_app(model, name, limits), port=port)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

@@ -31,7 +31,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from starlette.requests import Request  # at module level: FastAPI resolves the annotation
 
 from workbench.errors import WorkbenchError
-from workbench.models.base import ChatModel, Generation, GenerationParams, cancel_context
+from workbench.models.base import (
+    Cancelled,
+    ChatModel,
+    Generation,
+    GenerationParams,
+    cancel_context,
+)
 from workbench.models.messages import NamedToolChoice, ToolCall, ToolSpec, as_tool_choice
 
 
@@ -417,6 +423,7 @@ def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None =
     gate = _Gate(1 + limits.max_queue)
     batcher = _Batcher(model, limits.batch_window_ms / 1000) if limits.batch_window_ms else None
     app.state.batcher = batcher
+    app.state.stopping = stopping = threading.Event()  # set by `serve` on SIGTERM / SIGINT
 
     class ApiError(Exception):
         def __init__(self, status: int, message: str, param: str | None = None,
@@ -431,6 +438,11 @@ def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None =
     async def _api_error(_: Request, exc: ApiError):
         return JSONResponse(error_body(exc.message, exc.kind, exc.param, exc.status),
                             status_code=exc.status)
+
+    @app.exception_handler(Cancelled)
+    async def _cancelled(_: Request, exc: Cancelled):  # the client has gone: nobody reads it
+        return JSONResponse(error_body(str(exc), "client_closed_request", None, 499),
+                            status_code=499)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException):  # unknown route, method
@@ -482,12 +494,18 @@ def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None =
                 while True:
                     done, _ = await asyncio.wait({fut}, timeout=limits.disconnect_poll_s)
                     if done:
-                        return fut.result()
-                    if not self.cancel.is_set() and await self.request.is_disconnected():
+                        break
+                    if stopping.is_set() or (not self.cancel.is_set()
+                                             and await self.request.is_disconnected()):
                         self.cancel.set()
             except BaseException:
                 self.cancel.set()
                 raise
+            if stopping.is_set():  # a reply cut short by the shutdown is not a reply
+                fut.exception()  # retrieved, so asyncio does not log it
+                raise ApiError(503, "the server is shutting down; retry later",
+                               kind="server_error")
+            return fut.result()
 
     async def run_once(request: Request, fn, *args, **kwargs):
         ticket = admit()
@@ -573,15 +591,15 @@ def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None =
                 raise ApiError(500, g.error, kind="server_error")
         return gens
 
-    @app.get("/health")
-    def health() -> dict[str, Any]:
+    @app.get("/health")  # async: answered on the event loop, never queued behind work
+    async def health() -> dict[str, Any]:
         return {"status": "ok", "model": served_name, "active": gate.active,
                 "capacity": gate.capacity,
                 "batches": len(batcher.batches) if batcher else None,
                 "batched_requests": sum(batcher.batches) if batcher else None}
 
     @app.get("/v1/models")
-    def models() -> dict[str, Any]:
+    async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": served_name, "object": "model",
                                              "created": created, "owned_by": "workbench"}]}
 
@@ -762,12 +780,15 @@ def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None =
             raise ApiError(400, f"backend {model.backend_name!r} has no tokenizer to use")
 
     @app.post("/tokenize")
-    def tokenize(req: TokenizeRequest):
+    async def tokenize(req: TokenizeRequest, request: Request):
         check_model(req.model)
         need_tokenizer()
         if (req.prompt is None) == (req.messages is None):
             raise ApiError(400, "send exactly one of prompt and messages",
                            "prompt" if req.prompt is None else "messages")
+        return await run_once(request, tokenized, req)  # behind admission, like generation
+
+    def tokenized(req: TokenizeRequest) -> dict[str, Any]:
         from jinja2 import TemplateError
 
         try:
@@ -786,9 +807,12 @@ def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None =
         return {"count": len(ids), "max_model_len": model.max_positions, "tokens": ids}
 
     @app.post("/detokenize")
-    def detokenize(req: DetokenizeRequest):
+    async def detokenize(req: DetokenizeRequest, request: Request):
         check_model(req.model)
         need_tokenizer()
+        return await run_once(request, detokenized, req)
+
+    def detokenized(req: DetokenizeRequest) -> dict[str, Any]:
         try:
             return {"prompt": model.detokenize(req.tokens)}
         except WorkbenchError as e:
@@ -797,10 +821,24 @@ def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None =
     return app
 
 
-def serve(model: ChatModel, served_name: str, *, host: str = "127.0.0.1", port: int = 8000,
-          limits: ServerLimits | None = None, log_level: str = "warning") -> None:
-    """Run the server until SIGTERM/SIGINT; requests still running get 5 s, then stop."""
+def make_server(app, *, host: str = "127.0.0.1", port: int = 8000,
+                log_level: str = "warning"):
+    """The uvicorn server of `app` (from `create_app`). On SIGTERM / SIGINT running work stops
+    at once (within a forward pass) and answers 503, so the graceful shutdown ends well
+    inside its 5 s instead of cancelling requests mid-flight (one traceback each)."""
     import uvicorn
 
-    uvicorn.run(create_app(model, served_name, limits), host=host, port=port,
-                log_level=log_level, timeout_graceful_shutdown=5)
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            app.state.stopping.set()
+            super().handle_exit(sig, frame)
+
+    return Server(uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                                 timeout_graceful_shutdown=5))
+
+
+def serve(model: ChatModel, served_name: str, *, host: str = "127.0.0.1", port: int = 8000,
+          limits: ServerLimits | None = None, log_level: str = "warning") -> None:
+    """Run the server until SIGTERM/SIGINT; running requests stop and get 503."""
+    make_server(create_app(model, served_name, limits), host=host, port=port,
+                log_level=log_level).run()

@@ -28,6 +28,11 @@ _CANCEL: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar
     "workbench_cancel", default=None)
 
 
+class Cancelled(Exception):
+    """Work that checks `cancel_event()` between steps and cannot return a partial result
+    (scoring) raises this once the event is set; its caller has already gone."""
+
+
 @contextlib.contextmanager
 def cancel_on(event: threading.Event) -> Iterator[threading.Event]:
     """Generation started inside this block stops soon after `event` is set (local backends

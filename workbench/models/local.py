@@ -33,6 +33,7 @@ from workbench.models.base import (
     ScoreRequest,
     TokenLogprobs,
     Tools,
+    Cancelled,
     cancel_event,
 )
 from workbench.models.messages import ToolChoice, ToolSpec, plain_conversation
@@ -93,6 +94,7 @@ def _gguf_cache_dir(source: ModelSource) -> Path:
     return workbench_home() / "models" / f"{Path(source.gguf_file).stem}-{tag[:12]}"
 
 
+LOGPROB_CHUNK = 256  # positions scored per forward pass in `token_logprobs`
 _DONE = "workbench-source.json"  # written last: a conversion folder without it is unfinished
 
 
@@ -494,7 +496,8 @@ class LocalChatModel(ChatModel):
             emitted += piece
             cut, hit = _cut_at_stop(emitted, params.stop)
             if hit:
-                yield cut[len(emitted) - len(piece):] if len(cut) > len(emitted) - len(piece) else ""
+                start = len(emitted) - len(piece)
+                yield cut[start:] if len(cut) > start else ""
                 break
             yield piece
         thread.join()
@@ -692,19 +695,31 @@ class LocalChatModel(ChatModel):
         ids = enc["input_ids"]
         if not ids:
             return TokenLogprobs([], [], [], [] if top else None)
-        with self._lock, torch.inference_mode():
-            logits = self.model(input_ids=torch.tensor([ids], device=self.device)).logits
-        lp = torch.log_softmax(logits.float()[0], dim=-1).cpu()
         values: list[float | None] = [None]
-        for k in range(1, len(ids)):
-            values.append(lp[k - 1, ids[k]].item())
-        tops: list[dict[str, float] | None] | None = None
-        if top:
-            tops = [None]
-            for k in range(1, len(ids)):
-                best = torch.topk(lp[k - 1], top)
-                tops.append({self.tokenizer.decode([int(i)]): float(v)
-                             for v, i in zip(best.values, best.indices, strict=True)})
+        tops: list[dict[str, float] | None] | None = [None] if top else None
+        cancel = cancel_event()
+        # the text runs in chunks over the key/value cache, so memory holds one chunk's logits
+        # (not 8k positions x the vocabulary, several GB) and a client that leaves stops the
+        # work within one chunk
+        with self._lock, torch.inference_mode():
+            past, x = None, torch.tensor([ids], device=self.device)
+            for start in range(0, len(ids), LOGPROB_CHUNK):
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled("scoring stopped: its client left")
+                out = self.model(input_ids=x[:, start:start + LOGPROB_CHUNK],
+                                 use_cache=True, **({self._cache_kwarg: past} if past else {}))
+                past = getattr(out, "cache", None) or out.past_key_values
+                lp = torch.log_softmax(out.logits[0].float(), dim=-1)
+                nxt = x[0, start + 1:start + 1 + lp.shape[0]]
+                lp = lp[:nxt.shape[0]]  # the last position predicts nothing in the text
+                values.extend(lp.gather(1, nxt[:, None])[:, 0].tolist())
+                if tops is not None:
+                    best = torch.topk(lp, top, dim=-1)
+                    for vals, idx in zip(best.values.tolist(), best.indices.tolist(),
+                                         strict=True):
+                        tops.append({self.tokenizer.decode([i]): v
+                                     for v, i in zip(vals, idx, strict=True)})
+                del out, lp
         return TokenLogprobs([self.tokenizer.decode([t]) for t in ids],
                              [a for a, _ in enc["offset_mapping"]], values, tops)
 
