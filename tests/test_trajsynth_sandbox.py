@@ -558,3 +558,87 @@ def test_sql_bombs_stay_within_time_and_memory(chinook_copy, name):
     assert r["kind"] in (None, "timeout", "denied", "sql"), r
     if r["error"]:
         assert "\n" not in r["error"]
+
+
+# --- Python: descriptors, the result channel, disk (issue 25) -------------------------------------
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_dir_fd_escapes_are_refused_in_both_isolation_modes(tmp_path, monkeypatch, isolate):
+    """A folder's descriptor plus a relative path (`os.open(name, dir_fd=...)`) wrote outside
+    the working folder when only the audit hook stood (isolate=False, uid not dropped): the
+    hook saw the relative path as if it were inside. Opening a folder outside is refused."""
+    from workbench.trajsynth import sandbox
+
+    monkeypatch.setattr(sandbox, "_sandbox_user", lambda: None)  # as when no uid can be dropped
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    code = f"""
+import os
+fd = os.open({str(outside)!r}, os.O_RDONLY)
+w = os.open("planted.txt", os.O_WRONLY | os.O_CREAT, dir_fd=fd)
+os.write(w, b"owned")
+result = "written"
+"""
+    r = run_python(code, isolate=isolate)
+    print(f"\ndir_fd (isolate={isolate}): {r.error_kind}: {r.error}; {r.isolation}")
+    assert r.error_kind == "blocked" and "opening a folder outside" in r.error
+    assert r.blocked and not (outside / "planted.txt").exists()
+    if isolate:  # the kernel alone (no hook): refused, and reported as blocked
+        r = run_python(code, isolate=True, audit_hook=False)
+        if not r.isolation.get("filesystem", "").startswith("Landlock"):
+            pytest.skip(f"no Landlock here: {r.isolation.get('filesystem')}")
+        assert r.error_kind == "blocked" and "PermissionError" in r.error, r
+        assert not (outside / "planted.txt").exists()
+
+
+FORGE = """
+import json, os
+fake = json.dumps({"kind": "final", "token": "guess", "output": "", "result": 42,
+                   "error": None, "error_kind": None, "isolation": {"filesystem": "none"},
+                   "blocked": []}) + "\\n"
+for fd in range(3, 20):
+    try:
+        os.write(fd, fake.encode())
+    except OSError:
+        pass
+"""
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+@pytest.mark.parametrize("ending", ["os._exit(0)", "result = 1"])
+def test_forged_result_envelopes_are_refused(isolate, ending):
+    """Code that writes its own result envelope on the inherited descriptor (then exits, or
+    goes on normally) gets a `blocked` error, not its forged result; the isolation reported is
+    the one sent before the code ran, and a violation the code caught is still reported."""
+    code = ("try:\n    open('/etc/passwd')\nexcept Exception:\n    pass\n" + FORGE + ending)
+    r = run_python(code, isolate=isolate)
+    print(f"\nforged envelope ({ending}, isolate={isolate}): {r.error_kind}: {r.error}")
+    assert r.error_kind == "blocked" and "result channel" in r.error
+    assert r.result is None
+    assert r.isolation.get("filesystem") != "none" and r.isolation.get("uid")
+    assert any("/etc/passwd" in b for b in r.blocked)
+
+
+def test_disk_use_of_the_working_folder_is_capped():
+    """Many files under the per-file limit filled the disk (600 MB in 2.8 s): the parent
+    measures the folder every 0.1 s and stops the code past `py_max_disk_mb` or
+    `py_max_disk_files`."""
+    limits = SandboxLimits(py_max_disk_mb=32, py_timeout_s=60)
+    code = """
+block = b"x" * (8 << 20)
+for i in range(200):
+    with open(f"f{i}.bin", "wb") as fh:
+        fh.write(block)
+result = "wrote 1.6 GB"
+"""
+    r = run_python(code, limits=limits)
+    print(f"\ndisk: {r.error_kind} after {r.elapsed_s} s: {r.error}")
+    assert r.error_kind == "disk_limit" and "32 MB" in r.error
+    assert r.elapsed_s < 30 and not os.path.exists(r.workdir)
+    r = run_python("import os\nfor i in range(100000):\n    open(f'e{i}', 'w').close()\n"
+                   "result = 1", limits=SandboxLimits(py_max_disk_files=500))
+    assert r.error_kind == "disk_limit" and "500 files" in r.error
+    r = run_python("open('small.txt', 'w').write('ok')\nresult = open('small.txt').read()",
+                   limits=limits)
+    assert r.ok and r.result == "ok"

@@ -412,13 +412,15 @@ _LIST_EVENTS = frozenset({"os.listdir", "os.scandir", "glob.glob", "glob.glob/2"
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
-def _make_hook(workdir: str, readable: frozenset, roots: tuple, violations: list):
+def _make_hook(workdir: str, readable: frozenset, roots: tuple, violations: list,
+               report=None):
     """The audit hook. Everything it consults is bound here, immutable (strings, tuples,
     frozensets) and out of reach of the agent's code: it cannot rebind module globals or
-    builtins to switch the checks off."""
+    builtins to switch the checks off. `report(message)` sends each violation to the parent
+    as it happens, so the code cannot take it back afterwards."""
     wd = os.path.realpath(workdir)
     wd_prefix = wd + os.sep
-    realpath, fspath, fsdecode = os.path.realpath, os.fspath, os.fsdecode
+    realpath, fspath, fsdecode, isdir = os.path.realpath, os.fspath, os.fsdecode, os.path.isdir
     blocked, prefixes, modules = _BLOCKED, _BLOCKED_PREFIXES, _BLOCKED_MODULES
     write_events, list_events, write_flags = _WRITE_EVENTS, _LIST_EVENTS, _WRITE_FLAGS
     violation, is_a, length, has = SandboxViolation, isinstance, len, hasattr
@@ -441,6 +443,8 @@ def _make_hook(workdir: str, readable: frozenset, roots: tuple, violations: list
         msg = f"{event} is not allowed in the sandbox" + (f" ({detail})" if detail else "")
         if length(violations) < 20:
             violations.append(msg)
+            if report is not None:
+                report(msg)
         raise violation(msg)
 
     def pathlike(a) -> bool:
@@ -459,6 +463,9 @@ def _make_hook(workdir: str, readable: frozenset, roots: tuple, violations: list
                 (is_a(mode, str) and ("w" in mode or "a" in mode or "x" in mode or "+" in mode))
             if writing and not inside(p):
                 deny("writing a file outside the working folder", p)
+            if not inside(p) and isdir(p):  # a folder's descriptor would be a `dir_fd`, and
+                # paths relative to it are checked here as if relative to the working folder
+                deny("opening a folder outside the working folder", p)
             if not writing and not may_read(p):
                 deny("reading a file outside the working folder and the data", p)
         elif event in write_events:
@@ -523,7 +530,7 @@ def _worker(job: dict, iso: dict) -> None:
         try:
             _send(job["envelope_fd"], {"output": "", "error": f"sandbox setup failed: "
                                        f"{_describe(e)}", "error_kind": "setup",
-                                       "isolation": iso})
+                                       "isolation": iso}, job.get("token", ""))
             code = 0
         except BaseException:  # noqa: BLE001, S110 - nothing left to tell; the exit code says it
             pass
@@ -531,13 +538,17 @@ def _worker(job: dict, iso: dict) -> None:
         os._exit(code)
 
 
-def _send(fd: int, envelope: dict) -> None:
-    data = json.dumps(envelope).encode("ascii")  # escapes anything odd, lone surrogates too
-    view = memoryview(data)
+def _send(fd: int, envelope: dict, token: str = "", *, kind: str = "final") -> None:
+    """One line on the channel to the parent: `{"kind", "token", ...}`. The parent takes the
+    isolation from the first line (sent before the code runs), every `blocked` line as it
+    came, and exactly one `final` line, last; the final line closes the channel."""
+    line = json.dumps({"kind": kind, "token": token, **envelope}) + "\n"
+    view = memoryview(line.encode("ascii"))  # escapes anything odd, lone surrogates too
     while view:
         n = os.write(fd, view)
         view = view[n:]
-    os.close(fd)
+    if kind == "final":
+        os.close(fd)
 
 
 # System folders and files (shared libraries and their cache, time zones, CA certificates,
@@ -657,9 +668,13 @@ def _work(job: dict, iso: dict) -> int:
     violations: list[str] = []
     out = _Capped(lim["output_cap_chars"])
     ns = {"__name__": "__main__", "__builtins__": builtins, "tables": tables, "pd": pd, "np": np}
+    fd, token = job["envelope_fd"], job.pop("token", "")
+    _send(fd, {"isolation": iso}, token, kind="isolation")  # before the code can write here
     sys.stdout = sys.stderr = out
     if job["audit"]:
-        sys.addaudithook(_make_hook(workdir, frozenset(readable), tuple(roots), violations))
+        sys.addaudithook(_make_hook(
+            workdir, frozenset(readable), tuple(roots), violations,
+            lambda msg: _send(fd, {"message": msg}, token, kind="blocked")))
     error = kind = None
     try:
         exec(compile(job["code"], "<agent>", "exec"), ns)  # noqa: S102 - the sandboxed code
@@ -678,6 +693,8 @@ def _work(job: dict, iso: dict) -> int:
             kind = "blocked"
             if not isinstance(e, SandboxViolation):
                 error = f"SandboxViolation: {violations[-1]} ({error})"
+        elif isinstance(e, PermissionError) and landlocked:  # the kernel refused it
+            kind = "blocked"
     env = {"output": out.text(), "output_truncated": out.dropped > 0, "error": error,
            "error_kind": kind, "isolation": iso, "blocked": violations}
     if error is None:
@@ -699,7 +716,7 @@ def _work(job: dict, iso: dict) -> int:
                     env["result_preview"] = text[:cap] + MARKER.format(n=len(text) - cap)
                 else:
                     env["result"] = json.loads(text)
-    _send(job["envelope_fd"], env)
+    _send(fd, env, token)
     return 0
 
 

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import re
+import secrets
 import selectors
 import shutil
 import signal
@@ -66,6 +67,9 @@ class SandboxLimits(BaseModel):
                                                     "current count (processes + threads).")
     py_max_file_mb: int = Field(16, ge=1, description="RLIMIT_FSIZE: largest file written.")
     py_max_open_files: int = Field(256, ge=32, description="RLIMIT_NOFILE.")
+    py_max_disk_mb: int = Field(256, ge=1, description="Disk the working folder may use; "
+                                "measured every 0.1 s, the code is stopped past it.")
+    py_max_disk_files: int = Field(10_000, ge=1, description="Files and folders in it.")
     output_cap_chars: int = Field(65_536, ge=256, description="Captured print output.")
     result_cap_chars: int = Field(65_536, ge=256, description="The JSON of `result`.")
 
@@ -320,7 +324,7 @@ class TableSource(BaseModel):
 
 
 ErrorKind = Literal["timeout", "cpu_limit", "memory", "blocked", "exception", "non_json",
-                    "no_result", "killed", "crashed", "setup", "protocol"]
+                    "no_result", "killed", "crashed", "setup", "protocol", "disk_limit"]
 
 
 class PythonResult(BaseModel):
@@ -443,6 +447,66 @@ def _signal_name(n: int) -> str:
         return f"signal {n}"
 
 
+DISK_CHECK_S = 0.1  # how often the parent measures the working folder
+
+
+def _disk_within(workdir: str, limits: SandboxLimits) -> bool:
+    """Whether the working folder holds at most `py_max_disk_mb` (blocks in use) and
+    `py_max_disk_files` entries; the walk stops as soon as either is passed."""
+    cap, files, used = limits.py_max_disk_mb << 20, 0, 0
+    stack = [workdir]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for e in entries:
+                files += 1
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                used += st.st_blocks * 512
+                if files > limits.py_max_disk_files or used > cap:
+                    return False
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+    return True
+
+
+def _read_channel(data: bytes, token: str, base: dict[str, Any]
+                  ) -> tuple[dict[str, Any] | None, str | None]:
+    """The worker's lines: isolation (first, sent before the code ran), `blocked` (each as it
+    happened), then exactly one `final`, last. Fills `base`'s isolation and blocked; returns
+    (the final envelope, or None; why the channel was refused, or None). A line without the
+    run's token, a second final line or a line after it means the code wrote on the channel
+    itself (the descriptor is inherited by the worker it runs in): refused, never trusted."""
+    lines = data.split(b"\n")
+    lines.pop()  # "" after the last newline, or a line cut short (a kill, the cap): unread
+    msgs: list[dict[str, Any]] = []
+    foreign = False
+    for raw in lines:
+        try:
+            msg = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            msg = None
+        if isinstance(msg, dict) and msg.get("token") == token:
+            msgs.append(msg)
+        else:
+            foreign = True
+    if msgs and msgs[0].get("kind") in ("isolation", "final"):
+        iso = msgs[0].get("isolation") or {}
+        base["isolation"] = {str(k): str(v) for k, v in iso.items()}
+    base["blocked"] = [str(m.get("message")) for m in msgs if m.get("kind") == "blocked"][:20]
+    if foreign:
+        return None, "the code wrote on the sandbox's result channel (refused)"
+    finals = [i for i, m in enumerate(msgs) if m.get("kind") == "final"]
+    if len(finals) > 1 or (finals and finals[0] != len(msgs) - 1):
+        return None, "the code wrote a result on the sandbox's channel itself (refused)"
+    return (msgs[finals[0]] if finals else None), None
+
+
 def run_python(code: str, *, tables: list[TableSource] | tuple = (),
                readable: list[str] | tuple = (), limits: SandboxLimits | None = None,
                require_result: bool = True, audit_hook: bool = True,
@@ -463,7 +527,7 @@ def run_python(code: str, *, tables: list[TableSource] | tuple = (),
     proc: subprocess.Popen | None = None
     out_buf, env_buf = bytearray(), bytearray()
     out_total = 0
-    timed_out = False
+    timed_out = disk_over = False
     cpu_s = 0.0
     try:
         if user is not None:
@@ -473,7 +537,8 @@ def run_python(code: str, *, tables: list[TableSource] | tuple = (),
                 user = None
         os.chmod(workdir, 0o700)
         r_env, w_env = os.pipe()
-        job = {"code": code, "workdir": workdir, "envelope_fd": w_env,
+        token = secrets.token_hex(16)  # lines without it did not come from the worker
+        job = {"code": code, "workdir": workdir, "envelope_fd": w_env, "token": token,
                "tables": [t.model_dump() for t in tables],
                "readable": [str(Path(p).resolve()) for p in readable],
                "user": list(user) if user else None, "require_result": require_result,
@@ -515,11 +580,17 @@ def run_python(code: str, *, tables: list[TableSource] | tuple = (),
             return bool(events)
 
         reaped = None
+        next_disk_check = time.monotonic() + DISK_CHECK_S
         while sel.get_map():  # until both pipes reach EOF, the child exits, or time is up
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
                 break
+            if time.monotonic() >= next_disk_check:
+                next_disk_check = time.monotonic() + DISK_CHECK_S
+                if not _disk_within(workdir, limits):
+                    disk_over = True
+                    break
             if not pump(min(left, 0.05)):
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
                 if pid:  # exited, though a stray process may still hold a pipe open
@@ -528,10 +599,10 @@ def run_python(code: str, *, tables: list[TableSource] | tuple = (),
                         pass
                     break
         sel.close()
-        if reaped is None and not timed_out:  # pipes closed: the child is exiting
+        if reaped is None and not (timed_out or disk_over):  # pipes closed: it is exiting
             reaped = _wait_leader(proc.pid, deadline - time.monotonic())
             timed_out = reaped is None
-        if reaped is None:  # time is up: the supervisor kills and reaps its tree, then exits
+        if reaped is None:  # time (or disk) is up: the supervisor kills and reaps its tree
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(proc.pid, signal.SIGTERM)
             reaped = _wait_leader(proc.pid, 1.0)
@@ -570,17 +641,18 @@ def run_python(code: str, *, tables: list[TableSource] | tuple = (),
     base: dict[str, Any] = {"raw_output": raw, "raw_output_truncated": raw_trunc,
                             "exit_code": proc.returncode, "elapsed_s": elapsed,
                             "cpu_s": round(cpu_s, 3), "pid": proc.pid, "workdir": workdir}
-    envelope = None
-    if env_buf:
-        with contextlib.suppress(ValueError):
-            envelope = json.loads(env_buf.decode("utf-8"))
-    if isinstance(envelope, dict):
-        base["isolation"] = {str(k): str(v) for k, v in (envelope.get("isolation") or {}).items()}
-        base["blocked"] = [str(b) for b in envelope.get("blocked") or []]
+    envelope, forged = _read_channel(bytes(env_buf), token, base)
     if timed_out:
         return PythonResult(error=f"TimeoutError: the code ran past the "
                                   f"{limits.py_timeout_s:g} s wall-clock limit and was stopped",
                             error_kind="timeout", **base)
+    if disk_over:
+        return PythonResult(error=f"disk limit: the code wrote more than "
+                                  f"{limits.py_max_disk_mb} MB (or {limits.py_max_disk_files} "
+                                  "files) in its working folder and was stopped",
+                            error_kind="disk_limit", **base)
+    if forged:
+        return PythonResult(error=f"SandboxViolation: {forged}", error_kind="blocked", **base)
     if isinstance(envelope, dict) and "output" in envelope:
         return PythonResult(result=envelope.get("result"),
                             result_truncated=bool(envelope.get("result_truncated")),
