@@ -144,3 +144,91 @@ def test_pack_placeholders_are_checked(tmp_path):
     assert "distill.prompts.question: unknown placeholder {txet}" in msg
     assert "distill.prompts.question: must contain {text}" in msg
     assert "agent.system: unknown placeholder {domian}" in msg and str(f) in msg
+
+
+# --- typed services (issue 26) ---------------------------------------------------------
+
+def test_every_service_is_typed_declared_by_its_users_and_resolves():
+    """Every provided service has a Protocol and fits it; every required one is provided;
+    every pipeline's requirements resolve (what `run_pipeline` checks before it runs)."""
+    from workbench import registry, services
+
+    provided = {name for p in registry.pipelines() for name, _ in p.provides}
+    required = {name for p in registry.pipelines() for name in p.requires}
+    assert provided == set(services.SERVICES), provided ^ set(services.SERVICES)
+    assert required <= provided, required - provided
+    for name in sorted(provided):
+        services.resolve(name)
+    for p in registry.pipelines():
+        services.check_required(p)
+    print(f"\n{len(provided)} services, {len(required)} required, all fit their Protocols")
+
+
+def test_each_package_calls_only_the_services_its_pipelines_declare():
+    """0 untyped `provider()` calls outside the registry; every `services.<name>()` call in a
+    package is declared in `requires` by a pipeline of that package."""
+    import re
+
+    from workbench import registry
+
+    declared: dict[str, set[str]] = {}
+    for p in registry.pipelines():
+        pkg = p.run.split(":")[0].split(".")[1]
+        declared.setdefault(pkg, set()).update(p.requires)
+    calls: dict[str, set[str]] = {}
+    for path in sorted((REPO / "workbench").rglob("*.py")) + sorted(
+            (REPO / "apps").rglob("*.py")):
+        rel = path.relative_to(REPO)
+        text = path.read_text()
+        if rel.as_posix() in ("workbench/registry.py", "workbench/services.py"):
+            continue
+        assert not re.search(r"\bprovider\(\"", text), f"untyped provider() call in {rel}"
+        names = set(re.findall(r"\bservices\.(\w+)\(\)", text))
+        if names:
+            pkg = rel.parts[1] if rel.parts[0] == "workbench" else "app"
+            calls.setdefault(pkg, set()).update(names)
+    assert calls, "no service call found: the scan is broken"
+    for pkg, names in calls.items():
+        assert names <= declared.get(pkg, set()), (pkg, names - declared.get(pkg, set()))
+
+
+def test_a_provider_that_does_not_fit_is_refused_at_the_start_of_a_run(monkeypatch):
+    from workbench import registry, services
+    from workbench.registry import Pipeline
+
+    def searcher_without_folder(sections, retriever="hybrid", log=print):
+        return None
+
+    def searcher_needing_more(sections, folder, retriever="hybrid", log=print, *, model):
+        return None
+
+    class SiteWithoutPropose:
+        def __init__(self, folder, *, iterations=8, seed=0, agent="grammar",
+                     agent_settings=None):
+            pass
+
+        families = identifiers = property(lambda self: {})
+
+        def tasks(self, part, limit=None):
+            return []
+
+        def attempt(self, tasks, units, *, scaffold=None, iterations=None, boost=0.0):
+            return []
+
+    cases = [("searcher", searcher_without_folder, "'retriever', not 'folder'"),
+             ("searcher", searcher_needing_more, "requires 'model'"),
+             ("knowledge_site", SiteWithoutPropose, "no 'propose'"),
+             ("nonesuch", searcher_without_folder, "has no Protocol")]
+    for name, obj, why in cases:
+        with pytest.raises(WorkbenchError, match=why):
+            services.check_provider(name, obj)
+    # a pipeline requiring a service nobody provides stops before its run function is called
+    registry.register(Pipeline(name="needs_nothing_there", help="t",
+                               run="workbench.nonexistent:run", requires=("nonesuch",)))
+    try:
+        from workbench.runs import run_pipeline
+
+        with pytest.raises(WorkbenchError, match="requires service 'nonesuch'"):
+            run_pipeline("needs_nothing_there", None)
+    finally:
+        registry.unregister("needs_nothing_there")

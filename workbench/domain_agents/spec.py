@@ -6,6 +6,7 @@ _T = "trajectories/{}.jsonl"
 
 PIPELINE = Pipeline(
     name="agent",
+    requires=("searcher",),
     help="Domain agents on one loop (KG fact verification): baselines, the agent, teacher "
          "trajectories, a LoRA student, one report with intervals.",
     config="workbench.domain_agents.config:AgentConfig",

@@ -6,6 +6,7 @@ from workbench.registry import Artifact, Pipeline, PipelineResult, Stage
 
 PIPELINE = Pipeline(
     name="eval",
+    requires=("contexts",),
     help="Score models.chat (+ eval.adapter) on a multiple-choice benchmark (ours, or MMLU/ARC"
          "-style JSONL or CSV as it comes) under each retrieval condition, with 95% intervals "
          "and paired significance tests.",
@@ -34,8 +35,8 @@ def resolved(cfg, layout):
 
 
 def context_providers(index: str | None, conditions) -> dict:
-    """Retrieval contexts through the registry's "contexts" service (no import of rag)."""
-    from workbench import registry
+    """Retrieval contexts through the "contexts" service (no import of rag)."""
+    from workbench import services
 
     rag_conditions = [c for c in conditions if c != "none"]
     if not rag_conditions:
@@ -45,7 +46,7 @@ def context_providers(index: str | None, conditions) -> dict:
 
         raise WorkbenchError(f"conditions {', '.join(rag_conditions)} need eval.index (build "
                              "one with `workbench rag run` or `workbench rag build`)")
-    return registry.provider("contexts")(index, rag_conditions)
+    return services.contexts()(index, rag_conditions)
 
 
 def run(cfg, ctx) -> PipelineResult:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench import registry
+from workbench import services
 from workbench.evaluate.benchmark import load_benchmark
 from workbench.evaluate.report import (
     SCORING_LABELS, comparisons_markdown, plot_conditions, read_eval_results,
@@ -119,7 +119,7 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
     def contexts(conditions):
         nonlocal providers
         if providers is None:
-            providers = registry.provider("contexts")(index_dir, RAG)
+            providers = services.contexts()(index_dir, RAG)
         return {c: providers[c] for c in conditions if c != "none"}
 
     # 3. the base model under every condition
@@ -133,7 +133,7 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
         model = open_chat_model(cfg.models.chat, cfg)
         results, summary = evaluate_conditions(model, items, ec, contexts=contexts(
             ec.conditions), model_name=base_name, log=ctx.log)
-        retrieval = registry.provider("benchmark_retrieval_metrics")(
+        retrieval = services.benchmark_retrieval_metrics()(
             providers["hybrid"].index if providers else index_dir, items)
         summary = summary.model_copy(update={"retrieval": retrieval})
         write_eval(lay.artifact("compare", "eval_base").parent, results, summary)

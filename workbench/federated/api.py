@@ -171,12 +171,12 @@ def evaluate_all(fc: FederatedConfig, sites: list[SiteData], adapters: dict[str,
 
 def knowledge_sites(fc: FederatedConfig, out: Path) -> list[Path]:
     """The experiment's data-agent sites (or `sites_dir`), with the listener marked."""
-    from workbench.registry import provider
+    from workbench import services
 
     ks = fc.knowledge
     if fc.sites_dir:
         return sorted(p for p in Path(fc.sites_dir).iterdir() if (p / "site.json").exists())
-    folders = provider("knowledge_sites")(out / "sites", chinook_parts=ks.chinook_parts,
+    folders = services.knowledge_sites()(out / "sites", chinook_parts=ks.chinook_parts,
                                           extra=ks.extra, scaffolds=ks.scaffolds,
                                           poison=ks.poison, seed=fc.seed)
     for i, d in enumerate(folders):
@@ -213,12 +213,12 @@ def final_views(out: Path) -> list[dict]:
 def evaluate_knowledge(fc: FederatedConfig, folders: list[Path], views: dict[str, Any],
                        out: Path) -> list[dict]:
     """Each site's eval slice under each condition's final units, task by task."""
-    from workbench.registry import provider
+    from workbench import services
 
     ks = fc.knowledge
     rows = []
     for d in folders:
-        site = provider("knowledge_site")(d, iterations=ks.eval_iterations, seed=fc.seed,
+        site = services.knowledge_site()(d, iterations=ks.eval_iterations, seed=fc.seed,
                                           agent=ks.agent, agent_settings=ks.prompted)
         tasks = site.tasks("dev", 2 * ks.slice if ks.slice else None)[1::2]
         for cond, view in views.items():

@@ -116,6 +116,9 @@ def register(group: typer.Typer) -> None:
         from workbench.federated.server import read_rounds
         from workbench.io import atomic_write_text
 
+        from workbench import registry, services
+
+        services.check_required(registry.get("fed"))  # not in round 3 on a SuperNode
         fc = _cfg(config, set_).federated
         d = _deployment(fc, home, certs, False, insecure)
         d._security_check()

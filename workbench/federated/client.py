@@ -95,7 +95,7 @@ def handle_knowledge(msg: Message, context: Context) -> Message:
     from workbench.federated.knowledge import (
         Op, PrivacyFilter, ab_gate, minilm, ops_to_record, review_candidates,
     )
-    from workbench.registry import provider
+    from workbench import services
 
     cfg = msg.content["config"]
     path = context.node_config.get("data-path")
@@ -103,7 +103,7 @@ def handle_knowledge(msg: Message, context: Context) -> Message:
         raise ValueError("this SuperNode has no data-path in its node config")
     ks = KnowledgeSettings.model_validate_json(str(cfg["knowledge-json"]))
     view = json.loads(str(cfg["view-json"]))
-    site = provider("knowledge_site")(str(path), iterations=ks.learn_iterations,
+    site = services.knowledge_site()(str(path), iterations=ks.learn_iterations,
                                       seed=int(cfg["seed"]), agent=ks.agent,
                                       agent_settings=ks.prompted)
     dev = site.tasks("dev", 2 * ks.slice if ks.slice else None)

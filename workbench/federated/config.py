@@ -89,10 +89,10 @@ class KnowledgeSettings(_Section):
         """Checked here, not at the first round on every site (the settings live with the
         agent, in the pipeline that provides the sites)."""
         from workbench.errors import WorkbenchError
-        from workbench.registry import provider
+        from workbench import services
 
         try:
-            provider("knowledge_agent_settings")(v)
+            services.knowledge_agent_settings()(v)
         except WorkbenchError as e:
             raise ValueError(str(e).removeprefix("knowledge.prompted.")) from None
         return v

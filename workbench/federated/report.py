@@ -259,9 +259,9 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
                "poison_sites_against": poison_against,
                "transfer": transfer, "seconds": round(seconds, 1)}
     if ks.agent == "prompted":
-        from workbench.registry import provider
+        from workbench import services
 
-        agent = provider("knowledge_agent_settings")(ks.prompted)
+        agent = services.knowledge_agent_settings()(ks.prompted)
         how = (f"a prompted agent: the chat model `{agent.model}` runs the site's scaffold "
                f"(ReAct, plan-then-execute or Reflexion with {agent.trials} trials) with the "
                f"tools run_sql and answer, choosing among {agent.candidates} grammar plans by "

@@ -70,9 +70,9 @@ def split_sites(source: str | Path, out: str | Path, *, sites: int, by: str = "c
     with the fewest rows), so sites differ in topic as real sites do; "random": rows are
     dealt out at random. Each site keeps `eval_fraction` of its rows for held-out loss. With
     `canaries`, that many unique secret strings are appended to as many training rows."""
-    from workbench.registry import provider
+    from workbench import services
 
-    to_chat = provider("qtsa_chat")
+    to_chat = services.qtsa_chat()
     src = Path(source)
     if not src.exists() and not src.is_absolute() and (REPO / src).exists():
         src = REPO / src  # the shipped sample, from any working folder

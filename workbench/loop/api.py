@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from workbench import registry
+from workbench import services
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_write_json, read_jsonl, replace_dir, write_jsonl
 from workbench.loop.failures import count_modes, mine
@@ -218,7 +218,7 @@ class Loop:
     def search(self, queries: list[str], k: int):
         if self._searcher is None:
             # the test terms' sections are never searched: nothing is made from them
-            self._searcher = registry.provider("searcher")(
+            self._searcher = services.searcher()(
                 self.suites.training_sections(), self.root / "index", retriever="keyword",
                 log=self.log)
         return self._searcher(queries, k)

@@ -128,7 +128,7 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
                    ) -> dict[str, Any]:
     """Score the conditions on the held-out tasks; write downstream.json next to the
     exports (`out` holds sft.messages.jsonl and icl_index/)."""
-    from workbench import registry
+    from workbench import services
     from workbench.evaluate.stats import mcnemar_exact
     from workbench.io import atomic_write_json, read_jsonl
     from workbench.models import load_model
@@ -142,7 +142,7 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
     if "zero_shot" in cfg.conditions:
         per["zero_shot"] = score(base, env, tasks, max_tokens=cfg.max_tokens)
     if "icl" in cfg.conditions:
-        query = registry.provider("query_index")
+        query = services.query_index()
         index = out / "icl_index"
 
         def demos(question: str) -> list[str]:

@@ -224,8 +224,8 @@ def export_trees(trees: list[tuple[TaskTree, Task]], env_name: str, digest: str,
     write_jsonl(out / "icl_bank.jsonl", icl)
     write_jsonl(out / "preferences.jsonl", prefs)
     if index and icl:
-        from workbench import registry
+        from workbench import services
 
-        registry.provider("section_index")(icl_sections(icl), out / "icl_index", log=log)
+        services.section_index()(icl_sections(icl), out / "icl_index", log=log)
     return {"sft": len(sft), "icl": len(icl), "preferences": len(prefs),
             "icl_index": str(out / "icl_index") if index and icl else None, "dir": str(out)}

@@ -62,11 +62,11 @@ def select(claims: list[KGClaim], part: str, limit: int | None, seed: int) -> li
 
 def make_agent(cfg, folder: Path, log=print) -> KgvAgent:
     from workbench.domains import load_pack
-    from workbench.registry import provider
+    from workbench import services
 
     ac = cfg.agent
     _, docs = load_data(ac.data)
-    searcher = provider("searcher")(docs, folder / "index", ac.retriever, log=log)
+    searcher = services.searcher()(docs, folder / "index", ac.retriever, log=log)
     return KgvAgent(load_pack(ac.pack), searcher, k=ac.search_k,
                     entry_ids={d.id for d in docs})
 

@@ -39,12 +39,12 @@ def prompts() -> tuple[str, str]:
 
 
 def make_library(cfg, folder: Path, model=None, log=print) -> Library:
-    from workbench.registry import provider
+    from workbench import services
 
     papers, _ = load_corpus(cfg.agent.data)
     secs = sections(papers)
-    kw = provider("searcher")(secs, folder / "index", "keyword", log=log)
-    sem = provider("searcher")(secs, folder / "index", "semantic", log=log)
+    kw = services.searcher()(secs, folder / "index", "keyword", log=log)
+    sem = services.searcher()(secs, folder / "index", "semantic", log=log)
     return Library(papers, kw, sem, model=model)
 
 

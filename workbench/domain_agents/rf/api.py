@@ -187,7 +187,8 @@ def evaluate(cfg, ctx):
     from workbench.corpus import load_sections
     from workbench.domain_agents.api import conditions
     from workbench.models.factory import open_chat_model
-    from workbench.registry import PipelineResult, provider
+    from workbench import services
+    from workbench.registry import PipelineResult
     from workbench.runs import file_hash
 
     ac = cfg.agent
@@ -213,7 +214,7 @@ def evaluate(cfg, ctx):
                 contexts = None
                 if cond == "rag":
                     sections, _ = load_sections(cfg.corpus)
-                    search = provider("searcher")(sections, out / "rf_index", ac.retriever,
+                    search = services.searcher()(sections, out / "rf_index", ac.retriever,
                                                   log=ctx.log)
                     hits = search([it.question for it in items], ac.search_k)
                     contexts = ["\n\n".join(h.text for h in hs) for hs in hits]
