@@ -240,9 +240,11 @@ def test_agent_on_the_bundled_model_end_to_end(tmp_path, bundled_model, cli):
     rows = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["final"]["label"] in ("SUPPORTED", "REFUTED")
                                   for r in rows)
-    r = cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "not a claim")
+    r = cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "not a claim",
+            "-s", f"output_dir={tmp_path / 'bad'}")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "subject | predicate | object" in r.stderr + r.stdout
+    assert not (tmp_path / "bad").exists()  # read before the index is built (it was not)
 
 
 def test_a_killed_condition_rerun_finishes_the_rest(agent, tmp_path):

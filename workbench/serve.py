@@ -38,6 +38,7 @@ from workbench.models.base import (
     GenerationParams,
     cancel_context,
 )
+from workbench.models.constrain import Constraint
 from workbench.models.messages import NamedToolChoice, ToolCall, ToolSpec, as_tool_choice
 
 
@@ -101,6 +102,37 @@ class ChatMessageIn(_Strict):
 MAX_STOPS, MAX_STOP_CHARS = 4, 256
 
 
+class ResponseFormat(_Strict):
+    """OpenAI's `response_format`: "text", "json_object" (any JSON object) or "json_schema"
+    (`{"name", "schema", "strict"?, "description"?}`); the reply is generated under it."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+    @field_validator("json_schema")
+    @classmethod
+    def _named_schema(cls, v, info: ValidationInfo):
+        if v is None:
+            return v
+        if extra := set(v) - {"name", "schema", "strict", "description"}:
+            raise ValueError(f"json_schema: unsupported field {sorted(extra)[0]!r}")
+        if not isinstance(v.get("name"), str) or not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}",
+                                                                   v["name"]):
+            raise ValueError("json_schema.name: 1 to 64 letters, digits, _ or -")
+        if not isinstance(v.get("schema", {}), dict):
+            raise ValueError("json_schema.schema: a JSON schema object")
+        return v
+
+    def constraint(self) -> Constraint | None:
+        if self.type == "json_object":
+            return Constraint.json_object()
+        if self.type == "json_schema":
+            if self.json_schema is None:
+                raise ValueError("response_format: type json_schema needs `json_schema`")
+            return Constraint.json_schema(self.json_schema.get("schema") or {"type": "object"})
+        return None
+
+
 class _Sampling(_Strict):
     """The sampling fields both generation routes accept."""
 
@@ -134,6 +166,9 @@ class ChatCompletionRequest(_Sampling):
     tools: list[ToolSpec] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+
+
 
 
 class CompletionRequest(_Sampling):
@@ -639,7 +674,23 @@ def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None =
             max_tokens = fit_length(n, max_tokens, asked is not None,
                                     "max_completion_tokens" if req.max_completion_tokens
                                     else "max_tokens" if asked else "messages")
-        return _params(req, max_tokens)
+        params = _params(req, max_tokens)
+        forced = tools and tools.get("tool_choice") not in ("auto", "none")
+        if req.response_format is not None and not forced:  # a forced call has its own
+            try:
+                constraint = req.response_format.constraint()
+            except ValueError as e:
+                raise ApiError(400, str(e), "response_format") from None
+            if constraint is not None:
+                if not caps.constrained:
+                    raise ApiError(400, f"response_format: backend {model.backend_name!r} "
+                                        "cannot constrain its output", "response_format")
+                try:
+                    model.check_constraint(constraint)
+                except WorkbenchError as e:
+                    raise ApiError(400, f"response_format: {e}", "response_format") from None
+                params = params.model_copy(update={"constraint": constraint})
+        return params
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatCompletionRequest, request: Request):

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from workbench.models.constrain import Constraint
 from workbench.models.messages import ToolCall, ToolChoice, ToolSpec
 
 Conversation = list[dict[str, Any]]
@@ -69,6 +70,8 @@ class Capabilities:
     stream: bool = False  # `stream` yields pieces as they come (otherwise all at once)
     complete: bool = False  # `complete`: raw-text continuation, no chat template
     tokenize: bool = False  # `tokenize` / `detokenize` with the model's own tokenizer
+    constrained: bool = False  # honours `GenerationParams.constraint` (and forced tool calls
+    # always parse: the call is generated under the tool's schema)
 
 
 class GenerationParams(BaseModel):
@@ -83,6 +86,9 @@ class GenerationParams(BaseModel):
     stop: tuple[str, ...] = Field((), description="Strings that end generation (not returned).")
     seed: int | None = Field(None, description="Seed for sampling; same seed, same sample.")
     repetition_penalty: float | None = Field(None, gt=0.0)
+    constraint: Constraint | None = Field(None, description="Output must match this JSON "
+                                          "schema, regex, choice or grammar (backends with "
+                                          "`capabilities.constrained`).")
 
     @field_validator("stop")
     @classmethod
@@ -196,6 +202,10 @@ class ChatModel(abc.ABC):
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
         raise self._unsupported("score continuations")
+
+    def check_constraint(self, constraint: Constraint) -> None:
+        """Raise WorkbenchError naming the problem when `constraint` cannot be honoured."""
+        raise self._unsupported("constrain its output")
 
     def token_logprobs(self, text: str, top: int = 0) -> TokenLogprobs:
         """Logprobs of every token of `text`, tokenised as a prompt (special tokens added

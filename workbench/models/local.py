@@ -36,7 +36,7 @@ from workbench.models.base import (
     Cancelled,
     cancel_event,
 )
-from workbench.models.messages import ToolChoice, ToolSpec, plain_conversation
+from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec, plain_conversation
 from workbench.models.registry import register_backend
 from workbench.models.resolve import ModelSource, workbench_home
 from workbench.models.tools import (
@@ -252,6 +252,7 @@ def check_safetensors(file: Path) -> None:
 @register_backend("local")
 class LocalChatModel(ChatModel):
     capabilities = Capabilities(score=True, tool_calls=True, token_logprobs=True, stream=True,
+                                constrained=True,
                                 complete=True, tokenize=True)
 
     def __init__(self, source: ModelSource, **options: Any):
@@ -377,6 +378,13 @@ class LocalChatModel(ChatModel):
         specs, choice = self._tool_request(tools, tool_choice)
         calling = bool(specs) and choice != "none"
         prompts = [self._prompt(c, specs, choice) for c in conversations]
+        if calling and choice != "auto" and params.constraint is None:
+            # a forced call is generated under the tool's schema: it always parses
+            from workbench.models.constrain import tool_call_constraint
+
+            name = choice.function.name if isinstance(choice, NamedToolChoice) else None
+            params = params.model_copy(update={"constraint": tool_call_constraint(
+                self.template_tools.family, self.chat_template, specs or [], name)})
         out: list[Generation] = []
         bs = self.opts.batch_size
         for i in progress(range(0, len(prompts), bs), desc="generating", unit="batch",
@@ -386,7 +394,8 @@ class LocalChatModel(ChatModel):
                                         keep_markers=calling)
             if calling:
                 names = [t.name for t in specs or ()]
-                gens = [_with_tool_calls(g, prefix, self.template_tools.family, names)
+                gens = [_with_tool_calls(g, prefix, self.template_tools.family, names,
+                                         forced=choice != "auto")
                         for g, (_, prefix) in zip(gens, chunk, strict=True)]
             out.extend(gens)
         return out
@@ -402,10 +411,32 @@ class LocalChatModel(ChatModel):
                                             add_special_tokens=True))
         return out
 
-    def _gen_kwargs(self, params: GenerationParams,
-                    cancel: threading.Event | None = None) -> dict[str, Any]:
+    def _vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def grammar_processor(self, constraint, batch: int):
+        """The logits processor that holds `batch` rows to `constraint`."""
+        from workbench.models.constrain import GrammarProcessor
+
+        return GrammarProcessor(constraint, self.tokenizer, self._vocab_size(),
+                                _eos_ids(self.model, self.tokenizer), batch)
+
+    def check_constraint(self, constraint) -> None:
+        """Raise WorkbenchError naming the problem when `constraint` cannot be built."""
+        from workbench.models.constrain import check_constraint
+
+        check_constraint(constraint, self.tokenizer, self._vocab_size(),
+                         _eos_ids(self.model, self.tokenizer))
+
+    def _gen_kwargs(self, params: GenerationParams, cancel: threading.Event | None = None,
+                    batch: int = 1) -> dict[str, Any]:
         kw: dict[str, Any] = {"max_new_tokens": params.max_tokens,
                               "pad_token_id": self.tokenizer.pad_token_id}
+        if params.constraint is not None:
+            from transformers import LogitsProcessorList
+
+            kw["logits_processor"] = LogitsProcessorList(
+                [self.grammar_processor(params.constraint, batch)])
         criteria = []
         if cancel is not None:
             criteria.append(_cancel_criterion(cancel))
@@ -443,7 +474,8 @@ class LocalChatModel(ChatModel):
         with self._lock, torch.inference_mode():
             if params.seed is not None:
                 torch.manual_seed(params.seed)
-            seqs = self.model.generate(**enc, **self._gen_kwargs(params, cancel_event()))
+            seqs = self.model.generate(**enc, **self._gen_kwargs(params, cancel_event(),
+                                                                 len(prompts)))
         new = seqs[:, enc["input_ids"].shape[1]:]
         eos_ids = _eos_ids(self.model, tok)
         gens = []
@@ -749,14 +781,35 @@ class LocalChatModel(ChatModel):
 
 
 def _with_tool_calls(gen: Generation, prefix: str, family: str,
-                     names: list[str]) -> Generation:
-    """The generation with the tool calls its text holds; unchanged text when none parse."""
+                     names: list[str], forced: bool = False) -> Generation:
+    """The generation with the tool calls its text holds; unchanged text when none parse. A
+    forced call cut by max_tokens comes back as OpenAI returns it: the call with the
+    arguments written so far (not valid JSON) and finish_reason "length"."""
     content, calls = parse_tool_calls(prefix + gen.text, family, names)
+    if not calls and forced and gen.finish_reason == "length":
+        partial = _partial_call(prefix + gen.text, names)
+        if partial is not None:
+            gen.text, gen.tool_calls = "", [partial]
+            return gen
     if not calls:
         gen.text = prefix + gen.text
         return gen
     gen.text, gen.tool_calls, gen.finish_reason = content, calls, "tool_calls"
     return gen
+
+
+def _partial_call(text: str, names: list[str]):
+    """The call a forced tool call cut short was writing: its name and the arguments text so
+    far (every family writes the name first, then the arguments)."""
+    import re
+
+    from workbench.records import ToolCall
+
+    m = re.search(r'"name":\s*"([^"]+)",\s*"(?:arguments|parameters)":\s*', text) or \
+        re.search(r"\[TOOL_CALLS\]([A-Za-z0-9_.\-]+)\[ARGS\]", text)
+    if m is None or m.group(1) not in names:
+        return None
+    return ToolCall.make(m.group(1), text[m.end():])
 
 
 def _cancel_criterion(event: threading.Event):

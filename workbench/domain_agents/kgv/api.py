@@ -61,8 +61,8 @@ def select(claims: list[KGClaim], part: str, limit: int | None, seed: int) -> li
 
 
 def make_agent(cfg, folder: Path, log=print) -> KgvAgent:
-    from workbench.domains import load_pack
     from workbench import services
+    from workbench.domains import load_pack
 
     ac = cfg.agent
     _, docs = load_data(ac.data)
@@ -331,11 +331,18 @@ def run_inputs(cfg, inputs: list[str], log=print) -> list[AgentTrajectory]:
     """Run the agent on a few claims (ids or triples) and return the trajectories."""
     from workbench.runs import RunLayout
 
+    from types import SimpleNamespace
+
+    from workbench.domain_agents.kgv.pack import settings
+    from workbench.domains import load_pack
+
     claims, _ = load_data(cfg.agent.data)
     by_id = {c.id: c for c in claims}
+    # every input is read before the index is built: a bad one writes nothing
+    wordings = SimpleNamespace(settings=settings(load_pack(cfg.agent.pack)))
+    todo = [parse_input(x, by_id, wordings) for x in inputs]  # type: ignore[arg-type]
     folder = RunLayout.of(cfg).folder("agent")
     agent = make_agent(cfg, folder, log=log)
-    todo = [parse_input(x, by_id, agent) for x in inputs]
     return run_agents(_open(cfg), [agent.task(c) for c in todo],
                       make_setup(agent, cfg.agent, "agent"))
 

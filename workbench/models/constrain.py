@@ -1,0 +1,227 @@
+"""Constrained decoding: the model may only emit tokens that keep its output valid under a
+JSON schema, a regex, a choice list or a Lark grammar.
+
+The masks come from llguidance (the engine behind llama.cpp's and vLLM's structured output):
+it needs no per-schema compilation, so a server can take a new schema on every request, and a
+mask over SmolLM2's 49k-token vocabulary takes tens of microseconds. `GrammarProcessor` is a
+transformers `LogitsProcessor`, one matcher per row of the batch: it runs before temperature,
+top-k and top-p, so sampling only ever sees allowed tokens. When the grammar is complete only
+the end-of-sequence tokens remain allowed, and generation stops there.
+
+`tool_call_constraint` is what makes a forced `tool_choice` keep OpenAI's contract: after the
+forced prefix of the model's tool-call syntax, the rest of the call (the name, for
+`"required"`, and the arguments under the tool's JSON schema, then the closing marker) is
+generated under the grammar, so it always parses and its arguments fit the schema, unless
+`max_tokens` cuts it (finish_reason "length").
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from workbench.errors import WorkbenchError
+
+# one space after ":" and ",", no free whitespace: small models otherwise fill objects with
+# blank lines until max_tokens (a schema's own "x-guidance" options still win)
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+ConstraintKind = Literal["json_schema", "json_object", "regex", "choice", "lark"]
+
+
+class Constraint(BaseModel):
+    """What the output must match. `value`: the JSON schema (as JSON text), the regex, the
+    choices (a JSON list) or the Lark grammar; empty for `json_object`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: ConstraintKind
+    value: str = ""
+
+    @classmethod
+    def json_schema(cls, schema: dict[str, Any]) -> Constraint:
+        return cls(kind="json_schema", value=json.dumps(schema, sort_keys=True))
+
+    @classmethod
+    def json_object(cls) -> Constraint:
+        return cls(kind="json_object")
+
+    @classmethod
+    def regex(cls, pattern: str) -> Constraint:
+        return cls(kind="regex", value=pattern)
+
+    @classmethod
+    def choice(cls, options: Sequence[str]) -> Constraint:
+        if not options:
+            raise WorkbenchError("a choice constraint needs at least one option")
+        return cls(kind="choice", value=json.dumps(list(options)))
+
+    @classmethod
+    def lark(cls, grammar: str) -> Constraint:
+        return cls(kind="lark", value=grammar)
+
+    def grammar(self) -> str:
+        """The llguidance grammar (its JSON form) of this constraint."""
+        ll = _llguidance()
+        if self.kind == "regex":
+            return ll.LLMatcher.grammar_from_regex(self.value)
+        if self.kind == "json_schema":
+            return ll.LLMatcher.grammar_from_json_schema(self.value, defaults=JSON_STYLE)
+        if self.kind == "json_object":
+            return ll.LLMatcher.grammar_from_json_schema({"type": "object"},
+                                                         defaults=JSON_STYLE)
+        if self.kind == "choice":
+            options = json.loads(self.value)
+            return ll.LLMatcher.grammar_from_lark(
+                "start: " + " | ".join(_lark_string(o) for o in options) + "\n")
+        return ll.LLMatcher.grammar_from_lark(self.value)
+
+
+def _lark_string(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+def _schema(tool: Any) -> dict[str, Any]:
+    params = tool.function.parameters if hasattr(tool, "function") else tool.get(
+        "function", {}).get("parameters")
+    return params or {"type": "object"}
+
+
+def tool_call_constraint(family: str, template: str | None, tools: Sequence[Any],
+                         name: str | None) -> Constraint:
+    """The rest of a forced tool call after `forced_prefix` (workbench.models.tools): the
+    named tool's arguments under its schema, or (`name` None, tool_choice "required") any
+    offered tool's name and arguments; then the family's closing syntax."""
+    by_name = {t.name if hasattr(t, "name") else t["function"]["name"]: _schema(t)
+               for t in tools}
+    if name is not None and name not in by_name:
+        raise WorkbenchError(f"tool_choice names {name!r}, which is not among the tools")
+    mistral_args = family == "mistral" and "[ARGS]" in (template or "")
+    rules, alts = [], []
+    for i, (tool, schema) in enumerate(by_name.items()):
+        if name is not None and tool != name:
+            continue
+        rules.append(f"args{i}: %json {json.dumps({'x-guidance': JSON_STYLE, **schema})}")
+        q = _lark_string
+        if name is not None:  # the prefix already holds the name
+            head = ""
+        elif family == "llama3_json":  # prefix '{"name": "'
+            head = q(f'{tool}", "parameters": ')
+        elif mistral_args:  # prefix '[TOOL_CALLS]'
+            head = q(f"{tool}[ARGS]")
+        else:  # hermes '<tool_call>\n', mistral '[TOOL_CALLS]['
+            head = q(f'{{"name": "{tool}", "arguments": ')
+        alts.append(f"{head} args{i}".strip())
+    if family == "llama3_json":
+        tail = q("}")
+    elif family == "mistral":
+        tail = "" if mistral_args else q("}]")
+    else:
+        tail = q("}\n</tool_call>")
+    start = "start: (" + " | ".join(alts) + ")" + (f" {tail}" if tail else "")
+    return Constraint.lark("\n".join([start, *rules]) + "\n")
+
+
+# --- the logits processor ---------------------------------------------------------------------
+
+def _llguidance():
+    try:
+        import llguidance
+        import llguidance.hf  # noqa: F401 - the tokenizer bridge
+    except ImportError:
+        raise WorkbenchError("constrained decoding needs llguidance (pip install "
+                             "llguidance; it is in the workbench's dependencies)") from None
+    return llguidance
+
+
+_TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TOKENIZERS_LOCK = threading.Lock()
+
+
+def ll_tokenizer(tokenizer: Any, vocab_size: int, eos_ids: Iterable[int]):
+    """llguidance's view of a fast Hugging Face tokenizer (~0.8 s to build: cached per
+    tokenizer, vocabulary size and end tokens)."""
+    ll = _llguidance()
+    key = (vocab_size, tuple(sorted(eos_ids)))
+    with _TOKENIZERS_LOCK:
+        per = _TOKENIZERS.setdefault(tokenizer, {})
+        if key not in per:
+            per[key] = ll.hf.from_tokenizer(tokenizer, n_vocab=vocab_size,
+                                            eos_token=list(key[1]))
+        return per[key]
+
+
+def check_constraint(constraint: Constraint, tokenizer: Any, vocab_size: int,
+                     eos_ids: Iterable[int]) -> None:
+    """Raise WorkbenchError (naming the problem) when the grammar cannot be built."""
+    ll = _llguidance()
+    try:
+        grammar = constraint.grammar()
+    except (ValueError, TypeError) as e:
+        raise WorkbenchError(f"the {constraint.kind} constraint is invalid: {e}") from None
+    problem = ll.LLMatcher.validate_grammar(grammar, ll_tokenizer(tokenizer, vocab_size,
+                                                                  eos_ids))
+    if problem and not problem.startswith("WARNING"):
+        raise WorkbenchError(f"the {constraint.kind} constraint is invalid: {problem}")
+
+
+class GrammarProcessor:
+    """A transformers LogitsProcessor: one llguidance matcher per row; each step it feeds the
+    row's last token to its matcher and masks every token the grammar does not allow.
+    `seconds` adds up the time spent computing and applying masks (for the cost figure)."""
+
+    def __init__(self, constraint: Constraint, tokenizer: Any, vocab_size: int,
+                 eos_ids: Iterable[int], batch: int):
+        ll = _llguidance()
+        import torch
+
+        self.eos = sorted(eos_ids)
+        self.tok = ll_tokenizer(tokenizer, vocab_size, self.eos)
+        grammar = constraint.grammar()
+        self.matchers = [ll.LLMatcher(self.tok, grammar, log_level=0) for _ in range(batch)]
+        if self.matchers and self.matchers[0].is_error():
+            raise WorkbenchError(f"the {constraint.kind} constraint is invalid: "
+                                 f"{self.matchers[0].get_error()}")
+        self.vocab = vocab_size
+        self.bitmask = torch.zeros((batch, (vocab_size + 31) // 32), dtype=torch.int32)
+        self.shifts = torch.arange(32, dtype=torch.int32)
+        self.start: int | None = None
+        self.seconds = 0.0
+        self.steps = 0
+
+    def __call__(self, input_ids, scores):
+        import time
+
+        import torch
+        from llguidance.torch import fill_next_token_bitmask
+
+        t0 = time.perf_counter()
+        if self.start is None:
+            self.start = input_ids.shape[1]
+        elif input_ids.shape[1] > self.start:
+            last = input_ids[:, -1].tolist()
+            for m, t in zip(self.matchers, last, strict=True):
+                if not m.is_stopped() and not m.is_error():
+                    m.consume_token(t)
+        for i, m in enumerate(self.matchers):
+            if m.is_error():  # cannot happen through the mask; end the row cleanly
+                self.bitmask[i].zero_()
+                for e in self.eos:
+                    self.bitmask[i, e // 32] |= 1 << (e % 32)
+            else:
+                fill_next_token_bitmask(m, self.bitmask, i)
+        allowed = ((self.bitmask.unsqueeze(-1) >> self.shifts) & 1).view(
+            self.bitmask.shape[0], -1)[:, :scores.shape[1]].bool()
+        if allowed.shape[1] < scores.shape[1]:  # logits wider than the tokenizer
+            pad = torch.zeros((allowed.shape[0], scores.shape[1] - allowed.shape[1]),
+                              dtype=torch.bool)
+            allowed = torch.cat([allowed, pad], dim=1)
+        scores = scores.masked_fill(~allowed.to(scores.device), float("-inf"))
+        self.seconds += time.perf_counter() - t0
+        self.steps += 1
+        return scores
