@@ -167,6 +167,31 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
+    # vLLM's guided decoding fields (what `models.openai_compat` sends for non-JSON shapes)
+    guided_regex: str | None = Field(None, max_length=10_000)
+    guided_choice: list[str] | None = Field(None, min_length=1, max_length=1_000)
+    guided_grammar: str | None = Field(None, max_length=100_000, description="Lark")
+
+    def constraint(self) -> tuple[Constraint | None, str]:
+        """The output constraint asked for, and the field that asked (at most one)."""
+        asked = [(f, v) for f, v in (("guided_regex", self.guided_regex),
+                                     ("guided_choice", self.guided_choice),
+                                     ("guided_grammar", self.guided_grammar)) if v is not None]
+        if self.response_format is not None and self.response_format.type != "text":
+            asked.append(("response_format", self.response_format))
+        if len(asked) > 1:
+            raise ValueError(f"{asked[1][0]}: send one of response_format, guided_regex, "
+                             "guided_choice and guided_grammar")
+        if not asked:
+            return None, ""
+        field, v = asked[0]
+        if field == "response_format":
+            return v.constraint(), field
+        if field == "guided_regex":
+            return Constraint.regex(v), field
+        if field == "guided_choice":
+            return Constraint.choice(v), field
+        return Constraint.lark(v), field
 
 
 
@@ -676,20 +701,19 @@ def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None =
                                     else "max_tokens" if asked else "messages")
         params = _params(req, max_tokens)
         forced = tools and tools.get("tool_choice") not in ("auto", "none")
-        if req.response_format is not None and not forced:  # a forced call has its own
+        try:
+            constraint, field = req.constraint()
+        except ValueError as e:
+            raise ApiError(400, str(e), str(e).split(":")[0]) from None
+        if constraint is not None and not forced:  # a forced call has its own grammar
+            if not caps.constrained:
+                raise ApiError(400, f"{field}: backend {model.backend_name!r} cannot "
+                                    "constrain its output", field)
             try:
-                constraint = req.response_format.constraint()
-            except ValueError as e:
-                raise ApiError(400, str(e), "response_format") from None
-            if constraint is not None:
-                if not caps.constrained:
-                    raise ApiError(400, f"response_format: backend {model.backend_name!r} "
-                                        "cannot constrain its output", "response_format")
-                try:
-                    model.check_constraint(constraint)
-                except WorkbenchError as e:
-                    raise ApiError(400, f"response_format: {e}", "response_format") from None
-                params = params.model_copy(update={"constraint": constraint})
+                model.check_constraint(constraint)
+            except WorkbenchError as e:
+                raise ApiError(400, f"{field}: {e}", field) from None
+            params = params.model_copy(update={"constraint": constraint})
         return params
 
     @app.post("/v1/chat/completions")
@@ -720,6 +744,30 @@ def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None =
                     yield "data: [DONE]\n\n"
 
                 response, ticket = streamed(request, ticket, events()), None
+                return response
+            if req.stream and tools.get("tool_choice") not in (None, "auto", "none"):
+                def call_events():  # a forced call: its arguments stream as they are made
+                    from workbench.models.messages import new_call_id
+
+                    yield chunk({"role": "assistant", "content": None})
+                    cid, finish = new_call_id(), "tool_calls"
+                    try:
+                        for kind, value in model.stream_tool_call(conv, params, **tools):
+                            if kind == "name":
+                                yield chunk({"tool_calls": [{
+                                    "index": 0, "id": cid, "type": "function",
+                                    "function": {"name": value, "arguments": ""}}]})
+                            elif kind == "arguments":
+                                yield chunk({"tool_calls": [{
+                                    "index": 0, "function": {"arguments": value}}]})
+                            else:
+                                finish = value
+                        yield chunk({}, finish)
+                    except WorkbenchError as e:
+                        yield _sse(error_body(str(e), "server_error", None, 500))
+                    yield "data: [DONE]\n\n"
+
+                response, ticket = streamed(request, ticket, call_events()), None
                 return response
             gen = (await Work(request).run(generate, [conv], params, **tools))[0]
         finally:

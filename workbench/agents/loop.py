@@ -184,12 +184,19 @@ class Policy:
 
 
 class FreePolicy(Policy):
-    """The model writes its own calls (and may answer in text, read by `parse_final`)."""
+    """The model writes its own calls (and may answer in text, read by `parse_final`).
+
+    `constrained` (the default): on a backend that can constrain its output, every step is a
+    forced tool call (`tool_choice: "required"`) generated under the tools' JSON schemas, so
+    the call always parses and fits its schema; the final answer is then a final tool's call.
+    With `constrained=False` (or a backend that cannot), the model writes free text and the
+    calls that parse are taken."""
 
     name = "free"
 
-    def __init__(self, params: GenerationParams | None = None):
+    def __init__(self, params: GenerationParams | None = None, *, constrained: bool = True):
         self.params = params or GenerationParams(max_tokens=160)
+        self.constrained = constrained
 
     def act(self, model, states, toolbox, budget):
         out: list[Any] = [None] * len(states)
@@ -199,7 +206,8 @@ class FreePolicy(Policy):
         for names, idx in groups.items():
             only_final = set(names) <= set(toolbox.final_names)
             choice: Any = "auto"
-            if only_final and model.capabilities.tool_calls:
+            forced = self.constrained and model.capabilities.constrained
+            if (only_final or forced) and model.capabilities.tool_calls:
                 choice = {"type": "function", "function": {"name": names[0]}} \
                     if len(names) == 1 else "required"
             gens = model.generate([states[i].messages for i in idx], self.params,

@@ -39,9 +39,11 @@ class AgentConfig(Section):
     retriever: Literal["keyword", "semantic", "hybrid"] = "hybrid"
     search_k: int = Field(3, ge=1, le=5, description="Entries per search.")
     scaffold: str = Field("react", description="react or plan_execute.")
-    policy: Literal["guided", "free"] = Field("guided", description=(
+    policy: Literal["guided", "free", "free_unconstrained"] = Field("guided", description=(
         "guided: the model's log-likelihood picks among the calls the pack proposes (small "
-        "models); free: the model writes its own calls (servers with native tool calls)."))
+        "models); free: the model writes its own calls, each generated under the tools' "
+        "schemas where the backend can constrain (always valid); free_unconstrained: free "
+        "text, the calls that parse are taken."))
     calibrate: Literal["none", "batch"] = Field("batch", description=(
         "guided choices relative to the batch's mean score per kind of call (batch "
         "calibration: removes a small model's fixed preference for one verdict)."))

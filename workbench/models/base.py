@@ -269,6 +269,20 @@ class ChatModel(abc.ABC):
             raise BackendError(gen.error)
         yield gen.text
 
+    def stream_tool_call(self, conversation: Conversation, params: GenerationParams | None,
+                         tools: Tools, tool_choice: ToolChoice) -> Iterator[tuple[str, str]]:
+        """A forced tool call as stream events: ("name", tool), ("arguments", piece)...,
+        ("finish", reason). Backends that cannot stream it yield it whole."""
+        gen = self.generate([conversation], params, tools=tools, tool_choice=tool_choice)[0]
+        if gen.error:
+            from workbench.errors import BackendError
+
+            raise BackendError(gen.error)
+        if gen.tool_calls:
+            yield "name", gen.tool_calls[0].function.name
+            yield "arguments", gen.tool_calls[0].function.arguments
+        yield "finish", gen.finish_reason
+
     def info(self) -> ModelInfo:
         return ModelInfo(identity=self.identity, backend=self.backend_name)
 

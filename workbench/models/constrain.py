@@ -127,6 +127,81 @@ def tool_call_constraint(family: str, template: str | None, tools: Sequence[Any]
     return Constraint.lark("\n".join([start, *rules]) + "\n")
 
 
+class CallSplitter:
+    """Turns the streamed text of a forced tool call (what follows `forced_prefix`, made
+    under `tool_call_constraint`) into OpenAI's stream events: ("name", tool) once known,
+    ("arguments", piece) as the arguments are written, ("finish", "tool_calls" | "length").
+    The grammar fixes the text's shape, so the name is read from a fixed head and the
+    family's closing syntax is held back until the end."""
+
+    HEADS = {"hermes": r'\{"name": "([^"]+)", "arguments": ',
+             "llama3_json": r'([^"]+)", "parameters": ',
+             "mistral": r'\{"name": "([^"]+)", "arguments": ',
+             "mistral_args": r"([A-Za-z0-9_.\-]+)\[ARGS\]"}
+    TAILS = {"hermes": ("}\n</tool_call>", "}"), "llama3_json": ("}", "}"),
+             "mistral": ("}]", "}]"), "mistral_args": ("", "")}
+
+    def __init__(self, family: str, template: str | None, name: str | None):
+        import re
+
+        key = "mistral_args" if family == "mistral" and "[ARGS]" in (template or "") else \
+            family if family in self.HEADS else "hermes"
+        self.head = re.compile(self.HEADS[key])
+        self.tail, self.bare_tail = self.TAILS[key]  # bare: markers dropped as special tokens
+        self.name, self.sent, self.buf = name, False, ""
+
+    def feed(self, piece: str) -> list[tuple[str, str]]:
+        self.buf += piece
+        out: list[tuple[str, str]] = []
+        if self.name is None:
+            m = self.head.match(self.buf)
+            if m is None:
+                return out
+            self.name, self.buf = m.group(1), self.buf[m.end():]
+        if not self.sent:
+            out.append(("name", self.name))
+            self.sent = True
+        keep = len(self.tail)
+        if len(self.buf) > keep:
+            cut = len(self.buf) - keep
+            out.append(("arguments", self.buf[:cut]))
+            self.buf = self.buf[cut:]
+        return out
+
+    def finish(self) -> list[tuple[str, str]]:
+        if self.name is None:
+            return [("finish", "length")]
+        out = [] if self.sent else [("name", self.name)]
+        text, done = self.buf, False
+        for tail in (self.tail, self.bare_tail):
+            if tail and text.rstrip().endswith(tail.rstrip()):
+                text, done = text.rstrip()[:len(text.rstrip()) - len(tail.rstrip())], True
+                break
+        if not self.tail:  # nothing closes the call: it ended where the grammar did
+            done = True
+        if text:
+            out.append(("arguments", text))
+        return [*out, ("finish", "tool_calls" if done else "length")]
+
+
+def wire_fields(constraint: Constraint | None) -> dict[str, Any]:
+    """The request fields an OpenAI-compatible server takes for `constraint`: OpenAI's
+    `response_format` for JSON, vLLM's `guided_regex` / `guided_choice` / `guided_grammar`
+    for the rest (`workbench serve` takes both)."""
+    if constraint is None:
+        return {}
+    if constraint.kind == "json_object":
+        return {"response_format": {"type": "json_object"}}
+    if constraint.kind == "json_schema":
+        return {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "output", "schema": json.loads(constraint.value), "strict": True}}}
+    if constraint.kind == "regex":
+        return {"guided_regex": constraint.value}
+    if constraint.kind == "choice":
+        return {"guided_choice": json.loads(constraint.value)}
+    return {"guided_grammar": constraint.value}
+
+
 # --- the logits processor ---------------------------------------------------------------------
 
 def _llguidance():

@@ -378,13 +378,8 @@ class LocalChatModel(ChatModel):
         specs, choice = self._tool_request(tools, tool_choice)
         calling = bool(specs) and choice != "none"
         prompts = [self._prompt(c, specs, choice) for c in conversations]
-        if calling and choice != "auto" and params.constraint is None:
-            # a forced call is generated under the tool's schema: it always parses
-            from workbench.models.constrain import tool_call_constraint
-
-            name = choice.function.name if isinstance(choice, NamedToolChoice) else None
-            params = params.model_copy(update={"constraint": tool_call_constraint(
-                self.template_tools.family, self.chat_template, specs or [], name)})
+        if calling and choice != "auto":
+            params = self._forced(params, specs or [], choice)
         out: list[Generation] = []
         bs = self.opts.batch_size
         for i in progress(range(0, len(prompts), bs), desc="generating", unit="batch",
@@ -410,6 +405,17 @@ class LocalChatModel(ChatModel):
             out.extend(self._generate_batch(list(prompts[i:i + bs]), params,
                                             add_special_tokens=True))
         return out
+
+    def _forced(self, params: GenerationParams, specs: list[ToolSpec],
+                choice: ToolChoice) -> GenerationParams:
+        """`params` with the grammar of a forced call (the tool's schema), so it parses."""
+        if params.constraint is not None:
+            return params
+        from workbench.models.constrain import tool_call_constraint
+
+        name = choice.function.name if isinstance(choice, NamedToolChoice) else None
+        return params.model_copy(update={"constraint": tool_call_constraint(
+            self.template_tools.family, self.chat_template, specs, name)})
 
     def _vocab_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[0])
@@ -499,11 +505,30 @@ class LocalChatModel(ChatModel):
 
     def stream(self, conversation: Conversation,
                params: GenerationParams | None = None) -> Iterator[str]:
+        yield from self._stream_text(self.render(conversation), params or GenerationParams())
+
+    def stream_tool_call(self, conversation: Conversation, params: GenerationParams | None,
+                         tools: Tools, tool_choice: ToolChoice) -> Iterator[tuple[str, str]]:
+        """A forced call streamed as it is generated (under the tools' schemas, so the
+        pieces always add up to a valid call, unless max_tokens cuts it)."""
+        from workbench.models.constrain import CallSplitter
+
+        specs, choice = self._tool_request(tools, tool_choice)
+        if not specs or choice in ("auto", "none"):
+            raise WorkbenchError("stream_tool_call needs tools and a forced tool_choice")
+        params = self._forced(params or GenerationParams(), specs, choice)
+        prompt, _ = self._prompt(conversation, specs, choice)
+        name = choice.function.name if isinstance(choice, NamedToolChoice) else None
+        split = CallSplitter(self.template_tools.family, self.chat_template, name)
+        for piece in self._stream_text(prompt, params):
+            yield from split.feed(piece)
+        yield from split.finish()
+
+    def _stream_text(self, prompt: str, params: GenerationParams) -> Iterator[str]:
         import torch
         from transformers import TextIteratorStreamer
 
-        params = params or GenerationParams()
-        enc = self.tokenizer([self.render(conversation)], return_tensors="pt",
+        enc = self.tokenizer([prompt], return_tensors="pt",
                              add_special_tokens=False).to(self.device)
         streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True,
                                         skip_special_tokens=True)
@@ -534,6 +559,8 @@ class LocalChatModel(ChatModel):
             yield piece
         thread.join()
         if errors:
+            if isinstance(errors[0], WorkbenchError):
+                raise errors[0]
             raise BackendError(f"generation failed: {errors[0]}")
 
     # --- scoring ---------------------------------------------------------------------------

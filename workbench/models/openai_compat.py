@@ -38,6 +38,7 @@ from workbench.models.base import (
     ScoreRequest,
     Tools,
 )
+from workbench.models.constrain import wire_fields
 from workbench.models.messages import (
     ToolCall,
     ToolChoice,
@@ -79,7 +80,9 @@ class _Retryable(Exception):
 
 @register_backend("openai")
 class OpenAIChatModel(ChatModel):
-    capabilities = Capabilities(score=True, tool_calls=True, stream=True)
+    # constrained: passes constraints on (response_format; vLLM's guided_* fields) and forced
+    # tool choices; a server that cannot honour them answers 400, an error generation
+    capabilities = Capabilities(score=True, tool_calls=True, stream=True, constrained=True)
 
     def __init__(self, source: ModelSource, **options: Any):
         import httpx
@@ -177,6 +180,7 @@ class OpenAIChatModel(ChatModel):
             body["tools"] = [t.model_dump(mode="json", exclude_none=True) for t in tools]
             body["tool_choice"] = tool_choice if isinstance(tool_choice, str) else \
                 tool_choice.model_dump(mode="json")
+        body.update(wire_fields(params.constraint))
         try:
             data = self._request("POST", "/chat/completions", json=body)
         except _GaveUp as e:
@@ -198,6 +202,9 @@ class OpenAIChatModel(ChatModel):
                           prompt_tokens=usage.get("prompt_tokens", 0),
                           completion_tokens=usage.get("completion_tokens", 0),
                           tool_calls=calls)
+
+    def check_constraint(self, constraint) -> None:
+        """The server checks it (and answers 400 when it cannot honour it)."""
 
     def generate(self, conversations: Sequence[Conversation],
                  params: GenerationParams | None = None, tools: Tools | None = None,
@@ -223,6 +230,7 @@ class OpenAIChatModel(ChatModel):
                 "temperature": params.temperature}
         if params.stop:
             body["stop"] = list(params.stop)
+        body.update(wire_fields(params.constraint))
         with self._client.stream("POST", "/chat/completions", json=body) as resp:
             if resp.status_code >= 400:
                 resp.read()

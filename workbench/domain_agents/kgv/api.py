@@ -91,7 +91,8 @@ def make_setup(agent: KgvAgent, ac, condition: str, *, policy: str | None = None
                           budget=Budget(max_steps=3, max_tool_calls=1), **common)
     kind = policy or ac.policy
     pol = guided(agent.propose) if kind == "guided" \
-        else FreePolicy(GenerationParams(max_tokens=120, temperature=temperature, seed=seed))
+        else FreePolicy(GenerationParams(max_tokens=120, temperature=temperature, seed=seed),
+                        constrained=kind == "free")
     return AgentSetup(policy=pol, budget=ac.budget, scaffold=scaffold(ac.scaffold), **common)
 
 

@@ -146,7 +146,8 @@ def model_turns(dialogues: list[Dialogue], lib: Library, model, *, policy: str,
     pol = GuidedPolicy(propose, calibrate=calibrate, final_names=box.final_names,
                        describe=lambda c: describe(json.loads(c.function.arguments)[
                            "workflow"])) \
-        if policy == "guided" else FreePolicy(GenerationParams(max_tokens=400))
+        if policy == "guided" else FreePolicy(GenerationParams(max_tokens=400),
+                                              constrained=policy == "free")
     setup = AgentSetup(toolbox=box, policy=pol,
                        budget=Budget(max_steps=1 + repairs, max_tool_calls=0),
                        errors=ErrorPolicy(max_errors=repairs), pack="litsearch")

@@ -168,7 +168,7 @@ def _direct(model, items: list[DesignItem], contexts: list[str] | None) -> list[
 def _with_tools(model, items: list[DesignItem], ac) -> list[dict]:
     box = toolbox()
     pol = GuidedPolicy(propose, final_names=box.final_names) if ac.policy == "guided" else \
-        FreePolicy(GenerationParams(max_tokens=160))
+        FreePolicy(GenerationParams(max_tokens=160), constrained=ac.policy == "free")
     setup = AgentSetup(toolbox=box, system=prompts()[1],
                        policy=pol, budget=Budget(max_steps=4, max_tool_calls=2),
                        errors=ac.errors, pack="rf",

@@ -1,0 +1,115 @@
+"""Agent policies on the bundled SmolLM2-135M: guided, free (unconstrained), free (constrained).
+
+    python benchmarks/bench_policies.py [--claims 32] [--rf 40] [--json FILE]
+
+The same KGV dev claims (hybrid retrieval, ReAct) and RF design items run under three
+policies: `guided` (the pack proposes calls, the model's log-likelihood picks), `free_unc`
+(the model writes its own calls as text; the ones that parse are taken) and `free` (every
+turn a forced tool call generated under the tools' JSON schemas: issue 28). For each: the
+share of model turns that produced a usable call, the share whose call a tool refused (bad
+arguments), the task metric with its Wilson interval and prediction counts, exact McNemar
+tests between policies on the same items, and seconds per item.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from itertools import combinations
+from pathlib import Path
+
+POLICIES = ("guided", "free_unconstrained", "free")
+
+
+def turn_stats(trajs) -> dict:
+    valid = no_call = refused = turns = 0
+    for t in trajs:
+        turns += t.model_turns
+        for s in t.steps:
+            if s.kind == "final" or (s.kind == "tool_call" and not s.error):
+                valid += 1
+            elif s.kind == "tool_call" and s.error and "budget" not in s.error:
+                refused += 1
+            elif s.kind == "error" and "calls no tool" in (s.error or ""):
+                no_call += 1
+    asked = valid + refused + no_call
+    return {"model_turns": turns, "valid_calls": valid, "refused_calls": refused,
+            "no_call_turns": no_call,
+            "valid_call_rate": round(valid / asked, 3) if asked else None,
+            "refused_rate": round(refused / turns, 3) if turns else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--claims", type=int, default=32)
+    ap.add_argument("--rf", type=int, default=40)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+
+    from workbench.agents.loop import run_agents
+    from workbench.config import load_config
+    from workbench.domain_agents.kgv.api import make_agent, make_setup, select
+    from workbench.domain_agents.kgv.metrics import prediction, summarise
+    from workbench.domain_agents.kgv.pack import load_claims
+    from workbench.domain_agents.rf.api import _with_tools, load_items
+    from workbench.domain_agents.rf.bench import correct
+    from workbench.evaluate.stats import mcnemar_exact, wilson_interval
+    from workbench.models import load_model
+    from workbench.progress import quiet_libraries
+
+    quiet_libraries()
+    model = load_model("default")
+    out: dict = {"kgv": {}, "rf": {}}
+    cfg = load_config("configs/kgv_demo.yaml")
+    agent = make_agent(cfg, Path(tempfile.mkdtemp()), log=lambda m: None)
+    claims = select(load_claims("datasets/kgv/claims.jsonl"), "dev", a.claims, 0)
+    right: dict[str, dict[str, list[bool]]] = {"kgv": {}, "rf": {}}
+    for pol in POLICIES:
+        setup = make_setup(agent, cfg.agent, "agent", policy=pol)
+        t0 = time.perf_counter()
+        trajs = run_agents(model, [agent.task(c) for c in claims], setup, desc=pol)
+        wall = time.perf_counter() - t0
+        s = summarise(trajs)
+        right["kgv"][pol] = [prediction(t) == t.metadata["claim"]["label"] for t in trajs]
+        k = sum(right["kgv"][pol])
+        out["kgv"][pol] = {"claims": len(claims), **turn_stats(trajs),
+                           "accuracy": round(k / len(claims), 3),
+                           "accuracy_ci95": [round(x, 3) for x in
+                                             wilson_interval(k, len(claims))],
+                           "predictions": s["predictions"],
+                           "seconds_per_item": round(wall / len(claims), 2)}
+        print("kgv", pol, json.dumps(out["kgv"][pol]), flush=True)
+
+    rcfg = load_config("configs/rf_agent_demo.yaml")
+    items = load_items("datasets/rf_design")[:a.rf]
+    for pol in POLICIES:
+        ac = rcfg.agent.model_copy(update={"policy": pol})
+        t0 = time.perf_counter()
+        rows = _with_tools(model, items, ac)
+        wall = time.perf_counter() - t0
+        from workbench.agents.records import AgentTrajectory
+
+        trajs = [AgentTrajectory.model_validate(r["trajectory"]) for r in rows]
+        right["rf"][pol] = [correct(r["prediction"], it) for r, it in zip(rows, items,
+                                                                          strict=True)]
+        k = sum(right["rf"][pol])
+        out["rf"][pol] = {"items": len(items), **turn_stats(trajs),
+                          "accuracy": round(k / len(items), 3),
+                          "accuracy_ci95": [round(x, 3) for x in
+                                            wilson_interval(k, len(items))],
+                          "answered": sum(r["prediction"] is not None for r in rows),
+                          "seconds_per_item": round(wall / len(items), 2)}
+        print("rf", pol, json.dumps(out["rf"][pol]), flush=True)
+    out["mcnemar_p"] = {task: {f"{x} vs {y}": round(mcnemar_exact(r[x], r[y]), 4)
+                               for x, y in combinations(POLICIES, 2)}
+                        for task, r in right.items()}
+    print(json.dumps(out["mcnemar_p"]))
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
