@@ -411,15 +411,26 @@ _request = st.one_of(
       for path, strat in _ROUTES],
     st.tuples(st.sampled_from([p for p, _ in _ROUTES]), st.binary(max_size=60)))
 
-_seen: dict[str, dict] = {"quick": {}, "thorough": {}}
+_seen: dict[str, dict] = {"quick": {}, "thorough": {}}  # + "memory_mb": the sampler's
 
 
 @pytest.fixture(scope="module")
 def fuzz_servers(tiny_model):
     model = load_model(tiny_model, device="cpu")  # not slowed: a reply may fill the context
+    peak, stop = {"base": _rss_mb(), "max": 0.0}, threading.Event()
+
+    def sample():  # the servers run in this process: its resident memory is theirs
+        while not stop.wait(0.2):
+            peak["max"] = max(peak["max"], _rss_mb())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _seen["memory_mb"] = peak
     with serving(load_model("fake"), "fake") as fake_url, \
             serving(model, "fake", ServerLimits(max_queue=4)) as tiny_url:
         yield [fake_url.removesuffix("/v1"), tiny_url.removesuffix("/v1")]
+    stop.set()
+    sampler.join()
     for run, statuses in _seen.items():
         if statuses:
             n = sum(v for k, v in statuses.items() if k != "slowest_s")
@@ -462,10 +473,24 @@ def test_fuzzed_bodies_never_get_a_500_and_errors_are_openai_shaped(fuzz_servers
     _fuzz_one(fuzz_servers, req, which, "thorough")
 
 
+def _rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def test_the_thorough_fuzz_sent_over_a_thousand_bodies(fuzz_servers, thorough_fuzz):
-    """Runs after the thorough fuzz (file order): it really sent its bodies."""
+    """Runs after the thorough fuzz (file order): it really sent its bodies, and the
+    process serving them (this one) grew by under 2 GB (issue 25's bound)."""
     statuses = {k: v for k, v in _seen["thorough"].items() if k != "slowest_s"}
     assert sum(statuses.values()) >= 1000, _seen["thorough"]
+    mem = _seen["memory_mb"]
+    grew = max(mem["max"], _rss_mb()) - mem["base"]
+    print(f"\nthe serving process grew by {grew:.0f} MB during the fuzz (from "
+          f"{mem['base']:.0f} MB)")
+    assert grew < 2048
 
 
 # --- process ----------------------------------------------------------------------------
