@@ -124,7 +124,8 @@ def _repo_files() -> set[str]:
     except (OSError, subprocess.SubprocessError):
         return set()
     skip = ("__pycache__", ".pytest_cache", ".hypothesis", ".venv/", ".ruff_cache",
-            ".egg-info", ".cache/", ".grimp_cache/", ".import_linter_cache/")  # tool caches
+            ".egg-info", ".cache/", ".grimp_cache/", ".import_linter_cache/",  # tool caches
+            "test-artifacts/")  # the browser tests' screenshots, kept for people on purpose
     return {line[3:] for line in out.stdout.splitlines()
             if line[3:] and not any(k in line for k in skip)}
 
