@@ -120,9 +120,14 @@ def serve(
     tool_calls), /v1/completions (text, and prompt scoring with echo + logprobs), /tokenize
     and /detokenize (vLLM's shape), /v1/models, /health.
 
+    A forced tool_choice is generated under the tool's JSON schema (always a valid call);
+    response_format (json_object, json_schema) and vLLM's guided_regex / guided_choice /
+    guided_grammar constrain the reply the same way.
+
     Unsupported fields, and a prompt plus max_tokens longer than the model takes, get a 400
     in OpenAI's error shape; generation stops when the client disconnects; SIGTERM or
-    Ctrl-C stops the server within 10 s. Bind beyond 127.0.0.1 only with --api-key."""
+    Ctrl-C stops running requests (503) and the server within 10 s. Bind beyond 127.0.0.1
+    only with --api-key."""
     from workbench.models import load_model
     from workbench.progress import quiet_libraries
     from workbench.serve import ServerLimits
