@@ -94,6 +94,13 @@ class DistillConfig(_Section):
         1, ge=1, le=5, description="Composed mode with answers from the text: a question that "
                                    "fails validation is asked again with the next seed, up to "
                                    "this many calls in all.")
+    constrained: bool | Literal["auto"] = Field(
+        False, description="Generate every output that has a fixed shape (single mode's MC "
+                           "block and question, the answerer's tags, the post-processor's "
+                           "JSON, composed mode's question and sentence, a generated verifier "
+                           "letter) under a grammar of that shape, so no sample is lost to "
+                           "its format. true: every agent's backend must be able to (else an "
+                           "error names it); auto: where the backend can; false: free text.")
     models: AgentModels = Field(default_factory=AgentModels)
 
     @model_validator(mode="after")

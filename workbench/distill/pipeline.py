@@ -17,440 +17,30 @@ makes only the missing calls and ends with the same output):
 4. letter balance (shuffle options), verifier (answer the MC item with the text), dedup,
    difficulty; 5. write JSONL, SFT exports, the benchmark and the report.
 """
-
 from __future__ import annotations
 
-import json
-import random
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.distill import parse
+from workbench.distill import parse, shapes
 from workbench.distill.config import AgentModel, DistillConfig
 from workbench.distill.parse import Reject, format_options
 from workbench.distill.quality import (
-    balance_letters, difficulty, letter_distribution, near_duplicates, split_sections,
+    difficulty, letter_distribution, near_duplicates, split_sections,
 )
-from workbench.distill.report import DistillReport
+from workbench.distill.report import DistillReport, report_markdown
+from workbench.distill.write import (  # noqa: F401  (Span, _conv, _facts: read by tests)
+    LETTERS, Agents, Span, Stats, Task, _conv, _facts, _generate, check_breadth, make_spans,
+    make_tasks, write_composed, write_single,
+)
 from workbench.domains import DomainPack, load_pack
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json, atomic_write_text, sha256_text, write_jsonl
-from workbench.models.base import ChatModel, GenerationParams, ScoreRequest
+from workbench.models.base import GenerationParams, ScoreRequest
 from workbench.records import MCItem, Provenance, QTSASample, RunManifest, Section, library_versions
 
-LETTERS = "ABCD"
-
-
-@dataclass
-class Span:
-    """The text one set of questions is written from: a section, or a part of a long one."""
-
-    id: str
-    section: Section
-    text: str
-    hash: str
-    split: str = "train"
-
-
-@dataclass
-class Task:
-    id: str
-    span: Span
-    perspective: str
-    kind: str  # "mc" | "nd"
-    question: str | None = None
-    options: list[str] | None = None
-    gold: str | None = None
-    reference: str | None = None
-    thinking: str | None = None
-    solution: str | None = None
-    answer: str | None = None
-    reject: str | None = None
-    flags: list[str] = field(default_factory=list)
-    verifier_pred: str | None = None
-
-    def fail(self, reason: str) -> None:
-        if self.reject is None:
-            self.reject = reason
-
-
-@dataclass
-class Stats:
-    stages: dict[str, int] = field(default_factory=dict)
-    rejects: Counter = field(default_factory=Counter)
-    calls: int = 0
-    cached_calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    def count(self, gens) -> None:
-        for g in gens:
-            if getattr(g, "cached", False):
-                self.cached_calls += 1
-            else:
-                self.calls += 1
-            self.prompt_tokens += g.prompt_tokens
-            self.completion_tokens += g.completion_tokens
-
-
-# --- models -----------------------------------------------------------------------------------
-
-class Agents:
-    """The model of each agent, loaded once per distinct spec, all behind the call cache."""
-
-    def __init__(self, cfg: DistillConfig, default: AgentModel, cache_path: Path | None):
-        from workbench.models.cache import CachedModel, CallCache
-        from workbench.models.registry import load_model
-
-        self._loaded: dict[str, ChatModel] = {}
-        cache = CallCache(cache_path) if cache_path else None
-        for agent in ("writer", "answerer", "verifier", "postprocess"):
-            mc = getattr(cfg.models, agent) or default
-            key = json.dumps(mc.model_dump(), sort_keys=True)
-            if key not in self._loaded:
-                m = load_model(mc.spec, backend=mc.backend, **mc.options)
-                self._loaded[key] = CachedModel(m, cache) if cache else m
-            setattr(self, agent, self._loaded[key])
-
-    def identities(self) -> dict[str, str]:
-        return {a: getattr(self, a).identity for a in ("writer", "answerer", "verifier",
-                                                       "postprocess")}
-
-
-def _conv(pack: DomainPack, user: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": pack.prompts.system.format(domain=pack.title)},
-            {"role": "user", "content": user}]
-
-
-# --- stage 1: sections and split --------------------------------------------------------------
-
-def make_spans(sections: list[Section], cfg: DistillConfig, stats: Stats) -> list[Span]:
-    spans = []
-    for s in sections:
-        text = s.text.strip()
-        if len(text) < cfg.min_section_chars:
-            stats.rejects["section_too_short"] += 1
-            continue
-        if len(text) <= cfg.max_section_chars:
-            spans.append(Span(s.id, s, text, s.content_hash))
-            continue
-        if cfg.long_sections == "skip":
-            stats.rejects["section_too_long"] += 1
-            continue
-        parts, cur = [], ""
-        for para in text.split("\n\n"):
-            if cur and len(cur) + len(para) + 2 > cfg.max_section_chars:
-                parts.append(cur)
-                cur = ""
-            cur = f"{cur}\n\n{para}" if cur else para
-        parts.append(cur)
-        stats.stages["sections_split"] = stats.stages.get("sections_split", 0) + 1
-        for i, p in enumerate(parts):
-            p = p[:cfg.max_section_chars]
-            if len(p) >= cfg.min_section_chars:
-                spans.append(Span(f"{s.id}#{i}", s, p, sha256_text(p)[:16]))
-    return spans
-
-
-# --- stage 2: writing -------------------------------------------------------------------------
-
-def _generate(model: ChatModel, convs, params, stats: Stats):
-    """The model's generations for `convs`, a few batches at a time under a progress bar
-    (chunks are whole batches, so the batches and their seeds are the same as in one call)."""
-    from workbench.progress import progress
-
-    step = max(1, getattr(model, "batch_size", 16)) * 4
-    chunks = [convs[i:i + step] for i in range(0, len(convs), step)]
-    gens = []
-    for chunk in progress(chunks, desc="model calls", unit="chunk"):
-        gens += model.generate(chunk, params)
-    stats.count(gens)
-    return gens
-
-
-def _ask(model: ChatModel, tasks: list[Task], convs, params, stats: Stats, handle) -> None:
-    """One batch of calls, one per task; `handle(task, text)` stores what it parses or raises
-    Reject, which fails that task with the reason (a model error fails it too)."""
-    for t, g in zip(tasks, _generate(model, convs, params, stats), strict=True):
-        try:
-            if g.error:
-                raise Reject("model_error", g.error)
-            handle(t, g.text)
-        except Reject as r:
-            t.fail(r.reason)
-
-
-def write_single(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,
-                 seed: int, stats: Stats) -> None:
-    wp = GenerationParams(max_tokens=cfg.writer_max_tokens, temperature=cfg.writer_temperature,
-                          seed=seed)
-    convs = []
-    for t in tasks:
-        p = pack.perspective(t.perspective)
-        tpl = pack.prompts.writer_mc if t.kind == "mc" else pack.prompts.writer_nd
-        convs.append(_conv(pack, tpl.format(text=t.span.text, perspective=p.name,
-                                            focus=p.focus, domain=pack.title)))
-    def written(t: Task, text: str) -> None:
-        if t.kind == "mc":
-            t.question, t.options, t.gold = parse.parse_mc_block(text)
-        else:
-            t.question = parse.parse_question(text)
-
-    _ask(agents.writer, tasks, convs, wp, stats, written)
-    _balance(tasks, seed)
-    live = [t for t in tasks if t.reject is None]
-    stats.stages["written"] = len(live)
-    ap = GenerationParams(max_tokens=cfg.answer_max_tokens, temperature=cfg.answer_temperature,
-                          seed=seed)
-    convs = [_conv(pack, pack.prompts.answerer.format(
-        text=t.span.text, question=t.question,
-        options=format_options(t.options) if t.options else "",
-        answer_hint=" (the letter of the correct option)" if t.kind == "mc" else "",
-        domain=pack.title)) for t in live]
-    raws = {}
-    for t, g in zip(live, _generate(agents.answerer, convs, ap, stats), strict=True):
-        if g.error:
-            t.fail("model_error")
-        raws[t.id] = g.text
-    if cfg.llm_postprocess:
-        todo = [t for t in live if t.reject is None]
-        convs = [_conv(pack, pack.prompts.postprocess.format(raw=raws[t.id])) for t in todo]
-        pp = GenerationParams(max_tokens=cfg.answer_max_tokens + 64, temperature=0.0)
-        for t, g in zip(todo, _generate(agents.postprocess, convs, pp, stats), strict=True):
-            try:
-                obj = parse.parse_postprocess_json(g.text)
-                t.thinking, t.solution = obj["thinking"], obj["solution"]
-                t.answer = parse.normalise_letters(obj["answer"]) if t.kind == "mc" \
-                    else obj["answer"]
-            except Reject as r:
-                t.fail(r.reason)
-    else:
-        for t in live:
-            if t.reject is not None:
-                continue
-            try:
-                t.thinking, t.solution, t.answer = parse.parse_answerer(
-                    raws[t.id], multiple_choice=t.kind == "mc")
-            except Reject as r:
-                t.fail(r.reason)
-    for t in live:
-        if t.reject is None and t.kind == "mc" and t.answer != t.gold:
-            t.fail("answerer_disagrees_with_writer")
-
-
-def _balance(tasks: list[Task], seed: int) -> None:
-    """Move each MC item's correct option to a seeded, near-uniform target letter, before any
-    reasoning mentions letters."""
-    mc = [t for t in tasks if t.reject is None and t.kind == "mc"]
-    for t, (opts, gold) in zip(mc, balance_letters([(t.options, t.gold) for t in mc], seed),
-                               strict=True):
-        t.options, t.gold = opts, gold
-
-
-def _facts(span: Span, seed: int) -> list[str]:
-    """Answer-sized sentences of a span, in a seeded order (a training span uses one per
-    (perspective, kind) task; a held-out span with `benchmark_per_fact` uses them all)."""
-    import re as _re
-
-    sents = [x.strip() for x in _re.split(r"(?<=[.!?])\s+(?=[A-Z])", span.text)
-             if 50 <= len(x.strip()) <= 260 and not x.strip().startswith("#")]
-    random.Random(f"{seed}:{span.id}").shuffle(sents)
-    return sents
-
-
-def check_breadth(cfg: DistillConfig, pack: DomainPack, perspectives: list[str]) -> None:
-    """`benchmark_per_fact` items of one sentence must be asked differently: one perspective
-    each, and (from two up) each with its own `question_start`, with `{start}` in the
-    prompt; identical prompts would write the same question, which dedup then drops."""
-    n = cfg.benchmark_per_fact
-    if n > len(perspectives):
-        raise WorkbenchError(f"distill.benchmark_per_fact is {n} but only {len(perspectives)} "
-                             "perspectives are used: each of a sentence's items is asked from "
-                             "another perspective")
-    if n < 2:
-        return
-    starts = [pack.perspective(p).question_start for p in perspectives]
-    if "{start}" not in pack.prompts.question_from_fact or None in starts \
-            or len(set(starts)) < len(starts):
-        raise WorkbenchError(
-            f"distill.benchmark_per_fact is {n}: the {pack.name} pack's perspectives "
-            f"{', '.join(perspectives)} need distinct question_start words (they have "
-            f"{starts}) and its question_from_fact prompt a {{start}} field, else a sentence's "
-            "items are written from the same prompt")
-
-
-def make_tasks(spans: list[Span], perspectives: list[str], cfg: DistillConfig,
-               seed: int) -> list[Task]:
-    """One task per (span, perspective, kind); with `benchmark_per_fact`, a held-out span
-    instead gets `benchmark_per_fact` MC tasks per answer-sized sentence, each from another
-    perspective (the sentence is their shared reference answer)."""
-    tasks = []
-    for sp in spans:
-        if sp.split == "benchmark" and cfg.benchmark_per_fact:
-            for k, fact in enumerate(_facts(sp, seed)):
-                for j in range(cfg.benchmark_per_fact):
-                    pid = perspectives[(k + j) % len(perspectives)]
-                    tasks.append(Task(f"{sp.id}:f{k}:{pid}:mc", sp, pid, "mc",
-                                      reference=fact))
-            continue
-        tasks += [Task(f"{sp.id}:{pid}:{kind}", sp, pid, kind) for pid in perspectives
-                  for kind in cfg.kinds
-                  if not (kind == "nd" and sp.split == "benchmark")]  # nd of benchmark: unused
-    return tasks
-
-
-def write_from_facts(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,
-                     seed: int, stats: Stats) -> None:
-    """Composed mode, answers taken from the text: each task gets a sentence of its span
-    as the reference answer (unless it was made with one), and the model writes the
-    question that sentence answers, starting with its perspective's word. A question that
-    fails validation is asked again with the next seed, up to `write_attempts` calls."""
-    by_span: dict[str, list[Task]] = {}
-    for t in tasks:
-        if t.reference is None:
-            by_span.setdefault(t.span.id, []).append(t)
-    for span_tasks in by_span.values():
-        facts = _facts(span_tasks[0].span, seed)
-        for k, t in enumerate(span_tasks):
-            if k < len(facts):
-                t.reference = facts[k]
-            else:
-                t.fail("no_fact_left")
-
-    def conv(t: Task):
-        p = pack.perspective(t.perspective)
-        start = f' Start the question with "{p.question_start}".' if p.question_start else ""
-        return _conv(pack, pack.prompts.question_from_fact.format(
-            fact=t.reference, domain=pack.title, perspective=p.name, start=start))
-
-    def asked(t: Task, text: str) -> None:
-        t.question = parse.parse_question(text)
-        parse.check_grounded(t.question, t.reference)
-
-    todo = [t for t in tasks if t.reject is None]
-    for attempt in range(cfg.write_attempts):
-        if attempt:
-            stats.stages["write_retries"] = stats.stages.get("write_retries", 0) + len(todo)
-            for t in todo:
-                t.reject = None
-        # attempt k > 0 draws from its own seed, not from another run's (seed + k would be)
-        wp = GenerationParams(max_tokens=min(cfg.writer_max_tokens, 96),
-                              temperature=cfg.writer_temperature,
-                              seed=seed if attempt == 0 else
-                              int(sha256_text(f"{seed}:write-attempt:{attempt}")[:8], 16))
-        _ask(agents.writer, todo, [conv(t) for t in todo], wp, stats, asked)
-        todo = [t for t in todo if t.reject is not None and t.reject != "model_error"]
-        if not todo or cfg.writer_temperature == 0:  # greedy: another call writes the same
-            break
-    stats.stages["written"] = sum(t.reject is None for t in tasks)
-
-
-def write_composed(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,
-                   seed: int, stats: Stats) -> None:
-    if cfg.answer_source == "text":
-        write_from_facts(tasks, pack, agents, cfg, seed, stats)
-        _rationales(tasks, pack, agents, cfg, seed, stats)
-        return
-    wp = GenerationParams(max_tokens=min(cfg.writer_max_tokens, 96),
-                          temperature=cfg.writer_temperature, seed=seed)
-    convs = []
-    for t in tasks:
-        p = pack.perspective(t.perspective)
-        convs.append(_conv(pack, pack.prompts.question.format(
-            text=t.span.text, perspective=p.name, focus=p.focus, domain=pack.title)))
-    _ask(agents.writer, tasks, convs, wp, stats,
-         lambda t, text: setattr(t, "question", parse.parse_question(text)))
-    live = [t for t in tasks if t.reject is None]
-    stats.stages["written"] = len(live)
-    # one sentence: 64 tokens is plenty
-    ap = GenerationParams(max_tokens=64, temperature=cfg.answer_temperature, seed=seed)
-    convs = [_conv(pack, pack.prompts.reference_answer.format(
-        text=t.span.text, question=t.question, domain=pack.title)) for t in live]
-    _ask(agents.answerer, live, convs, ap, stats,
-         lambda t, text: setattr(t, "reference", parse.parse_sentence(text)))
-    _rationales(tasks, pack, agents, cfg, seed, stats)
-
-
-def _rationales(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,
-                seed: int, stats: Stats) -> None:
-    """Options for MC items, then the model explains each known answer step by step."""
-    live = [t for t in tasks if t.reject is None]
-    _assemble_options(live, seed)
-    _balance(live, seed)
-    live = [t for t in live if t.reject is None]
-    if not cfg.benchmark_rationales:  # held-out items are scored, never trained on
-        for t in live:
-            if t.span.split == "benchmark" and t.kind == "mc":
-                t.thinking, t.answer = "", t.gold
-                t.solution = (f"The correct option is {t.gold}: "
-                              f"{t.options[LETTERS.index(t.gold)]}")
-                t.flags.append("no_rationale")
-        live = [t for t in live if t.thinking is None]
-    rp = GenerationParams(max_tokens=cfg.answer_max_tokens, temperature=cfg.answer_temperature,
-                          seed=seed)
-    convs = []
-    for t in live:
-        opts = format_options(t.options) if t.kind == "mc" else ""
-        ans = f"{t.gold}) {t.options[LETTERS.index(t.gold)]}" if t.kind == "mc" else t.reference
-        convs.append(_conv(pack, pack.prompts.rationale.format(
-            text=t.span.text, question=t.question, options=opts, answer=ans,
-            domain=pack.title)))
-    def explained(t: Task, text: str) -> None:
-        t.thinking = parse.parse_rationale(text)
-        if t.kind == "mc":
-            t.answer = t.gold
-            t.solution = (f"The correct option is {t.gold}: "
-                          f"{t.options[LETTERS.index(t.gold)]}")
-        else:
-            t.solution = t.reference
-            t.answer = t.reference.split(". ")[0].rstrip(".") + "."
-
-    _ask(agents.answerer, live, convs, rp, stats, explained)
-
-
-def _assemble_options(tasks: list[Task], seed: int) -> None:
-    """Composed mode: an MC item's distractors are reference answers to sibling questions
-    (same section first, then same document, then the rest of the corpus): on topic, from
-    the same text where possible, and wrong for this question (the verifier checks)."""
-    from workbench.distill.quality import jaccard, shingles
-
-    by_span: dict[str, list[Task]] = {}
-    by_doc: dict[str, list[Task]] = {}
-    everyone = list(tasks)
-    for t in tasks:
-        by_span.setdefault(t.span.id, []).append(t)
-        by_doc.setdefault(t.span.section.doc_id, []).append(t)
-    for t in tasks:
-        if t.kind != "mc":
-            continue
-        mine = shingles(t.reference)
-        same = [o for o in by_span[t.span.id] if o is not t]
-        doc = [o for o in by_doc[t.span.section.doc_id] if o.span.id != t.span.id]
-        rest = [o for o in everyone if o.span.section.doc_id != t.span.section.doc_id]
-        picked: list[str] = []
-        rng = random.Random(f"{seed}:{t.id}")
-        for group in (same, doc, rest):
-            rng.shuffle(group)
-        for o in same + doc + rest:
-            cand = o.reference
-            if not cand or cand == t.reference or jaccard(mine, shingles(cand)) >= 0.5:
-                continue
-            if any(jaccard(shingles(cand), shingles(p)) >= 0.5 for p in picked):
-                continue
-            picked.append(cand)
-            if len(picked) == 3:
-                break
-        if len(picked) < 3:
-            t.fail("no_distractors")
-            continue
-        t.options = [t.reference, *picked]
-        t.gold = "A"  # letter balance moves it
-        try:
-            parse.check_options(t.options)
-        except Reject as r:
-            t.fail(r.reason)
+__all__ = ["DistillResult", "report_markdown", "run_distill", "verify"]
 
 
 # --- stage 4: verify --------------------------------------------------------------------------
@@ -465,7 +55,8 @@ def verify(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConf
         scores = agents.verifier.score([ScoreRequest(c, list(LETTERS)) for c in convs])
         preds = [LETTERS[max(range(4), key=lambda i: row[i].logprob)] for row in scores]
     else:
-        gens = _generate(agents.verifier, convs, GenerationParams(max_tokens=8), stats)
+        gens = _generate(agents.verifier, convs, agents.shaped(
+            "verifier", GenerationParams(max_tokens=8), shapes.letter()), stats)
         preds = []
         for g in gens:
             try:
@@ -570,6 +161,9 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     for t in tasks:
         if t.reject:
             stats.rejects[t.reject] += 1
+    rejected = [t.reject for t in tasks if t.reject]
+    stats.rejects_format = sum(r in shapes.FORMAT_REASONS for r in rejected)
+    stats.rejects_content = len(rejected) - stats.rejects_format
     samples = [_to_sample(t, pack, agents) for t in accepted]
     bench = [MCItem(id=s.id, question=s.question, options=s.options, answer=s.answer,
                     difficulty=s.difficulty, provenance=s.provenance)
@@ -617,6 +211,9 @@ def _report(cfg, pack, stats: Stats, samples, bench, agents, ingest_report, remo
         "benchmark_overlap_removed": removed,
         "stages": stats.stages,
         "rejects": dict(sorted(stats.rejects.items(), key=lambda kv: -kv[1])),
+        "rejects_format": stats.rejects_format,
+        "rejects_content": stats.rejects_content,
+        "constrained": agents.constrained,
         "accepted": {"total": accepted, "mc": len(mc), "nd": accepted - len(mc),
                      "train": sum(s.split == "train" for s in samples),
                      "benchmark_items": len(bench)},
@@ -637,39 +234,6 @@ def _report(cfg, pack, stats: Stats, samples, bench, agents, ingest_report, remo
                                                 / accepted if accepted else None)},
         "seconds": round(seconds, 1),
     })
-
-
-def report_markdown(report: DistillReport) -> str:
-    r = report.model_dump(mode="json")
-    lines = [f"# Distillation report ({r['domain']}, {r['mode']} mode)", "",
-             f"Prompt version `{r['prompt_version']}`, seed {r['seed']}, "
-             f"{r['seconds']} s.", "", "## Yield per stage", "", "| stage | count |",
-             "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in r["stages"].items()]
-    lines += ["", "## Accepted", "", "| | count |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in r["accepted"].items()]
-    lines += ["", "## Rejects by reason", "", "| reason | count |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in r["rejects"].items()] or ["| (none) | 0 |"]
-    v = r["verifier"]
-    agreement = f"{v['agreement']:.1%}" if v["agreement"] is not None else "n/a"
-    lines += ["", "## Quality", "",
-              f"- verifier ({v['method']}, {v['on_disagree']}): {v['agreed']}/{v['checked']} "
-              f"agreed ({agreement})",
-              f"- near-duplicate questions removed: {r['dedup_removed']}",
-              f"- benchmark/train overlap removed: {r['benchmark_overlap_removed']} sections",
-              "- gold letters: " + ", ".join(f"{k} {n}" for k, n in
-                                             r["letter_balance"].items()),
-              "- difficulty (1-5): " + ", ".join(f"{k}: {n}" for k, n in
-                                                 r["difficulty_histogram"].items()),
-              "", "## Model calls", ""]
-    c = r["model_calls"]
-    lines += [f"- made {c['made']}, from cache {c['from_cache']}; tokens: prompt "
-              f"{c['prompt_tokens']}, completion {c['completion_tokens']}"]
-    if c["calls_per_accepted"] is not None:
-        lines += [f"- per accepted sample: {c['calls_per_accepted']:.1f} calls, "
-                  f"{c['tokens_per_accepted']:.0f} tokens"]
-    lines += ["", "Models: " + ", ".join(f"{k} `{m}`" for k, m in r["models"].items())]
-    return "\n".join(lines) + "\n"
 
 
 def _write_outputs(run_dir: Path, cfg, samples, bench, report, seed, sections) -> None:
