@@ -206,23 +206,23 @@ def make_model(folder: Path, size: dict, tok, device: str, dtype) -> int:
     return n
 
 
-def sft_examples(n: int = 64):
+def sft_examples(n: int = 64, chars: int = 3000):
     from workbench.records import ChatExample
 
     texts = corpus_texts()
     return [ChatExample.model_validate({"messages": [
         {"role": "user", "content": f"Explain part {i} of the RF notes."},
-        {"role": "assistant", "content": texts[i % len(texts)][:3000]}]})
+        {"role": "assistant", "content": texts[i % len(texts)][:chars]}]})
         for i in range(n)]
 
 
-def preference_pairs(n: int = 64):
+def preference_pairs(n: int = 64, chars: int = 1500):
     from workbench.records import PreferencePair
 
     texts = corpus_texts()
     return [PreferencePair.model_validate({
         "id": f"p{i}", "prompt": [{"role": "user", "content": f"Explain part {i}."}],
-        "chosen": [{"role": "assistant", "content": texts[i % len(texts)][:1500]}],
+        "chosen": [{"role": "assistant", "content": texts[i % len(texts)][:chars]}],
         "rejected": [{"role": "assistant", "content": "I cannot explain that."}]})
         for i in range(n)]
 
@@ -330,7 +330,9 @@ class Check:
         from workbench.train.session import setup
 
         ck = kw.pop("checkpoint_dir", None)
-        data = {"pairs": preference_pairs()} if method == "dpo" else {"examples": sft_examples()}
+        c = min(3000, self.size["seq"] * 3 // 2)  # characters that fit max_length
+        data = {"pairs": preference_pairs(chars=c // 2)} if method == "dpo" \
+            else {"examples": sft_examples(chars=c)}
         return setup(self._cfg(method, **kw), model_spec=str(self.big), seed=1,
                      checkpoint_dir=ck, **data)
 
@@ -428,7 +430,8 @@ class Check:
 
         procs = torch.cuda.device_count() if self.cuda else 2
         data = self.work / "sft.jsonl"
-        data.write_text("".join(json.dumps(e.to_json()) + "\n" for e in sft_examples(32)))
+        rows = sft_examples(32, chars=self.size["seq"] * 3 // 2)
+        data.write_text("".join(json.dumps(e.to_json()) + "\n" for e in rows))
         out = self.work / "ddp-adapter"
         cfg = self.work / "ddp.yaml"
         cfg.write_text(json.dumps({
@@ -446,7 +449,7 @@ class Check:
         row = {"status": "ok" if ok else "failed", "processes": procs,
                "backend": "nccl" if self.cuda else "gloo", "exit_code": r.returncode}
         if not ok:
-            row["error"] = (r.stderr or r.stdout)[-1500:]
+            row["error"] = (r.stdout[-1500:] + "\n" + r.stderr[:2500])
         return row
 
     def constrained(self) -> dict:
