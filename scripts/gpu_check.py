@@ -569,9 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {"mode": mode, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "device": check.info, "vendored": added, "params": check.n_params,
               "stages": stages}
-    tmp = args.out.with_name(f".{args.out.name}.tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, args.out)
+    from workbench.io import atomic_write_json
+
+    atomic_write_json(args.out, result)
     print(table(result))
     return 0 if all(r["status"] == "ok" for r in stages.values()) else 1
 
