@@ -68,6 +68,26 @@ def test_two_jobs_on_one_run_cannot_collide(tmp_path):
         pass
 
 
+def test_other_ranks_of_a_distributed_launch_neither_lock_nor_record(tmp_path, monkeypatch):
+    """torchrun starts the same command N times: rank 0 holds the run's lock and writes
+    stages.json, the others compute beside it (the gpu_check torchrun stage found them
+    refused by rank 0's lock)."""
+    from workbench.config import experiment_config_model
+    from workbench.jobs import run_in_process
+
+    config = experiment_config_model().model_validate(cfg(tmp_path))
+    run = tmp_path / "runs" / "d"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with run_lock(run, "rank 0"):
+        result = run_in_process("distill", config)
+    assert result.figures["accepted"] > 0
+    assert not (run / "stages.json").exists()
+    monkeypatch.setenv("RANK", "0")
+    with run_lock(run, "job-A"), pytest.raises(WorkbenchError, match="being written by job-A"):
+        run_in_process("distill", config)
+
+
 def test_stop_and_died_process(tmp_path):
     slow = cfg(tmp_path, name="s")
     slow["models"]["chat"]["options"] = {"script": "fake_teacher:slow"}

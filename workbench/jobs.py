@@ -296,10 +296,16 @@ def _remove_if_only_lock(run_dir: Path, made: list[Path]) -> None:
 
 def run_in_process(kind: str, cfg, *, log=print, should_stop=lambda: False,
                    fresh: bool = False, lock_id: str | None = None) -> registry.PipelineResult:
-    """Run a registered pipeline here and now, holding its run folder's lock."""
-    from workbench.runs import RunContext, RunLayout, run_pipeline
+    """Run a registered pipeline here and now, holding its run folder's lock. Under a
+    distributed launch (torchrun) rank 0 holds the lock and keeps the run's records; the other
+    ranks compute beside it and write neither."""
+    from workbench.runs import RunContext, RunLayout, launch_rank, run_pipeline
 
     layout = RunLayout.of(cfg)
+    if launch_rank() > 0:
+        return run_pipeline(kind, cfg, RunContext(layout=layout, log=log,
+                                                  should_stop=should_stop, fresh=fresh,
+                                                  records=False))
     with run_lock(layout.root, lock_id or f"pid {os.getpid()}"):
         return run_pipeline(kind, cfg, RunContext(layout=layout, log=log,
                                                            should_stop=should_stop,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -126,8 +127,9 @@ class StageRunner:
     Every pipeline uses this one runner, so `stages.json` means the same for all of them."""
 
     def __init__(self, layout: RunLayout, pipeline: str, *, log: Callable[[str], None] = print,
-                 fresh: bool = False):
+                 fresh: bool = False, records: bool = True):
         self.layout, self.pipeline, self.log, self.fresh = layout, pipeline, log, fresh
+        self.records = records  # False: run the stages, leave stages.json to another process
 
     def key(self, stage: str) -> str:
         return f"{self.pipeline}/{stage}"
@@ -165,9 +167,11 @@ class StageRunner:
 
     def mark(self, stage: str, h: str, seconds: float, info: dict[str, Any] | None = None
              ) -> StageRecord:
+        rec = StageRecord(hash=h, seconds=round(seconds, 1), info=info or {})
+        if not self.records:
+            return rec
         self.layout.root.mkdir(parents=True, exist_ok=True)
         state = self.layout.stages()
-        rec = StageRecord(hash=h, seconds=round(seconds, 1), info=info or {})
         state.stages[self.key(stage)] = rec
         atomic_write_json(self.layout.stages_file, state.model_dump(mode="json"))
         return rec
@@ -184,9 +188,19 @@ class RunContext:
     log: Callable[[str], None] = print
     should_stop: Callable[[], bool] = lambda: False
     fresh: bool = False  # ignore finished stages and checkpoints: start over
+    records: bool = True  # False on a distributed launch's other ranks: rank 0 keeps them
 
     def stages(self, pipeline: str) -> StageRunner:
-        return StageRunner(self.layout, pipeline, log=self.log, fresh=self.fresh)
+        return StageRunner(self.layout, pipeline, log=self.log, fresh=self.fresh,
+                           records=self.records)
+
+
+def launch_rank() -> int:
+    """This process's rank in a distributed launch (torchrun, `accelerate launch`); 0 in a
+    process launched alone."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0
+    return int(os.environ.get("RANK", "0"))
 
 
 def run_pipeline(name: str, cfg, ctx: RunContext | None = None) -> registry.PipelineResult:
