@@ -80,21 +80,37 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
 # --- what travels -----------------------------------------------------------------------------
 
 def prepare() -> int:
-    """Download the vendored wheels for every supported CPython into build/gpu_vendor."""
+    """Download the vendored wheels for every supported CPython into build/gpu_vendor: the
+    versions installed here where that CPython has them, else the newest set pip resolves for it
+    within pyproject's bounds."""
     VENDOR.mkdir(parents=True, exist_ok=True)
     for py in PYTHONS:
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-               "--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--platform",
-               "manylinux_2_17_x86_64", "--platform", "manylinux_2_28_x86_64",
-               "--python-version", py, "--implementation", "cp", "-d", str(VENDOR),
-               *_pins()]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        base = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
+                "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
+                "--platform", "manylinux_2_28_x86_64",
+                # llguidance ships manylinux_2_31 only: CUDA images are Ubuntu 22.04+ (2.35)
+                "--platform", "manylinux_2_31_x86_64",
+                "--python-version", py, "--implementation", "cp", "-d", str(VENDOR)]
+        r = subprocess.run([*base, "--no-deps", *_pins()], capture_output=True, text=True)
+        if r.returncode:  # an older CPython than the pins support: resolve for it
+            r = subprocess.run([*base, *_bounds()], capture_output=True, text=True)
         if r.returncode:
             print(f"pip download for Python {py} failed:\n{r.stderr.strip()[-2000:]}")
             return 1
     size = sum(f.stat().st_size for f in VENDOR.iterdir())
     print(f"{len(list(VENDOR.iterdir()))} wheels, {size / 2**20:.1f} MiB in {VENDOR}")
     return 0
+
+
+def _bounds() -> list[str]:
+    """pyproject's requirements for the vendored packages it names (the others come as their
+    dependencies)."""
+    import re
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    return [d for d in deps
+            if re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower() in VENDORED]
 
 
 def _pins() -> list[str]:
