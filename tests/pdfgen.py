@@ -2,16 +2,21 @@
 
 
 def make_pdf(path, pages: list[list[str]]) -> None:
+    """One page per list of lines, set from the top left."""
+    write_pdf(path, ["BT /F1 11 Tf 72 720 Td 14 TL " + " ".join(
+        "(" + ln.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") '"
+        for ln in lines) + " ET" for lines in pages])
+
+
+def write_pdf(path, streams: list[str]) -> None:
+    """One page per content stream (PDF operators; font /F1 is Helvetica)."""
     objs = []
     kids = []
     font_id = 3
     objs.append(b"<< /Type /Catalog /Pages 2 0 R >>")
     objs.append(None)  # pages, filled below
     objs.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    for lines in pages:
-        text = "BT /F1 11 Tf 72 720 Td 14 TL " + " ".join(
-            "(" + ln.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") '"
-            for ln in lines) + " ET"
+    for text in streams:
         stream = text.encode("latin-1")
         objs.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
         content_id = len(objs)

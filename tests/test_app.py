@@ -265,6 +265,21 @@ def test_upload_saves_and_rejects(ws):
     assert at.dataframe[0].value.shape[0] == 2
 
 
+def test_upload_of_a_slide_deck_shows_where_each_section_lies(ws, tmp_path):
+    from docgen import make_pptx
+
+    make_pptx(tmp_path / "talk.pptx", [("Mixers", "A mixer multiplies two signals.", None),
+                                       ("Filters", "Butterworth is maximally flat.", None)])
+    at = page("corpus").run()
+    at.file_uploader(key="corpus-upload").set_value(
+        [("talk.pptx", (tmp_path / "talk.pptx").read_bytes(),
+          "application/vnd.openxmlformats-officedocument.presentationml.presentation")]).run()
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert list(table["heading path"]) == ["Mixers", "Filters"]
+    assert list(table["from"]) == ["slide 1", "slide 2"]
+
+
 def test_upload_guards(tmp_path):
     from workbench.errors import DataError
     from workbench.workspace import open_workspace, save_upload

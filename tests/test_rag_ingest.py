@@ -47,7 +47,7 @@ def test_every_format_and_bad_files(tmp_path):
     skipped = dict(rep.skipped)
     assert set(skipped) == {"empty.md", "bin.txt", "notes.docx", "fake.pdf", "latin1.txt"}
     assert "empty" in skipped["empty.md"] and "binary" in skipped["bin.txt"]
-    assert "unsupported" in skipped["notes.docx"] and "PDF" in skipped["fake.pdf"]
+    assert "not a readable docx" in skipped["notes.docx"] and "PDF" in skipped["fake.pdf"]
     assert "UTF-8" in skipped["latin1.txt"]
     with pytest.raises(DataError) as e:
         ingest(tmp_path, on_error="fail")

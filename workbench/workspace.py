@@ -1,6 +1,6 @@
 """A workspace: one folder per project, holding the uploaded corpus, runs and jobs.
 
-    <workspace>/corpus/   uploaded documents (md, txt, html, pdf)
+    <workspace>/corpus/   uploaded documents (md, txt, html, pdf, docx, pptx, xlsx, csv, epub)
     <workspace>/runs/     run folders (distillation, indexes, adapters, evaluations)
     <workspace>/jobs/     background jobs (see workbench.jobs)
 

@@ -3,7 +3,7 @@ import hashlib
 import streamlit as st
 from common import max_corpus_mb, read_or_none, show_error, workspace
 
-from workbench.corpus import ingest
+from workbench.corpus import SUPPORTED, ingest
 from workbench.workspace import (
     MAX_UPLOAD_MB,
     MB,
@@ -16,8 +16,9 @@ from workbench.workspace import (
 st.title("Corpus")
 ws = workspace()
 cap = max_corpus_mb()
-files = st.file_uploader("Upload documents (md, txt, html, pdf)", accept_multiple_files=True,
-                         type=["md", "markdown", "txt", "html", "htm", "pdf"],
+kinds = sorted({k.lstrip(".") for k in SUPPORTED})
+files = st.file_uploader("Upload documents (Markdown, text, HTML, PDF, Word, PowerPoint, "
+                         "Excel, CSV, EPUB)", accept_multiple_files=True, type=kinds,
                          key="corpus-upload",
                          help=f"Up to {MAX_UPLOAD_MB} MB a file, {cap:g} MB in all.")
 # The uploader hands back its files on every rerun: each one is saved once per session (by
@@ -50,11 +51,26 @@ for p in have:
             show_error(e)
         else:
             st.rerun()
+
+
+def _where(meta: dict | None) -> str:
+    """Where in its document a section lies: pages, slides, sheet and rows."""
+    out = []
+    for key in ("pages", "slides", "rows"):
+        if meta and key in meta:
+            a, b = meta[key]
+            out.append(f"{key[:-1] if a == b else key} {a}" + ("" if a == b else f"-{b}"))
+    if meta and "sheet" in meta:
+        out.insert(0, f"sheet {meta['sheet']}")
+    return ", ".join(out)
+
+
 if have:
     report = ingest(ws / "corpus")
     st.subheader(f"Sections found: {len(report.sections)}")
     if report.skipped:
         st.warning("Skipped: " + "; ".join(f"{f} ({why})" for f, why in report.skipped))
     st.dataframe([{"document": s.source, "heading path": " > ".join(s.heading_path),
-                   "characters": len(s.text)} for s in report.sections], hide_index=True,
+                   "from": _where(s.metadata), "characters": len(s.text)}
+                  for s in report.sections], hide_index=True,
                  key="sections-table")

@@ -1,6 +1,9 @@
-"""Corpus files (markdown, plain text, HTML, PDF) into `Document` and `Section` records.
+"""Corpus files (markdown, plain text, HTML, PDF, Word, PowerPoint, Excel, CSV, EPUB) into
+`Document` and `Section` records.
 
-Sections keep their heading path (chapter > section > subsection). Ids are deterministic:
+Sections keep their heading path (chapter > section > subsection) and, where the format has
+them, the pages, slides, sheet or rows they came from (`Section.metadata`; the readers of the
+binary formats are in `formats.py`). Ids are deterministic:
 the same corpus gives the same ids. Unreadable, empty, binary or unsupported files are
 reported by name and skipped, or refused with `on_error="fail"`; one bad file never stops
 a run half-way.
@@ -13,12 +16,15 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
+from workbench.corpus.formats import Part, read_office, read_pdf, split_marked
 from workbench.errors import DataError
 from workbench.io import sha256_text
 from workbench.records import Document, Section
 
 SUPPORTED = {".md": "md", ".markdown": "md", ".txt": "txt", ".text": "txt", ".html": "html",
-             ".htm": "html", ".pdf": "pdf"}
+             ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx",
+             ".csv": "csv", ".epub": "epub"}
+OFFICE = {"docx", "pptx", "xlsx", "csv", "epub"}  # read through MarkItDown (formats.py)
 
 
 @dataclass
@@ -37,37 +43,9 @@ class IngestReport:
 
 # --- format readers: text -> [(heading_path, body)] -----------------------------------------
 
-_MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-_FENCE = re.compile(r"^\s*(```|~~~)")
-
-
 def split_markdown(text: str, title: str) -> list[tuple[list[str], str]]:
     """Split on ATX headings (outside code fences), tracking the heading path."""
-    path: list[tuple[int, str]] = []
-    out: list[tuple[list[str], str]] = []
-    buf: list[str] = []
-    in_fence = False
-
-    def flush():
-        body = "\n".join(buf).strip()
-        if body:
-            out.append(([h for _, h in path] or [title], body))
-        buf.clear()
-
-    for line in text.splitlines():
-        if _FENCE.match(line):
-            in_fence = not in_fence
-        m = None if in_fence else _MD_HEADING.match(line)
-        if m:
-            flush()
-            level = len(m.group(1))
-            while path and path[-1][0] >= level:
-                path.pop()
-            path.append((level, m.group(2).strip()))
-        else:
-            buf.append(line)
-    flush()
-    return out
+    return [(h, b) for h, b, _ in split_marked(text, title)]
 
 
 class _HTMLSections(HTMLParser):
@@ -124,32 +102,13 @@ def html_to_markdown(html: str) -> str:
     return "\n".join(parser.lines)
 
 
-def read_pdf(path: Path) -> list[tuple[list[str], str]]:
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
-
-    try:
-        reader = PdfReader(str(path))
-        pages = [(p.extract_text() or "") for p in reader.pages]
-    except (PdfReadError, ValueError, KeyError, OSError) as e:
-        raise DataError(f"unreadable PDF ({e})", path=str(path), code="unreadable") from None
-    title = path.stem
-    meta = reader.metadata
-    if meta and meta.title:
-        title = str(meta.title)
-    text = "\n\n".join(pages)
-    # PDFs written from markdown keep '#' headings; otherwise one section per page
-    if any(_MD_HEADING.match(line) for line in text.splitlines()):
-        return split_markdown(text, title)
-    return [([title, f"page {i + 1}"], p.strip()) for i, p in enumerate(pages) if p.strip()]
-
-
 def _looks_binary(data: bytes) -> bool:
     return b"\x00" in data[:8192]
 
 
-def read_file(path: Path) -> tuple[str, str, list[tuple[list[str], str]]]:
-    """(format, title, [(heading_path, body)]). Raises DataError naming the file."""
+def read_file(path: Path) -> tuple[str, str, list[Part]]:
+    """(format, title, [(heading_path, body, provenance)]). Raises DataError naming the
+    file."""
     fmt = SUPPORTED.get(path.suffix.lower())
     if fmt is None:
         raise DataError(f"unsupported file type {path.suffix or '(none)'} (supported: "
@@ -164,8 +123,11 @@ def read_file(path: Path) -> tuple[str, str, list[tuple[list[str], str]]]:
     if fmt == "pdf":
         if not data.startswith(b"%PDF"):
             raise DataError("not a PDF (no %PDF header)", path=str(path), code="unreadable")
-        parts = read_pdf(path)
-        return fmt, parts[0][0][0] if parts else path.stem, parts
+        title, parts = read_pdf(path)
+        return fmt, title, parts
+    if fmt in OFFICE and fmt != "csv":
+        title, parts = read_office(path, fmt, data)
+        return fmt, title, parts
     if _looks_binary(data):
         raise DataError("binary content in a text file", path=str(path), code="binary")
     try:
@@ -173,12 +135,15 @@ def read_file(path: Path) -> tuple[str, str, list[tuple[list[str], str]]]:
     except UnicodeDecodeError as e:
         raise DataError(f"not UTF-8 (byte {e.start})", path=str(path), code="bad_encoding") \
             from None
+    if fmt == "csv":
+        title, parts = read_office(path, fmt, text.encode())
+        return fmt, title, parts
     if fmt == "html":
         text = html_to_markdown(text)
     if fmt in ("md", "html"):
-        parts = split_markdown(text, path.stem)
+        parts = split_marked(text, path.stem)
     else:  # plain text: paragraphs of the file form one section titled by the file name
-        parts = [([path.stem], text.strip())]
+        parts = [([path.stem], text.strip(), None)]
     title = parts[0][0][0] if parts else path.stem
     return fmt, title, parts
 
@@ -190,22 +155,31 @@ def ingest(paths: list[Path] | Path, *, root: Path | None = None, on_error: str 
         raise ValueError("on_error must be 'skip' or 'fail'")
     items = [paths] if isinstance(paths, Path) else list(paths)
     files: list[Path] = []
+    links: list[Path] = []
     for p in items:
         p = Path(p)
         if p.is_dir():
             root = root or p
-            files += sorted(f for f in p.rglob("*") if f.is_file()
-                            and not f.name.startswith(".") and f.name.lower() != "readme.md")
+            found = sorted(f for f in p.rglob("*") if not f.name.startswith(".")
+                           and f.name.lower() != "readme.md")
+            # only regular files inside the folder are opened: a link may point anywhere
+            links += [f for f in found if f.is_symlink()]
+            files += [f for f in found if f.is_file() and not f.is_symlink()]
         elif p.exists():
             files.append(p)
         else:
             raise DataError("not found", path=str(p), code="not_found")
     report = IngestReport()
+    for f in links:
+        rel = str(f.relative_to(root)) if root else str(f)
+        if on_error == "fail":
+            raise DataError("a link, not a regular file: not read", path=str(f), code="link")
+        report.skipped.append((rel, "a link, not a regular file: not read"))
     for f in files:
         rel = str(f.relative_to(root)) if root and f.is_relative_to(root) else str(f)
         try:
             fmt, title, parts = read_file(f)
-            parts = [(h, b) for h, b in parts if len(b) >= min_chars]
+            parts = [p for p in parts if len(p[1]) >= min_chars]
             if not parts:
                 raise DataError("no text found", path=str(f), code="empty")
         except DataError as e:
@@ -214,12 +188,12 @@ def ingest(paths: list[Path] | Path, *, root: Path | None = None, on_error: str 
             report.skipped.append((rel, str(e).split(": ", 1)[-1]))
             continue
         doc_id = "doc-" + sha256_text(rel)[:12]
-        full = "\n\n".join(b for _, b in parts)
-        for order, (heading, body) in enumerate(parts):
+        full = "\n\n".join(b for _, b, _ in parts)
+        for order, (heading, body, where) in enumerate(parts):
             report.sections.append(Section(
                 id=Section.make_id(doc_id, heading, order), doc_id=doc_id, source=rel,
                 heading_path=heading, text=body, content_hash=sha256_text(body)[:16],
-                order=order))
+                order=order, metadata=where or None))
         report.documents.append(Document(id=doc_id, source=rel, title=title, format=fmt,
                                          content_hash=sha256_text(full)[:16],
                                          n_sections=len(parts)))

@@ -1,0 +1,242 @@
+"""Readers for the formats a domain's documents arrive in besides markdown, text and HTML:
+Word (docx), PowerPoint (pptx), Excel (xlsx), CSV, EPUB and PDF.
+
+Office formats and EPUB go through MarkItDown (Microsoft's converter: MIT, about 30 MB with its
+docx/pptx/xlsx/pdf extras, no model downloads; docling needs layout models from a hub and
+unstructured pulls hundreds of MB). Its converters are called directly by format, so no file
+type is guessed. PDF goes through pdfplumber (MarkItDown's own PDF dependency) page by page,
+because MarkItDown's PDF output drops page boundaries: each page's ruled tables come out as
+markdown tables in reading order, and every section knows its pages.
+
+Each reader returns `Part`s: (heading path, body, provenance). Provenance holds `pages`,
+`slides` (first and last) or `sheet`/`rows`. A file that cannot be read raises `DataError`
+naming it; every container is checked before it is opened (a zip that expands past
+`MAX_EXPANDED_MB`, or holds more than `MAX_MEMBERS` entries, is refused unread).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import DataError
+
+Part = tuple[list[str], str, dict[str, Any] | None]
+
+MAX_EXPANDED_MB = 512   # a docx/pptx/xlsx/epub whose members expand past this is refused
+MAX_MEMBERS = 20_000
+TABLE_ROWS = 40         # a spreadsheet table is cut into sections of this many rows + header
+
+_MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_MARK = re.compile(r"^<!-- (page|slide) (\d+) -->$")
+_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+# a header row of empty cells, its rule, and the first real row (Word tables have no header)
+_EMPTY_HEADER = re.compile(r"^\|(?:\s*\|)+\s*\n(\|(?:\s*:?-+:?\s*\|)+)\s*\n(\|.*)$", re.M)
+
+
+# --- splitting markdown with unit marks -------------------------------------------------------
+
+def split_marked(text: str, title: str) -> list[Part]:
+    """Split markdown on ATX headings (outside code fences), tracking the heading path and the
+    `<!-- page N -->` / `<!-- slide N -->` marks each section spans. With marks and no
+    heading, each page or slide is a section titled `page N` / `slide N`."""
+    lines = text.splitlines()
+    has_heading, in_fence = False, False
+    for line in lines:
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        elif not in_fence and _MD_HEADING.match(line):
+            has_heading = True
+            break
+    path: list[tuple[int, str]] = []
+    out: list[Part] = []
+    buf: list[str] = []
+    unit: tuple[str, int] | None = None  # the page or slide being read
+    first: int | None = None  # the units the buffered body starts and ends in
+    last: int | None = None
+    in_fence = False
+
+    def flush():
+        nonlocal first, last
+        body = "\n".join(buf).strip()
+        if body:
+            heading = [h for _, h in path] or [title]
+            meta = None
+            if unit is not None:
+                start = unit[1] if first is None else first
+                meta = {unit[0] + "s": [start, unit[1] if last is None else last]}
+                if not has_heading:
+                    heading = [title, f"{unit[0]} {start}"]
+            out.append((heading, body, meta))
+        buf.clear()
+        first = last = None
+
+    for line in lines:
+        mark = None if in_fence else _MARK.match(line.strip())
+        if mark:
+            if not has_heading:
+                flush()
+            unit = (mark.group(1), int(mark.group(2)))
+            continue
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        m = None if in_fence else _MD_HEADING.match(line)
+        if m:
+            flush()
+            level, head = len(m.group(1)), m.group(2).strip()
+            path = [(lv, h) for lv, h in path if lv < level] + [(level, head)]
+        else:
+            if line.strip() and unit is not None:
+                first = unit[1] if first is None else first
+                last = unit[1]
+            buf.append(line)
+    flush()
+    return out
+
+
+# --- containers -------------------------------------------------------------------------------
+
+def check_zip(path: Path, fmt: str) -> None:
+    """Refuse, unread, a file that is not a zip or whose members expand past the bounds."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            infos = z.infolist()
+    except (zipfile.BadZipFile, OSError) as e:
+        raise DataError(f"not a readable {fmt} file ({e})", path=str(path),
+                        code="unreadable") from None
+    if len(infos) > MAX_MEMBERS:
+        raise DataError(f"{fmt} archive has {len(infos)} members (limit {MAX_MEMBERS})",
+                        path=str(path), code="too_large")
+    expanded = sum(i.file_size for i in infos)
+    if expanded > MAX_EXPANDED_MB * 2**20:
+        raise DataError(f"{fmt} archive expands to {expanded / 2**20:.0f} MB (limit "
+                        f"{MAX_EXPANDED_MB} MB)", path=str(path), code="too_large")
+
+
+def _converter(fmt: str):
+    from markitdown import StreamInfo  # noqa: F401  (checked import: the extra is installed)
+    from markitdown.converters import (CsvConverter, DocxConverter, EpubConverter,
+                                       PptxConverter, XlsxConverter)
+
+    return {"docx": DocxConverter, "pptx": PptxConverter, "xlsx": XlsxConverter,
+            "csv": CsvConverter, "epub": EpubConverter}[fmt]()
+
+
+def _markitdown(path: Path, fmt: str, data: bytes) -> tuple[str, str | None]:
+    """(markdown, title) through MarkItDown's converter for `fmt`."""
+    from markitdown import StreamInfo
+
+    info = StreamInfo(extension="." + fmt, filename=path.name,
+                      charset="utf-8" if fmt == "csv" else None)
+    try:
+        res = _converter(fmt).convert(io.BytesIO(data), info)
+    except DataError:
+        raise
+    except Exception as e:  # noqa: BLE001  a converter's failure names the file, never stops a run
+        raise DataError(f"unreadable {fmt} ({type(e).__name__}: {str(e)[:200]})",
+                        path=str(path), code="unreadable") from None
+    return res.markdown or "", res.title
+
+
+def read_office(path: Path, fmt: str, data: bytes) -> tuple[str, list[Part]]:
+    """(title, parts) of a docx, pptx, xlsx, csv or epub file."""
+    if fmt != "csv":
+        check_zip(path, fmt)
+    md, title = _markitdown(path, fmt, data)
+    title = (title or "").strip() or path.stem
+    md = _IMAGE.sub(lambda m: m.group(1), md)  # pictures keep their alt text only
+    md = _EMPTY_HEADER.sub(r"\2\n\1", md)  # a headerless table: its first row heads it
+    if fmt == "pptx":  # slide marks; speaker notes stay in their slide's section
+        md = re.sub(r"<!-- Slide number: (\d+) -->", r"<!-- slide \1 -->", md)
+        md = md.replace("### Notes:", "Notes:")
+    if fmt == "epub":  # MarkItDown puts the book's metadata first as **Key:** lines
+        md = re.sub(r"\A(\*\*[A-Z][a-z]+:\*\* .*\n?)+", "", md)
+    if fmt in ("csv", "xlsx"):  # the file's name heads its sheets' (or its one) table
+        md = f"# {path.stem}\n\n{md}"
+    parts = split_marked(md, title)
+    if fmt in ("xlsx", "csv"):
+        parts = [p for part in parts for p in _table_blocks(part, fmt)]
+    return title, parts
+
+
+def _table_blocks(part: Part, fmt: str) -> list[Part]:
+    """A long spreadsheet table as sections of `TABLE_ROWS` rows, each with the header, so a
+    retrieved block still says what its columns are."""
+    heading, body, meta = part
+    lines = body.splitlines()
+    if len(lines) <= TABLE_ROWS + 2 or not (lines[0].startswith("|") and
+                                            set(lines[1].replace("|", "").strip()) <= set("-: ")):
+        return [(heading, body, ({**(meta or {}), "sheet": heading[-1]} if fmt == "xlsx"
+                                 else meta))]
+    head, rows = lines[:2], lines[2:]
+    out: list[Part] = []
+    for i in range(0, len(rows), TABLE_ROWS):
+        block = rows[i:i + TABLE_ROWS]
+        span = [i + 1, i + len(block)]
+        extra = {"sheet": heading[-1]} if fmt == "xlsx" else {}
+        out.append(([*heading, f"rows {span[0]}-{span[1]}"], "\n".join(head + block),
+                    {**(meta or {}), **extra, "rows": span}))
+    return out
+
+
+# --- PDF --------------------------------------------------------------------------------------
+
+def read_pdf(path: Path) -> tuple[str, list[Part]]:
+    """(title, parts) of a PDF: text and ruled tables of every page in reading order, one
+    section per page (or per heading, for PDFs written from markdown)."""
+    import pdfplumber
+
+    pages: list[str] = []
+    try:
+        with pdfplumber.open(str(path)) as pdf:
+            meta_title = str((pdf.metadata or {}).get("Title") or "").strip()
+            for i, page in enumerate(pdf.pages, start=1):
+                pages.append(f"<!-- page {i} -->\n{_page_markdown(page)}")
+                page.close()  # frees the page's parsed objects
+    except DataError:
+        raise
+    except Exception as e:  # noqa: BLE001  pdfminer raises many types; all mean unreadable
+        name = type(e).__name__
+        why = "encrypted PDF" if "Password" in name or "Encrypt" in name else \
+            f"unreadable PDF ({name}: {str(e)[:200]})"
+        raise DataError(why, path=str(path), code="unreadable") from None
+    return meta_title or path.stem, split_marked("\n".join(pages), meta_title or path.stem)
+
+
+def _page_markdown(page) -> str:
+    """The page's text lines and tables, top to bottom; tables as markdown tables."""
+    tables = [t for t in page.find_tables() if t.bbox]
+    boxes = [t.bbox for t in tables]
+
+    def outside(obj) -> bool:
+        x = (obj["x0"] + obj["x1"]) / 2
+        y = (obj["top"] + obj["bottom"]) / 2
+        return not any(b[0] <= x <= b[2] and b[1] <= y <= b[3] for b in boxes)
+
+    text_page = page.filter(lambda o: o.get("object_type") != "char" or outside(o)) \
+        if boxes else page
+    blocks = [(ln["top"], ln["text"]) for ln in text_page.extract_text_lines()]
+    for t in tables:
+        md = markdown_table(t.extract())
+        if md:
+            blocks.append((t.bbox[1], md))
+    blocks.sort(key=lambda b: b[0])
+    return "\n".join(text for _, text in blocks)
+
+
+def markdown_table(rows: list[list[Any]]) -> str:
+    """Rows (the first is the header) as a markdown table; empty rows dropped."""
+    cells = [[" ".join(str(c or "").split()).replace("|", "\\|") for c in row] for row in rows]
+    cells = [r for r in cells if any(r)]
+    if not cells:
+        return ""
+    width = max(len(r) for r in cells)
+    cells = [r + [""] * (width - len(r)) for r in cells]
+    head, *body = cells
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * width]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines)
