@@ -45,7 +45,12 @@ def make_library(cfg, folder: Path, model=None, log=print) -> Library:
     secs = sections(papers)
     kw = services.searcher()(secs, folder / "index", "keyword", log=log)
     sem = services.searcher()(secs, folder / "index", "semantic", log=log)
-    return Library(papers, kw, sem, model=model)
+    lib = Library(papers, kw, sem, model=model)
+    if not lib.citations:
+        log(f"{cfg.agent.data}: the library has no citations (BibTeX and RIS exports carry "
+            "none): the citation operators cite_backward and cite_forward and the workflows "
+            "that expand through them are off")
+    return lib
 
 
 def _fixed(d, cands) -> str:
@@ -113,7 +118,7 @@ def export_training(out: Path, dialogues: list[dict], lib: Library) -> dict[str,
         for turn, i in zip(d["turns"], calls, strict=False):
             gold = turn["workflow"]
             intent = next(x for x in lib.intents if x.id == d["id"])
-            cands = templates(intent) if prev is None else edits(
+            cands = templates(intent, lib.citations) if prev is None else edits(
                 prev["workflow"], prev["accepted"], prev["rejected"], lib.papers)
             rejected = [(k, corrupt(gold, k)) for k in STRUCTURAL]
             if prev is not None:
@@ -189,7 +194,7 @@ def evaluate(cfg, ctx):
                                      teach)
     exports = dict(rec.info or {})
     write_report(out, summaries, exports, dev=len(dev), turns=turns,
-                 model=cfg.models.chat.spec)
+                 model=cfg.models.chat.spec, citations=lib.citations)
     line = ", ".join(f"{c} {v['ndcg10_final']:.2f}" for c, v in summaries.items())
     return PipelineResult(
         pipeline="agent", run_dir=str(ctx.layout.root),
@@ -203,9 +208,9 @@ def evaluate(cfg, ctx):
 
 
 def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turns: int,
-                 model: str) -> dict:
-    report = {"intents": dev, "turns": turns, "model": model, "conditions": s,
-              "exports": exports}
+                 model: str, citations: bool = True) -> dict:
+    report = {"intents": dev, "turns": turns, "model": model, "citations": citations,
+              "conditions": s, "exports": exports}
     atomic_write_text(out / "litsearch_report.json", json.dumps(report, indent=1) + "\n")
 
     def f(v, ci):
@@ -214,7 +219,9 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
     lines = [f"# Literature search: {dev} intents, {turns} turns, model `{model}`", "",
              "Final turn and mean over turns; 95% bootstrap intervals over intents. Relevant "
              "for Hit@5 and MRR: grade >= 2; nDCG@10 uses the grades (3 citation, 2 shared "
-             "references or MeSH, 1 shared major MeSH).", "",
+             "references or MeSH, 1 shared major MeSH)."
+             + ("" if citations else " The library has no citations: the citation "
+                "operators and the workflows that expand through them were off."), "",
              "| condition | Hit@5 final | MRR final | nDCG@10 final | nDCG@10 mean over "
              "turns | execution errors | memo hits after turn 1 | s / dialogue (wall) | "
              "choices |",

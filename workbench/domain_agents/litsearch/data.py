@@ -38,7 +38,9 @@ def _text(el) -> str:
 def parse_medline(path: Path) -> list[dict]:
     out = []
     try:
-        for _, el in ET.iterparse(gzip.open(path, "rb"), events=("end",)):
+        stream = gzip.open(path, "rb") if str(path).lower().endswith(".gz") else \
+            open(path, "rb")
+        for _, el in ET.iterparse(stream, events=("end",)):
             if el.tag != "PubmedArticle":
                 continue
             mc = el.find("MedlineCitation")
@@ -67,7 +69,8 @@ def parse_medline(path: Path) -> list[dict]:
                         "mesh": mesh, "major": major, "refs": refs})
             el.clear()
     except (ET.ParseError, OSError, EOFError) as e:
-        raise DataError(f"not a readable MEDLINE XML file ({e})", path=str(path)) from None
+        raise DataError(f"not a readable PubMed/MEDLINE XML file ({e})", path=str(path)) \
+            from None
     return out
 
 

@@ -41,7 +41,7 @@ class Dialogue:
 
     def candidates(self, lib: Library) -> dict[str, dict[str, Any]]:
         if self.workflow is None:
-            return templates(self.intent)
+            return templates(self.intent, citations=lib.citations)
         acc, rej = self.feedback
         return edits(self.workflow, list(acc), list(rej), lib.papers)
 

@@ -52,14 +52,23 @@ class Intent(Record):
 
 
 def load_corpus(folder: str | Path) -> tuple[dict[str, Paper], list[Intent]]:
+    """Papers and intents: the pack's own papers.jsonl + anchors.jsonl, or a researcher's
+    library (BibTeX, RIS, PubMed XML, OpenAlex or Semantic Scholar JSONL; a file or a folder
+    of them), its intents made from its citations (`library.py`)."""
     from workbench.io import read_jsonl
 
     folder = Path(folder)
+    if not (folder / "papers.jsonl").is_file():
+        from workbench.domain_agents.litsearch.library import library_files, load_library
+
+        if folder.is_file() or (folder.is_dir() and library_files(folder)):
+            return load_library(folder)
     for name in ("papers.jsonl", "anchors.jsonl"):
         if not (folder / name).is_file():
-            raise WorkbenchError(f"{folder}: no {name} (agent.data for the litsearch pack; "
-                                 "build it with python -m workbench.domain_agents.litsearch."
-                                 "data)")
+            raise WorkbenchError(f"{folder}: no {name} (agent.data for the litsearch pack: "
+                                 "a library file (.bib, .ris, PubMed .xml, OpenAlex or "
+                                 "Semantic Scholar .jsonl), a folder of them, or the folder "
+                                 "python -m workbench.domain_agents.litsearch.data builds)")
     papers = {p.pmid: p for p in read_jsonl(folder / "papers.jsonl", Paper.model_validate)}
     intents = read_jsonl(folder / "anchors.jsonl", Intent.model_validate)
     for n, it in enumerate(intents, start=1):
@@ -97,6 +106,8 @@ class Library:
                 self.cited_by.setdefault(r, []).append(p.pmid)
         self.searches = 0
         self.intents: list[Intent] = []
+        # a library without citations (BibTeX, RIS) runs with the citation operators off
+        self.citations = any(p.refs for p in papers.values())
 
     def _search(self, searcher, query: str, k: int) -> D.Ranked:
         self.searches += 1
@@ -217,8 +228,9 @@ def _n(nid, op, inputs=(), **params) -> dict[str, Any]:
     return {"id": nid, "op": op, "params": params, "inputs": list(inputs)}
 
 
-def templates(it: Intent) -> dict[str, dict[str, Any]]:
-    """Initial workflows for a query (each ends by dropping the anchor itself)."""
+def templates(it: Intent, citations: bool = True) -> dict[str, dict[str, Any]]:
+    """Initial workflows for a query (each ends by dropping the anchor itself); without
+    `citations` (a library that has none) the citation workflows are left out."""
     q = it.query[:300]
     kw, sem = _n("kw", "keyword_search", query=q, k=50), _n("sem", "semantic_search", query=q,
                                                              k=50)
@@ -230,21 +242,25 @@ def templates(it: Intent) -> dict[str, dict[str, Any]]:
         return {"nodes": [*nodes, _n("out", "exclude", [last], pmids=[it.anchor])],
                 "output": "out"}
 
-    return {
+    out = {
         "keyword": wf([kw], "kw"),
         "semantic": wf([sem], "sem"),
         "hybrid": wf([kw, sem, _n("fused", "fuse", ["kw", "sem"])], "fused"),
-        "citations": wf([anchor, back, fwd, _n("graph", "union", ["refs", "citing"]), kw, sem,
-                         _n("fused", "fuse", ["graph", "kw", "sem"])], "fused"),
-        "citations_reranked": wf([anchor, back, fwd, _n("graph", "union", ["refs", "citing"]),
-                                  kw, sem, _n("fused", "fuse", ["graph", "kw", "sem"]),
-                                  _n("ranked", "rerank", ["fused"], query=q)], "ranked"),
     }
+    if citations:
+        out["citations"] = wf([anchor, back, fwd, _n("graph", "union", ["refs", "citing"]), kw,
+                               sem, _n("fused", "fuse", ["graph", "kw", "sem"])], "fused")
+        out["citations_reranked"] = wf([anchor, back, fwd,
+                                        _n("graph", "union", ["refs", "citing"]), kw, sem,
+                                        _n("fused", "fuse", ["graph", "kw", "sem"]),
+                                        _n("ranked", "rerank", ["fused"], query=q)], "ranked")
+    return out
 
 
 def edits(wf: dict[str, Any], accepted: list[str], rejected: list[str], papers: dict[str, Paper]
           ) -> dict[str, dict[str, Any]]:
-    """Workflows edited after feedback. Earlier nodes keep ids and parameters (memo hits)."""
+    """Workflows edited after feedback. Earlier nodes keep ids and parameters (memo hits).
+    Expansion through citations is offered only when the library has citations."""
     tail = next(n for n in wf["nodes"] if n["id"] == wf["output"])
     if tail["op"] == "exclude" and tail.get("inputs"):  # our templates end by dropping pmids
         nodes = [n for n in wf["nodes"] if n["id"] != tail["id"]]
@@ -262,7 +278,7 @@ def edits(wf: dict[str, Any], accepted: list[str], rejected: list[str], papers: 
 
     dropped = sorted(set(drop) | set(rejected))
     expand: list[dict[str, Any]] = []
-    if accepted:
+    if accepted and any(p.refs for p in papers.values()):
         t = len([n for n in nodes if n["id"].startswith("acc")])
         a, b, f, u, m = (f"acc{t}", f"acc{t}_refs", f"acc{t}_citing", f"acc{t}_graph",
                          f"acc{t}_fused")

@@ -1,0 +1,201 @@
+"""A researcher's library as the literature-search corpus: BibTeX, RIS, PubMed XML, OpenAlex
+and Semantic Scholar JSONL, each written by its format's own library (bibtexparser, rispy,
+ElementTree) or as the service exports it; citations resolved inside the library, intents
+made from them, and a library without citations running with the citation operators off."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from workbench.domain_agents.litsearch.library import anchors_for, read_library
+from workbench.domain_agents.litsearch.pack import edits, load_corpus, templates
+from workbench.errors import DataError
+
+# ten papers about receivers; W0 cites W1, W2, W3 and is cited by W4 (anchor material)
+TOPICS = ["low-noise amplifier noise figure", "mixer image rejection", "LNA input matching",
+          "noise figure of cascaded stages", "receiver sensitivity budget",
+          "superheterodyne receiver design", "phase noise of oscillators",
+          "antenna gain and directivity", "Smith chart matching", "filter insertion loss"]
+CITES = {0: [1, 2, 3, 99], 4: [0], 5: [0, 1]}  # 99: a work outside the library
+
+
+def openalex(i):
+    return {"id": f"https://openalex.org/W{i}", "doi": f"https://doi.org/10.1000/rf.{i}",
+            "title": f"On {TOPICS[i]}", "publication_year": 2000 + i,
+            "primary_location": {"source": {"display_name": "RF Journal"}},
+            "abstract_inverted_index": {"We": [0], "study": [1], TOPICS[i].split()[0]: [2]},
+            "keywords": [{"display_name": "Receivers"}, {"display_name": TOPICS[i]}],
+            "referenced_works": [f"https://openalex.org/W{j}" for j in CITES.get(i, [])]}
+
+
+def semantic_scholar(i):
+    return {"paperId": f"s2-{i}", "externalIds": {"DOI": f"10.1000/rf.{i}"},
+            "title": f"On {TOPICS[i]}", "year": 2000 + i, "venue": "RF Journal",
+            "abstract": f"We study {TOPICS[i]}.", "fieldsOfStudy": ["Engineering"],
+            "references": [{"paperId": f"s2-{j}"} for j in CITES.get(i, [])]}
+
+
+def write_bibtex(path, n=8, keywords=("LNA", "noise figure")):
+    from bibtexparser import Library, write_string
+    from bibtexparser.model import Entry, Field
+
+    lib = Library([Entry("article", f"key{i}", [
+        Field("title", "{On} " + TOPICS[i]), Field("year", str(2000 + i)),
+        Field("journal", "RF Journal"), Field("doi", f"10.1000/rf.{i}"),
+        Field("keywords", ", ".join(keywords)), Field("abstract", f"We study {TOPICS[i]}.")])
+        for i in range(n)])
+    path.write_text(write_string(lib))
+
+
+def write_pubmed(path):
+    root = ET.Element("PubmedArticleSet")
+    for i in range(6):
+        art = ET.SubElement(root, "PubmedArticle")
+        mc = ET.SubElement(art, "MedlineCitation")
+        ET.SubElement(mc, "PMID").text = str(100 + i)
+        a = ET.SubElement(mc, "Article")
+        j = ET.SubElement(a, "Journal")
+        ET.SubElement(j, "Title").text = "RF Journal"
+        ET.SubElement(ET.SubElement(ET.SubElement(j, "JournalIssue"), "PubDate"),
+                      "Year").text = str(1990 + i)
+        ET.SubElement(a, "ArticleTitle").text = f"On {TOPICS[i]}"
+        ET.SubElement(ET.SubElement(a, "Abstract"), "AbstractText").text = "We study it."
+        mesh = ET.SubElement(mc, "MeshHeadingList")
+        for term, major in (("Receivers", "Y"), (TOPICS[i], "N")):
+            ET.SubElement(ET.SubElement(mesh, "MeshHeading"), "DescriptorName",
+                          MajorTopicYN=major).text = term
+        refs = ET.SubElement(ET.SubElement(art, "PubmedData"), "ReferenceList")
+        for k in CITES.get(i, []):
+            ids = ET.SubElement(ET.SubElement(refs, "Reference"), "ArticleIdList")
+            ET.SubElement(ids, "ArticleId", IdType="pubmed").text = str(100 + k)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def test_every_format_reads_into_papers_with_in_library_citations(tmp_path):
+    import rispy
+
+    (tmp_path / "oa.jsonl").write_text("".join(json.dumps(openalex(i)) + "\n"
+                                               for i in range(10)))
+    papers, summary = read_library(tmp_path / "oa.jsonl")
+    assert summary["files"]["oa.jsonl"] == {"format": "openalex", "records": 10}
+    p0 = papers["10.1000/rf.0"]  # the DOI is the id when there is no PMID
+    assert p0.title == "On low-noise amplifier noise figure" and p0.year == 2000
+    assert p0.abstract == "We study low-noise" and p0.journal == "RF Journal"
+    assert p0.refs == ["10.1000/rf.1", "10.1000/rf.2", "10.1000/rf.3"]  # W99 is not ours
+    assert summary["citation_edges"] == 6
+
+    (tmp_path / "s2.jsonl").write_text("".join(json.dumps(semantic_scholar(i)) + "\n"
+                                               for i in range(10)))
+    s2, summary = read_library(tmp_path / "s2.jsonl")
+    assert summary["files"]["s2.jsonl"]["format"] == "semanticscholar"
+    assert s2["10.1000/rf.4"].refs == ["10.1000/rf.0"] and s2["10.1000/rf.0"].mesh == [
+        "Engineering"]
+
+    write_pubmed(tmp_path / "pm.xml")
+    pm, _ = read_library(tmp_path / "pm.xml")
+    assert pm["100"].refs == ["101", "102", "103"] and pm["100"].major == ["Receivers"]
+    assert pm["101"].year == 1991
+
+    write_bibtex(tmp_path / "lib.bib")
+    bib, summary = read_library(tmp_path / "lib.bib")
+    assert bib["10.1000/rf.0"].title == "On low-noise amplifier noise figure"  # braces gone
+    assert bib["10.1000/rf.0"].mesh == ["LNA", "noise figure"] and summary["citation_edges"] == 0
+
+    (tmp_path / "lib.ris").write_text(rispy.dumps([
+        {"type_of_reference": "JOUR", "title": f"On {TOPICS[i]}", "year": str(2000 + i),
+         "journal_name": "RF Journal", "doi": f"10.1000/rf.{i}", "keywords": ["LNA"]}
+        for i in range(3)]))
+    ris, _ = read_library(tmp_path / "lib.ris")
+    assert sorted(ris) == ["10.1000/rf.0", "10.1000/rf.1", "10.1000/rf.2"]
+    assert ris["10.1000/rf.2"].journal == "RF Journal"
+
+
+def test_a_folder_of_exports_merges_the_same_paper_by_doi(tmp_path):
+    write_bibtex(tmp_path / "mine.bib", n=3)
+    (tmp_path / "oa.jsonl").write_text("".join(json.dumps(openalex(i)) + "\n"
+                                               for i in range(10)))
+    papers, summary = read_library(tmp_path)
+    assert len(papers) == 10 and set(summary["files"]) == {"mine.bib", "oa.jsonl"}
+    p0 = papers["10.1000/rf.0"]
+    assert "LNA" in p0.mesh and "Receivers" in p0.mesh  # keywords of both exports
+    assert p0.refs == ["10.1000/rf.1", "10.1000/rf.2", "10.1000/rf.3"]
+
+
+def test_intents_come_from_the_library_citations_or_else_its_keywords(tmp_path):
+    (tmp_path / "oa.jsonl").write_text("".join(json.dumps(openalex(i)) + "\n"
+                                               for i in range(10)))
+    papers, intents = load_corpus(tmp_path / "oa.jsonl")
+    anchors = {i.anchor: i for i in intents}
+    assert "10.1000/rf.0" in anchors
+    rel = anchors["10.1000/rf.0"].relevance
+    assert {k for k, v in rel.items() if v == 3} == {"10.1000/rf.1", "10.1000/rf.2",
+                                                     "10.1000/rf.3", "10.1000/rf.4",
+                                                     "10.1000/rf.5"}
+    assert anchors["10.1000/rf.0"].query == "On low-noise amplifier noise figure"
+    write_bibtex(tmp_path / "lib.bib")
+    bib, _ = read_library(tmp_path / "lib.bib")
+    kw = anchors_for(bib)
+    assert kw and all(sum(v >= 2 for v in i.relevance.values()) >= 3 for i in kw)
+
+
+def test_without_citations_the_citation_workflows_are_not_offered(tmp_path):
+    write_bibtex(tmp_path / "lib.bib")
+    papers, intents = load_corpus(tmp_path / "lib.bib")
+    names = set(templates(intents[0], citations=False))
+    assert names == {"keyword", "semantic", "hybrid"}
+    wf = templates(intents[0], citations=False)["hybrid"]
+    accepted = [p for p in intents[0].relevance][:1]
+    assert not any(k.startswith("expand") for k in edits(wf, accepted, [], papers))
+
+
+@pytest.mark.parametrize("name, content, expect", [
+    ("bad.jsonl", '{"id": "https://openalex.org/W1", "title": "x"}\n{oops\n', "bad.jsonl:2"),
+    ("odd.jsonl", '{"name": "neither"}\n', "neither an OpenAlex work"),
+    ("bad.bib", "@article{k1, title={Fine}, year=2001}\n@article{k2, title={Broken\n",
+     "bad.bib:2"),
+    ("latin.ris", "TY  - JOUR\nTI  - caf\xe9\nER  - \n", "not UTF-8"),
+    ("broken.xml", "<PubmedArticleSet><PubmedArticle>", "PubMed/MEDLINE XML"),
+    ("notes.txt", "hello", "not a library file"),
+])
+def test_a_bad_library_file_is_refused_in_one_line_naming_it(tmp_path, name, content, expect):
+    path = tmp_path / name
+    path.write_bytes(content.encode("latin-1"))
+    with pytest.raises(DataError) as e:
+        read_library(path)
+    assert expect in str(e.value) and name in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_the_agent_evaluates_on_a_bibtex_library_with_citations_off(tmp_path):
+    """The pipeline end to end on the bundled embedder (no chat model: the rule conditions),
+    from a BibTeX file; the log says the citation operators are off."""
+    from workbench.config import load_config
+    from workbench.runs import RunContext, RunLayout, run_pipeline
+
+    write_bibtex(tmp_path / "lib.bib")
+    cfg = load_config(None, ["agent.pack=litsearch", f"agent.data={tmp_path / 'lib.bib'}",
+                             "agent.turns=2", "agent.conditions=[query_only,fixed,oracle]",
+                             f"output_dir={tmp_path / 'runs'}", "name=bib"])
+    lines = []
+    res = run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=lines.append))
+    assert any("has no citations" in line and "cite_backward" in line for line in lines)
+    out = tmp_path / "runs" / "bib" / "agent"
+    report = json.loads((out / "litsearch_report.json").read_text())
+    assert set(report["conditions"]) == {"query_only", "fixed", "oracle"}
+    assert report["citations"] is False and report["intents"] > 0
+    assert "no citations" in (out / "litsearch_report.md").read_text()
+    assert all("citations" not in c for v in report["conditions"].values()
+               for c in v["choices"])
+    assert res.pipeline == "agent"
+
+
+def test_the_bundled_model_searches_an_openalex_library(tmp_path, bundled_model, cli):
+    """Full tier: the agent on the bundled model over an OpenAlex export, citations on."""
+    (tmp_path / "oa.jsonl").write_text("".join(json.dumps(openalex(i)) + "\n"
+                                               for i in range(10)))
+    r = cli("agent", "run", "litsearch", "configs/litsearch_demo.yaml", "-i", "ls-000",
+            "-s", "agent.turns=2", "-s", f"agent.data={tmp_path / 'oa.jsonl'}",
+            "-s", f"output_dir={tmp_path / 'runs'}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("call submit_workflow") == 2 and "nDCG@10" in r.stdout

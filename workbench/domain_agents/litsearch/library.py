@@ -1,0 +1,324 @@
+"""A researcher's own library as the literature-search pack's corpus: BibTeX, RIS, PubMed XML,
+OpenAlex or Semantic Scholar JSONL, read into `Paper`s with their citations where the format
+has them, and evaluation intents made from it the way the shipped dev set was made.
+
+    agent.data: mylibrary.bib          # one file
+    agent.data: exports/               # or a folder of such files (merged; ids deduplicated)
+
+Ids: the PMID where the record has one, else the DOI (lower case), else the source's own id
+(OpenAlex W-id, Semantic Scholar paperId, BibTeX key, RIS ID). Keywords (BibTeX `keywords`, RIS
+KW, MeSH, OpenAlex keywords/concepts/topics, Semantic Scholar fields of study) fill the
+headings the filters and the relevance grades use. References count only when they point
+at a paper of the library. BibTeX and RIS exports carry no citations: a library without any
+runs with the citation operators off (the agent is told, nothing fails).
+
+Intents (`anchors_for`): papers with at least two in-library citation neighbours (or, in a
+library without citations, any paper with keywords) whose graded relevance has three papers
+of grade >= 2; grades as in `data.grades_for`: 3 cites or is cited by, 2 shares three
+references or half the keywords, 1 shares a major heading and two keywords.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from workbench.domain_agents.litsearch.pack import Intent, Paper
+from workbench.errors import DataError, WorkbenchError
+
+FORMATS = {".bib": "bibtex", ".bibtex": "bibtex", ".ris": "ris", ".xml": "pubmed",
+           ".jsonl": "jsonl", ".json": "jsonl", ".gz": "pubmed"}
+MAX_MB = 512  # one library file; larger exports should be split
+
+
+def library_files(folder: Path) -> list[Path]:
+    """The library files directly inside `folder` (regular files, not links)."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink()
+                  and _format(p) is not None)
+
+
+def _format(path: Path) -> str | None:
+    name = path.name.lower()
+    if name.endswith(".xml.gz"):
+        return "pubmed"
+    if name.endswith(".gz"):
+        return None
+    return FORMATS.get(path.suffix.lower())
+
+
+def read_library(path: str | Path) -> tuple[dict[str, Paper], dict[str, Any]]:
+    """(papers by id, a summary: format per file, records, skipped, citation edges)."""
+    path = Path(path)
+    if path.is_dir():
+        files = library_files(path)
+        if not files:
+            raise WorkbenchError(f"{path}: no library file (.bib, .ris, PubMed .xml/.xml.gz, "
+                                 "OpenAlex or Semantic Scholar .jsonl) and no papers.jsonl")
+    elif path.is_file():
+        if _format(path) is None:
+            raise DataError("not a library file (.bib, .ris, .xml, .xml.gz, .jsonl)",
+                            path=str(path), code="unsupported")
+        files = [path]
+    else:
+        raise DataError("not found", path=str(path), code="not_found")
+    records: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {"files": {}, "skipped_without_title": 0}
+    for f in files:
+        if f.stat().st_size > MAX_MB * 2**20:
+            raise DataError(f"{f.stat().st_size / 2**20:.0f} MB is over the {MAX_MB} MB "
+                            "limit for one library file: split the export", path=str(f),
+                            code="too_large")
+        fmt = _format(f)
+        got = {"bibtex": _bibtex, "ris": _ris, "pubmed": _pubmed, "jsonl": _jsonl}[fmt](f)
+        summary["files"][f.name] = {"format": got[1], "records": len(got[0])}
+        records += got[0]
+    papers = _resolve(records, summary)
+    summary["papers"] = len(papers)
+    summary["citation_edges"] = sum(len(p.refs) for p in papers.values())
+    if not papers:
+        raise WorkbenchError(f"{path}: no paper with a title in {', '.join(summary['files'])}")
+    return papers, summary
+
+
+# --- one record shape for every format --------------------------------------------------------
+# {"ids": [preferred id first, other ids...], "title", "abstract", "year", "journal",
+#  "keywords", "major", "refs": [ids as the source names them], "cited_by": [ids]}
+
+def _clean(s: Any) -> str:
+    return " ".join(str(s or "").replace("{", "").replace("}", "").split())
+
+
+def _doi(s: Any) -> str | None:
+    s = str(s or "").strip().lower()
+    s = re.sub(r"^(https?://(dx\.)?doi\.org/|doi:)", "", s)
+    return s or None
+
+
+def _year(s: Any) -> int | None:
+    m = re.search(r"\d{4}", str(s or ""))
+    return int(m.group()) if m else None
+
+
+def _split_keywords(s: Any) -> list[str]:
+    if isinstance(s, list):
+        return [_clean(k) for k in s if _clean(k)]
+    return [k.strip() for k in re.split(r"[;,]", _clean(s)) if k.strip()]
+
+
+def _bibtex(path: Path) -> tuple[list[dict], str]:
+    import bibtexparser
+    from bibtexparser.middlewares import LatexDecodingMiddleware
+
+    text = _text(path)
+    lib = bibtexparser.parse_string(text, append_middleware=[LatexDecodingMiddleware()])
+    if lib.failed_blocks:
+        b = lib.failed_blocks[0]
+        raise DataError(f"BibTeX entry not parsed ({type(b).__name__}: "
+                        f"{_clean(b.raw)[:80]})", path=str(path), line=b.start_line + 1,
+                        code="bad_record")
+    out = []
+    for e in lib.entries:
+        f = {k.lower(): v.value for k, v in e.fields_dict.items()}
+        ids = [x for x in (str(f.get("pmid", "")).strip() or None, _doi(f.get("doi")),
+                           e.key) if x]
+        out.append({"ids": ids, "title": _clean(f.get("title")),
+                    "abstract": _clean(f.get("abstract")), "year": _year(f.get("year")),
+                    "journal": _clean(f.get("journal") or f.get("booktitle")),
+                    "keywords": _split_keywords(f.get("keywords")), "major": [], "refs": []})
+    return out, "bibtex"
+
+
+def _ris(path: Path) -> tuple[list[dict], str]:
+    import rispy
+
+    try:
+        entries = rispy.loads(_text(path))
+    except Exception as e:  # noqa: BLE001  rispy raises plain IOError/ValueError with the line
+        raise DataError(f"RIS not parsed ({e})", path=str(path), code="bad_record") from None
+    out = []
+    for r in entries:
+        pmid = next((str(r[k]).strip() for k in ("pubmed_id",) if r.get(k)), None)
+        ids = [x for x in (pmid, _doi(r.get("doi")), str(r.get("id") or "").strip() or None)
+               if x]
+        out.append({"ids": ids, "title": _clean(r.get("title") or r.get("primary_title")),
+                    "abstract": _clean(r.get("abstract")),
+                    "year": _year(r.get("year") or r.get("publication_year")),
+                    "journal": _clean(r.get("journal_name") or r.get("secondary_title")
+                                      or r.get("alternate_title1")),
+                    "keywords": _split_keywords(r.get("keywords") or []), "major": [],
+                    "refs": []})
+    return out, "ris"
+
+
+def _pubmed(path: Path) -> tuple[list[dict], str]:
+    from workbench.domain_agents.litsearch.data import parse_medline
+
+    out = []
+    for p in parse_medline(path):
+        out.append({"ids": [p["pmid"]], "title": p["title"], "abstract": p["abstract"],
+                    "year": p["year"], "journal": p["journal"], "keywords": p["mesh"],
+                    "major": p["major"], "refs": p["refs"]})
+    return out, "pubmed"
+
+
+def _jsonl(path: Path) -> tuple[list[dict], str]:
+    out, kinds = [], set()
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"not JSON ({e.msg})", path=str(path), line=n,
+                                code="bad_record") from None
+            if not isinstance(r, dict):
+                raise DataError("a record must be a JSON object", path=str(path), line=n,
+                                code="bad_record")
+            if "paperId" in r or "corpusid" in r or "externalIds" in r:
+                out.append(_s2(r))
+                kinds.add("semanticscholar")
+            elif "referenced_works" in r or str(r.get("id", "")).startswith(
+                    "https://openalex.org/") or "display_name" in r:
+                out.append(_openalex(r))
+                kinds.add("openalex")
+            else:
+                raise DataError("neither an OpenAlex work (id, referenced_works) nor a "
+                                "Semantic Scholar paper (paperId)", path=str(path), line=n,
+                                code="bad_record")
+    return out, "+".join(sorted(kinds)) or "jsonl"
+
+
+def _openalex_id(s: Any) -> str | None:
+    s = str(s or "").rstrip("/")
+    return s.rsplit("/", 1)[-1] or None
+
+
+def _openalex(r: dict) -> dict:
+    ids = r.get("ids") or {}
+    pmid = _openalex_id(ids.get("pmid")) if ids.get("pmid") else None
+    inv = r.get("abstract_inverted_index") or {}
+    words = sorted((pos, w) for w, places in inv.items() for pos in places)
+    source = ((r.get("primary_location") or {}).get("source") or {})
+    keywords = [k.get("display_name") for key in ("keywords", "concepts", "topics")
+                for k in (r.get(key) or []) if isinstance(k, dict) and k.get("display_name")]
+    return {"ids": [x for x in (pmid, _doi(r.get("doi")), _openalex_id(r.get("id"))) if x],
+            "title": _clean(r.get("title") or r.get("display_name")),
+            "abstract": " ".join(w for _, w in words), "year": r.get("publication_year"),
+            "journal": _clean(source.get("display_name")),
+            "keywords": list(dict.fromkeys(_clean(k) for k in keywords)), "major": [],
+            "refs": [x for x in map(_openalex_id, r.get("referenced_works") or []) if x]}
+
+
+def _s2(r: dict) -> dict:
+    ext = {k.lower(): v for k, v in (r.get("externalIds") or {}).items()}
+    own = str(r.get("paperId") or r.get("corpusid") or "").strip() or None
+    fields = [f if isinstance(f, str) else f.get("category") for f in
+              (r.get("fieldsOfStudy") or []) + (r.get("s2FieldsOfStudy") or [])]
+
+    def ids_of(items):
+        out = []
+        for x in items or []:
+            x = x.get("paperId") or x.get("corpusId") if isinstance(x, dict) else x
+            if x:
+                out.append(str(x))
+        return out
+
+    return {"ids": [x for x in (str(ext.get("pubmed") or "").strip() or None,
+                                _doi(ext.get("doi")), own) if x],
+            "title": _clean(r.get("title")), "abstract": _clean(r.get("abstract")),
+            "year": r.get("year"), "journal": _clean(r.get("venue")),
+            "keywords": list(dict.fromkeys(_clean(f) for f in fields if f)), "major": [],
+            "refs": ids_of(r.get("references")), "cited_by": ids_of(r.get("citations"))}
+
+
+def _text(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"not UTF-8 (byte {e.start})", path=str(path),
+                        code="bad_encoding") from None
+
+
+def _resolve(records: list[dict], summary: dict) -> dict[str, Paper]:
+    """Papers keyed by their preferred id; references mapped through every id a paper has
+    and kept only inside the library; a paper seen twice (two exports) is merged."""
+    alias: dict[str, str] = {}
+    merged: dict[str, dict] = {}
+    for r in records:
+        if not r["title"] or not r["ids"]:
+            summary["skipped_without_title"] += 1
+            continue
+        key = next((alias[i.lower()] for i in r["ids"] if i.lower() in alias), r["ids"][0])
+        for i in r["ids"]:
+            alias.setdefault(i.lower(), key)
+        if key in merged:
+            m = merged[key]
+            for f in ("abstract", "journal", "year"):
+                m[f] = m[f] or r[f]
+            for f in ("keywords", "major", "refs", "cited_by"):
+                m[f] = list(dict.fromkeys([*m.get(f, []), *r.get(f, [])]))
+        else:
+            merged[key] = {**r, "cited_by": list(r.get("cited_by", []))}
+    refs: dict[str, set[str]] = defaultdict(set)
+    for key, r in merged.items():
+        for x in r["refs"]:
+            if (t := alias.get(str(x).lower())) and t != key:
+                refs[key].add(t)
+        for x in r["cited_by"]:  # Semantic Scholar's citations: the other paper cites this
+            if (t := alias.get(str(x).lower())) and t != key:
+                refs[t].add(key)
+    return {key: Paper(pmid=key, title=r["title"], abstract=r["abstract"],
+                       year=r["year"] if isinstance(r["year"], int) else _year(r["year"]),
+                       journal=r["journal"], mesh=r["keywords"], major=r["major"],
+                       refs=sorted(refs[key])) for key, r in merged.items()}
+
+
+# --- intents ----------------------------------------------------------------------------------
+
+def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int = 25,
+                seed: int = 7) -> list[Intent]:
+    """Evaluation intents from the library itself (see the module's docstring)."""
+    from workbench.domain_agents.litsearch.data import grades_for
+
+    allp = {k: p.model_dump() for k, p in papers.items()}
+    cites: dict[str, set[str]] = defaultdict(set)
+    cited_by: dict[str, set[str]] = defaultdict(set)
+    ref_index: dict[str, set[str]] = defaultdict(set)
+    for p in papers.values():
+        for r in p.refs:
+            ref_index[r].add(p.pmid)
+            cites[p.pmid].add(r)
+            cited_by[r].add(p.pmid)
+    with_citations = any(p.refs for p in papers.values())
+    cands = sorted(k for k, p in papers.items()
+                   if (len(cites[k] | cited_by[k]) >= 2 if with_citations else bool(p.mesh)))
+    random.Random(seed).shuffle(cands)
+    out: list[Intent] = []
+    for pid in cands:
+        g = grades_for(allp[pid], allp, cites, cited_by, ref_index)
+        if sum(v >= 2 for v in g.values()) < 3:
+            continue
+        ones = sorted((k for k, v in g.items() if v == 1),
+                      key=lambda k: (-len(set(allp[k]["mesh"]) & set(allp[pid]["mesh"])), k))
+        keep1 = set(ones[:max_grade1])
+        g = {k: v for k, v in sorted(g.items()) if v >= 2 or k in keep1}
+        i = len(out)
+        p = papers[pid]
+        out.append(Intent(id=f"ls-{i:03d}", anchor=pid, query=p.title,
+                          intent=(p.major or p.mesh)[:3], relevance=g,
+                          part="train" if i % 3 == 0 else "dev"))
+        if len(out) == anchors:
+            break
+    return out
+
+
+def load_library(path: str | Path) -> tuple[dict[str, Paper], list[Intent]]:
+    papers, _ = read_library(path)
+    return papers, anchors_for(papers)
+
