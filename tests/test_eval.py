@@ -62,49 +62,23 @@ def test_missing_lm_eval_fails_in_ci_and_skips_elsewhere(monkeypatch):
         require_lm_eval()
 
 
-TASKS = {"wb_letter": """task: wb_letter
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "Question: {{{{question}}}}\\nA. {{{{options[0]}}}}\\nB. {{{{options[1]}}}}\\nC. {{{{options[2]}}}}\\nD. {{{{options[3]}}}}\\nAnswer:"
-doc_to_choice: ["A", "B", "C", "D"]
-doc_to_target: "{{{{['A','B','C','D'].index(answer)}}}}"
-metric_list:
-  - metric: acc
-""", "wb_cloze": """task: wb_cloze
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
-doc_to_choice: options
-doc_to_target: "{{{{['A','B','C','D'].index(answer)}}}}"
-metric_list:
-  - metric: acc
-  - metric: acc_norm
-"""}
+TASKS = ("wb_letter", "wb_cloze")  # written by `workbench eval export-lm-eval`
 
 
 def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path):
-    """Both OLMES formulations, raw prompts: our letter, cloze (acc) and cloze_norm (acc_norm)
-    predictions are lm-eval's, and the option log-likelihoods agree."""
+    """Both OLMES formulations, raw prompts, through the task folder `workbench eval
+    export-lm-eval` writes: our letter, cloze (acc) and cloze_norm (acc_norm) predictions are
+    lm-eval's to the item, the option log-likelihoods agree, and so do the accuracies."""
     lm_eval = require_lm_eval()
     from lm_eval.tasks import TaskManager
 
     from workbench.models.local import _gguf_cache_dir
 
-    data = tmp_path / "items.jsonl"
+    from workbench.evaluate.lm_eval_export import export_lm_eval
+
     its = items(60)
-    data.write_text("".join(json.dumps(it.to_json()) + "\n" for it in its))
     task_dir = tmp_path / "tasks"
-    task_dir.mkdir()
-    for name, text in TASKS.items():
-        (task_dir / f"{name}.yaml").write_text(text.format(data=data))
+    export_lm_eval(its, task_dir, "wb")  # the export is what lm-eval runs
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     folder = _gguf_cache_dir(bundled_model.source)
     out = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={folder},dtype=float32",
@@ -133,6 +107,8 @@ def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path):
         assert r.extra["logprobs"]["cloze"] == pytest.approx(lls["wb_cloze"][i], abs=2e-3)
     acc = out["results"]["wb_cloze"]
     s = summarize(rows)
+    assert s.formulations["letter"].accuracy.value == pytest.approx(
+        out["results"]["wb_letter"]["acc,none"])
     assert s.formulations["cloze"].accuracy.value == pytest.approx(acc["acc,none"])
     assert s.formulations["cloze_norm"].accuracy.value == pytest.approx(acc["acc_norm,none"])
 
@@ -250,3 +226,41 @@ def test_eval_train_preview_and_merge_commands(tiny_model, tmp_path, cli):
     r = run_cli("train", "merge", str(tmp_path / "t" / "adapter"), "-o", str(tmp_path / "m"),
                 "--base", tiny_model)
     assert r.returncode == 0 and "max |logit diff|" in r.stdout
+
+
+def test_export_lm_eval_writes_a_task_folder_lm_eval_loads_as_it_is(tmp_path, cli,
+                                                                    monkeypatch):
+    """The exported folder, moved elsewhere, loads through lm-eval's own TaskManager: the
+    documents, prompts, choices and targets are those `workbench eval` scores (raw)."""
+    require_lm_eval()
+    from lm_eval.tasks import TaskManager
+
+    from workbench.evaluate.mc import cloze_request, letter_request
+
+    its = items(6) + [MCItem(id="multi", question="Which two?", options=["a", "b", "c"],
+                             answer="AB")]
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("".join(json.dumps(it.to_json()) + "\n" for it in its))
+    r = cli("eval", "export-lm-eval", str(bench), "-o", str(tmp_path / "made"),
+            "--name", "RF demo")
+    assert r.returncode == 0, r.stderr
+    assert "6 items" in r.stdout and "1 items with more than one answer" in r.stdout
+    assert "--tasks rf_demo" in r.stdout
+    moved = tmp_path / "elsewhere"
+    (tmp_path / "made").rename(moved)  # the loader finds its data next to itself
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    loaded = TaskManager(include_path=str(moved)).load(["rf_demo"])
+    assert loaded["group_map"]["rf_demo"] == ["rf_demo_letter", "rf_demo_cloze"]
+    flat = loaded["tasks"]
+    letter, cloze = flat["rf_demo_letter"], flat["rf_demo_cloze"]
+    docs = list(letter.test_docs())
+    assert len(docs) == 6
+    for doc, it in zip(docs, its, strict=False):
+        want = letter_request(it, None, "raw")
+        assert letter.doc_to_text(doc) == want.prompt
+        assert [" " + c for c in letter.doc_to_choice(doc)] == list(want.continuations)
+        assert letter.doc_to_target(doc) == "ABCD".index(it.answer)
+        wc = cloze_request(it, None, "raw")
+        assert cloze.doc_to_text(doc) == wc.prompt
+        assert [" " + c for c in cloze.doc_to_choice(doc)] == list(wc.continuations)

@@ -240,7 +240,14 @@ def test_agent_on_the_bundled_model_end_to_end(tmp_path, bundled_model, cli):
     rows = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["final"]["label"] in ("SUPPORTED", "REFUTED")
                                   for r in rows)
-    r = cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "not a claim",
+    r = cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "A dog is an animal that "
+            "people keep.", "-s", f"output_dir={tmp_path}", "--out", str(tmp_path / "s.jsonl"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "read as: a sentence verified as a whole" in r.stdout
+    row = json.loads((tmp_path / "s.jsonl").read_text())
+    assert row["metadata"]["form"] == "sentence" and row["final"]["label"] in (
+        "SUPPORTED", "REFUTED")
+    r = cli("agent", "run", "kgv", "configs/kgv_demo.yaml", "-i", "kgv-99999",
             "-s", f"output_dir={tmp_path / 'bad'}")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "subject | predicate | object" in r.stderr + r.stdout
@@ -409,5 +416,8 @@ def test_natural_language_claims_in_the_packs_wordings(agent):
         "dosage", "topic_domain", "medicine")
     c = parse_input("A wheel is a part of a car.", {}, agent)
     assert (c.subject.label, c.predicate, c.object.label) == ("A wheel", "part_of", "a car")
+    free = parse_input("Dogs bark loudly at night.", {}, agent)  # no wording: a whole sentence
+    assert free.form == "sentence" and free.text == "Dogs bark loudly at night."
+    assert agent.queries(free) == ["Dogs bark loudly at night.", "Dogs bark loudly night"]
     with pytest.raises(WorkbenchError, match="Oak is a kind of tree"):
-        parse_input("Dogs bark loudly.", {}, agent)
+        parse_input("kgv-99999", {}, agent)

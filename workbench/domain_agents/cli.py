@@ -23,6 +23,13 @@ def _cfg(pack: str, config, set_):
 
 def _show(t) -> str:
     lines = [f"## {t.task_id}: {t.messages[1].content}"]
+    form = t.metadata.get("form")
+    if form:  # how a KGV claim was read
+        lines.append("  read as: " + {"triple": "a triple", "wording": "a sentence in one of "
+                                      "the wordings, checked as its triple",
+                                      "sentence": "a sentence verified as a whole (search "
+                                      "on the sentence, verdict citing the entries read)"}
+                     .get(form, form))
     for s in t.steps:
         if s.kind == "tool_call":
             lines.append(f"  {s.turn}. call {s.tool}({s.arguments})"

@@ -12,6 +12,7 @@ PIPELINE = Pipeline(
          "and paired significance tests.",
     config="workbench.evaluate.config:EvalConfig",
     run="workbench.evaluate.spec:run",
+    cli="workbench.evaluate.cli:register",
     stages=(Stage("eval", help="per-item results, summary with intervals, plot", outputs=(
         Artifact("results", "results.jsonl", "EvalResult"),
         Artifact("summary", "summary.json", "EvalSummary"),

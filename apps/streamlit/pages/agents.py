@@ -14,7 +14,7 @@ st.caption("One agent loop for every domain: knowledge-graph fact verification (
            "search as workflow induction over PubMed records (litsearch). Run one input and "
            "watch the steps, or evaluate the agent against its baselines.")
 ws = workspace()
-PACKS = {"kgv": ("datasets/kgv", "kgv-0002 or 'oak | hypernym | tree'"),
+PACKS = {"kgv": ("datasets/kgv", "kgv-0002, 'oak | hypernym | tree' or a sentence"),
          "rf": ("datasets/rf_design", "rfd-000 or a design question"),
          "litsearch": ("datasets/litsearch", "an intent id such as ls-001")}
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from workbench.agents.export import sft_examples
@@ -30,16 +32,55 @@ BASELINES = ("closed_book", "rag", "agent")
 CONDITIONS = (*BASELINES, "agent_sft")
 
 
-def load_data(folder: str | Path) -> tuple[list[KGClaim], list[Any]]:
+def load_data(folder: str | Path, pack: str = "kgv") -> tuple[list[KGClaim], list[Any]]:
+    """(claims, evidence entries) of a KGV data folder: claims.jsonl + documents.jsonl in the
+    pack's schema, or a graph with claims and documents as they come (`graph.py`)."""
+    claims, docs, _ = load_kg(folder, pack)
+    return claims, docs
+
+
+def load_kg(folder: str | Path, pack: str = "kgv"
+            ) -> tuple[list[KGClaim], list[Any], dict[str, Any]]:
+    """(claims, evidence entries, wordings of the graph's own predicates)."""
+    from workbench.corpus import ingest
+    from workbench.domain_agents.kgv import graph as G
+    from workbench.domain_agents.kgv.pack import settings
+    from workbench.domains import load_pack
     from workbench.records import Section
 
     folder = Path(folder)
-    for name in ("claims.jsonl", "documents.jsonl"):
-        if not (folder / name).is_file():
-            raise WorkbenchError(f"{folder}: no {name} (agent.data must be a KGV data folder; "
-                                 "build one with python -m workbench.domain_agents.kgv.data)")
-    return load_claims(folder / "claims.jsonl"), read_jsonl(folder / "documents.jsonl",
-                                                            Section.model_validate)
+    if not folder.is_dir():
+        raise WorkbenchError(f"{folder}: not a folder (agent.data for kgv: a folder with "
+                             "claims and a graph or documents)")
+    gfile = G.graph_file(folder)
+    if gfile is None and (folder / "claims.jsonl").is_file() and \
+            (folder / "documents.jsonl").is_file():  # the pack's own shape
+        return load_claims(folder / "claims.jsonl"), read_jsonl(
+            folder / "documents.jsonl", Section.model_validate), {}
+    cfile = next((folder / n for n in ("claims.tsv", "claims.txt", "claims.jsonl")
+                  if (folder / n).is_file()), None)
+    if cfile is None:
+        raise WorkbenchError(f"{folder}: no claims.tsv, claims.txt or claims.jsonl (agent.data "
+                             "for kgv: claims, and a graph (.nt, .ttl, .tsv) or documents)")
+    graph = G.read_graph(gfile) if gfile else None
+    pack_words = settings(load_pack(pack)).predicates
+    extra = G.graph_wordings(graph, pack_words) if graph else {}
+    words = SimpleNamespace(settings=SimpleNamespace(predicates={**extra, **pack_words}))
+    claims = G.read_claims(cfile, graph, lambda text: read_claim(text, words))
+    if (folder / "documents.jsonl").is_file():
+        docs = read_jsonl(folder / "documents.jsonl", Section.model_validate)
+    elif (folder / "documents").is_dir():
+        rep = ingest(folder / "documents")
+        docs = rep.sections
+        if not docs:
+            raise WorkbenchError(f"{folder / 'documents'}: no readable document "
+                                 f"({rep.summary()})")
+    elif graph is not None:
+        docs = G.entity_documents(graph, {**extra, **pack_words})
+    else:
+        raise WorkbenchError(f"{folder}: no evidence: add a graph (.nt, .ttl, .tsv), a "
+                             "documents/ folder or documents.jsonl")
+    return claims, docs, extra
 
 
 def select(claims: list[KGClaim], part: str, limit: int | None, seed: int) -> list[KGClaim]:
@@ -65,10 +106,10 @@ def make_agent(cfg, folder: Path, log=print) -> KgvAgent:
     from workbench.domains import load_pack
 
     ac = cfg.agent
-    _, docs = load_data(ac.data)
+    _, docs, extra = load_kg(ac.data, ac.pack)
     searcher = services.searcher()(docs, folder / "index", ac.retriever, log=log)
     return KgvAgent(load_pack(ac.pack), searcher, k=ac.search_k,
-                    entry_ids={d.id for d in docs})
+                    entry_ids={d.id for d in docs}, wordings=extra)
 
 
 def make_setup(agent: KgvAgent, ac, condition: str, *, policy: str | None = None,
@@ -171,10 +212,10 @@ def _open(cfg, spec_model=None, adapter: Path | None = None):
 
 
 def evaluate(cfg, ctx):
+    from workbench.corpus import corpus_hash
+    from workbench.domain_agents.api import conditions
     from workbench.registry import PipelineResult
     from workbench.runs import file_hash
-
-    from workbench.domain_agents.api import conditions
 
     ac = cfg.agent
     wanted = conditions(ac, CONDITIONS)
@@ -184,15 +225,19 @@ def evaluate(cfg, ctx):
 
         shutil.rmtree(out / "trajectories", ignore_errors=True)
     (out / "trajectories").mkdir(parents=True, exist_ok=True)
-    claims, _ = load_data(ac.data)
+    claims, _ = load_data(ac.data, ac.pack)
+    unlabelled = [c.id for c in claims if c.label is None]
+    if unlabelled:
+        raise WorkbenchError(f"{ac.data}: {len(unlabelled)} claims have no label (first: "
+                             f"{unlabelled[0]}); evaluation needs SUPPORTED or REFUTED for "
+                             "each (`agent run kgv` verifies unlabelled ones)")
     dev = select(claims, "dev", ac.dev_limit, cfg.seed)
     train = select(claims, "train", ac.train_limit, cfg.seed)
     if not dev:
-        raise WorkbenchError(f"{ac.data}/claims.jsonl: no claims with part 'dev' to evaluate")
+        raise WorkbenchError(f"{ac.data}: no claims with part 'dev' to evaluate")
     agent = make_agent(cfg, out, log=ctx.log)
     pack_key = (agent.pack.prompt_version, agent.pack.agent.model_dump(mode="json"))
-    data_key = (file_hash(Path(ac.data) / "claims.jsonl"),
-                file_hash(Path(ac.data) / "documents.jsonl"), ac.retriever, ac.search_k)
+    data_key = (corpus_hash(ac.data), ac.retriever, ac.search_k)
     model_key = cfg.models.chat.model_dump(mode="json")
     stages = ctx.stages("agent")
     results: dict[str, list[AgentTrajectory]] = {}
@@ -295,8 +340,6 @@ def evaluate(cfg, ctx):
 def read_claim(text: str, agent: KgvAgent) -> tuple[str, str, str] | None:
     """(subject, predicate, object) of a sentence written in one of the pack's wordings
     ("Oak is a kind of tree."), or None."""
-    import re
-
     sentence = text.strip().rstrip(".").strip()
     for pred, w in agent.settings.predicates.items():
         for tpl in (w.verbal, *w.paraphrases):
@@ -310,37 +353,42 @@ def read_claim(text: str, agent: KgvAgent) -> tuple[str, str, str] | None:
 
 def parse_input(text: str, claims: dict[str, KGClaim], agent: KgvAgent | None = None
                 ) -> KGClaim:
-    """A claim id from the data, `subject | predicate | object`, or a sentence in one of the
-    pack's wordings ("Oak is a kind of tree.")."""
+    """A claim id from the data, `subject | predicate | object`, a sentence in one of the
+    pack's wordings ("Oak is a kind of tree.", read as its triple), or any other sentence
+    (verified as a whole)."""
     if text in claims:
         return claims[text]
     parts = [p.strip() for p in text.split("|")]
+    form = "triple"
     if len(parts) != 3 and agent is not None and (triple := read_claim(text, agent)):
-        parts = list(triple)
-    if len(parts) != 3 or not all(parts):
+        parts, form = list(triple), "wording"
+    if len(parts) == 3 and all(parts):
+        return KGClaim.model_validate({"id": "input-" + "-".join(parts)[:40],
+                                       "subject": {"id": "s", "label": parts[0]},
+                                       "predicate": parts[1],
+                                       "object": {"id": "o", "label": parts[2]},
+                                       "form": form, **({"text": text} if form == "wording"
+                                                        else {})})
+    if len(text.split()) < 3 or "|" in text:
         raise WorkbenchError(f"{text!r}: give a claim id (e.g. kgv-0002), 'subject | "
-                             "predicate | object', or a sentence such as 'Oak is a kind of "
-                             "tree.' (the wordings are in the kgv pack's agent.settings)")
-    return KGClaim.model_validate({"id": "input-" + "-".join(parts)[:40],
-                                   "subject": {"id": "s", "label": parts[0]},
-                                   "predicate": parts[1],
-                                   "object": {"id": "o", "label": parts[2]},
-                                   "label": "SUPPORTED"})
+                             "predicate | object', or a sentence of three words or more "
+                             "('Oak is a kind of tree.')")
+    slug = "-".join(re.findall(r"[a-z0-9]+", text.lower()))[:40]
+    return KGClaim.model_validate({"id": f"input-{slug}", "text": text.strip(),
+                                   "form": "sentence"})
 
 
 def run_inputs(cfg, inputs: list[str], log=print) -> list[AgentTrajectory]:
     """Run the agent on a few claims (ids or triples) and return the trajectories."""
-    from workbench.runs import RunLayout
-
-    from types import SimpleNamespace
-
     from workbench.domain_agents.kgv.pack import settings
     from workbench.domains import load_pack
+    from workbench.runs import RunLayout
 
-    claims, _ = load_data(cfg.agent.data)
+    claims, _, extra = load_kg(cfg.agent.data, cfg.agent.pack)
     by_id = {c.id: c for c in claims}
     # every input is read before the index is built: a bad one writes nothing
-    wordings = SimpleNamespace(settings=settings(load_pack(cfg.agent.pack)))
+    pack_words = settings(load_pack(cfg.agent.pack)).predicates
+    wordings = SimpleNamespace(settings=SimpleNamespace(predicates={**extra, **pack_words}))
     todo = [parse_input(x, by_id, wordings) for x in inputs]  # type: ignore[arg-type]
     folder = RunLayout.of(cfg).folder("agent")
     agent = make_agent(cfg, folder, log=log)

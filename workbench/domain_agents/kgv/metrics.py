@@ -85,10 +85,21 @@ def summarise(trajs: Sequence[AgentTrajectory]) -> dict[str, Any]:
     return out
 
 
+FORMS = ("triple", "wording", "sentence")
+
+
 def by_split(trajs: Sequence[AgentTrajectory]) -> dict[str, Any]:
+    """All claims, then by split (seen/long-tail predicates) and, when claims came in more
+    than one form, by how each was read (triple, worded sentence, sentence as a whole)."""
     out = {"all": summarise(trajs)}
     for split in ("seen", "longtail"):
         sel = [t for t in trajs if t.metadata["claim"]["split"] == split]
         if sel:
             out[split] = summarise(sel)
+    forms = {t.metadata["claim"].get("form", "triple") for t in trajs}
+    if forms != {"triple"}:
+        for form in FORMS:
+            sel = [t for t in trajs if t.metadata["claim"].get("form", "triple") == form]
+            if sel:
+                out[form] = summarise(sel)
     return out

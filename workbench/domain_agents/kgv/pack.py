@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from workbench.agents.loop import AgentState, AgentTask
 from workbench.agents.tools import Tool, Toolbox, ToolError
@@ -38,16 +38,32 @@ class Entity(BaseModel):
 
 
 class KGClaim(Record):
-    """One triple to verify, with its gold verdict and where the deciding fact is stated."""
+    """One claim to verify, with its gold verdict (None: unknown) and where the deciding fact
+    is stated. A triple, or a free sentence (`text`). `form` says how it was read: given as a
+    triple, a sentence in one of the wordings (read as its triple), or a sentence verified as
+    a whole."""
 
     id: StrictStr
-    subject: Entity
-    predicate: StrictStr
-    object: Entity
-    label: Literal["SUPPORTED", "REFUTED"]
+    subject: Entity | None = None
+    predicate: StrictStr | None = None
+    object: Entity | None = None
+    text: StrictStr | None = None
+    form: Literal["triple", "wording", "sentence"] = "triple"
+    label: Literal["SUPPORTED", "REFUTED"] | None = None
     split: Literal["seen", "longtail"] = "seen"
     part: Literal["train", "dev"] = "dev"
     evidence: list[StrictStr] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _triple_or_sentence(self) -> KGClaim:
+        triple = (self.subject, self.predicate, self.object)
+        if self.form == "sentence":
+            if not (self.text or "").strip():
+                raise ValueError("a sentence claim needs its text")
+        elif any(x is None for x in triple):
+            raise ValueError("a claim needs subject, predicate and object, or a text with "
+                             "form 'sentence'")
+        return self
 
 
 class Wording(BaseModel):
@@ -83,6 +99,14 @@ def verbalise(claim: KGClaim, wording: Wording, s: str | None = None, o: str | N
     return text[0].upper() + text[1:] + "."
 
 
+_STOP = frozenset("a an the of to in on at by for with and or is are was were be been it its "
+                  "this that these those as from not no".split())
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP and len(w) > 1}
+
+
 def _mentions(text: str, names: list[str]) -> bool:
     low = text.lower()
     return any(re.search(r"(?<![a-z])" + re.escape(n.lower()) + r"(?![a-z])", low)
@@ -95,10 +119,12 @@ class KgvAgent:
 
     def __init__(self, pack: DomainPack, searcher: Callable[..., list[list[Any]]], *,
                  k: int = 3, snippet_chars: int = 260, proposals: int = 2,
-                 entry_ids: set[str] | None = None):
+                 entry_ids: set[str] | None = None, wordings: dict[str, Wording] | None = None):
         self.pack, self.searcher, self.k = pack, searcher, k
         self.entry_ids = entry_ids  # evidence must cite these (None: not checked)
         self.settings = settings(pack)
+        # the pack's wordings, then those of a graph's own predicates ("{s} <label> {o}")
+        self.wordings = {**(wordings or {}), **self.settings.predicates}
         self.snippet_chars, self.proposals = snippet_chars, proposals
         self.searches = 0
 
@@ -137,19 +163,33 @@ class KgvAgent:
     # --- tasks ------------------------------------------------------------------------------
 
     def wording(self, claim: KGClaim) -> Wording:
-        if claim.predicate not in self.settings.predicates:
+        if claim.predicate not in self.wordings:
             raise ConfigError([(f"agent.settings.predicates: no wording for predicate "
                                 f"{claim.predicate!r} (claim {claim.id})")],
                               source=f"domain pack {self.pack.name}")
-        return self.settings.predicates[claim.predicate]
+        return self.wordings[claim.predicate]
+
+    def statement(self, claim: KGClaim) -> str:
+        """The claim as the model reads it: the sentence as given, or the triple said."""
+        if claim.form == "sentence":
+            text = " ".join(claim.text.split())
+            return text if text.endswith((".", "?", "!")) else text + "."
+        return verbalise(claim, self.wording(claim))
 
     def task(self, claim: KGClaim) -> AgentTask:
-        text = verbalise(claim, self.wording(claim))
+        text = self.statement(claim)
         return AgentTask(id=claim.id, prompt=self.settings.claim_prompt.format(claim=text),
-                         metadata={"claim": claim.model_dump(mode="json"), "verbal": text})
+                         metadata={"claim": claim.model_dump(mode="json"), "verbal": text,
+                                   "form": claim.form})
 
     def queries(self, claim: KGClaim) -> list[str]:
-        """The rewrites in the order they are offered."""
+        """The rewrites in the order they are offered. A sentence claim: the sentence, then
+        its content words alone."""
+        if claim.form == "sentence":
+            words = [w for w in re.findall(r"[\w'-]+", claim.text)
+                     if w.lower() not in _STOP]
+            out = [self.statement(claim), " ".join(words)]
+            return list(dict.fromkeys(q for q in out if q.strip()))
         w = self.wording(claim)
         out = [verbalise(claim, w), claim.subject.label]
         out += [verbalise(claim, w, s=a) for a in claim.subject.aliases[:2]]
@@ -168,8 +208,18 @@ class KgvAgent:
         return KGClaim.model_validate(state.task.metadata["claim"])
 
     def evidence(self, state: AgentState, claim: KGClaim) -> list[str]:
-        """Entries seen so far that name the subject (or else the object), best first."""
+        """Entries seen so far that name the subject (or else the object), best first; for a
+        sentence claim, those sharing the most content words with it (at least two)."""
         found: list[str] = []
+        if claim.form == "sentence":
+            want = content_words(claim.text)
+            scored: dict[str, int] = {}
+            for _, _, value in state.observations:
+                for h in value.data["hits"]:
+                    shared = len(want & content_words(h["text"]))
+                    if shared >= min(2, len(want)):
+                        scored[h["id"]] = max(scored.get(h["id"], 0), shared)
+            return sorted(scored, key=lambda k: -scored[k])[:2]
         for names in (claim.subject.names, claim.object.names):
             for _, _, value in state.observations:
                 for h in value.data["hits"]:
@@ -203,12 +253,15 @@ class KgvAgent:
     def propose_closed_book(self, state: AgentState, allowed: list[str]) -> list[ToolCall]:
         return self.answers(state, self.claim_of(state))
 
-    @staticmethod
-    def parse_final(text: str) -> dict[str, Any] | None:
-        """A verdict written as text (free policy): exactly one of the labels."""
+    def parse_final(self, text: str) -> dict[str, Any] | None:
+        """A verdict written as text (free policy): exactly one of the labels, and the entry
+        ids it names."""
         found = {lab for lab in LABELS if re.search(rf"\b{lab}\b", text.upper())}
         if len(found) == 1:
-            return {"label": found.pop(), "evidence": re.findall(r"wn-[nv]\d{8}", text)[:3]}
+            ids = re.findall(r"\b(?:wn-[nv]\d{8}|kg-[0-9a-f]{12}|sec-[0-9a-f]{16})\b", text)
+            if self.entry_ids is not None:
+                ids = [i for i in ids if i in self.entry_ids]
+            return {"label": found.pop(), "evidence": ids[:3]}
         return None
 
 

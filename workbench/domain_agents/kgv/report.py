@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.agents.records import AgentTrajectory
-from workbench.domain_agents.kgv.metrics import by_split, prediction
+from workbench.domain_agents.kgv.metrics import FORMS, by_split, prediction
 from workbench.evaluate.stats import holm, mcnemar_exact
 from workbench.io import atomic_write_text
 
@@ -65,12 +65,14 @@ def write_report(out: Path, results: dict[str, list[AgentTrajectory]],
              "Figures in % with 95% intervals (Wilson for proportions, bootstrap over claims "
              "for F1). Pos-F1 (true): positive = a true fact; Pos-F1 (error): positive = a "
              "detected error. Route: parametric = answered without searching.", ""]
-    for split in ("all", "seen", "longtail"):
+    heads = {"triple": "claims given as triples", "wording": "sentences read as triples "
+             "(they match a wording)", "sentence": "sentences verified as a whole"}
+    for split in ("all", "seen", "longtail", *FORMS):
         rows = [(c, r[split]) for c, r in conds.items() if split in r]
         if not rows:
             continue
         n = rows[0][1]["n"]
-        lines += [f"## {split} ({n} claims)", "",
+        lines += [f"## {heads.get(split, split)} ({n} claims)", "",
                   "| condition | macro-F1 | Pos-F1 (true) | Pos-F1 (error) | accuracy | "
                   "searches / claim | parametric route | acc. parametric | acc. search | "
                   "predicted S / R / none | s / claim (wall) |",
