@@ -278,6 +278,32 @@ def test_composed_mode_with_answers_from_the_text(tmp_path):
     assert res.report.model_calls.made < 3 * res.report.stages["tasks"]
 
 
+def test_max_train_tasks_cuts_training_tasks_evenly_and_keeps_the_benchmark(tmp_path):
+    from workbench.corpus import load_sections
+    from workbench.distill.pipeline import Stats, make_spans
+    from workbench.distill.write import make_tasks
+
+    c = cfg(mode="composed", answer_source="text", perspectives=["concepts", "analysis"])
+
+    secs, _ = load_sections(c.corpus)
+    spans = make_spans(secs[:8], c, Stats())
+    for i, sp in enumerate(spans):
+        sp.split = "benchmark" if i % 4 == 0 else "train"
+    every = make_tasks(spans, ["concepts", "analysis"], c, 0)
+    capped = make_tasks(spans, ["concepts", "analysis"],
+                        c.model_copy(update={"max_train_tasks": 7}), 0)
+    bench = [t.id for t in every if t.span.split == "benchmark"]
+    assert [t.id for t in capped if t.span.split == "benchmark"] == bench
+    train = [t for t in capped if t.span.split == "train"]
+    assert len(train) == 7
+    groups = Counter((t.perspective, t.kind) for t in train)
+    assert len(groups) == 4 and max(groups.values()) - min(groups.values()) <= 1
+    assert [t.id for t in capped] == [t.id for t in every if t.id in {x.id for x in capped}]
+    again = make_tasks(spans, ["concepts", "analysis"],
+                       c.model_copy(update={"max_train_tasks": 7}), 0)
+    assert [t.id for t in again] == [t.id for t in capped]  # seeded
+
+
 def test_benchmark_breadth_per_fact_with_retries_and_no_held_out_rationales(tmp_path):
     """benchmark_per_fact: every sentence of a held-out section answers one item per
     perspective (each starting with its perspective's word); write_attempts re-asks what

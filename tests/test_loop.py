@@ -462,3 +462,76 @@ def test_the_gates_drop_a_sample_made_from_a_test_terms_section(tmp_path):
         s.id: s.text for s in suites.sections}).run([ex(0, test_sec), ex(1, dev_sec)])
     assert [e.id for e in kept] == ["k1"]
     assert dropped[0]["gate"] == "leak" and "test term" in dropped[0]["reason"]
+
+
+def _own_suite(folder):
+    """The healthcare suite as a team would bring it: one MMLU-style items.csv with a subset
+    column (no split), open questions as a CSV with keyword columns, the corpus as Word and
+    Markdown files."""
+    import csv
+
+    from docgen import make_docx
+
+    folder.mkdir()
+    health = REPO / "datasets" / "health"
+    rows = [json.loads(x) for f in ("dev.jsonl", "test.jsonl")
+            for x in (health / f).read_text().splitlines()]
+    with open(folder / "items.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "question", "A", "B", "C", "D", "answer", "subset"])
+        for r in rows:
+            w.writerow([r["id"], r["question"], *r["options"], r["answer"],
+                        r["provenance"]["doc_id"]])
+    opens = [json.loads(x) for x in (health / "open.jsonl").read_text().splitlines()]
+    with open(folder / "open.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "question", "subset", "split", "reference", "keywords"])
+        for q in opens:
+            kws = "; ".join("/".join(i["keywords"]) for i in q["rubric"] if i["points"] > 0
+                            and i["keywords"])
+            w.writerow([q["id"], q["question"], q["subset"], q["split"], q["reference"], kws])
+    (folder / "corpus").mkdir()
+    for i, md in enumerate(sorted((health / "corpus").glob("*.md"))):
+        if i == 0:  # one chapter as Word: headings and text as the corpus reader gets them
+            blocks = []
+            for line in md.read_text().splitlines():
+                if line.startswith("## "):
+                    blocks.append(("h2", line[3:]))
+                elif line.startswith("# "):
+                    blocks.append(("h1", line[2:]))
+                elif line.strip():
+                    blocks.append(("p", line))
+            make_docx(folder / "corpus" / (md.stem + ".docx"), blocks)
+        else:
+            (folder / "corpus" / md.name).write_text(md.read_text())
+    return folder
+
+
+def test_a_round_on_a_teams_own_suite_with_no_script(tmp_path):
+    """items.csv (split per subset by a seeded draw), open.csv, a corpus in Word and
+    Markdown: the suites load with their subsets, the round runs to its decision."""
+    from workbench.jobs import run_in_process
+    from workbench.loop.suites import load_suites
+
+    data = _own_suite(tmp_path / "suite")
+    cfg = _cfg(tmp_path, f"loop.suites.data={data}", "loop.rounds=1")
+    suites = load_suites(cfg.loop.suites, seed=cfg.seed)
+    assert suites.subsets == ["cardiovascular", "eye", "immune", "nervous", "respiratory",
+                              "skeletal"]
+    assert not {i.id for i in suites.dev} & {i.id for i in suites.test}
+    assert suites.open and all(q.rubric for q in suites.open)
+    assert any(s.source.endswith(".docx") for s in suites.sections)
+    run_in_process("loop", cfg, log=lambda m: None)
+    r1 = _loop(cfg).round(1)
+    assert r1.decision is not None and r1.deltas
+    assert {d.subset for d in r1.deltas if d.suite == "test"} >= set(suites.subsets)
+
+
+def test_a_bad_open_questions_row_is_named(tmp_path):
+    from workbench.errors import DataError
+    from workbench.loop.suites import read_open
+
+    f = tmp_path / "open.csv"
+    f.write_text("question,subset,keywords\nWhat is X?,eye,\n")
+    with pytest.raises(DataError, match=r"open.csv:2.*no rubric or keywords"):
+        read_open(f)

@@ -90,6 +90,12 @@ class DistillConfig(_Section):
                           "trained on: false saves a long model call per item and leaves "
                           "their `thinking` empty (their difficulty is then judged from the "
                           "question and solution alone).")
+    max_train_tasks: int | None = Field(
+        None, ge=1, description="Training tasks kept, a seeded draw spread evenly over "
+                                "perspectives and kinds; None: all. Held-out (benchmark) tasks "
+                                "are never cut. A short training run sees only so many "
+                                "samples: distilling more than it reads costs minutes for "
+                                "nothing.")
     write_attempts: int = Field(
         1, ge=1, le=5, description="Composed mode with answers from the text: a question that "
                                    "fails validation is asked again with the next seed, up to "

@@ -336,7 +336,25 @@ def make_tasks(spans: list[Span], perspectives: list[str], cfg: DistillConfig,
         tasks += [Task(f"{sp.id}:{pid}:{kind}", sp, pid, kind) for pid in perspectives
                   for kind in cfg.kinds
                   if not (kind == "nd" and sp.split == "benchmark")]  # nd of benchmark: unused
-    return tasks
+    return _cap_train(tasks, cfg.max_train_tasks, seed)
+
+
+def _cap_train(tasks: list[Task], cap: int | None, seed: int) -> list[Task]:
+    """At most `cap` training tasks: round-robin over (perspective, kind) groups, each in a
+    seeded order; benchmark tasks all kept; the original order otherwise."""
+    train = [t for t in tasks if t.span.split != "benchmark"]
+    if cap is None or len(train) <= cap:
+        return tasks
+    groups: dict[tuple[str, str], list[Task]] = {}
+    for t in sorted(train, key=lambda t: sha256_text(f"{seed}:{t.id}")):
+        groups.setdefault((t.perspective, t.kind), []).append(t)
+    keep: set[str] = set()
+    queues = [groups[k] for k in sorted(groups)]
+    while len(keep) < cap:
+        for q in queues:
+            if q and len(keep) < cap:
+                keep.add(q.pop(0).id)
+    return [t for t in tasks if t.span.split == "benchmark" or t.id in keep]
 
 
 def write_from_facts(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,

@@ -198,13 +198,22 @@ def _item(p: Path, line: int, *, item_id: Any, question: Any, options: list[Any]
     except ValueError as e:
         raise bad("answer", str(e)) from None
     extra = {k: rest[k] for k in ("difficulty", "provenance") if rest and rest.get(k) is not None}
+    group = next((str(rest[k]).strip() for k in SUBSET_FIELDS if rest and rest.get(k)
+                  not in (None, "")), None)
     try:
         if "provenance" in extra:
             extra["provenance"] = Provenance.model_validate(extra["provenance"])
+        elif group:  # a subset (MMLU's subject) travels as the provenance's document
+            extra["provenance"] = Provenance(section_id=str(item_id or f"{p.stem}-{line}"),
+                                             span_hash="", doc_id=group)
         return MCItem(id=str(item_id) if item_id not in (None, "") else f"{p.stem}-{line}",
                       question=question.strip(), options=texts, answer=letter, **extra)
     except ValueError as e:
         raise DataError(describe_validation_error(e), path=str(p), line=line) from None
+
+
+# a column naming each item's group (the improvement loop's subsets; MMLU's subject)
+SUBSET_FIELDS = ("subset", "subject", "category")
 
 
 def _option_fields(names: list[str]) -> list[str]:
@@ -308,8 +317,10 @@ def _read_csv(p: Path, mapping: dict) -> list[MCItem]:
         options = [cell(c) for c in opt_cols]
         while options and options[-1] in (None, ""):  # an item with fewer options
             options.pop()
+        rest = {k: cell(lower[k]) for k in SUBSET_FIELDS if k in lower}
         items.append(_item(p, line, item_id=cell(id_col), question=cell(q_col),
-                           options=options, labels=None, answer=cell(a_col), names=names))
+                           options=options, labels=None, answer=cell(a_col), names=names,
+                           rest=rest))
     return items
 
 

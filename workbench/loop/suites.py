@@ -124,27 +124,61 @@ def shipped(path: str | Path) -> Path:
     return alt if alt.exists() else p
 
 
+MC_SUFFIXES = (".jsonl", ".csv", ".tsv", ".json")
+
+
+def _find(data: Path, stem: str, suffixes=MC_SUFFIXES) -> Path | None:
+    return next((data / f"{stem}{x}" for x in suffixes if (data / f"{stem}{x}").is_file()),
+                None)
+
+
+def _items(path: Path) -> list[MCItem]:
+    """MC items in any layout `workbench eval` reads (ours, MMLU/ARC JSONL or CSV); a
+    `subset` (or `subject`) field names each item's subset."""
+    from workbench.evaluate.benchmark import load_benchmark
+
+    return load_benchmark(path)
+
+
 def load_suites(settings, *, seed: int = 0) -> Suites:
-    """The suites a `loop.suites` section names."""
+    """The suites a `loop.suites` section names. The folder holds MC items as dev.* and
+    test.* (dev: mined and trained on; test: judged only), or as one items.* split in half
+    per subset by a seeded draw; optionally open questions (open.jsonl or open.csv); and the
+    corpus/ synthesis draws on (any format the corpus reader takes)."""
     from workbench.corpus import load_sections
 
     data = shipped(settings.data)
-    need = {"dev": data / "dev.jsonl", "test": data / "test.jsonl", "open": data / "open.jsonl",
-            "corpus": data / "corpus"}
-    missing = [str(p) for p in need.values() if not p.exists()]
-    if missing:
-        raise WorkbenchError(f"loop.suites.data: {data} lacks {', '.join(missing)} (it needs "
-                             "dev.jsonl, test.jsonl, open.jsonl and corpus/)")
+    dev_f, test_f, items_f = _find(data, "dev"), _find(data, "test"), _find(data, "items")
+    open_f = _find(data, "open", (".jsonl", ".csv"))
+    corpus = data / "corpus"
+    if not ((dev_f and test_f) or items_f) or not corpus.is_dir():
+        raise WorkbenchError(
+            f"loop.suites.data: {data} needs MC items (dev.jsonl and test.jsonl, or one "
+            "items.jsonl / items.csv split for you; MMLU/ARC layouts as they come, a subset "
+            "column naming each item's subset) and a corpus/ folder; open.jsonl or open.csv "
+            "(questions with rubrics) is optional. See docs/your-data.md.")
     per = settings.max_items_per_subset
-    dev = _balanced(_mc(need["dev"]), per, seed)
-    all_test = _mc(need["test"])
+    if dev_f and test_f:
+        dev_all, all_test = _items(dev_f), _items(test_f)
+    else:
+        every = _items(items_f)
+        by_subset: dict[str, list[str]] = defaultdict(list)
+        for it in every:
+            by_subset[subset_of(it)].append(it.id)
+        test_ids: set[str] = set()
+        for name in sorted(by_subset):
+            _, rest = seeded_split(by_subset[name], 0.5, seed)
+            test_ids |= set(rest)
+        dev_all = [it for it in every if it.id not in test_ids]
+        all_test = [it for it in every if it.id in test_ids]
+    dev = _balanced(dev_all, per, seed)
     test = _balanced(all_test, per, seed)
     overlap = {it.id for it in dev} & {it.id for it in test}
     if overlap:
         raise WorkbenchError(f"{data}: dev and test share items ({sorted(overlap)[:3]}); the "
                              "guards need a test suite nothing trains on")
     retention = _mc(shipped(settings.retention), "retention") if settings.retention else []
-    every_open = read_jsonl(need["open"], OpenQuestion.model_validate)
+    every_open = read_open(open_f) if open_f else []
 
     def capped(split: str) -> list[OpenQuestion]:
         qs = [q for q in every_open if q.split == split]
@@ -156,11 +190,12 @@ def load_suites(settings, *, seed: int = 0) -> Suites:
     opens, open_dev = capped("test"), capped("dev")
     guarded = frozenset({it.provenance.section_id for it in all_test if it.provenance}
                         | {q.term for q in every_open if q.split == "test" and q.term})
-    sections, _ = load_sections(need["corpus"])
+    sections, _ = load_sections(corpus)
     rdata = shipped(settings.retention_data) if settings.retention_data else None
     if rdata is not None and not rdata.exists():
         raise WorkbenchError(f"loop.suites.retention_data: {rdata} does not exist")
-    files = [need["dev"], need["test"], need["open"], *sorted(need["corpus"].rglob("*.md"))]
+    files = [f for f in (dev_f, test_f, items_f, open_f) if f] + sorted(
+        f for f in corpus.rglob("*") if f.is_file())
     if settings.retention:
         files.append(shipped(settings.retention))
     if rdata:
@@ -171,6 +206,41 @@ def load_suites(settings, *, seed: int = 0) -> Suites:
     return Suites(dev=dev, test=test, retention=retention, open=opens, open_dev=open_dev,
                   sections=sections,
                   retention_data=rdata, digest=h.hexdigest()[:16], guarded=guarded)
+
+
+def read_open(path: Path) -> list[OpenQuestion]:
+    """Open questions: `OpenQuestion` JSONL, or a CSV with columns question, subset, split
+    (dev/test, default test), reference, and either rubric (a JSON list of {criterion,
+    points, keywords}) or keywords ("distend; collaps": one +2 item per keyword group)."""
+    import csv
+    import json
+
+    from workbench.errors import DataError
+
+    if path.suffix.lower() == ".jsonl":
+        return read_jsonl(path, OpenQuestion.model_validate)
+    out = []
+    rows = list(csv.DictReader(path.read_text(encoding="utf-8-sig").splitlines()))
+    for line, row in enumerate(rows, start=2):
+        row = {(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}
+        try:
+            if row.get("rubric"):
+                rubric = json.loads(row["rubric"])
+            elif row.get("keywords"):
+                rubric = [{"criterion": f"Mentions {k.strip()!r}", "points": 2,
+                           "keywords": [w.strip() for w in k.split("/") if w.strip()]}
+                          for k in row["keywords"].split(";") if k.strip()]
+            else:
+                raise ValueError("no rubric or keywords column value")
+            out.append(OpenQuestion.model_validate({
+                "id": row.get("id") or f"{path.stem}-{line}", "question": row.get("question"),
+                "subset": row.get("subset") or "all", "term": row.get("term") or None,
+                "reference": row.get("reference", ""), "split": row.get("split") or "test",
+                "rubric": rubric}))
+        except ValueError as e:
+            raise DataError(f"not an open question ({str(e).splitlines()[0][:200]})",
+                            path=str(path), line=line) from None
+    return out
 
 
 # ------------------------------------------------------------------------------ evaluation

@@ -25,6 +25,7 @@ from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_path
 from workbench.trajsynth.profile import (
     DATA_SUFFIXES,
+    PROFILE_VERSION,
     EnvProfile,
     content_hash,
     data_files,
@@ -195,7 +196,8 @@ class DataEnvironment(BaseModel):
                 profile = None
             if profile is not None and (profile.content_hash != digest
                                         or profile.dictionary_max != dictionary_max
-                                        or profile.name != name):
+                                        or profile.name != name
+                                        or profile.profile_version != PROFILE_VERSION):
                 profile = None
         if profile is None:
             profile = profile_database(db_path, name=name, kind=kind, source=src,

@@ -20,9 +20,15 @@ from workbench.errors import DataError
 from workbench.io import atomic_write_text, sha256_file
 from workbench.trajsynth.sandbox import open_readonly, quote_ident
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2  # 2: column roles
 Scalar = str | int | float | bool | None
 ColumnKind = Literal["integer", "real", "text", "datetime", "blob", "null", "mixed"]
+# What a column is, for the aggregations a question may ask of it: an identifier (a key or a
+# row index) is counted, never added; a timestamp or a clock time has an earliest and a latest;
+# an intensive measurement (a temperature, an altitude, a price per unit) an average, a minimum
+# and a maximum; only an additive amount (a quantity, a total, a duration, bytes) a sum.
+ColumnRole = Literal["identifier", "timestamp", "clock", "amount", "measurement", "category",
+                     "text", "other"]
 
 # A column whose name normalises to one of these is never a join key by name alone.
 _GENERIC = {"name", "title", "description", "value", "type", "date", "country", "city", "state",
@@ -56,6 +62,10 @@ class ColumnProfile(_Frozen):
     dictionary: list[ValueCount] | None = Field(
         None, description="Every value with its count (low-cardinality columns only), most "
                           "frequent first.")
+    role: ColumnRole | None = Field(
+        None, description="What the column is (inferred from its name, type and values when "
+                          "profiled; correct it here): identifier, timestamp, clock, amount "
+                          "(additive), measurement (intensive), category, text or other.")
 
 
 class TableProfile(_Frozen):
@@ -194,6 +204,11 @@ def profile_database(db_path: str | Path, *, name: str, kind: Literal["sqlite", 
         inferred = _infer_joins(con, tables, fks)
     finally:
         con.close()
+    keys = {(j.from_table, c) for j in (*fks, *inferred) for c in j.from_columns} | {
+        (j.to_table, c) for j in (*fks, *inferred) for c in j.to_columns}
+    tables = [t.model_copy(update={"columns": [
+        c.model_copy(update={"role": "identifier"}) if (t.name, c.name) in keys else c
+        for c in t.columns]}) for t in tables]  # a join key (ReportsTo) is an identifier
     return EnvProfile(name=name, kind=kind, source=str(source), content_hash=content,
                       tables=tables, foreign_keys=fks, inferred_joins=inferred,
                       dictionary_max=dictionary_max)
@@ -212,6 +227,7 @@ def _profile_table(con: sqlite3.Connection, table: str, dictionary_max: int,
     rows = con.execute(f"SELECT COUNT(*) FROM {q}").fetchone()[0]
     pk = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
     cols = [_profile_column(con, table, r[1], r[2] or "", rows, dictionary_max) for r in info]
+    cols = [c.model_copy(update={"role": infer_role(c, rows, pk)}) for c in cols]
     return TableProfile(name=table, row_count=rows, columns=cols, primary_key=pk,
                         source_file=source_file)
 
@@ -255,6 +271,58 @@ def _profile_column(con: sqlite3.Connection, table: str, column: str, declared: 
                          min=_scalar(lo), max=_scalar(hi),
                          mean=float(mean) if mean is not None else None,
                          samples=samples, dictionary=dictionary)
+
+
+# --- column roles --------------------------------------------------------------------------------
+
+_ID_TOKENS = {"id", "key", "pk", "index", "idx", "rowid", "unnamed", "uuid", "guid"}
+_CLOCK_TOKENS = {"time", "hour", "hours", "hr", "minute", "clock", "hhmm", "oclock"}
+_CALENDAR_TOKENS = {"year", "yr", "month", "day", "week", "quarter", "date", "dob", "weekday"}
+_AMOUNT_TOKENS = {"total", "amount", "quantity", "qty", "count", "sales", "revenue", "cost",
+                  "costs", "spend", "spent", "paid", "bytes", "milliseconds", "ms", "seconds",
+                  "duration", "population", "volume", "units", "income", "profit", "budget",
+                  "fee", "fees", "charge", "charges", "sum", "visits", "deaths", "cases",
+                  "points", "goals", "wins", "losses", "tons", "kwh", "rainfall",
+                  "precipitation", "distance", "miles", "km"}
+_CATEGORY_TOKENS = {"class", "type", "grade", "level", "code", "category", "group", "kind",
+                    "status", "flag", "tier", "zip", "postcode", "phone"}
+
+
+def name_tokens(name: str) -> list[str]:
+    """`DepTime` -> dep, time; `dew_point_c` -> dew, point, c; `Unnamed: 0` -> unnamed, 0."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
+    return [t for t in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if t]
+
+
+def infer_role(c: ColumnProfile, rows: int, primary_key: list[str]) -> ColumnRole:
+    """A column's role from its name, type and values (see `ColumnRole`)."""
+    tokens = set(name_tokens(c.name))
+    numeric = c.kind in ("integer", "real")
+    if c.kind == "datetime":
+        return "timestamp"
+    if c.name in primary_key or tokens & _ID_TOKENS or re.search(r"[a-z0-9](Id|ID|Key)$",
+                                                                   c.name):
+        return "identifier"
+    if numeric and c.kind == "integer" and c.is_unique and rows > 2 and \
+            c.min in (0, 1) and c.max == c.min + rows - 1:
+        return "identifier"  # 0..n-1 or 1..n: a row index, whatever its name
+    if tokens & _CLOCK_TOKENS and not tokens & _AMOUNT_TOKENS:
+        return "clock"
+    if tokens & _CALENDAR_TOKENS:
+        return "timestamp"
+    if c.kind == "text":
+        return "category" if c.dictionary and not c.is_unique else "text"
+    if not numeric:
+        return "other"
+    rest = tokens - {"total"}
+    total_of_a_quantity = "total" in tokens and rest and not rest & _AMOUNT_TOKENS
+    if tokens & _AMOUNT_TOKENS and not total_of_a_quantity:
+        return "amount"  # "Total", "total_sales"; not "total_phenols" (a concentration)
+    if c.distinct_count <= 2 and c.min in (0, 1) and c.max in (0, 1):
+        return "amount"  # a 0/1 flag: its sum counts the yeses, its average is a share
+    if tokens & _CATEGORY_TOKENS and c.kind == "integer" and c.dictionary:
+        return "category"
+    return "measurement"
 
 
 def _declared_fks(con: sqlite3.Connection, tables: list[str]) -> list[JoinKey]:

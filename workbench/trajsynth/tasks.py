@@ -80,7 +80,7 @@ from workbench.trajsynth.templates import (
 Category = Literal["lookup", "filter", "aggregation", "join", "group_rank", "time_series",
                    "comparison", "composed"]
 Split = Literal["train", "held_out"]
-POOL_VERSION = 1
+POOL_VERSION = 2  # 2: aggregations chosen by column role
 
 DROP_REASONS = {
     "error": "the reference program failed to run",
@@ -181,6 +181,10 @@ class PoolSummary(BaseModel):
     drops_by_template: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="Template → reason → count (verification drops).")
     held_out: list[str] = Field(default_factory=list, description="Held-out templates/tables.")
+    removed_by_role: dict[str, int] = Field(
+        default_factory=dict, description="Rule → candidate aggregations the column roles "
+                                          "removed before verification (a sum of an intensive "
+                                          "measurement, an average of a clock time...).")
     python_check: str = "off"
 
 
@@ -516,6 +520,7 @@ class TaskSynthesizer:
             by_template=_count(t.template_id for t in tasks),
             drops=dict(sorted(self.drops.items())), held_out=held,
             drops_by_template=self._drops_by_template(),
+            removed_by_role=dict(sorted(self.slices.removed.items())),
             python_check=self.python_status if cfg.python_check else "off")
         return TaskPool(tasks=tasks, summary=summary)
 
@@ -665,6 +670,7 @@ def format_summary(summary: PoolSummary) -> str:
         f"  difficulty: {row(summary.by_difficulty)}",
         f"  split: {row(summary.by_split)}; held out: {', '.join(summary.held_out) or '-'}",
         f"  dropped: {row(summary.drops)}",
+        f"  left out by column role: {row(summary.removed_by_role)}",
         f"  pandas cross-check: {summary.python_check}"])
 
 

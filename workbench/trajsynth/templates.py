@@ -17,11 +17,18 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.trajsynth.profile import ColumnProfile, EnvProfile, JoinKey, TableProfile
+from workbench.trajsynth.profile import (
+    ColumnProfile,
+    EnvProfile,
+    JoinKey,
+    TableProfile,
+    infer_role,
+)
 from workbench.trajsynth.queries import Cond, Group, Query, qi
 from workbench.trajsynth.sandbox import SandboxLimits, run_sql
 
@@ -32,6 +39,10 @@ _KEYLIKE = re.compile(r"(^|[_\s-])(id|key)$", re.IGNORECASE)
 _CAMEL_KEY = re.compile(r"[a-z0-9](Id|ID|Key)$")
 _LABEL_HINT = re.compile(r"name|title|label|species|cultivar", re.IGNORECASE)
 MAX_VALUE_CHARS = 60
+# the aggregations a question may ask of a column, by its role (profile.ColumnRole)
+AGGS_BY_ROLE = {"amount": {"sum", "avg", "min", "max"}, "measurement": {"avg", "min", "max"},
+                "timestamp": {"min", "max"}, "clock": {"min", "max"}, "identifier": set(),
+                "category": set(), "text": set(), "other": {"min", "max"}}
 
 
 def is_keylike(name: str) -> bool:
@@ -77,6 +88,12 @@ class Slices:
         self.categories: dict[str, list[str]] = {}
         self.dates: dict[str, list[str]] = {}
         self.targets: dict[str, list[str]] = {}
+        # a column's role: the profile's (a person may have corrected it), else inferred
+        self.roles: dict[tuple[str, str], str] = {
+            (t.name, c.name): c.role or infer_role(c, t.row_count, t.primary_key)
+            for t in profile.tables for c in t.columns}
+        self.removed: Counter[str] = Counter()  # rule -> candidate aggregations it removed
+        self._refused: set[tuple[str, str, str]] = set()
         for t in profile.tables:
             if t.row_count < 2:
                 continue
@@ -92,7 +109,9 @@ class Slices:
                     and c.name not in t.primary_key
 
             self.measures[t.name] = [c.name for c in t.columns if plain(c)
-                                     and c.kind in ("integer", "real") and c.distinct_count >= 2]
+                                     and c.kind in ("integer", "real") and c.distinct_count >= 2
+                                     and self.roles[(t.name, c.name)] not in ("identifier",
+                                                                              "category")]
             self.categories[t.name] = [c.name for c in t.columns if plain(c)
                                        and self._is_category(c, t)]
             self.dates[t.name] = [c.name for c in t.columns
@@ -149,6 +168,17 @@ class Slices:
 
     def column(self, table: str, column: str) -> ColumnProfile:
         return self.profile.table(table).column(column)
+
+    def allows(self, table: str, column: str, agg: str) -> bool:
+        """Whether `agg` of the column means something for its role; each refusal is counted
+        once per rule (`removed`: "sum of a measurement", "avg of a clock"...)."""
+        role = self.roles.get((table, column), "measurement")
+        if agg in AGGS_BY_ROLE.get(role, set()):
+            return True
+        if (table, column, agg) not in self._refused:
+            self._refused.add((table, column, agg))
+            self.removed[f"{agg} of {'an' if role[0] in 'aeiou' else 'a'} {role}"] += 1
+        return False
 
     def dictionary(self, table: str, column: str) -> list[tuple[Any, int]]:
         return [(v.value, v.count) for v in self.column(table, column).dictionary or ()]
@@ -381,7 +411,7 @@ def _list_eq(ctx: Context, rng: random.Random) -> list[Query]:
 def _stat(ctx: Context, rng: random.Random) -> list[Query]:
     s = ctx.slices
     combos = [(t, c, a) for t in sorted(s.measures) for c in s.measures[t]
-              for a in ("sum", "avg", "min", "max")]
+              for a in ("sum", "avg", "min", "max") if s.allows(t, c, a)]
     return [Query(op="agg", table=t, column=c, agg=a)
             for t, c, a in _spread(rng, combos, ctx.variants + 2)]
 
@@ -408,7 +438,7 @@ def _count_via(ctx: Context, rng: random.Random) -> list[Query]:
 def _agg_via(ctx: Context, rng: random.Random) -> list[Query]:
     s, out = ctx.slices, []
     combos = [(j, m, a) for j in s.joins for m in s.measures.get(j.from_table, [])
-              for a in ("sum", "avg", "max")]
+              for a in ("sum", "avg", "max") if s.allows(j.from_table, m, a)]
     for j, m, a in _spread(rng, combos, ctx.variants, lambda c: _join_key(c[0])):
         inner = _parent_conds(ctx, j, rng)
         if inner:
@@ -459,10 +489,12 @@ def _two_hop(ctx: Context, rng: random.Random) -> list[Query]:
 
 def _measure_options(ctx: Context, table: str, group: Group | None = None
                      ) -> list[tuple[str, str | None]]:
-    """count, or the sum/average of a measure (never of the column the rows are grouped by)."""
+    """count, or the sum/average of a measure its role allows (never of the column the rows
+    are grouped by)."""
     skip = group.column if group is not None and group.kind == "column" else None
     return [("count", None)] + [(a, m) for m in ctx.slices.measures.get(table, [])
-                                if m != skip for a in ("sum", "avg")]
+                                if m != skip for a in ("sum", "avg")
+                                if ctx.slices.allows(table, m, a)]
 
 
 @template("group_rank.top")
