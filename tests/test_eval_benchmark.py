@@ -32,7 +32,9 @@ def test_mmlu_style_answer_as_index_or_letter(tmp_path):
                              ("Ice?", ["cold", "hot", "warm"], "A"),
                              ("Zero?", ["0", "1", "2"], "A")]
     assert [it.id for it in items] == ["mmlu-1", "mmlu-2", "mmlu-3", "mmlu-4"]
-    assert all(it.provenance is None for it in items)
+    # MMLU's subject travels as the item's subset (the provenance's document), nothing else
+    assert [it.provenance.doc_id if it.provenance else None for it in items] == [
+        "math", None, None, None]
     assert len(load_benchmark(f, max_items=2)) == 2
 
 
@@ -161,3 +163,29 @@ def test_items_without_provenance_evaluate(tmp_path):
                                         log=lambda m: None)
     assert len(rows) == 4 and summary.conditions["none"].n == 4
     assert summary.conditions["none"].generation.accuracy.value == 1.0
+
+
+def test_letter_scored_under_some_conditions_only(tmp_path):
+    """eval.letter_conditions: the letter pass runs under the named conditions only; the
+    other conditions are scored in cloze; the headline never takes a formulation some
+    conditions lack, and says why."""
+    from workbench.evaluate.run import evaluate_conditions
+    from workbench.models import load_model
+
+    (tmp_path / "b.csv").write_text("question,A,B,C,D,answer,subject\n" + "".join(
+        f"Which is {i}?,{i},x{i},y{i},z{i},A,maths\n" for i in range(6)))
+    items = load_benchmark(tmp_path / "b.csv")
+    assert {it.provenance.doc_id for it in items} == {"maths"}  # the subject column travels
+
+    def ctx(questions, ranks=None):
+        return ["Some retrieved passage."] * len(questions)
+
+    cfg = EvalConfig(conditions=["none", "semantic"], methods=["loglik"],
+                     letter_conditions=["none"], hit_vs_miss=False)
+    rows, summary = evaluate_conditions(load_model("fake"), items, cfg,
+                                        contexts={"semantic": ctx}, log=lambda m: None)
+    by = {c: [r for r in rows if r.condition == c] for c in ("none", "semantic")}
+    assert all("letter" in r.scores for r in by["none"])
+    assert all("letter" not in r.scores and "cloze_norm" in r.scores for r in by["semantic"])
+    assert summary.headline.formulation == "cloze_norm"
+    assert summary.headline.excluded["letter"].startswith("scored under none only")

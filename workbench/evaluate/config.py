@@ -32,6 +32,11 @@ class EvalConfig(BaseModel):
         description="Log-likelihood formulations (OLMES): letter lists the options and "
                     "scores letters (MCF); cloze asks the question only and scores each "
                     "option's text (CF, acc and length-normalised acc_norm).")
+    letter_conditions: list[Literal["none", "semantic", "keyword", "hybrid"]] | None = Field(
+        None, description="Conditions under which the letter formulation is scored (None: "
+                          "all of them). A model too small to follow the option list answers "
+                          "'A' to nearly every item there: scoring it under one condition "
+                          "shows that (the degenerate flag), and the others save a pass each.")
     template: Literal["chat", "raw"] = "chat"
     circular: bool = Field(False, description="Rotate options; correct only if all are.")
     max_items: int | None = Field(None, ge=1)

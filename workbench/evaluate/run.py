@@ -107,6 +107,8 @@ def evaluate_conditions(model: ChatModel, items: Sequence[MCItem], cfg: EvalConf
     for cond in cfg.conditions:
         provider = (contexts or {}).get(cond)
         ctx = _contexts(provider, cond, items) if provider is not None else None
+        kw["formulations"] = [f for f in cfg.formulations if f != "letter" or
+                              cfg.letter_conditions is None or cond in cfg.letter_conditions]
         rows = evaluate_mc(model, items, condition=cond, contexts=ctx, circular=cfg.circular,
                            max_tokens=cfg.max_tokens, **kw)
         results += rows

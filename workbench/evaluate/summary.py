@@ -225,6 +225,14 @@ def choose_headline(conditions: Mapping[str, ConditionSummary]) -> Headline:
                if c.scoring(f).degenerate]
         if bad:
             excluded[f] = f"degenerate under {', '.join(n for n, _ in bad)}: {bad[0][1]}"
+    for f in HEADLINE_CANDIDATES:  # scored under some conditions only: never a headline
+        some = [name for name, c in conditions.items() if c.scoring(f) is not None]
+        if some and f not in candidates:
+            bad = [(name, conditions[name].scoring(f).degenerate_reason) for name in some
+                   if conditions[name].scoring(f).degenerate]
+            excluded[f] = f"scored under {', '.join(some)} only" + (
+                f"; degenerate under {', '.join(n for n, _ in bad)}: {bad[0][1]}" if bad
+                else "")
     ok = [f for f in candidates if f not in excluded]
     best = max(ok, key=lambda f: means[f]) if ok else None  # ties: the first candidate
     return Headline(formulation=best, mean_accuracy=means, excluded=excluded)
