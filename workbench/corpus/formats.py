@@ -6,7 +6,8 @@ docx/pptx/xlsx/pdf extras, no model downloads; docling needs layout models from 
 unstructured pulls hundreds of MB). Its converters are called directly by format, so no file
 type is guessed. PDF goes through pdfplumber (MarkItDown's own PDF dependency) page by page,
 because MarkItDown's PDF output drops page boundaries: each page's ruled tables come out as
-markdown tables in reading order, and every section knows its pages.
+markdown tables in reading order, and every section knows its pages. pypdf reads the text of
+pages that draw no rules (pdfplumber's layout analysis is ~20x slower).
 
 Each reader returns `Part`s: (heading path, body, provenance). Provenance holds `pages`,
 `slides` (first and last) or `sheet`/`rows`. A file that cannot be read raises `DataError`
@@ -187,24 +188,45 @@ def _table_blocks(part: Part, fmt: str) -> list[Part]:
 
 def read_pdf(path: Path) -> tuple[str, list[Part]]:
     """(title, parts) of a PDF: text and ruled tables of every page in reading order, one
-    section per page (or per heading, for PDFs written from markdown)."""
-    import pdfplumber
+    section per page (or per heading, for PDFs written from markdown). pypdf reads the text
+    (about 20x faster than pdfplumber's layout analysis); only pages that draw rules (four or
+    more rectangles or lines: a table's cells) go through pdfplumber for their tables."""
+    from pypdf import PdfReader
 
-    pages: list[str] = []
+    texts: dict[int, str] = {}
     try:
-        with pdfplumber.open(str(path)) as pdf:
-            meta_title = str((pdf.metadata or {}).get("Title") or "").strip()
-            for i, page in enumerate(pdf.pages, start=1):
-                pages.append(f"<!-- page {i} -->\n{_page_markdown(page)}")
-                page.close()  # frees the page's parsed objects
+        reader = PdfReader(str(path))
+        if reader.is_encrypted:
+            raise DataError("encrypted PDF", path=str(path), code="unreadable")
+        meta_title = str((reader.metadata.title if reader.metadata else None) or "").strip()
+        ruled = [i for i, page in enumerate(reader.pages) if _draws_rules(page)]
+        if ruled:
+            import pdfplumber
+
+            with pdfplumber.open(str(path)) as pdf:
+                for i in ruled:
+                    page = pdf.pages[i]
+                    texts[i] = _page_markdown(page)
+                    page.close()  # frees the page's parsed objects
+        pages = [f"<!-- page {i + 1} -->\n" + (texts[i] if i in texts else
+                                               (page.extract_text() or ""))
+                 for i, page in enumerate(reader.pages)]
     except DataError:
         raise
-    except Exception as e:  # noqa: BLE001  pdfminer raises many types; all mean unreadable
-        name = type(e).__name__
-        why = "encrypted PDF" if "Password" in name or "Encrypt" in name else \
-            f"unreadable PDF ({name}: {str(e)[:200]})"
-        raise DataError(why, path=str(path), code="unreadable") from None
+    except Exception as e:  # noqa: BLE001  pypdf and pdfminer raise many types; all unreadable
+        raise DataError(f"unreadable PDF ({type(e).__name__}: {str(e)[:200]})",
+                        path=str(path), code="unreadable") from None
     return meta_title or path.stem, split_marked("\n".join(pages), meta_title or path.stem)
+
+
+_RULE_OPS = re.compile(rb"(?<![A-Za-z])(re|l)(?![A-Za-z])")
+
+
+def _draws_rules(page) -> bool:
+    """Whether the page's content stream draws four or more rectangles or line segments."""
+    contents = page.get_contents()
+    data = contents.get_data() if contents is not None else b""
+    return len(_RULE_OPS.findall(data, 0, 4_000_000)) >= 4
 
 
 def _page_markdown(page) -> str:
