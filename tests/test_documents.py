@@ -125,23 +125,36 @@ def mixed_corpus(folder):
     make_docx(folder / "lna.docx", [
         ("h1", "Low-noise amplifiers"),
         ("p", "A low-noise amplifier sets the noise figure of the whole receiver, because the "
-              "noise of later stages is divided by its gain."),
+              "noise of later stages is divided by its gain. Its input is matched for the "
+              "lowest noise rather than for the highest gain. A gain of fifteen to twenty "
+              "decibels keeps the noise of the mixer small. Its linearity limits the "
+              "strongest signal the receiver can take without distortion."),
         ("h2", "Devices"), ("table", [["Device", "NF (dB)"], ["GaAs pHEMT", "0.4"],
                                       ["SiGe HBT", "0.9"]])])
     make_pptx(folder / "mixers.pptx", [
         ("Mixers", "A mixer multiplies the RF signal with the local oscillator to move it to "
-                   "the intermediate frequency.", "Image rejection comes next."),
+                   "the intermediate frequency. A double-balanced mixer suppresses the "
+                   "leakage of both input ports. Conversion loss of a passive diode mixer is "
+                   "about six decibels. The local oscillator must drive the diodes hard "
+                   "enough to switch them fully.", "Image rejection comes next."),
         ("Image frequency", "The image lies on the other side of the local oscillator, at the "
-                            "same distance as the wanted signal.", None)])
+                            "same distance as the wanted signal. A filter before the mixer "
+                            "removes the image. A high intermediate frequency moves the image "
+                            "far from the wanted band. An image-reject mixer cancels it with "
+                            "two paths in quadrature.", None)])
     make_epub(folder / "antennas.epub", "Antennas", [
         ("Dipoles", ["A half-wave dipole has a gain of about 2.15 dBi and a radiation "
-                     "resistance near 73 ohms."])])
+                     "resistance near 73 ohms. Its pattern is a doughnut around the wire. "
+                     "Shortening the dipole lowers its radiation resistance sharply. A balun "
+                     "feeds the balanced dipole from an unbalanced coaxial cable."])])
     make_xlsx(folder / "bands.xlsx", {"Bands": [["Band", "From GHz", "To GHz"], ["L", 1, 2],
                                                 ["S", 2, 4], ["C", 4, 8], ["X", 8, 12]]})
     make_table_pdf(folder / "lna7.pdf", ["Datasheet of the LNA-7 amplifier.",
                                          "Typical values at 25 degrees."],
                    [["Parameter", "Value", "Unit"], ["Gain", "18", "dB"],
-                    ["Noise figure", "0.8", "dB"]], ["Absolute maximum input: 10 dBm."])
+                    ["Noise figure", "0.8", "dB"]], ["Absolute maximum input: 10 dBm.",
+                                                     "The supply draws 40 mA at 5 volts.",
+                                                     "The package is a 2 mm square."])
     return folder
 
 
@@ -178,9 +191,11 @@ def test_distillation_runs_on_a_mixed_corpus_with_the_bundled_model(tmp_path, cl
 
     corpus = mixed_corpus(tmp_path / "corpus")
     r = cli("distill", "run", "-s", f"corpus={corpus}", "-s", f"output_dir={tmp_path / 'runs'}",
-            "-s", "name=docs", "-s", "distill.mode=composed", "-s", "distill.answer_source=text",
-            "-s", "distill.perspectives=[concepts]", "-s", "distill.kinds=[mc]",
+            "-s", "name=docs", "-s", "domain=rf", "-s", "distill.mode=composed",
+            "-s", "distill.answer_source=text", "-s", "distill.verifier.on_disagree=flag",
+            "-s", "distill.perspectives=[concepts,analysis]", "-s", "distill.kinds=[mc]",
             "-s", "distill.benchmark_fraction=0", "-s", "distill.constrained=auto",
+            "-s", "distill.min_section_chars=40",
             env={"TQDM_DISABLE": "1"})
     assert r.returncode == 0, r.stderr
     run = tmp_path / "runs" / "docs" / "distill"
@@ -190,5 +205,6 @@ def test_distillation_runs_on_a_mixed_corpus_with_the_bundled_model(tmp_path, cl
     assert {x["source"] for x in sections.values()} == {
         "lna.docx", "mixers.pptx", "antennas.epub", "bands.xlsx", "lna7.pdf"}
     assert report["sections"] == len(sections) and report["stages"]["tasks"] > 0
-    rows = [json.loads(x) for x in (run / "mcQTSA.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for f in ("mcQTSA.jsonl", "ndQTSA.jsonl")
+            for x in (run / f).read_text().splitlines()]
     assert rows and all(r["provenance"]["section_id"] in sections for r in rows)
