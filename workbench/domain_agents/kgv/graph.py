@@ -26,7 +26,6 @@ entries read). Claims with no part are split one in three to train.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,14 +238,9 @@ def read_claims(path: Path, g: Graph | None, read_sentence) -> list[Any]:
                 text, _, label = line.partition("\t")
                 rows.append({"line": n, "text": text.strip(), "label": label.strip() or None})
     elif suffix == ".jsonl":
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"not JSON ({e.msg})", path=str(path), line=n,
-                                code="bad_record") from None
+        from workbench.io import iter_jsonl_raw
+
+        for n, r in iter_jsonl_raw(path):
             if isinstance(r, dict) and "subject" in r:
                 rows.append({"line": n, "claim": r})
             elif isinstance(r, dict) and isinstance(r.get("text"), str):

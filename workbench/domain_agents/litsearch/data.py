@@ -99,6 +99,21 @@ def grades_for(anchor: dict, papers: dict[str, dict], cites: dict[str, set[str]]
     return g
 
 
+def anchor_grades(pid: str, papers: dict[str, dict], cites: dict[str, set[str]],
+                  cited_by: dict[str, set[str]], ref_index: dict[str, set[str]],
+                  max_grade1: int) -> dict[str, int] | None:
+    """An anchor's graded relevance (grade 1 cut to the `max_grade1` papers sharing the most
+    headings), or None when fewer than three papers reach grade 2."""
+    g = grades_for(papers[pid], papers, cites, cited_by, ref_index)
+    if sum(v >= 2 for v in g.values()) < 3:
+        return None
+    mine = set(papers[pid]["mesh"])
+    ones = sorted((k for k, v in g.items() if v == 1),
+                  key=lambda k: (-len(set(papers[k]["mesh"]) & mine), k))
+    keep1 = set(ones[:max_grade1])
+    return {k: v for k, v in g.items() if v >= 2 or k in keep1}
+
+
 def build(data_dir: str | Path, out: str | Path, *, anchors: int = 48, distractors: int = 1400,
           max_grade1: int = 25, seed: int = 7, abstracts: bool = False) -> dict:
     from workbench.io import atomic_write_text
@@ -122,12 +137,9 @@ def build(data_dir: str | Path, out: str | Path, *, anchors: int = 48, distracto
     rng.shuffle(cands)
     chosen, labels = [], {}
     for pid in cands:
-        g = grades_for(allp[pid], allp, cites, cited_by, ref_index)
-        if sum(v >= 2 for v in g.values()) < 3:
+        g = anchor_grades(pid, allp, cites, cited_by, ref_index, max_grade1)
+        if g is None:
             continue
-        ones = sorted((k for k, v in g.items() if v == 1),
-                      key=lambda k: (-len(set(allp[k]["mesh"]) & set(allp[pid]["mesh"])), k))
-        g = {k: v for k, v in g.items() if v >= 2 or k in set(ones[:max_grade1])}
         chosen.append(pid)
         labels[pid] = g
         if len(chosen) == anchors:

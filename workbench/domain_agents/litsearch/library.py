@@ -20,7 +20,6 @@ references or half the keywords, 1 shares a major heading and two keywords.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections import defaultdict
@@ -166,30 +165,25 @@ def _pubmed(path: Path) -> tuple[list[dict], str]:
 
 
 def _jsonl(path: Path) -> tuple[list[dict], str]:
+    from workbench.io import iter_jsonl_raw
+
     out, kinds = [], set()
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"not JSON ({e.msg})", path=str(path), line=n,
-                                code="bad_record") from None
-            if not isinstance(r, dict):
-                raise DataError("a record must be a JSON object", path=str(path), line=n,
-                                code="bad_record")
-            if "paperId" in r or "corpusid" in r or "externalIds" in r:
-                out.append(_s2(r))
-                kinds.add("semanticscholar")
-            elif "referenced_works" in r or str(r.get("id", "")).startswith(
-                    "https://openalex.org/") or "display_name" in r:
-                out.append(_openalex(r))
-                kinds.add("openalex")
-            else:
-                raise DataError("neither an OpenAlex work (id, referenced_works) nor a "
-                                "Semantic Scholar paper (paperId)", path=str(path), line=n,
-                                code="bad_record")
+    # one record a line; bad UTF-8 or JSON raise naming the file and line
+    for n, r in iter_jsonl_raw(path):
+        if not isinstance(r, dict):
+            raise DataError("a record must be a JSON object", path=str(path), line=n,
+                            code="bad_record")
+        if "paperId" in r or "corpusid" in r or "externalIds" in r:
+            out.append(_s2(r))
+            kinds.add("semanticscholar")
+        elif "referenced_works" in r or str(r.get("id", "")).startswith(
+                "https://openalex.org/") or "display_name" in r:
+            out.append(_openalex(r))
+            kinds.add("openalex")
+        else:
+            raise DataError("neither an OpenAlex work (id, referenced_works) nor a "
+                            "Semantic Scholar paper (paperId)", path=str(path), line=n,
+                            code="bad_record")
     return out, "+".join(sorted(kinds)) or "jsonl"
 
 
@@ -284,7 +278,7 @@ def _resolve(records: list[dict], summary: dict) -> dict[str, Paper]:
 def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int = 25,
                 seed: int = 7) -> list[Intent]:
     """Evaluation intents from the library itself (see the module's docstring)."""
-    from workbench.domain_agents.litsearch.data import grades_for
+    from workbench.domain_agents.litsearch.data import anchor_grades
 
     allp = {k: p.model_dump() for k, p in papers.items()}
     cites: dict[str, set[str]] = defaultdict(set)
@@ -301,13 +295,10 @@ def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int 
     random.Random(seed).shuffle(cands)
     out: list[Intent] = []
     for pid in cands:
-        g = grades_for(allp[pid], allp, cites, cited_by, ref_index)
-        if sum(v >= 2 for v in g.values()) < 3:
+        g = anchor_grades(pid, allp, cites, cited_by, ref_index, max_grade1)
+        if g is None:
             continue
-        ones = sorted((k for k, v in g.items() if v == 1),
-                      key=lambda k: (-len(set(allp[k]["mesh"]) & set(allp[pid]["mesh"])), k))
-        keep1 = set(ones[:max_grade1])
-        g = {k: v for k, v in sorted(g.items()) if v >= 2 or k in keep1}
+        g = dict(sorted(g.items()))
         i = len(out)
         p = papers[pid]
         out.append(Intent(id=f"ls-{i:03d}", anchor=pid, query=p.title,
