@@ -208,3 +208,20 @@ def test_distillation_runs_on_a_mixed_corpus_with_the_bundled_model(tmp_path, cl
     rows = [json.loads(x) for f in ("mcQTSA.jsonl", "ndQTSA.jsonl")
             for x in (run / f).read_text().splitlines()]
     assert rows and all(r["provenance"]["section_id"] in sections for r in rows)
+
+
+def test_zip_and_sheet_bombs_are_refused_unread(tmp_path):
+    """A member that expands past what it declares, a compression method other than
+    deflate, and a tiny workbook that names a far corner cell are all refused."""
+    from openpyxl import Workbook
+
+    with zipfile.ZipFile(tmp_path / "bz2.docx", "w", zipfile.ZIP_BZIP2) as z:
+        z.writestr("word/document.xml", b"<w/>" * 1000)
+    wb = Workbook()
+    wb.active["A1"] = "x"
+    wb.active.cell(row=200000, column=1, value="y")
+    wb.active.cell(row=1, column=16000, value="z")
+    wb.save(tmp_path / "sparse.xlsx")
+    skipped = dict(ingest(tmp_path).skipped)
+    assert "compression method 12" in skipped["bz2.docx"]
+    assert "200,000 rows x 16,000 columns" in skipped["sparse.xlsx"]

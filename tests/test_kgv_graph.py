@@ -138,3 +138,13 @@ def test_the_job_on_a_graph_reports_each_claim_form(tmp_path, tiny_model):
     (data / "claims.txt").write_text("A mixer is driven by an oscillator.\n")
     with pytest.raises(WorkbenchError, match="no label"):
         run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
+
+
+def test_odd_labels_and_claims_rows_are_text_or_one_line(tmp_path):
+    (tmp_path / "graph.tsv").write_text("A\tcosts {x}\tB\n")
+    (tmp_path / "claims.jsonl").write_text('{"text": "A costs a lot of money", "label": 1}\n')
+    with pytest.raises(DataError, match=r"claims.jsonl:1.*label 1"):
+        load_kg(tmp_path)
+    (tmp_path / "claims.jsonl").write_text('{"text": "A costs a lot of money", "id": 5}\n')
+    claims, docs, extra = load_kg(tmp_path)
+    assert claims[0].id == "5" and docs[0].text == "a: A costs {x} b."

@@ -199,3 +199,27 @@ def test_the_bundled_model_searches_an_openalex_library(tmp_path, bundled_model,
             "-s", f"output_dir={tmp_path / 'runs'}")
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("call submit_workflow") == 2 and "nDCG@10" in r.stdout
+
+
+@pytest.mark.parametrize("record", [
+    {"id": "https://openalex.org/W1", "title": "x", "ids": ["not", "a", "dict"]},
+    {"id": "https://openalex.org/W1", "title": "x", "primary_location": "x"},
+    {"paperId": "p1", "title": "x", "fieldsOfStudy": "Biology"},
+])
+def test_a_record_with_a_field_of_an_odd_type_is_named_by_its_line(tmp_path, record):
+    path = tmp_path / "odd.jsonl"
+    path.write_text(json.dumps({"id": "https://openalex.org/W0", "title": "fine"}) + "\n"
+                    + json.dumps(record) + "\n")
+    with pytest.raises(DataError, match=r"odd.jsonl:2"):
+        read_library(path)
+
+
+def test_a_gzipped_pubmed_bomb_is_refused_with_little_memory(tmp_path):
+    import gzip
+
+    with gzip.open(tmp_path / "bomb.xml.gz", "wb") as fh:
+        fh.write(b'<?xml version="1.0"?>\n<PubmedArticleSet>')
+        for _ in range(40):
+            fh.write(b" " * (1 << 20))
+    with pytest.raises(DataError, match="text without a tag"):
+        read_library(tmp_path / "bomb.xml.gz")

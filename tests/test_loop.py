@@ -535,3 +535,16 @@ def test_a_bad_open_questions_row_is_named(tmp_path):
     f.write_text("question,subset,keywords\nWhat is X?,eye,\n")
     with pytest.raises(DataError, match=r"open.csv:2.*no rubric or keywords"):
         read_open(f)
+
+
+def test_open_questions_csv_rows_that_cannot_be_read_are_named(tmp_path):
+    from workbench.errors import DataError
+    from workbench.loop.suites import read_open
+
+    f = tmp_path / "open.csv"
+    f.write_text('question,subset,keywords\n"What is\nX?",eye,x\nWhat is y, really?,eye,y\n')
+    with pytest.raises(DataError, match=r"open.csv:4.*quote a cell"):
+        read_open(f)
+    f.write_bytes(b"question,subset,keywords\ncaf\xe9,eye,x\n")
+    with pytest.raises(DataError, match="not UTF-8"):
+        read_open(f)

@@ -198,9 +198,11 @@ class RunContext:
 def launch_rank() -> int:
     """This process's rank in a distributed launch (torchrun, `accelerate launch`); 0 in a
     process launched alone."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return 0
-    return int(os.environ.get("RANK", "0"))
+    def env(name: str, default: int) -> int:
+        value = os.environ.get(name, "").strip()
+        return int(value) if value.isdigit() else default
+
+    return env("RANK", 0) if env("WORLD_SIZE", 1) > 1 else 0
 
 
 def run_pipeline(name: str, cfg, ctx: RunContext | None = None) -> registry.PipelineResult:

@@ -171,7 +171,7 @@ def ingest(paths: list[Path] | Path, *, root: Path | None = None, on_error: str 
             raise DataError("not found", path=str(p), code="not_found")
     report = IngestReport()
     for f in links:
-        rel = str(f.relative_to(root)) if root else str(f)
+        rel = str(f.relative_to(root)) if root and f.is_relative_to(root) else str(f)
         if on_error == "fail":
             raise DataError("a link, not a regular file: not read", path=str(f), code="link")
         report.skipped.append((rel, "a link, not a regular file: not read"))

@@ -36,7 +36,8 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _MARK = re.compile(r"^<!-- (page|slide) (\d+) -->$")
 _IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
 # a header row of empty cells, its rule, and the first real row (Word tables have no header)
-_EMPTY_HEADER = re.compile(r"^\|(?:\s*\|)+\s*\n(\|(?:\s*:?-+:?\s*\|)+)\s*\n(\|.*)$", re.M)
+_EMPTY_HEADER = re.compile(r"^\|(?:[ \t]*\|)+[ \t]*\n(\|(?:[ \t]*:?-+:?[ \t]*\|)+)[ \t]*\n(\|.*)$",
+                           re.M)
 
 
 # --- splitting markdown with unit marks -------------------------------------------------------
@@ -102,20 +103,64 @@ def split_marked(text: str, title: str) -> list[Part]:
 # --- containers -------------------------------------------------------------------------------
 
 def check_zip(path: Path, fmt: str) -> None:
-    """Refuse, unread, a file that is not a zip or whose members expand past the bounds."""
+    """Refuse a file that is not a zip, whose declared sizes pass the bounds, or whose members
+    really expand past what they declare (a lying header) or use a method other than stored
+    or deflate. Every member is expanded once, a chunk at a time, so memory stays bounded;
+    the converter then reads sizes that are known to be true. A spreadsheet whose sheets
+    span more than `MAX_CELLS` cells (a tiny file can name a far corner) is refused too."""
+    def bad(msg: str, code: str = "unreadable") -> DataError:
+        return DataError(msg, path=str(path), code=code)
+
+    limit = MAX_EXPANDED_MB * 2**20
     try:
         with zipfile.ZipFile(path) as z:
             infos = z.infolist()
-    except (zipfile.BadZipFile, OSError) as e:
-        raise DataError(f"not a readable {fmt} file ({e})", path=str(path),
-                        code="unreadable") from None
-    if len(infos) > MAX_MEMBERS:
-        raise DataError(f"{fmt} archive has {len(infos)} members (limit {MAX_MEMBERS})",
-                        path=str(path), code="too_large")
-    expanded = sum(i.file_size for i in infos)
-    if expanded > MAX_EXPANDED_MB * 2**20:
-        raise DataError(f"{fmt} archive expands to {expanded / 2**20:.0f} MB (limit "
-                        f"{MAX_EXPANDED_MB} MB)", path=str(path), code="too_large")
+            if len(infos) > MAX_MEMBERS:
+                raise bad(f"{fmt} archive has {len(infos)} members (limit {MAX_MEMBERS})",
+                          "too_large")
+            declared = sum(i.file_size for i in infos)
+            if declared > limit:
+                raise bad(f"{fmt} archive expands to {declared / 2**20:.0f} MB (limit "
+                          f"{MAX_EXPANDED_MB} MB)", "too_large")
+            for info in infos:
+                if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                    raise bad(f"{fmt} member {info.filename!r} uses compression method "
+                              f"{info.compress_type} (only stored and deflate are read)")
+                got, sheet = 0, fmt == "xlsx" and info.filename.startswith("xl/worksheets/")
+                cols = rows = 0
+                tail = b""
+                with z.open(info) as fh:
+                    while chunk := fh.read(1 << 16):
+                        got += len(chunk)
+                        if got > info.file_size:
+                            raise bad(f"{fmt} member {info.filename!r} expands past the "
+                                      f"{info.file_size} bytes it declares", "too_large")
+                        if sheet:  # the span the sheet's cell references name
+                            c, r = _sheet_span(tail + chunk)
+                            cols, rows, tail = max(cols, c), max(rows, r), chunk[-24:]
+                if cols * rows > MAX_CELLS:
+                    raise bad(f"sheet {info.filename!r} spans {rows:,} rows x {cols:,} "
+                              f"columns (limit {MAX_CELLS:,} cells)", "too_large")
+    except DataError:
+        raise
+    except Exception as e:  # noqa: BLE001  bad CRC, names, offsets: all mean unreadable
+        raise bad(f"not a readable {fmt} file ({type(e).__name__}: {str(e)[:160]})") \
+            from None
+
+
+MAX_CELLS = 2_000_000
+_CELL_REF = re.compile(rb'<c r="([A-Z]{1,3})([0-9]{1,7})"')
+
+
+def _sheet_span(chunk: bytes) -> tuple[int, int]:
+    """(last column, last row) named by the cell references in a piece of a sheet."""
+    cols = rows = 0
+    for col, row in _CELL_REF.findall(chunk):
+        n = 0
+        for ch in col:
+            n = n * 26 + ch - 64
+        cols, rows = max(cols, n), max(rows, int(row))
+    return cols, rows
 
 
 def _converter(fmt: str):
@@ -199,7 +244,10 @@ def read_pdf(path: Path) -> tuple[str, list[Part]]:
         if reader.is_encrypted:
             raise DataError("encrypted PDF", path=str(path), code="unreadable")
         meta_title = str((reader.metadata.title if reader.metadata else None) or "").strip()
-        ruled = [i for i, page in enumerate(reader.pages) if _draws_rules(page)]
+        # pdfminer (under pdfplumber) expands streams without a limit: a ruled page goes to
+        # it only when its content and forms expand within PDF_PAGE_MB (else pypdf reads it)
+        ruled = [i for i, page in enumerate(reader.pages)
+                 if _draws_rules(page) and _expands_within(page, PDF_PAGE_MB * 2**20)]
         if ruled:
             import pdfplumber
 
@@ -217,6 +265,59 @@ def read_pdf(path: Path) -> tuple[str, list[Part]]:
         raise DataError(f"unreadable PDF ({type(e).__name__}: {str(e)[:200]})",
                         path=str(path), code="unreadable") from None
     return meta_title or path.stem, split_marked("\n".join(pages), meta_title or path.stem)
+
+
+PDF_PAGE_MB = 64
+
+
+def _expands_within(page, limit: int) -> bool:
+    """Whether the page's content streams and the form XObjects it uses (three levels
+    deep) expand to at most `limit` bytes, each Flate stream expanded with a bounded
+    decompressor; a stream under another filter counts its encoded size."""
+    import zlib
+
+    from pypdf.generic import IndirectObject
+
+    total, seen = 0, set()
+
+    def size(stream) -> int:
+        raw = getattr(stream, "_data", b"") or b""
+        filters = stream.get("/Filter")
+        names = [str(f) for f in (filters if isinstance(filters, list) else
+                                  [filters] if filters is not None else [])]
+        if names == ["/FlateDecode"]:
+            d = zlib.decompressobj()
+            try:
+                out = len(d.decompress(raw, limit + 1))
+            except zlib.error:
+                return len(raw)
+            return out
+        return len(raw)
+
+    def visit(obj, depth: int) -> None:
+        nonlocal total
+        if isinstance(obj, IndirectObject):
+            if (obj.idnum, obj.generation) in seen:
+                return
+            seen.add((obj.idnum, obj.generation))
+        obj = obj.get_object()
+        if hasattr(obj, "_data"):
+            total += size(obj)
+        if total > limit or depth > 3 or not hasattr(obj, "get"):
+            return
+        xobjects = (obj.get("/Resources") or {}).get("/XObject") or {}
+        for ref in xobjects.values():
+            visit(ref, depth + 1)
+
+    contents = page.get("/Contents")
+    for c in (contents if isinstance(contents, list) else [contents] if contents else []):
+        visit(c, 0)
+    xobjects = (page.get("/Resources") or {}).get("/XObject") or {}
+    for ref in xobjects.values():
+        if total > limit:
+            break
+        visit(ref, 1)
+    return total <= limit
 
 
 _RULE_OPS = re.compile(rb"(?<![A-Za-z])(re|l)(?![A-Za-z])")

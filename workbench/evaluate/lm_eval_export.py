@@ -69,6 +69,8 @@ def export_lm_eval(items: Sequence[MCItem], out: Path, name: str) -> dict[str, o
     skipped = len(items) - len(single)  # lm-eval's multiple_choice has one target
     items = single
     name = task_name(name)
+    if out.exists() and not out.is_dir():
+        raise WorkbenchError(f"{out}: not a folder (the task folder to write)")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for it in items:

@@ -213,16 +213,32 @@ def read_open(path: Path) -> list[OpenQuestion]:
     (dev/test, default test), reference, and either rubric (a JSON list of {criterion,
     points, keywords}) or keywords ("distend; collaps": one +2 item per keyword group)."""
     import csv
+    import io
     import json
 
     from workbench.errors import DataError
 
     if path.suffix.lower() == ".jsonl":
         return read_jsonl(path, OpenQuestion.model_validate)
+    from workbench.io import describe_validation_error
+
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"not UTF-8 (byte {e.start})", path=str(path),
+                        code="bad_encoding") from None
+    reader = csv.reader(io.StringIO(text))
+    header = [h.strip().lower() for h in next(reader, [])]
     out = []
-    rows = list(csv.DictReader(path.read_text(encoding="utf-8-sig").splitlines()))
-    for line, row in enumerate(rows, start=2):
-        row = {(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}
+    for cells in reader:
+        line = reader.line_num
+        if not any(c.strip() for c in cells):
+            continue
+        if len(cells) > len(header):
+            raise DataError(f"{len(cells)} cells for {len(header)} columns (quote a cell "
+                            "that holds a comma)", path=str(path), line=line,
+                            code="bad_record")
+        row = {h: c.strip() for h, c in zip(header, cells, strict=False)}
         try:
             if row.get("rubric"):
                 rubric = json.loads(row["rubric"])
@@ -231,15 +247,21 @@ def read_open(path: Path) -> list[OpenQuestion]:
                            "keywords": [w.strip() for w in k.split("/") if w.strip()]}
                           for k in row["keywords"].split(";") if k.strip()]
             else:
-                raise ValueError("no rubric or keywords column value")
+                raise DataError("no rubric or keywords column value", path=str(path),
+                                line=line, code="bad_record")
             out.append(OpenQuestion.model_validate({
                 "id": row.get("id") or f"{path.stem}-{line}", "question": row.get("question"),
                 "subset": row.get("subset") or "all", "term": row.get("term") or None,
                 "reference": row.get("reference", ""), "split": row.get("split") or "test",
                 "rubric": rubric}))
+        except DataError:
+            raise
+        except json.JSONDecodeError as e:
+            raise DataError(f"rubric is not JSON ({e.msg})", path=str(path), line=line,
+                            code="bad_record") from None
         except ValueError as e:
-            raise DataError(f"not an open question ({str(e).splitlines()[0][:200]})",
-                            path=str(path), line=line) from None
+            raise DataError(f"not an open question ({describe_validation_error(e)})",
+                            path=str(path), line=line, code="bad_record") from None
     return out
 
 

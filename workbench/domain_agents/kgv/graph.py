@@ -199,10 +199,15 @@ def entity_documents(g: Graph, wordings: dict[str, Any]) -> list[Any]:
     return out
 
 
+def _literal(text: str) -> str:
+    """A label placed inside a wording template (its braces are text, not fields)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 def say(g: Graph, s: str, p: str, o: str, wordings: dict[str, Any]) -> str:
     w = wordings.get(p)
-    tpl = w.verbal if w is not None else "{s} " + g.predicate_labels.get(p, local_name(p)) \
-        + " {o}"
+    tpl = w.verbal if w is not None else \
+        "{s} " + _literal(g.predicate_labels.get(p, local_name(p))) + " {o}"
     text = tpl.format(s=g.name(s), o=g.name(o))
     return text[0].upper() + text[1:] + "."
 
@@ -211,7 +216,8 @@ def graph_wordings(g: Graph, pack_wordings: dict[str, Any]) -> dict[str, Any]:
     """Wordings for the graph's predicates the pack does not word: "{s} <label> {o}"."""
     from workbench.domain_agents.kgv.pack import Wording
 
-    return {p: Wording(verbal="{s} " + g.predicate_labels.get(p, local_name(p)) + " {o}")
+    return {p: Wording(verbal="{s} " + _literal(g.predicate_labels.get(p, local_name(p)))
+                       + " {o}")
             for p in {p for _, p, _ in g.facts} if p not in pack_wordings}
 
 
@@ -233,7 +239,12 @@ def read_claims(path: Path, g: Graph | None, read_sentence) -> list[Any]:
             rows.append({"line": n, "triple": cols[:3], "label": _col(cols, 3),
                          "part": _col(cols, 4)})
     elif suffix == ".txt":
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise DataError(f"not UTF-8 (byte {e.start})", path=str(path),
+                            code="bad_encoding") from None
+        for n, line in enumerate(text.splitlines(), start=1):
             if line.strip() and not line.startswith("#"):
                 text, _, label = line.partition("\t")
                 rows.append({"line": n, "text": text.strip(), "label": label.strip() or None})
@@ -260,29 +271,38 @@ def read_claims(path: Path, g: Graph | None, read_sentence) -> list[Any]:
             try:
                 out.append(KGClaim.model_validate(r["claim"]))
             except ValueError as e:
-                raise DataError(f"not a claim ({str(e).splitlines()[0]})", **where,
+                from workbench.io import describe_validation_error
+
+                raise DataError(f"not a claim ({describe_validation_error(e)})", **where,
                                 code="bad_record") from None
             continue
-        label = (r.get("label") or "").upper() or None
+        raw = r.get("label")
+        label = raw.upper() if isinstance(raw, str) and raw.strip() else (
+            None if raw in (None, "") else raw)
         if label not in (None, "SUPPORTED", "REFUTED"):
             raise DataError(f"label {r['label']!r}: SUPPORTED or REFUTED", **where,
                             code="bad_record")
         part = r.get("part") or ("train" if i % 3 == 0 else "dev")
         if part not in ("train", "dev"):
             raise DataError(f"part {part!r}: train or dev", **where, code="bad_record")
-        base = {"id": r.get("id") or f"claim-{i + 1:04d}", "label": label, "part": part,
-                "evidence": r.get("evidence", [])}
+        base = {"id": str(r.get("id") or f"claim-{i + 1:04d}"), "label": label,
+                "part": part, "evidence": r.get("evidence", [])}
         if "triple" in r:
             s, p, o = r["triple"]
-            out.append(KGClaim.model_validate({**base, **_triple(g, s, p, o), "form": "triple"}))
-            continue
-        triple = read_sentence(r["text"])
-        if triple is not None:
+            fields = {**base, **_triple(g, s, p, o), "form": "triple"}
+        elif (triple := read_sentence(r["text"])) is not None:
             s, p, o = triple
-            out.append(KGClaim.model_validate({**base, **_triple(g, s, p, o, worded=True),
-                                               "form": "wording", "text": r["text"]}))
+            fields = {**base, **_triple(g, s, p, o, worded=True), "form": "wording",
+                      "text": r["text"]}
         else:
-            out.append(KGClaim.model_validate({**base, "text": r["text"], "form": "sentence"}))
+            fields = {**base, "text": r["text"], "form": "sentence"}
+        try:
+            out.append(KGClaim.model_validate(fields))
+        except ValueError as e:
+            from workbench.io import describe_validation_error
+
+            raise DataError(f"not a claim ({describe_validation_error(e)})", **where,
+                            code="bad_record") from None
     return out
 
 

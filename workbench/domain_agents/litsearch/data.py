@@ -35,16 +35,52 @@ def _text(el) -> str:
     return " ".join("".join(el.itertext()).split()) if el is not None else ""
 
 
+MAX_EXPANDED = 1 << 30  # a gzipped PubMed file may expand to 1 GiB (a baseline file: ~0.2)
+
+
+MAX_TEXT_RUN = 16 << 20  # bytes between two tags: a record's text is far shorter
+
+
+class _Bounded:
+    """A binary stream that raises DataError once more than `limit` bytes were read, or
+    once MAX_TEXT_RUN bytes pass without a tag (the parser would hold that text whole)."""
+
+    def __init__(self, fh, limit: int, path):
+        self.fh, self.left, self.path, self.run = fh, limit, path, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n if n is not None and n >= 0 else 1 << 20)
+        self.left -= len(data)
+        last = data.rfind(b"<")
+        self.run = len(data) - last if last >= 0 else self.run + len(data)
+        if self.left < 0 or self.run > MAX_TEXT_RUN:
+            why = f"expands past {MAX_EXPANDED >> 20} MB" if self.left < 0 else \
+                f"holds over {MAX_TEXT_RUN >> 20} MB of text without a tag"
+            raise DataError(why, path=str(self.path), code="too_large")
+        return data
+
+
 def parse_medline(path: Path) -> list[dict]:
     out = []
     try:
-        stream = gzip.open(path, "rb") if str(path).lower().endswith(".gz") else \
-            open(path, "rb")
-        for _, el in ET.iterparse(stream, events=("end",)):
+        stream = _Bounded(gzip.open(path, "rb") if str(path).lower().endswith(".gz")
+                          else open(path, "rb"), MAX_EXPANDED, path)
+        depth, root = 0, None
+        for event, el in ET.iterparse(stream, events=("start", "end")):
+            if event == "start":
+                root = el if root is None else root
+                depth += 1
+                continue
+            depth -= 1
+            if depth == 1 and el.tag != "PubmedArticle":
+                root.clear()  # whatever else sits at the top is dropped as it ends
             if el.tag != "PubmedArticle":
                 continue
             mc = el.find("MedlineCitation")
-            art = mc.find("Article")
+            art = mc.find("Article") if mc is not None else None
+            if art is None or not (mc.findtext("PMID") or "").strip():
+                raise DataError(f"PubmedArticle {len(out) + 1}: no MedlineCitation/PMID or "
+                                "Article", path=str(path), code="bad_record")
             pd = art.find("Journal/JournalIssue/PubDate")
             year = (pd.findtext("Year") or pd.findtext("MedlineDate") or "")[:4] \
                 if pd is not None else ""

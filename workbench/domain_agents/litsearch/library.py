@@ -173,17 +173,22 @@ def _jsonl(path: Path) -> tuple[list[dict], str]:
         if not isinstance(r, dict):
             raise DataError("a record must be a JSON object", path=str(path), line=n,
                             code="bad_record")
-        if "paperId" in r or "corpusid" in r or "externalIds" in r:
-            out.append(_s2(r))
-            kinds.add("semanticscholar")
+        if "paperId" in r or "corpusid" in r or "externalIds" in r or "externalids" in r:
+            kind, read = "semanticscholar", _s2
         elif "referenced_works" in r or str(r.get("id", "")).startswith(
                 "https://openalex.org/") or "display_name" in r:
-            out.append(_openalex(r))
-            kinds.add("openalex")
+            kind, read = "openalex", _openalex
         else:
             raise DataError("neither an OpenAlex work (id, referenced_works) nor a "
                             "Semantic Scholar paper (paperId)", path=str(path), line=n,
                             code="bad_record")
+        try:
+            out.append(read(r))
+        except (TypeError, AttributeError, ValueError, KeyError) as e:
+            raise DataError(f"a {kind} record with a field of an unexpected type "
+                            f"({type(e).__name__}: {str(e)[:120]})", path=str(path), line=n,
+                            code="bad_record") from None
+        kinds.add(kind)
     return out, "+".join(sorted(kinds)) or "jsonl"
 
 
@@ -209,7 +214,7 @@ def _openalex(r: dict) -> dict:
 
 
 def _s2(r: dict) -> dict:
-    ext = {k.lower(): v for k, v in (r.get("externalIds") or {}).items()}
+    ext = {k.lower(): v for k, v in (r.get("externalIds") or r.get("externalids") or {}).items()}
     own = str(r.get("paperId") or r.get("corpusid") or "").strip() or None
     fields = [f if isinstance(f, str) else f.get("category") for f in
               (r.get("fieldsOfStudy") or []) + (r.get("s2FieldsOfStudy") or [])]
