@@ -161,13 +161,16 @@ def _read_tsv(path: Path) -> Graph:
     return g
 
 
-def _tsv_rows(path: Path):
+def _text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise DataError(f"not UTF-8 (byte {e.start})", path=str(path),
                         code="bad_encoding") from None
-    for n, line in enumerate(text.splitlines(), start=1):
+
+
+def _tsv_rows(path: Path):
+    for n, line in enumerate(_text(path).splitlines(), start=1):
         if not line.strip() or line.startswith("#"):
             continue
         cols = [c.strip() for c in line.split("\t")]
@@ -239,12 +242,7 @@ def read_claims(path: Path, g: Graph | None, read_sentence) -> list[Any]:
             rows.append({"line": n, "triple": cols[:3], "label": _col(cols, 3),
                          "part": _col(cols, 4)})
     elif suffix == ".txt":
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except UnicodeDecodeError as e:
-            raise DataError(f"not UTF-8 (byte {e.start})", path=str(path),
-                            code="bad_encoding") from None
-        for n, line in enumerate(text.splitlines(), start=1):
+        for n, line in enumerate(_text(path).splitlines(), start=1):
             if line.strip() and not line.startswith("#"):
                 text, _, label = line.partition("\t")
                 rows.append({"line": n, "text": text.strip(), "label": label.strip() or None})
