@@ -148,3 +148,14 @@ def test_odd_labels_and_claims_rows_are_text_or_one_line(tmp_path):
     (tmp_path / "claims.jsonl").write_text('{"text": "A costs a lot of money", "id": 5}\n')
     claims, docs, extra = load_kg(tmp_path)
     assert claims[0].id == "5" and docs[0].text == "a: A costs {x} b."
+
+
+def test_a_linked_file_in_a_graph_folder_is_not_followed(tmp_path):
+    outside = tmp_path / "secret.tsv"
+    outside.write_text("A\tknows\tB\n")
+    data = tmp_path / "kg"
+    data.mkdir()
+    (data / "graph.tsv").write_text("A\tknows\tB\n")
+    (data / "claims.tsv").symlink_to(outside)
+    with pytest.raises(WorkbenchError, match="claims.tsv is a link"):
+        load_kg(data)

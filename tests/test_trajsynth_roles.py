@@ -103,6 +103,20 @@ def test_the_shipped_environments_pools_respect_the_roles(name, trajsynth_cache)
         assert pool.summary.removed_by_role.get("sum of a measurement", 0) >= 5
 
 
+def test_durations_add_up_and_clock_times_do_not():
+    from workbench.trajsynth.profile import ColumnProfile, infer_role
+
+    def col(name):
+        return ColumnProfile(name=name, kind="integer", null_count=0, distinct_count=50,
+                             is_unique=False, min=5, max=900)
+
+    roles = {n: infer_role(col(n), 100, []) for n in (
+        "dep_time", "ArrHour", "hours_worked", "AirTime", "ElapsedTime", "length_cm")}
+    assert roles == {"dep_time": "clock", "ArrHour": "clock", "hours_worked": "amount",
+                     "AirTime": "amount", "ElapsedTime": "amount",
+                     "length_cm": "measurement"}
+
+
 def test_save_profile_keeps_roles(tmp_path):
     env = DataEnvironment.open(mixed_db(tmp_path / "f.sqlite"), cache_dir=tmp_path / "c")
     save_profile(env.profile, tmp_path / "p.json")

@@ -276,7 +276,9 @@ def _profile_column(con: sqlite3.Connection, table: str, column: str, declared: 
 # --- column roles --------------------------------------------------------------------------------
 
 _ID_TOKENS = {"id", "key", "pk", "index", "idx", "rowid", "unnamed", "uuid", "guid"}
-_CLOCK_TOKENS = {"time", "hour", "hours", "hr", "minute", "clock", "hhmm", "oclock"}
+_CLOCK_TOKENS = {"time", "hour", "hr", "minute", "clock", "hhmm", "oclock"}
+_DURATION_TOKENS = {"elapsed", "worked", "air", "spent", "duration", "runtime", "uptime",
+                    "downtime", "minutes", "hours"}
 _CALENDAR_TOKENS = {"year", "yr", "month", "day", "week", "quarter", "date", "dob", "weekday"}
 _AMOUNT_TOKENS = {"total", "amount", "quantity", "qty", "count", "sales", "revenue", "cost",
                   "costs", "spend", "spent", "paid", "bytes", "milliseconds", "ms", "seconds",
@@ -306,8 +308,10 @@ def infer_role(c: ColumnProfile, rows: int, primary_key: list[str]) -> ColumnRol
     if numeric and c.kind == "integer" and c.is_unique and rows > 2 and \
             c.min in (0, 1) and c.max == c.min + rows - 1:
         return "identifier"  # 0..n-1 or 1..n: a row index, whatever its name
-    if tokens & _CLOCK_TOKENS and not tokens & _AMOUNT_TOKENS:
+    if tokens & _CLOCK_TOKENS and not tokens & (_AMOUNT_TOKENS | _DURATION_TOKENS):
         return "clock"
+    if numeric and tokens & _DURATION_TOKENS:
+        return "amount"  # hours_worked, AirTime, ElapsedTime: durations add up
     if tokens & _CALENDAR_TOKENS:
         return "timestamp"
     if c.kind == "text":

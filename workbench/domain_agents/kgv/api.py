@@ -52,6 +52,10 @@ def load_kg(folder: str | Path, pack: str = "kgv"
     if not folder.is_dir():
         raise WorkbenchError(f"{folder}: not a folder (agent.data for kgv: a folder with "
                              "claims and a graph or documents)")
+    linked = [p.name for p in folder.iterdir() if p.is_symlink()]
+    if linked:  # only regular files inside the folder the user named are opened
+        raise WorkbenchError(f"{folder}: {', '.join(sorted(linked)[:3])} is a link; copy "
+                             "the file into the folder instead (links are not followed)")
     gfile = G.graph_file(folder)
     if gfile is None and (folder / "claims.jsonl").is_file() and \
             (folder / "documents.jsonl").is_file():  # the pack's own shape
