@@ -192,7 +192,8 @@ def test_distillation_runs_on_a_mixed_corpus_with_the_bundled_model(tmp_path, cl
     corpus = mixed_corpus(tmp_path / "corpus")
     r = cli("distill", "run", "-s", f"corpus={corpus}", "-s", f"output_dir={tmp_path / 'runs'}",
             "-s", "name=docs", "-s", "domain=rf", "-s", "distill.mode=composed",
-            "-s", "distill.answer_source=text", "-s", "distill.verifier.on_disagree=flag",
+            "-s", "distill.answer_source=text", "-s", "distill.verifier.enabled=false",
+            "-s", "distill.answer_max_tokens=64",
             "-s", "distill.perspectives=[concepts,analysis]", "-s", "distill.kinds=[mc]",
             "-s", "distill.benchmark_fraction=0", "-s", "distill.constrained=auto",
             "-s", "distill.min_section_chars=40",
