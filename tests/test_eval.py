@@ -246,6 +246,13 @@ def test_export_lm_eval_writes_a_task_folder_lm_eval_loads_as_it_is(tmp_path, cl
     assert r.returncode == 0, r.stderr
     assert "6 items" in r.stdout and "1 items with more than one answer" in r.stdout
     assert "--tasks rf_demo" in r.stdout
+    again = cli("eval", "export-lm-eval", str(bench), "-o", str(tmp_path / "made"))
+    assert again.returncode == 0, again.stderr  # an earlier export is replaced
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("a user's file")
+    refused = cli("eval", "export-lm-eval", str(bench), "-o", str(tmp_path / "mine"))
+    assert refused.returncode != 0 and "not made by the workbench" in refused.stderr
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
     moved = tmp_path / "elsewhere"
     (tmp_path / "made").rename(moved)  # the loader finds its data next to itself
     monkeypatch.chdir(tmp_path)

@@ -61,7 +61,7 @@ def task_name(name: str) -> str:
 
 def export_lm_eval(items: Sequence[MCItem], out: Path, name: str) -> dict[str, object]:
     """Write the task folder; returns what was written."""
-    from workbench.io import atomic_write_text
+    from workbench.io import atomic_write_text, check_made_here
 
     single = [it for it in items if len(it.answer) == 1]
     if not single:
@@ -69,9 +69,8 @@ def export_lm_eval(items: Sequence[MCItem], out: Path, name: str) -> dict[str, o
     skipped = len(items) - len(single)  # lm-eval's multiple_choice has one target
     items = single
     name = task_name(name)
-    if out.exists() and not out.is_dir():
-        raise WorkbenchError(f"{out}: not a folder (the task folder to write)")
-    out.mkdir(parents=True, exist_ok=True)
+    check_made_here(out, ("export.json",))  # absent, empty, or an earlier export: never a
+    out.mkdir(parents=True, exist_ok=True)  # folder of the user's own files
     rows = []
     for it in items:
         rows.append({"id": it.id, "question": it.question, "options": list(it.options),
@@ -95,8 +94,10 @@ def export_lm_eval(items: Sequence[MCItem], out: Path, name: str) -> dict[str, o
                       f"group: {name}\ntask:\n" + "".join(f"  - {t}\n" for t in tasks)
                       + "aggregate_metric_list:\n  - metric: acc\n    weight_by_size: true\n"
                       "metadata:\n  version: 1\n")
-    return {"group": name, "tasks": list(tasks), "items": len(rows),
+    done = {"group": name, "tasks": list(tasks), "items": len(rows),
             "skipped_multi_answer": skipped, "folder": str(out)}
+    atomic_write_text(out / "export.json", json.dumps(done, indent=1) + "\n")  # written last
+    return done
 
 
 def benchmark_of(source: Path) -> tuple[list[MCItem], str]:
