@@ -302,8 +302,7 @@ def infer_role(c: ColumnProfile, rows: int, primary_key: list[str]) -> ColumnRol
     numeric = c.kind in ("integer", "real")
     if c.kind == "datetime":
         return "timestamp"
-    if c.name in primary_key or tokens & _ID_TOKENS or re.search(r"[a-z0-9](Id|ID|Key)$",
-                                                                   c.name):
+    if c.name in primary_key or tokens & _ID_TOKENS:  # ArtistId, flower_id, Unnamed: 0
         return "identifier"
     if numeric and c.kind == "integer" and c.is_unique and rows > 2 and \
             c.min in (0, 1) and c.max == c.min + rows - 1:
