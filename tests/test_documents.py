@@ -114,10 +114,19 @@ def test_bad_and_hostile_files_are_named_and_skipped(tmp_path, monkeypatch):
         ingest(corpus, on_error="fail")
 
 
-def test_uploads_accept_the_new_formats():
-    from workbench.corpus import SUPPORTED
+def test_a_workspace_takes_uploads_of_every_format_and_reads_them(tmp_path):
+    """Uploads go through save_upload's allow-list into the workspace corpus, and the corpus
+    reader gets sections from each of them."""
+    from workbench.workspace import open_workspace, save_upload
 
-    assert {".docx", ".pptx", ".xlsx", ".csv", ".epub", ".pdf"} <= set(SUPPORTED)
+    made = mixed_corpus(tmp_path / "made")
+    (made / "bands.csv").write_text("band,low GHz,high GHz\nL,1,2\nS,2,4\n")
+    ws = open_workspace(tmp_path / "ws")
+    for f in sorted(made.iterdir()):
+        save_upload(ws, f.name, f.read_bytes())
+    rep = ingest(ws / "corpus")
+    assert not rep.skipped
+    assert {d.format for d in rep.documents} == {"docx", "pptx", "epub", "xlsx", "pdf", "csv"}
 
 
 def mixed_corpus(folder):
