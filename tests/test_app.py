@@ -13,7 +13,7 @@ from conftest import REPO
 
 APP = REPO / "apps" / "streamlit"
 PAGES = ["projects", "corpus", "distill", "retrieval", "train", "evaluate", "trajsynth",
-         "federated", "agents", "loop"]
+         "federated", "agents", "loop", "chat"]
 TESTS = str(Path(__file__).parent)
 sys.path.insert(0, str(APP))
 
@@ -50,7 +50,7 @@ TITLES = {"projects": "Projects and runs", "corpus": "Corpus", "distill": "Disti
           "retrieval": "Retrieval playground", "train": "Train (LoRA SFT or DPO)",
           "evaluate": "Evaluate and compare", "trajsynth": "Trajectories for data agents",
           "federated": "Federated rounds", "agents": "Domain agents",
-          "loop": "Improvement loop"}
+          "loop": "Improvement loop", "chat": "Chat"}
 
 
 @pytest.mark.parametrize("name", PAGES)
@@ -249,6 +249,50 @@ def test_retrieval_page_uses_the_run_index(finished):
     assert [s.value for s in at.subheader][:3] == ["semantic", "keyword", "hybrid"]
     at.button(key="r-metrics").click().run()
     assert not at.exception and frame(at, "hybrid").shape[0] > 0
+
+
+def test_chat_page_answers_side_by_side_with_sources_and_keeps_ratings(finished, monkeypatch):
+    """Base (scripted) beside the run's adapter on its own base model (the tiny Llama) with the
+    run's index: one question, both answers, the passages under the second, and a good and a
+    bad rating (with what it should have said) kept as SFT rows and a preference pair."""
+    from workbench.formats import read_dataset, read_preferences
+
+    monkeypatch.setenv("WB_APP_MODEL", "fake")
+    monkeypatch.setenv("WB_APP_MODEL_SCRIPT", "fake_teacher:reply")
+    monkeypatch.setenv("PYTHONPATH", TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    at = page("chat").run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="c-model-1").value == "tiny (adapter)"
+    assert at.selectbox(key="c-index-1").value == "tiny (index)"
+    at.chat_input(key="c-ask").set_value("What does a quarter-wave transformer match?").run()
+    assert not at.exception, at.exception
+    body = texts(at)
+    assert body.count("What does a quarter-wave transformer match?") == 1
+    assert "**base**" in [m.value for m in at.markdown]
+    assert "**tiny-llama + adapter tiny + hybrid k=3**" in [m.value for m in at.markdown]
+    assert [e.label for e in at.expander if "passages" in e.label] == ["3 passages"]
+    session = at.session_state["c-session"]
+    first, second = session.answers
+    assert first.text == "I do not know." and first.passages == []
+    assert second.finish == "stop" and len(second.passages) == 3  # the tiny Llama's tokens
+    chat = finished / "chat"
+    at.button(key="c-good-0").click().run()
+    assert not at.exception, at.exception
+    assert "rated good" in texts(at)
+    assert [r.messages[-1].content for r in read_dataset(chat / "sft.jsonl")] == [first.text]
+    # the person changes their mind and says what it should have said: the last rating counts
+    at.text_area(key="c-fix-0").input("It matches a load to a line of another impedance.")
+    at.button(key="c-bad-0").click().run()
+    assert not at.exception, at.exception
+    assert "rated bad" in texts(at)
+    rows = read_dataset(chat / "sft.jsonl")
+    assert [r.messages[-1].content for r in rows] == [
+        "It matches a load to a line of another impedance."]
+    (pair,) = read_preferences(chat / "pairs.jsonl")
+    assert pair.rejected[0].content == first.text
+    assert pair.prompt[-1].content == "What does a quarter-wave transformer match?"
+    at.button(key="c-reset").click().run()
+    assert not at.exception and not at.session_state["c-session"].answers
 
 
 def test_upload_saves_and_rejects(ws):

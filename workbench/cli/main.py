@@ -13,6 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from workbench.cli.chat import chat_cmd
+
 app = typer.Typer(
     name="workbench",
     help="Domain-Agent Workbench: distil domain knowledge into QTSA data, retrieval indexes "
@@ -152,6 +154,9 @@ def serve(
     echo_err(f"serving {m.identity} as {served!r} on http://{host}:{port}/v1"
              + (" (API key required)" if limits.api_key else ""))
     run_server(m, served, host=host, port=port, limits=limits)
+
+
+app.command("chat")(chat_cmd)
 
 
 # --- data ---------------------------------------------------------------------------------

@@ -1,0 +1,161 @@
+"""Chat with what you built: up to three setups side by side (a model, an adapter of the
+workspace or an OpenAI-compatible endpoint, each with or without an index). Every answer
+streams as it is written; a person marks it good or bad and says what it should have said,
+and the workspace keeps that as SFT rows and preference pairs (workbench.chat)."""
+
+import os
+
+import streamlit as st
+from common import read_or_none, show_error, workspace
+
+from workbench.chat import MAX_SETUPS, RETRIEVERS, ChatSession, ChatSetup, rate, workspace_choices
+
+st.title("Chat")
+st.caption("Ask once; every setup answers in its own column, as it writes. Rate an answer to "
+           "keep it (or your correction) as training data in this workspace's chat folder.")
+ws = workspace()
+choices = read_or_none("the adapters and indexes of this workspace",
+                       lambda: workspace_choices(ws))
+adapters = choices.adapters if choices else {}
+indexes = choices.indexes if choices else {}
+BASE, ENDPOINT = "base model", "OpenAI-compatible endpoint"
+
+
+def base_model() -> tuple[str, dict]:
+    """The app's base model (tests set a scripted one in WB_APP_MODEL)."""
+    spec = os.environ.get("WB_APP_MODEL") or "default"
+    if spec.startswith("fake"):
+        return "fake", {"script": os.environ["WB_APP_MODEL_SCRIPT"]}
+    return spec, {}
+
+
+@st.cache_resource(show_spinner="Loading the model", max_entries=4)
+def load_model(spec: str, adapter: str | None, options: tuple):
+    """One instance per model + adapter for the whole app (generation is locked inside)."""
+    from workbench.models import load_model as load
+
+    opts = dict(options)
+    if adapter:
+        opts["adapter"] = adapter
+    return load(spec, **opts)
+
+
+def loader(spec: str, **opts):
+    adapter = opts.pop("adapter", None)
+    return load_model(spec, adapter, tuple(sorted(opts.items())))
+
+
+n = st.number_input("Setups side by side", 1, MAX_SETUPS, 2 if adapters or indexes else 1,
+                    key="c-n")
+setups = []
+cols = st.columns(int(n))
+for i, col in enumerate(cols):
+    with col:
+        st.markdown(f"**Setup {i + 1}**")
+        kind = st.selectbox("Model", [BASE, *adapters, ENDPOINT], key=f"c-model-{i}",
+                            index=min(i, len(adapters)) if i and adapters else 0)
+        spec, opts = base_model()
+        adapter = None
+        if kind == ENDPOINT:
+            spec = st.text_input("Endpoint", key=f"c-url-{i}",
+                                 placeholder="http://127.0.0.1:8000/v1#model-name")
+            opts = {}
+        elif kind != BASE:  # the adapter's own base model (its manifest says which)
+            adapter, spec, opts = str(adapters[kind]), None, {}
+        idx = st.selectbox("Retrieval", ["none", *indexes], key=f"c-index-{i}",
+                           index=1 if indexes and i == int(n) - 1 and n > 1 else 0)
+        retriever, k = "hybrid", 3
+        if idx != "none":
+            retriever = st.selectbox("Retriever", RETRIEVERS, key=f"c-ret-{i}")
+            k = st.number_input("Passages", 1, 20, 3, key=f"c-k-{i}")
+        if kind == ENDPOINT and not spec:
+            st.caption("Give the endpoint's URL.")
+            continue
+        try:
+            setups.append(ChatSetup(model=spec, adapter=adapter, options=opts, retriever=retriever,
+                                    model_label="base" if kind == BASE else "",
+                                    k=int(k), index=str(indexes[idx]) if idx != "none" else None))
+        except ValueError as e:
+            show_error(e)
+
+key = repr([s.model_dump() for s in setups])
+if st.session_state.get("c-key") != key:  # other setups: a new conversation
+    st.session_state["c-key"] = key
+    st.session_state["c-session"] = ChatSession(setups, loader=loader) if setups else None
+session: ChatSession | None = st.session_state["c-session"]
+if session is None:
+    st.stop()
+if st.button("New conversation", key="c-reset"):
+    session.reset()
+    session.answers.clear()
+
+
+def show_passages(a) -> None:
+    if a.passages:
+        with st.expander(f"{len(a.passages)} passages"):
+            for p in a.passages:
+                st.markdown(f"**[{p.rank}] {p.cite}** · `{p.source}`")
+                st.caption(p.text[:800])
+
+
+def rating(a, n: int) -> None:
+    if a.finish == "error":
+        st.error(a.error)
+        return
+    if a.finish == "stopped":
+        st.caption("stopped")
+    if not a.text.strip():
+        return
+    good = st.button("Good", key=f"c-good-{n}", icon=":material/thumb_up:")
+    with st.expander("Bad: say what it should have said", icon=":material/thumb_down:"):
+        fix = st.text_area("What it should have said (optional)", key=f"c-fix-{n}")
+        bad = st.button("Mark bad", key=f"c-bad-{n}")
+    if good or bad:
+        _rate(a, "good" if good else "bad", None if good else fix)
+    mark = st.session_state.setdefault("c-rated", {}).get((a.turn, a.setup))
+    if mark:
+        st.caption(f"rated {mark}")
+
+
+def _rate(a, verdict: str, fix: str | None) -> None:
+    try:
+        files = rate(ws, a, verdict, fix)
+    except Exception as e:  # noqa: BLE001 - shown in the page
+        show_error(e)
+        return
+    st.session_state["c-rated"][(a.turn, a.setup)] = verdict
+    st.toast(f"Kept: {files.sft} SFT rows, {files.pairs} pairs in {files.folder}")
+
+
+turns: dict[str, list] = {}
+for a in session.answers:
+    turns.setdefault(a.turn, []).append(a)
+for answers in turns.values():
+    with st.chat_message("user"):
+        st.markdown(answers[0].question)
+    cols = st.columns(len(session.setups))
+    for a in answers:
+        with cols[a.setup]:
+            st.markdown(f"**{a.label}**")
+            st.markdown(a.text or "_(no text)_")
+            show_passages(a)
+            rating(a, session.answers.index(a))
+
+question = st.chat_input("Ask every setup", key="c-ask")
+if question:
+    with st.chat_message("user"):
+        st.markdown(question)
+    st.button("Stop", key="c-stop", icon=":material/stop:")  # pressing it reruns: writing stops
+    cols = st.columns(len(session.setups))
+    turn = session.new_turn()
+    for i, s in enumerate(session.setups):
+        with cols[i]:
+            st.markdown(f"**{s.label}**")
+            gen = session.stream(i, question, turn=turn)
+            try:
+                st.write_stream(gen)
+            except Exception as e:  # noqa: BLE001 - shown in its column
+                show_error(e)
+            finally:
+                gen.close()  # a rerun (Stop, or the person left) ends generation here
+    st.rerun()
