@@ -30,7 +30,7 @@ def ws(tmp_path, monkeypatch):
 def page(name):
     from streamlit.testing.v1 import AppTest
 
-    return AppTest.from_file(str(APP / "pages" / f"{name}.py"), default_timeout=300)
+    return AppTest.from_file(str(APP / "views" / f"{name}.py"), default_timeout=300)
 
 
 @pytest.fixture(scope="session")
@@ -82,12 +82,15 @@ def test_navigation_is_built_from_the_registry(tmp_path):
     from workbench.registry import Pipeline
 
     pages = navigation_pages()
-    assert [(p.name, t) for p, t, _, _ in pages[:2]] == [("projects.py", "Projects and runs"),
+    assert [(p.name, t) for p, t, _, _ in pages[:3]] == [("projects.py", "Projects and runs"),
+                                                        ("jobs.py", "Task centre"),
                                                         ("corpus.py", "Corpus")]
     assert pages[0][3] and not any(d for *_, d in pages[1:])
-    want = [(APP / "pages" / p.page, p.page_title or p.name, p.page_icon)
+    want = [(APP / "views" / p.page, p.page_title or p.name, p.page_icon)
             for p in registry.pipelines() if p.page]
-    assert [(p, t, i) for p, t, i, _ in pages[2:]] == want
+    assert [(p, t, i) for p, t, i, _ in pages[3:-1]] == want
+    assert [(p.name, t) for p, t, _, _ in pages[-1:]] == [("chat.py", "Chat")]
+    assert all(p.is_file() for p, *_ in pages)
     assert {p.name for p, *_ in pages} >= {"distill.py", "retrieval.py", "train.py",
                                             "evaluate.py"}
     extra = tmp_path / "plugin_page.py"
@@ -96,7 +99,7 @@ def test_navigation_is_built_from_the_registry(tmp_path):
                                run="toy_pipeline:run", page=str(extra), order=99))
     try:
         pages = navigation_pages()
-        assert pages[-1][:3] == (extra, "app_plugin", ":material/extension:")
+        assert pages[-2][:3] == (extra, "app_plugin", ":material/extension:")
         from streamlit.testing.v1 import AppTest
 
         assert not AppTest.from_file(str(APP / "app.py"), default_timeout=60).run().exception

@@ -22,7 +22,7 @@ def test_setups_are_checked():
         ChatSession([])
     with pytest.raises(ValueError, match="retriever 'bm42'"):
         ChatSetup(retriever="bm42")
-    assert ChatSetup(adapter="runs/rf/train/adapter", index="runs/rf/rag", k=5).label == \
+    assert ChatSetup(adapter="runs/rf/adapter", index="runs/rf/index", k=5).label == \
         "base + adapter rf + hybrid k=5"
 
 
@@ -205,3 +205,103 @@ def test_cli_side_by_side_with_sources(cli, rf_index, tmp_path):
     assert bad.returncode != 0 and "colour" in bad.stderr and "Traceback" not in bad.stderr
     four = cli("chat", *["--setup", "model=fake"] * 4, "-q", "x")
     assert four.returncode != 0 and "at most 3" in four.stderr
+
+
+class Terminal:
+    """A child process on a pseudo-terminal: what a person's terminal would show it."""
+
+    def __init__(self, argv: list[str], cwd, env: dict):
+        import os
+        import pty
+        import subprocess
+
+        import fcntl
+        import termios
+
+        self.master, slave = pty.openpty()
+
+        def controlling_terminal():  # in the child, after setsid: Ctrl-C reaches it as SIGINT
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd,
+                                     env=env, start_new_session=True, close_fds=True,
+                                     preexec_fn=controlling_terminal)
+        os.close(slave)
+        self.seen = ""
+
+    def expect(self, text: str, timeout: float = 120) -> str:
+        """Wait until `text` appears after what the last `expect` matched."""
+        import os
+        import select
+        import time
+
+        deadline = time.monotonic() + timeout
+        start = getattr(self, "mark", 0)
+        while text not in self.seen[start:]:
+            left = deadline - time.monotonic()
+            assert left > 0, f"never saw {text!r}; the terminal shows:\n{self.seen[-3000:]}"
+            ready, _, _ = select.select([self.master], [], [], min(left, 1.0))
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 65536).decode(errors="replace")
+                except OSError:  # the child closed the terminal
+                    assert text in self.seen[start:], self.seen[-3000:]
+        self.mark = self.seen.index(text, start) + len(text)
+        return self.seen
+
+    def send(self, text: str) -> None:
+        import os
+
+        os.write(self.master, text.encode())
+
+    def close(self) -> int:
+        import os
+
+        try:
+            return self.proc.wait(timeout=60)
+        finally:
+            os.close(self.master)
+
+
+def test_chat_in_a_terminal(cli_process, tmp_path):
+    """`workbench chat` on a pseudo-terminal with the bundled model: the prompt, a streamed
+    answer, Ctrl-C stops a long answer and the REPL goes on, Ctrl-C at the prompt does not
+    leave, /bad asks what it should have said, /quit leaves with exit 0 and the history is
+    kept for the next session."""
+    import os
+    import sys
+
+    from conftest import REPO
+
+    ws = tmp_path / "ws"
+    env = dict(os.environ, TQDM_DISABLE="1", TERM="dumb")
+    t = Terminal([sys.executable, "-m", "workbench", "chat", "--max-tokens", "2000",
+                  "--temperature", "0.8", "--workspace", str(ws)], REPO, env)
+    try:
+        t.expect("you> ", timeout=300)
+        t.send("Write a very long story about a radio engineer.\r")
+        t.expect("radio engineer.")
+        import time
+
+        time.sleep(4.0)  # some of the 2,000 tokens are out, most are not
+        t.send("\x03")  # Ctrl-C, as the terminal sends it
+        t.expect("[stopped]", timeout=30)
+        t.expect("you> ", timeout=30)
+        time.sleep(0.5)  # a signal in the instant before readline waits is seen late (CPython)
+        t.send("\x03")  # at the prompt: a fresh line, not the end
+        t.expect("/quit or Ctrl-D to leave")
+        t.send("/bad\r")
+        t.expect("what should it have said")
+        t.send("A greeting back.\r")
+        t.expect("kept (1 ratings): 1 SFT rows")
+        t.send("/quit\r")
+        rc = t.close()
+        assert rc == 0, t.seen[-2000:]
+    finally:
+        if t.proc.poll() is None:
+            t.proc.kill()
+    assert "Traceback" not in t.seen
+    pairs = read_preferences(ws / "chat" / "pairs.jsonl")
+    assert pairs[0].chosen[0].content == "A greeting back."
+    assert "radio engineer" in (ws / "chat" / "history").read_text()
+    assert pairs[0].rejected[0].content.strip()  # the words written before Ctrl-C

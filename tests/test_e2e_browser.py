@@ -2,6 +2,7 @@
 `workbench app` on a free loopback port, with the bundled model doing the distillation."""
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -257,3 +258,121 @@ def test_trajectory_tree_browser_in_a_browser(app):
         page.locator("[data-testid=stJson]").first.wait_for(timeout=30000)  # the ledger
         page.screenshot(path=str(ARTIFACTS / "trajectories-tree.png"), full_page=True)
         browser.close()
+
+
+def test_every_page_opens_by_its_address_with_the_apps_navigation(app):
+    """A bookmark or a shared link: each page opened by its address in a fresh browser (no
+    session, no cookies) shows that page under the app's own navigation titles, never
+    Streamlit's file-name navigation of a `pages/` folder (an "app" entry, "agents", ...)."""
+    import re
+
+    from playwright.sync_api import sync_playwright
+
+    sys.path.insert(0, str(REPO / "apps" / "streamlit"))
+    from common import navigation_pages
+
+    url, _ = app
+    pages = navigation_pages()
+    titles = [t for _, t, _, _ in pages]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        for path, title, _, default in pages:
+            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            page = ctx.new_page()
+            page.goto(url + ("/" if default else f"/{path.stem}"))
+            nav = page.locator("[data-testid=stSidebarNav] a")
+            nav.first.wait_for(timeout=30000)
+            page.locator("h1").first.wait_for(timeout=60000)
+            shown = [re.sub(r"^\S+\s+", "", t.strip()) for t in nav.all_inner_texts()]
+            assert shown == titles, (path.stem, shown)
+            assert page.locator("[data-testid=stException]").count() == 0, path.stem
+            # the page itself ran: its heading, and the navigation marks it as the current one
+            current = page.locator("[data-testid=stSidebarNav] a[aria-current=page]")
+            assert re.sub(r"^\S+\s+", "", current.inner_text().strip()) == title, path.stem
+            ctx.close()
+        browser.close()
+
+
+def test_chat_two_setups_side_by_side_in_a_browser(tmp_path):
+    """The bundled model beside itself with the workspace's index: one question, two
+    answers streamed into their columns, passages under the second; Good keeps the first as
+    a training row that `workbench data validate` accepts."""
+    from playwright.sync_api import sync_playwright
+
+    from conftest import cli_in_process
+    from workbench.corpus import ingest
+    from workbench.rag.index import RagIndex
+
+    ws = tmp_path / "ws"
+    RagIndex.build(ingest(REPO / "datasets" / "rf").sections, ws / "runs" / "rf" / "index",
+                   log=lambda m: None)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with _running_app(ws) as (url, _), sync_playwright() as p:
+        browser, page = _open_page(p, url)
+        page.goto(f"{url}/chat")
+        page.get_by_text("Setup 2").wait_for(timeout=30000)
+        box = page.locator("[data-testid=stChatInputTextArea]")
+        box.fill("What does a quarter-wave transformer do?")
+        box.press("Enter")
+        # both columns fill as they are written, then the page settles with both answers
+        page.get_by_role("button", name="Good").nth(1).wait_for(timeout=300000)
+        assert page.get_by_text("base + hybrid k=3").count() >= 1
+        assert page.get_by_text("3 passages").count() == 1
+        assert page.locator("[data-testid=stException]").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "chat.png"), full_page=True)
+        page.get_by_role("button", name="Good").first.click()
+        page.get_by_text("rated good").wait_for(timeout=30000)
+        browser.close()
+    sft = ws / "chat" / "sft.jsonl"
+    r = cli_in_process("data", "validate", str(sft))
+    assert r.returncode == 0 and "1 " in r.stdout + r.stderr, r
+    (row,) = [json.loads(x) for x in sft.read_text().splitlines()]
+    assert row["messages"][-1]["role"] == "assistant" and row["messages"][-1]["content"].strip()
+
+
+def test_task_centre_shows_progress_advance_and_stops_the_job_in_a_browser(tmp_path):
+    """A distillation job (scripted teacher, paced) started in the workspace: the Task centre,
+    opened by its address, shows its done/total moving on while it runs, and Stop stops it."""
+    import re
+
+    from playwright.sync_api import sync_playwright
+
+    from workbench.jobs import list_jobs, start_job
+
+    tests = str(Path(__file__).parent)
+    ws = tmp_path / "ws"
+    marker = tmp_path / "slow"
+    marker.write_text("")
+    env = {"PYTHONPATH": tests + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "WB_TEST_PACE": str(marker), "WB_PROGRESS_FILE_SECONDS": "0.5"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        from test_task_centre import cfg
+
+        job = start_job(ws, "distill", cfg(ws))
+        with _running_app(ws, **env) as (url, _), sync_playwright() as p:
+            browser, page = _open_page(p, url)
+            page.goto(f"{url}/jobs")
+            page.get_by_text("1 job(s), 1 running").wait_for(timeout=60000)
+            seen = []  # the done/total counts of the job's levels, as the page shows them
+            deadline = time.time() + 120
+            while len(set(seen)) < 3 and time.time() < deadline:
+                counts = tuple(re.findall(r"\d+/\d+", page.locator(
+                    "[data-testid=stExpander]").first.inner_text()))
+                if counts:
+                    seen.append(counts)
+                page.wait_for_timeout(700)  # the page refreshes itself ("Live")
+            assert len(set(seen)) >= 3, seen
+            page.screenshot(path=str(ARTIFACTS / "task-centre.png"), full_page=True)
+            page.get_by_role("button", name="Stop").click()
+            page.get_by_text("1 job(s), 0 running").wait_for(timeout=60000)
+            browser.close()
+        assert list_jobs(ws)[0].status == "stopped" and list_jobs(ws)[0].id == job.id
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -72,7 +72,7 @@ def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path):
     lm_eval = require_lm_eval()
     from lm_eval.tasks import TaskManager
 
-    from workbench.models.local import _gguf_cache_dir
+    from workbench.models.local import gguf_cache_dir
 
     from workbench.evaluate.lm_eval_export import export_lm_eval
 
@@ -80,7 +80,7 @@ def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path):
     task_dir = tmp_path / "tasks"
     export_lm_eval(its, task_dir, "wb")  # the export is what lm-eval runs
     os.environ["HF_DATASETS_OFFLINE"] = "1"
-    folder = _gguf_cache_dir(bundled_model.source)
+    folder = gguf_cache_dir(bundled_model.source)
     out = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={folder},dtype=float32",
                                   tasks=list(TASKS), task_manager=TaskManager(
                                       include_path=str(task_dir)), log_samples=True,

@@ -347,7 +347,7 @@ def test_unfinished_conversion_under_the_final_name_is_redone(tmp_path, monkeypa
 
     monkeypatch.setenv("WB_HOME", str(tmp_path / "home"))
     source = gguf_source(tmp_path)
-    target = local._gguf_cache_dir(source)
+    target = local.gguf_cache_dir(source)
     target.mkdir(parents=True)
     (target / "model.safetensors").write_text("half")
     stale = target.parent / f".{target.name}.tmp-999999"
@@ -388,7 +388,7 @@ def test_a_second_conversion_waits_for_the_first_and_uses_its_folder(tmp_path, m
     release.set()
     first.join(10)
     second.join(10)
-    assert len(calls) == 1 and results == [local._gguf_cache_dir(source)]
+    assert len(calls) == 1 and results == [local.gguf_cache_dir(source)]
     assert json.loads((results[0] / "config.json").read_text())["version"] == "first"
 
 

@@ -91,8 +91,8 @@ def test_stream_yields_same_text_as_generate(bundled_model):
 
 
 def test_converted_cache_is_used(bundled_model):
-    from workbench.models.local import _gguf_cache_dir
+    from workbench.models.local import gguf_cache_dir
 
-    folder = _gguf_cache_dir(bundled_model.source)
+    folder = gguf_cache_dir(bundled_model.source)
     assert (folder / "model.safetensors").exists()
     assert not any(folder.parent.glob(".*.tmp-*"))

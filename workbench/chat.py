@@ -172,6 +172,14 @@ class ChatSession:
             self._indexes[key] = (index, index.retriever(s.retriever), token_counter(index))
         return self._indexes[key]
 
+    def prepare(self) -> None:
+        """Load every setup's model and index now (a shell that wants bad input named before
+        the first question; the app loads them as each column first answers)."""
+        for i, s in enumerate(self.setups):
+            if s.index:
+                self._index(i)
+            self.model(i)
+
     def retrieve(self, i: int, question: str) -> tuple[list[Passage], str]:
         """The passages of setup `i` for `question` and the context block made of them."""
         s = self.setups[i]

@@ -6,7 +6,13 @@ runs one library function; the caller never waits. Status survives restarts of t
 anyone can read the folder, and a job whose process died is reported as failed. Jobs writing
 the same run folder exclude each other with a lock file, so two jobs cannot corrupt one run;
 a failed or stopped job is resumed by starting it again (the stages and the call cache skip
-finished work).
+finished work): `run_again(job)` does so with the job's own kind and config.
+
+While it runs, a job's process keeps `progress.json` in its folder: a snapshot of the work in
+flight (each level's done/total, the rate and the time left), written by the progress ticker
+(`workbench.progress`). `job_rows` puts a workspace's jobs, their progress and the end of
+their logs in one typed table: the task centre of the CLI (`workbench jobs list --watch`)
+and of the app.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ from workbench.io import atomic_write_json, atomic_write_text, pid_alive
 JOB_SCHEMA = 1
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 STATUSES = ("queued", "running", "completed", "failed", "stopped", "unreadable")
+ACTIVE = ("queued", "running")  # a job in one of these may still write its run folder
+PROGRESS_FILE = "progress.json"
+MAX_PROGRESS_JSON = 256 * 1024  # a snapshot is a few hundred bytes
 
 
 def kinds() -> list[str]:
@@ -105,13 +114,47 @@ class Job(BaseModel):
             data = fh.read(max_bytes)
         return "\n".join(data.decode(errors="replace").splitlines()[-tail:])
 
+    def snapshot(self) -> ProgressSnapshot | None:
+        """The job's last progress snapshot (`job_progress`)."""
+        return job_progress(self)
+
+
+class ProgressLevel(BaseModel):
+    """One level of the work in flight: a stage, a loop inside it, a batch loop inside that."""
+
+    model_config = ConfigDict(extra="ignore")
+    desc: str = ""
+    done: int = 0
+    total: int | None = None  # None: not counted (a stage)
+    unit: str = ""
+
+
+class ProgressSnapshot(BaseModel):
+    """`progress.json` of a job (written by `workbench.progress`): the levels of the work in
+    flight and, for the outermost counted level that has moved, done/total, rate (per
+    second), elapsed and time left (seconds) as of `updated_at` (epoch seconds)."""
+
+    model_config = ConfigDict(extra="ignore")
+    schema_version: int = 1
+    pid: int | None = None
+    updated_at: float
+    label: str = ""
+    levels: list[ProgressLevel] = Field(default_factory=list)
+    counted: int | None = None
+    done: int | None = None
+    total: int | None = None
+    unit: str = ""
+    rate: float | None = None
+    elapsed: float | None = None
+    eta: float | None = None
+
 
 MAX_JOB_JSON = 8 * 1024 * 1024  # a job's state is kilobytes; more is not a job.json
 
 
-def _read_job_json(f: Path) -> bytes:
-    """The bytes of a job.json that is a regular file (never through a link, never a
-    device or FIFO), at most MAX_JOB_JSON of them."""
+def _read_regular(f: Path, cap: int) -> bytes:
+    """The bytes of a file that is a regular file (never through a link, never a device or
+    FIFO), at most `cap` of them."""
     import stat
 
     fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -119,12 +162,27 @@ def _read_job_json(f: Path) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError("not a regular file")
-        if st.st_size > MAX_JOB_JSON:
-            raise ValueError(f"{st.st_size} bytes, over {MAX_JOB_JSON}")
+        if st.st_size > cap:
+            raise ValueError(f"{st.st_size} bytes, over {cap}")
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read(MAX_JOB_JSON + 1)
+            return fh.read(cap + 1)
     finally:
         os.close(fd)
+
+
+def _read_job_json(f: Path) -> bytes:
+    """The bytes of a job.json that is a regular file, at most MAX_JOB_JSON of them."""
+    return _read_regular(f, MAX_JOB_JSON)
+
+
+def job_progress(job: Job) -> ProgressSnapshot | None:
+    """The job's progress snapshot (`<job folder>/progress.json`), or None when there is none
+    or it cannot be read: missing, half-written, a link, a device, too large. Read-only."""
+    try:
+        return ProgressSnapshot.model_validate_json(
+            _read_regular(job.folder / PROGRESS_FILE, MAX_PROGRESS_JSON))
+    except (ValidationError, ValueError, OSError):
+        return None
 
 
 def load_job(folder: str | Path) -> Job:
@@ -182,9 +240,27 @@ def job_folder(workspace: str | Path, job_id: str) -> Path:
     return Path(workspace) / "jobs" / check_job_id(job_id)
 
 
-def list_jobs(workspace: str | Path, kind: str | None = None) -> list[Job]:
-    """Every job of a workspace, read-only. Entries of `jobs/` that are not plain folders
+def kinds_known(jobs: list[Job] | None = None) -> list[str]:
+    """The registered kinds, then those of `jobs` no longer registered (a removed plugin)."""
+    known = kinds()
+    return known + sorted({j.kind for j in jobs or () if j.kind not in known
+                           and j.status != "unreadable"})
+
+
+def _check_states(states) -> None:
+    bad = [s for s in states or () if s not in STATUSES]
+    if bad:
+        raise WorkbenchError(f"unknown job state {bad[0]!r} (expected one of "
+                             f"{', '.join(STATUSES)})")
+
+
+def list_jobs(workspace: str | Path, kind: str | None = None, *,
+              kinds: list[str] | tuple[str, ...] | None = None,
+              states: list[str] | tuple[str, ...] | None = None) -> list[Job]:
+    """Every job of a workspace, newest first, read-only; only those of `kind` (or of one of
+    `kinds`) and in one of `states` when given. Entries of `jobs/` that are not plain folders
     (links, files) or are not job ids are not jobs and are left out."""
+    _check_states(states)
     workspace = Path(workspace)
     if workspace.exists() and not workspace.is_dir():
         raise WorkbenchError(f"{workspace}: not a folder (a workspace is a folder)")
@@ -192,7 +268,12 @@ def list_jobs(workspace: str | Path, kind: str | None = None) -> list[Job]:
     jobs = [load_job(p) for p in sorted(root.iterdir())
             if not p.is_symlink() and p.is_dir() and JOB_ID.match(p.name)
             and os.path.lexists(p / "job.json")] if root.is_dir() else []
-    jobs = [j for j in jobs if kind is None or j.kind == kind]
+    unknown = [k for k in kinds or () if k not in kinds_known(jobs)]
+    if unknown:
+        raise WorkbenchError(f"unknown job kind {unknown[0]!r} (expected one of "
+                             f"{', '.join(kinds_known(jobs))})")
+    jobs = [j for j in jobs if (kind is None or j.kind == kind)
+            and (not kinds or j.kind in kinds) and (not states or j.status in states)]
     return sorted(jobs, key=lambda j: j.created, reverse=True)
 
 
@@ -238,6 +319,131 @@ def stop_job(job: Job) -> bool:
         else:
             os.kill(job.pid, signal.SIGTERM)
     return True
+
+
+def _run_root(job: Job) -> Path | None:
+    """The run folder a job writes, as its process sees it (relative to its workspace)."""
+    try:
+        return (Path(job.workspace) / job.run_dir).resolve()
+    except (WorkbenchError, ValueError, OSError, TypeError):
+        return None
+
+
+def run_again(job: Job) -> Job:
+    """Start a new job of the same kind and config as `job`, which resumes its run folder:
+    the stages and the call cache skip what is finished, as starting it again from the CLI
+    does. Refused (WorkbenchError) while the job, or another job of the same run folder, is
+    still running, and for a job whose state is unreadable."""
+    job = load_job(job.folder)  # its state now, not a caller's stale copy
+    if job.status in ACTIVE:
+        raise WorkbenchError(f"job {job.id} is still {job.status}; stop it or wait for it to "
+                             "end before running it again")
+    if job.status == "unreadable":
+        raise WorkbenchError(f"job {job.id}: its state is unreadable, so its kind and config "
+                             "are unknown; start the work again with `workbench jobs start`")
+    root = _run_root(job)
+    busy = [j for j in list_jobs(job.workspace, states=ACTIVE)
+            if root is not None and _run_root(j) == root]
+    if busy:
+        raise WorkbenchError(f"{root} is being written by job {busy[0].id}; wait for it or "
+                             "stop it before running this job again")
+    return start_job(job.workspace, job.kind, job.config)
+
+
+class JobRow(BaseModel):
+    """One line of the task centre: a job, its progress and the end of its log."""
+
+    id: str
+    kind: str
+    state: str  # one of STATUSES
+    run: str  # the run's name (config `name`)
+    run_dir: str | None  # the run folder it writes
+    created: float
+    started: float | None = None
+    finished: float | None = None
+    elapsed: float | None = None  # seconds since it started (running) or that it ran
+    error: str | None = None
+    message: str | None = None  # the pipeline's last progress message
+    progress: ProgressSnapshot | None = None  # the work in flight (running jobs only)
+    log_tail: list[str] = Field(default_factory=list)
+    can_stop: bool = False
+    can_run_again: bool = False  # stopped or failed: there is work left to finish
+
+    @property
+    def done(self) -> int | None:
+        return self.progress.done if self.progress else None
+
+    @property
+    def total(self) -> int | None:
+        return self.progress.total if self.progress else None
+
+    @property
+    def fraction(self) -> float | None:
+        """done/total in [0, 1], None when the work in flight is not counted."""
+        if not self.progress or not self.progress.total or self.progress.done is None:
+            return None
+        return min(1.0, max(0.0, self.progress.done / self.progress.total))
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds left, from the snapshot's estimate less the time since it was written."""
+        p = self.progress
+        if p is None or p.eta is None:
+            return None
+        return max(0.0, p.eta - max(0.0, time.time() - p.updated_at))
+
+    def progress_text(self) -> str:
+        p = self.progress
+        if p is None or not p.levels:
+            return "-"
+        if p.total:
+            return f"{p.done}/{p.total} {p.unit}".rstrip()
+        return "running"
+
+    def rate_text(self) -> str:
+        p = self.progress
+        return f"{p.rate:.2g} {p.unit}/s".replace(" /", "/") if p and p.rate else "-"
+
+    def eta_text(self) -> str:
+        from workbench.progress import duration
+
+        eta = self.eta
+        return duration(eta) if eta is not None else "-"
+
+    def elapsed_text(self) -> str:
+        from workbench.progress import duration
+
+        return duration(self.elapsed) if self.elapsed is not None else "-"
+
+
+def job_row(job: Job, *, log_lines: int = 10) -> JobRow:
+    """A job as the task centre shows it (read-only)."""
+    now = time.time()
+    run = job.config.get("name") if isinstance(job.config, dict) else None
+    root = _run_root(job) if job.status != "unreadable" else None
+    elapsed = None
+    if job.started is not None:
+        end = job.finished if job.finished is not None else (
+            now if job.status == "running" else None)
+        elapsed = max(0.0, end - job.started) if end is not None else None
+    running = job.status == "running"
+    log = job.log_text(log_lines, max_bytes=64 * 1024) if log_lines > 0 else ""
+    return JobRow(id=job.id, kind=job.kind, state=job.status, run=str(run or "-"),
+                  run_dir=str(root) if root else None, created=job.created,
+                  started=job.started, finished=job.finished, elapsed=elapsed,
+                  error=job.error, message=(job.progress or [None])[-1],
+                  progress=job_progress(job) if running else None,
+                  log_tail=log.splitlines() if log else [],
+                  can_stop=running, can_run_again=job.status in ("stopped", "failed"))
+
+
+def job_rows(workspace: str | Path, *, kinds: list[str] | tuple[str, ...] | None = None,
+             states: list[str] | tuple[str, ...] | None = None,
+             log_lines: int = 10) -> list[JobRow]:
+    """Every job of a workspace as task-centre rows, newest first, filtered by kind(s) and
+    state(s) when given."""
+    return [job_row(j, log_lines=log_lines)
+            for j in list_jobs(workspace, kinds=kinds, states=states)]
 
 
 def wait_job(job: Job, timeout: float = 600, poll: float = 0.5) -> Job:
@@ -326,10 +532,11 @@ def _execute(job: Job) -> dict[str, Any]:
 
 
 def main(folder: str) -> int:
-    from workbench.progress import quiet_libraries
+    from workbench.progress import quiet_libraries, set_progress_file, write_progress_file
 
     quiet_libraries()  # library warnings stay out of the job's log
     job = load_job(folder)
+    set_progress_file(job.folder / PROGRESS_FILE)  # this process only, not its children
     job.status, job.started = "running", time.time()
     job.pid, job.pid_start = os.getpid(), process_start(os.getpid())
     job.save()
@@ -353,6 +560,9 @@ def main(folder: str) -> int:
     except Exception as e:  # our bug: keep the traceback in the log, a line in the state
         traceback.print_exc()
         job.status, job.error = "failed", f"{type(e).__name__}: {e}"
+    # the work is over: a second stop request (a double click) must not cut the bookkeeping
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    write_progress_file()  # no work in flight any more
     job.finished = time.time()
     job.save()
     return 0 if job.status == "completed" else 1

@@ -12,17 +12,36 @@ inside that) with each counted level's done/total, and the rate, elapsed time an
 of the outermost counted loop that has moved (its end is the stage's end). `stage(name)`
 marks a piece of work without a count (the stage runner wraps every stage in one), so even
 a stage whose loops are not counted prints that it is alive.
+
+With a progress file set (`set_progress_file(path)`, else the `WB_PROGRESS_FILE` variable),
+the same thread also keeps a small JSON snapshot of the work in flight in that file, every
+`WB_PROGRESS_FILE_SECONDS` (default 2), replaced in one rename so a reader never sees half of
+one, on a terminal too (the bars are drawn as before). A background job writes
+`<job folder>/progress.json` this way; `workbench.jobs.job_progress` reads it:
+
+    {"schema_version": 1, "pid": 4242, "updated_at": 1718000000.0,
+     "label": "distill > model calls", "levels": [{"desc": "distill", "done": 0,
+     "total": null, "unit": ""}, {"desc": "model calls", "done": 2, "total": 7,
+     "unit": "chunk"}], "counted": 1, "done": 2, "total": 7, "unit": "chunk",
+     "rate": 0.02, "elapsed": 100.0, "eta": 250.0}
+
+(`done`, `total`, `rate`, `elapsed`, `eta`: the outermost counted level that has moved, as in
+the log lines; `levels: []` once no work is in flight.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import stat
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -40,6 +59,64 @@ def _interval() -> float:
         return 25.0
 
 
+SNAPSHOT_SCHEMA = 1
+_progress_file: list[Path | None] = [None]  # set_progress_file's path (one per process)
+
+
+def set_progress_file(path: str | os.PathLike | None) -> None:
+    """Keep a JSON snapshot of the work in flight in `path` (None: back to
+    `WB_PROGRESS_FILE`, if set). Only this process writes it: unlike the variable, the
+    setting is not inherited by the processes it starts."""
+    _progress_file[0] = Path(path) if path is not None else None
+
+
+def progress_file() -> Path | None:
+    """Where the snapshot goes: the path set here, else `WB_PROGRESS_FILE`, else nowhere."""
+    if _progress_file[0] is not None:
+        return _progress_file[0]
+    env = os.environ.get("WB_PROGRESS_FILE", "").strip()
+    return Path(env) if env else None
+
+
+def _file_interval() -> float:
+    try:
+        return max(0.05, float(os.environ.get("WB_PROGRESS_FILE_SECONDS", "2")))
+    except ValueError:
+        return 2.0
+
+
+def _tracked() -> bool:
+    """Whether work is recorded for the ticker: for log lines (no bars) or a snapshot file."""
+    return not bars_enabled() or progress_file() is not None
+
+
+def write_snapshot(path: Path, snap: dict[str, Any]) -> bool:
+    """Replace `path` with the snapshot in one rename (a reader sees the old one or the new
+    one, never half). A `path` that exists and is not a regular file (a link, a folder, a
+    device) is left alone. Returns whether it was written; never raises."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(snap, fh, ensure_ascii=False)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        return True
+    except (OSError, ValueError, TypeError):
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return False
+
+
 class _Work:
     __slots__ = ("desc", "total", "unit", "done", "t0")
 
@@ -49,13 +126,17 @@ class _Work:
         self.t0 = time.monotonic()
 
 
-def _duration(s: float) -> str:
+def duration(s: float) -> str:
+    """Seconds as a person reads them: 42s, 3m05s, 2h10m."""
     s = int(round(s))
     if s < 60:
         return f"{s}s"
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+_duration = duration
 
 
 class _Ticker:
@@ -83,16 +164,25 @@ class _Ticker:
             if not stack:
                 self.stacks.pop(threading.get_ident(), None)
 
-    def line(self) -> str | None:
+    def _focus(self) -> tuple[list[_Work], _Work | None] | None:
+        """The deepest work in flight (it says the most) and the level whose rate and time
+        left stand for it: the outermost counted loop that has moved (the one whose end is
+        the stage's end), else the innermost counted one; None when nothing runs."""
         with self.lock:
             stacks = [list(s) for s in self.stacks.values() if s]
         if not stacks:
             return None
-        stack = max(stacks, key=len)  # the deepest work in flight says the most
-        # rate and time left come from the outermost counted loop that has moved (the one
-        # whose end is the stage's end); every counted level shows its done/total
+        stack = max(stacks, key=len)
         counted = next((w for w in stack if w.total and w.done), None) or next(
             (w for w in reversed(stack) if w.total), None)
+        return stack, counted
+
+    def line(self) -> str | None:
+        focus = self._focus()
+        if focus is None:
+            return None
+        stack, counted = focus
+        # every counted level shows its done/total
         names = " > ".join(f"{w.desc} {w.done}/{w.total}" if w.total and w is not counted
                            else w.desc for w in stack if w.desc) or "working"
         now = time.monotonic()
@@ -105,17 +195,60 @@ class _Ticker:
         return (f"[progress] {names}: {counted.done}/{counted.total} {counted.unit} "
                 f"({pct:.0f}%), {rate:.2g}/s, {_duration(el)}, ETA {eta}")
 
+    def snapshot(self) -> dict[str, Any]:
+        """The work in flight as JSON-ready data (the format in the module's docstring);
+        `levels` is empty when nothing runs."""
+        snap: dict[str, Any] = {
+            "schema_version": SNAPSHOT_SCHEMA, "pid": os.getpid(), "updated_at": time.time(),
+            "label": "", "levels": [], "counted": None, "done": None, "total": None,
+            "unit": "", "rate": None, "elapsed": None, "eta": None}
+        focus = self._focus()
+        if focus is None:
+            return snap
+        stack, counted = focus
+        now = time.monotonic()
+        snap["levels"] = [{"desc": w.desc, "done": w.done, "total": w.total, "unit": w.unit}
+                          for w in stack]
+        snap["label"] = " > ".join(w.desc for w in stack if w.desc) or "working"
+        snap["elapsed"] = round(now - stack[0].t0, 3)
+        if counted is not None:
+            el = now - counted.t0
+            rate = counted.done / el if el > 0 else 0.0
+            snap.update(counted=stack.index(counted), done=counted.done,
+                        total=counted.total, unit=counted.unit, elapsed=round(el, 3),
+                        rate=rate if rate > 0 else None,
+                        eta=round((counted.total - counted.done) / rate, 3) if rate > 0
+                        else None)
+        return snap
+
+    def write_file(self) -> bool:
+        """Write the snapshot to the progress file now (when one is set)."""
+        path = progress_file()
+        return path is not None and write_snapshot(path, self.snapshot())
+
     def _run(self) -> None:
         last = time.monotonic()
+        last_file = float("-inf")  # the first tick writes the snapshot
         while True:
-            time.sleep(min(1.0, _interval() / 4))
+            every = _interval()
+            file_every = _file_interval() if progress_file() is not None else every
+            time.sleep(min(1.0, every / 4, file_every / 4))
             with self.lock:
-                if not self.stacks:
-                    self.thread = None
-                    return
-            if time.monotonic() - last >= _interval():
-                last = time.monotonic()
-                if (text := self.line()) is not None:
+                idle = not self.stacks
+            if idle:
+                self.write_file()  # nothing in flight: say so, not the last loop's state
+                with self.lock:
+                    if not self.stacks:
+                        self.thread = None
+                        return
+                continue
+            now = time.monotonic()
+            if progress_file() is not None and now - last_file >= file_every:
+                last_file = now
+                self.write_file()
+            if now - last >= every:
+                last = now
+                if not bars_enabled() and (text := self.line()) is not None:
                     try:
                         print(text, file=sys.stderr, flush=True)
                     except (OSError, ValueError):  # stderr closed under us
@@ -125,18 +258,28 @@ class _Ticker:
 _ticker = _Ticker()
 
 
+def write_progress_file() -> bool:
+    """Write the snapshot of the work in flight to the progress file now (a job does at its
+    end, so the file never outlives the work it describes); False when none is set."""
+    return _ticker.write_file()
+
+
 def progress(items: Iterable[T], desc: str = "", total: int | None = None,
              unit: str = "it", *, delay: float = 0.0) -> Iterator[T]:
     """Iterate `items` with a bar on a terminal (shown after `delay` seconds) or progress
-    lines in a log."""
+    lines in a log; counted in the progress file's snapshot when one is set."""
     if total is None and hasattr(items, "__len__"):
         total = len(items)  # type: ignore[arg-type]
-    if bars_enabled():
+    bars = bars_enabled()
+    if bars:
         from tqdm.auto import tqdm
 
-        yield from tqdm(items, desc=desc, total=total, unit=unit, dynamic_ncols=True,
-                        delay=delay, leave=delay == 0)
-        return
+        bar = tqdm(items, desc=desc, total=total, unit=unit, dynamic_ncols=True,
+                   delay=delay, leave=delay == 0)
+        if not _tracked():
+            yield from bar
+            return
+        items = bar
     w = _Work(desc, total, unit)
     _ticker.push(w)
     try:
@@ -145,13 +288,15 @@ def progress(items: Iterable[T], desc: str = "", total: int | None = None,
             w.done += 1
     finally:
         _ticker.pop(w)
+        if bars:
+            items.close()  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
 def stage(desc: str) -> Iterator[None]:
     """Mark a piece of work without a count: in a log, the progress lines name it (and
     whatever counted loop runs inside it) until it ends."""
-    if bars_enabled():
+    if not _tracked():
         yield
         return
     w = _Work(desc, None, "")

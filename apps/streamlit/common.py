@@ -17,15 +17,20 @@ import streamlit as st
 from workbench.errors import WorkbenchError
 from workbench.workspace import MAX_CORPUS_MB, RunInfo, list_runs, workspace_in
 
-PAGES = Path(__file__).parent / "pages"
+# The pages live in `views/`, not `pages/`: Streamlit treats a `pages/` folder next to the
+# entry script as its own automatic navigation, which a reload or a page opened by its address
+# showed instead of this app's (file names as titles, an "app" entry).
+PAGES = Path(__file__).parent / "views"
 CORE_PAGES = [("projects.py", "Projects and runs", ":material/folder:"),
+              ("jobs.py", "Task centre", ":material/monitoring:"),
               ("corpus.py", "Corpus", ":material/library_books:")]
+CLOSING_PAGES = [("chat.py", "Chat", ":material/forum:")]
 LETTERS = "ABCDEFGHIJ"
 
 
 def navigation_pages() -> list[tuple[Path, str, str, bool]]:
-    """(file, title, icon, default) of every page: the core ones, then each registered
-    pipeline's page in registry order (a relative page is a file in apps/streamlit/pages)."""
+    """(file, title, icon, default) of every page: the core ones, each registered pipeline's
+    page in registry order (a relative page is a file in apps/streamlit/views), then Chat."""
     from workbench import registry
 
     out = [(PAGES / f, t, i, n == 0) for n, (f, t, i) in enumerate(CORE_PAGES)]
@@ -34,6 +39,7 @@ def navigation_pages() -> list[tuple[Path, str, str, bool]]:
             path = Path(p.page)
             out.append((path if path.is_absolute() else PAGES / path,
                         p.page_title or p.name, p.page_icon, False))
+    out += [(PAGES / f, t, i, False) for f, t, i in CLOSING_PAGES]
     return out
 
 
@@ -145,8 +151,9 @@ STATUS_ICONS = {"running": ":material/hourglass_top:", "queued": ":material/sche
 
 
 def job_panel(kind: str, key: str) -> None:
-    """Status, progress and log of the newest job of a kind; survives reloads (on disk)."""
-    from workbench.jobs import list_jobs, stop_job
+    """Status, progress and log of the newest job of a kind; survives reloads (on disk).
+    Every job of every kind: the Task centre page."""
+    from workbench.jobs import job_row, list_jobs, stop_job
 
     jobs = read_or_none(f"{kind} jobs", lambda: list_jobs(workspace(), kind=kind))
     if not jobs:
@@ -156,6 +163,10 @@ def job_panel(kind: str, key: str) -> None:
     st.markdown(f"**{STATUS_ICONS.get(job.status, '')} {kind} job `{job.id}`: {job.status}**")
     if job.progress:
         st.caption(job.progress[-1])
+    row = read_or_none("the job's progress", lambda: job_row(job, log_lines=0))
+    if row is not None and row.fraction is not None:
+        st.progress(row.fraction, text=f"{row.progress.label}: {row.progress_text()}, "
+                                       f"{row.rate_text()}, ETA {row.eta_text()}")
     if job.error:
         st.error(job.error)
     cols = st.columns(3)

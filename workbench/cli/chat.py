@@ -24,16 +24,16 @@ SETUP_KEYS = ("name", "model", "adapter", "index", "retriever", "k", "system", "
 
 
 def parse_setup(text: str, defaults: dict) -> dict:
-    """`model=default;index=runs/x/rag;k=5` (`;` or `,` between pairs) as a setup dict."""
-    from workbench.errors import WorkbenchError
+    """`model=default;index=runs/x/index;k=5` (`;` or `,` between pairs) as a setup dict."""
+    from workbench.errors import ConfigError
 
     out = dict(defaults)
     for part in (p for p in text.replace(",", ";").split(";") if p.strip()):
         key, sep, value = part.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in SETUP_KEYS:
-            raise WorkbenchError(f"--setup {text!r}: {part.strip()!r} is not key=value with a "
-                                 f"key of {', '.join(SETUP_KEYS)}")
+            raise ConfigError([f"--setup {text!r}: {part.strip()!r} is not key=value with a "
+                               f"key of {', '.join(SETUP_KEYS)}"])
         out[key] = value.strip()
     return out
 
@@ -44,10 +44,10 @@ def chat_cmd(
              "OpenAI-compatible URL (URL#model). Default: the adapter's base model (from its "
              "manifest), else the bundled model.", show_default=False)] = None,
     adapter: Annotated[Optional[Path], typer.Option(help="A LoRA adapter folder to attach "
-                                                         "(e.g. runs/NAME/train/adapter).")]
+                                                         "(e.g. runs/NAME/adapter).")]
     = None,
     index: Annotated[Optional[Path], typer.Option(help="A retrieval index folder (e.g. "
-                                                       "runs/NAME/rag): answers use its "
+                                                       "runs/NAME/index): answers use its "
                                                        "passages.")] = None,
     k: Annotated[int, typer.Option("-k", help="Passages retrieved per question.", min=1,
                                    max=20)] = 3,
@@ -57,7 +57,7 @@ def chat_cmd(
                         "separated by ';': model, adapter, index, retriever, k, name, system, "
                         "max_tokens, temperature. Unset keys take the options above. "
                         "Example: --setup 'model=default' --setup "
-                        "'adapter=runs/rf/train/adapter;index=runs/rf/rag'.")] = None,
+                        "'adapter=runs/rf/adapter;index=runs/rf/index'.")] = None,
     question: Annotated[Optional[list[str]], typer.Option(
         "--question", "-q", help="Ask this and exit (repeatable: one conversation).")] = None,
     workspace: Annotated[Path, typer.Option(help="Where ratings and the REPL's history are "
@@ -84,10 +84,11 @@ def chat_cmd(
                 "max_tokens": max_tokens, "temperature": temperature,
                 "system": DEFAULT_SYSTEM if system is None else system}
     raw = [parse_setup(s, defaults) for s in setup] if setup else [defaults]
-    setups = [ChatSetup.model_validate(r) for r in raw]
+    setups = [_setup(r, n, len(raw)) for n, r in enumerate(raw, start=1)]
     session = ChatSession(setups)
     out = sys.stdout
     try:
+        session.prepare()  # a bad model, adapter or index is named before the first question
         if question:
             for q in question:
                 _turn(session, q, out)
@@ -95,6 +96,20 @@ def chat_cmd(
         _repl(session, workspace, out, interactive=sys.stdin.isatty())
     finally:
         session.close()
+
+
+def _setup(raw: dict, n: int, of: int):
+    from pydantic import ValidationError
+
+    from workbench.chat import ChatSetup
+    from workbench.errors import ConfigError
+
+    try:
+        return ChatSetup.model_validate(raw)
+    except ValidationError as e:
+        where = f"--setup {n}: " if of > 1 else ""
+        raise ConfigError([f"{where}{'.'.join(map(str, err['loc'])) or 'setup'}: "
+                           f"{err['msg']}" for err in e.errors()]) from None
 
 
 def _turn(session, q: str, out, stop: threading.Event | None = None) -> list:
@@ -143,6 +158,9 @@ def _repl(session, workspace: Path, out, *, interactive: bool) -> None:
                 line = input(prompt)
             except EOFError:
                 break
+            except KeyboardInterrupt:  # Ctrl-C at the prompt: a fresh line, as a shell does
+                out.write("\n(/quit or Ctrl-D to leave)\n")
+                continue
             line = line.strip()
             if not line:
                 continue

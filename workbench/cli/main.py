@@ -361,9 +361,13 @@ def app_cmd(workspace: Annotated[Path | None, typer.Option(
     raise typer.Exit(run_child(cmd, env=env, cwd=script.parent))
 
 
-jobs_app = typer.Typer(help="Background jobs of a workspace (shared with the app).",
+jobs_app = typer.Typer(help="Background jobs of a workspace (shared with the app): start "
+                            "them, watch them all in one table (`jobs list --watch`, the "
+                            "task centre), stop them, run them again.",
                        no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
+
+JobsWorkspace = Annotated[Path, typer.Option(help="Workspace folder.")]
 
 
 def _kinds_help() -> str:
@@ -375,8 +379,7 @@ def _kinds_help() -> str:
 def jobs_start(kind: Annotated[str, typer.Argument(help="A registered pipeline or "
                                                         "experiment (see above).")],
                config: ConfigArg = None, set_: SetOpt = None,
-               workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
-               = Path("workspace")):
+               workspace: JobsWorkspace = Path("workspace")):
     from workbench.config import dump_config, load_config
     from workbench.jobs import start_job
 
@@ -388,32 +391,130 @@ jobs_start.__doc__ = ("Start long work in the background; returns at once with t
                       + _kinds_help())
 jobs_app.command("start")(jobs_start)
 
+JOB_COLUMNS = ("id", "kind", "state", "progress", "rate", "ETA", "elapsed", "run", "note")
+
+
+def _job_cells(r) -> tuple[str, ...]:
+    note = r.error or r.message or ""
+    return (r.id, r.kind, r.state, r.progress_text(), r.rate_text(), r.eta_text(),
+            r.elapsed_text(), r.run, note.splitlines()[0][:200] if note else "")
+
+
+def _jobs_text(rows) -> str:
+    """The task centre as plain text: one line per job under a header, columns aligned."""
+    cells = [JOB_COLUMNS, *(_job_cells(r) for r in rows)]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(JOB_COLUMNS) - 1)]
+    return "\n".join(("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=False))
+                      + "  " + c[-1]).rstrip() for c in cells)
+
+
+def _jobs_rich(rows, title: str):
+    from rich.markup import escape
+    from rich.table import Table
+
+    icons = {"running": "[yellow]", "completed": "[green]", "failed": "[red]",
+             "stopped": "[magenta]", "unreadable": "[red]"}
+    table = Table(title=escape(title), title_justify="left", expand=False)
+    for c in JOB_COLUMNS:
+        table.add_column(c, no_wrap=c in ("id", "state", "progress", "ETA", "elapsed"),
+                         overflow="fold")
+    for r in rows:
+        cells = [escape(c) for c in _job_cells(r)]  # an error's "[Errno 2]" is not markup
+        cells[2] = f"{icons.get(r.state, '')}{cells[2]}"
+        table.add_row(*cells)
+    return table
+
 
 @jobs_app.command("list")
-def jobs_list(workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
-              = Path("workspace")):
-    """Jobs, newest first."""
-    from workbench.jobs import list_jobs
+def jobs_list(workspace: JobsWorkspace = Path("workspace"),
+              kind: Annotated[Optional[list[str]], typer.Option(
+                  "--kind", "-k", help="Only the jobs of this pipeline (repeatable), e.g. "
+                                       "--kind distill --kind train.")] = None,
+              state: Annotated[Optional[list[str]], typer.Option(
+                  "--state", help="Only the jobs in this state (repeatable): queued, "
+                                  "running, completed, failed, stopped, unreadable.")] = None,
+              watch: Annotated[bool, typer.Option(
+                  "--watch", "-w", help="Keep the table up to date until Ctrl-C. On a "
+                                        "terminal it is redrawn in place; otherwise a fresh "
+                                        "table is printed every --interval seconds until no "
+                                        "job is running.")] = False,
+              interval: Annotated[float, typer.Option(
+                  min=0.1, help="Seconds between refreshes with --watch.")] = 2.0,
+              count: Annotated[Optional[int], typer.Option(
+                  min=1, help="With --watch: stop after this many refreshes.")] = None):
+    """The task centre: every job of the workspace, newest first, with its state, progress
+    (done/total of the work in flight), rate, time left (ETA), elapsed time, run and its
+    error or last message. `workbench jobs show ID` prints a job's log, `jobs stop ID` stops
+    it, `jobs again ID` finishes a stopped or failed one."""
+    import time
 
-    for j in list_jobs(workspace):
-        typer.echo(f"{j.id:<40} {j.kind:<9} {j.status:<10} {j.error or ''}")
+    from workbench.jobs import job_rows
+
+    def rows():
+        return job_rows(workspace, kinds=kind, states=state, log_lines=0)
+
+    def title(rs) -> str:
+        busy = sum(r.state == "running" for r in rs)
+        return (f"{len(rs)} job(s) in {workspace}, {busy} running  "
+                f"({time.strftime('%H:%M:%S')})")
+
+    if not watch:
+        rs = rows()
+        typer.echo(_jobs_text(rs) if rs else f"no jobs in {workspace}"
+                   + (" match the filters" if kind or state else ""))
+        return
+    n = 0
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.live import Live
+
+        try:
+            rs = rows()
+            with Live(_jobs_rich(rs, title(rs)), console=Console(), auto_refresh=False,
+                      transient=False) as live:
+                while count is None or n < count:
+                    rs = rows()
+                    live.update(_jobs_rich(rs, title(rs) + "  Ctrl-C to leave"),
+                                refresh=True)
+                    n += 1
+                    if count is not None and n >= count:
+                        break
+                    time.sleep(interval)
+        except KeyboardInterrupt:
+            pass
+        return
+    try:
+        while True:
+            rs = rows()
+            typer.echo(f"--- {title(rs)}")
+            typer.echo(_jobs_text(rs) if rs else "no jobs")
+            n += 1
+            if (count is not None and n >= count) or not any(
+                    r.state in ("queued", "running") for r in rs):
+                return
+            sys.stdout.flush()
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
 
 
 @jobs_app.command("show")
-def jobs_show(job_id: str, workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
-              = Path("workspace")):
-    """A job's state and the end of its log."""
-    from workbench.jobs import job_folder, load_job
+def jobs_show(job_id: str, workspace: JobsWorkspace = Path("workspace")):
+    """A job's state, its progress while it runs, and the end of its log."""
+    from workbench.jobs import job_folder, job_row, load_job
 
     j = load_job(job_folder(workspace, job_id))
     typer.echo(f"{j.id}: {j.kind} {j.status}" + (f" - {j.error}" if j.error else ""))
+    r = job_row(j, log_lines=0)
+    if r.progress is not None and r.progress.levels:
+        typer.echo(f"progress: {r.progress.label} {r.progress_text()}, {r.rate_text()}, "
+                   f"ETA {r.eta_text()}, elapsed {r.elapsed_text()}")
     typer.echo(j.log_text(40))
 
 
 @jobs_app.command("stop")
-def jobs_stop(job_id: str, workspace: Annotated[Path, typer.Option(help="Workspace folder.")]
-              = Path("workspace")):
-    """Stop a running job (it can be resumed by starting it again)."""
+def jobs_stop(job_id: str, workspace: JobsWorkspace = Path("workspace")):
+    """Stop a running job (`workbench jobs again ID` finishes it later)."""
     from workbench.jobs import job_folder, load_job, stop_job
 
     job = load_job(job_folder(workspace, job_id))
@@ -421,6 +522,19 @@ def jobs_stop(job_id: str, workspace: Annotated[Path, typer.Option(help="Workspa
         typer.echo(f"stop requested for {job_id}")
     else:
         typer.echo(f"{job_id} is not running ({job.status}); nothing to stop")
+
+
+@jobs_app.command("again")
+def jobs_again(job_id: str, workspace: JobsWorkspace = Path("workspace")):
+    """Run a stopped or failed job again: a new job of the same kind and config that
+    finishes the rest of its run (finished stages and cached model calls are skipped, as
+    when the same work is started again). Refused while the job, or another job writing
+    the same run, is still running."""
+    from workbench.jobs import job_folder, load_job, run_again
+
+    new = run_again(load_job(job_folder(workspace, job_id)))
+    typer.echo(f"{new.id} started (pid {new.pid}), running {job_id} again; "
+               f"`workbench jobs show {new.id}`")
 
 
 add_pipeline_groups(app)

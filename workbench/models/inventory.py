@@ -10,12 +10,12 @@ def bundled_inventory() -> list[dict[str, str]]:
     rows = []
     try:
         src = bundled_chat_source()
-        from workbench.models.local import _gguf_cache_dir
+        from workbench.models.local import gguf_cache_dir
 
-        converted = (_gguf_cache_dir(src) / "model.safetensors").exists()
+        converted = (gguf_cache_dir(src) / "model.safetensors").exists()
         rows.append({"name": "smollm2-135m-instruct (default)", "role": "chat",
                      "status": "converted" if converted else "gguf-only",
-                     "where": str(_gguf_cache_dir(src) if converted
+                     "where": str(gguf_cache_dir(src) if converted
                                   else src.path / src.gguf_file)})
     except ModelNotFoundError as e:
         rows.append({"name": "smollm2-135m-instruct", "role": "chat", "status": "missing",

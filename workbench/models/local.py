@@ -85,7 +85,9 @@ def pick_dtype(device: str, dtype: str = "auto"):
     return torch.float32  # bf16 on this kind of CPU runs at ~1 GFLOP/s: never use it here
 
 
-def _gguf_cache_dir(source: ModelSource) -> Path:
+def gguf_cache_dir(source: ModelSource) -> Path:
+    """Where a GGUF's weights, converted once to safetensors, are kept (by path, size and
+    modification time: a rewritten file is converted afresh)."""
     gguf = source.path / source.gguf_file
     st = gguf.stat()
     import hashlib
@@ -112,7 +114,7 @@ def convert_gguf(source: ModelSource, *, force: bool = False) -> Path:
     model hold a lock (`.<name>.lock`): a second process waits and then uses the first one's
     folder, and temp folders found while holding it are leftovers of a killed conversion.
     """
-    target = _gguf_cache_dir(source)
+    target = gguf_cache_dir(source)
     if _converted(target) and not force:
         if _leftovers(target):  # of a killed conversion; unless one is running right now
             with _conversion_lock(target, wait=False) as held:
@@ -434,7 +436,8 @@ class LocalChatModel(ChatModel):
         check_constraint(constraint, self.tokenizer, self._vocab_size(),
                          _eos_ids(self.model, self.tokenizer))
 
-    def _gen_kwargs(self, params: GenerationParams, cancel: threading.Event | None = None,
+    def _gen_kwargs(self, params: GenerationParams,
+                    cancel: threading.Event | _AnyEvent | None = None,
                     batch: int = 1) -> dict[str, Any]:
         kw: dict[str, Any] = {"max_new_tokens": params.max_tokens,
                               "pad_token_id": self.tokenizer.pad_token_id}
@@ -534,6 +537,8 @@ class LocalChatModel(ChatModel):
                                         skip_special_tokens=True)
         errors: list[BaseException] = []
         cancel = cancel_event()  # read here: the thread below does not share this context
+        left = threading.Event()  # the consumer is done: a stop string, or it closed us
+        ended = _AnyEvent(cancel, left)
 
         def run():
             try:
@@ -541,7 +546,7 @@ class LocalChatModel(ChatModel):
                     if params.seed is not None:
                         torch.manual_seed(params.seed)
                     self.model.generate(**enc, streamer=streamer,
-                                        **self._gen_kwargs(params, cancel))
+                                        **self._gen_kwargs(params, ended))
             except BaseException as e:  # surfaced to the consumer below
                 errors.append(e)
                 streamer.end()
@@ -549,15 +554,18 @@ class LocalChatModel(ChatModel):
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         emitted = ""
-        for piece in streamer:
-            emitted += piece
-            cut, hit = _cut_at_stop(emitted, params.stop)
-            if hit:
-                start = len(emitted) - len(piece)
-                yield cut[start:] if len(cut) > start else ""
-                break
-            yield piece
-        thread.join()
+        try:
+            for piece in streamer:
+                emitted += piece
+                cut, hit = _cut_at_stop(emitted, params.stop)
+                if hit:
+                    start = len(emitted) - len(piece)
+                    yield cut[start:] if len(cut) > start else ""
+                    break
+                yield piece
+        finally:  # generation ends within a token of the consumer leaving, and is waited for
+            left.set()
+            thread.join()
         if errors:
             if isinstance(errors[0], WorkbenchError):
                 raise errors[0]
@@ -839,7 +847,17 @@ def _partial_call(text: str, names: list[str]):
     return ToolCall.make(m.group(1), text[m.end():])
 
 
-def _cancel_criterion(event: threading.Event):
+class _AnyEvent:
+    """Set when any of its events is (those that are None never are)."""
+
+    def __init__(self, *events: threading.Event | None):
+        self.events = [e for e in events if e is not None]
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
+
+
+def _cancel_criterion(event: threading.Event | _AnyEvent):
     """A stopping criterion that ends every sequence of the batch once `event` is set."""
     import torch
     from transformers import StoppingCriteria
