@@ -79,6 +79,38 @@ def register(group: typer.Typer) -> None:
                    f"{report['steps_without_pair']} steps had no wrong call that fits the "
                    f"schema; written to {out}")
 
+    @group.command("export-gguf")
+    def export_gguf_cmd(
+            adapter: Annotated[Path, typer.Argument(help="Adapter folder (e.g. "
+                                                         "runs/NAME/adapter).")],
+            out: Annotated[Path, typer.Option("--out", "-o", help="The .gguf file to write.")],
+            base: Annotated[Optional[str], typer.Option(
+                help="Base model spec, a GGUF (default: the adapter's manifest says which).")]
+            = None,
+            out_type: Annotated[str, typer.Option("--type", help="Weights: f16 (default), "
+                                                                  "f32 or q8_0.")] = "f16",
+            check: Annotated[bool, typer.Option(help="Load the file back through the "
+                                                     "workbench's GGUF path and compare its "
+                                                     "greedy answers with the merged "
+                                                     "model's.")] = True):
+        """Merge an adapter into its base model and write one GGUF file that llama.cpp and
+        Ollama load (`ollama create NAME -f Modelfile` with `FROM ./file.gguf`). The tokenizer,
+        chat template and hyper-parameters come from the base model's own GGUF; the weights
+        are the merged ones, in llama.cpp's layout. Then (unless --no-check) the file is
+        loaded back and its greedy answers compared with the merged model's."""
+        from workbench.progress import quiet_libraries
+        from workbench.train.gguf_export import export_gguf
+
+        quiet_libraries()
+        rep = export_gguf(adapter, out, base=base, out_type=out_type, check=check,
+                          log=lambda m: typer.echo(m, err=True))
+        c = rep.get("check")
+        typer.echo(f"{out}: {rep['bytes'] / 1e6:.0f} MB, {rep['tensors']} tensors ({out_type})"
+                   + (f"; greedy answers {c['same_answers']}/{c['prompts']} the same as the "
+                      "merged model's" if c else ""))
+        if c and c["same_answers"] < c["prompts"]:
+            raise typer.Exit(1)
+
     @group.command("merge")
     def merge(adapter: Annotated[Path, typer.Argument(help="Adapter folder.")],
               out: Annotated[Path, typer.Option("--out", "-o", help="Merged model folder.")],

@@ -1,0 +1,209 @@
+"""An adapter merged into its base model and written as one GGUF file for llama.cpp and Ollama,
+then loaded back through the workbench's own GGUF path and checked answer by answer.
+
+The writer is ggml-org's `gguf` package (the Python half of llama.cpp, on PyPI; transformers
+already needs it to read GGUF). llama.cpp's HF-to-GGUF converter (`convert_hf_to_gguf.py`) is
+not on PyPI, so the tokenizer and hyper-parameters are not rebuilt here: they are copied from
+the base model's own GGUF (the bundled model, or any `.gguf` spec), and only the weights are
+new: the merged tensors, named by the `gguf` package's tensor map and laid out as llama.cpp's
+converter lays them out (the query and key projections permuted for its rotary embedding).
+A base that is not a GGUF file is refused with the way out (`workbench train merge`, then
+llama.cpp's converter on the merged folder). Architectures: llama (SmolLM2, Llama, and the
+many models that share its layout).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+
+TYPES = ("f16", "f32", "q8_0")
+CHECK_PROMPTS = ["Hello! How are you today?", "List three prime numbers.",
+                 "What should I check first when something stops working?",
+                 "Summarise what an impedance match does in one sentence."]
+
+
+def _permute(w, n_head: int):
+    """llama.cpp's layout of a query/key projection (rotary halves interleaved per head)."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def gguf_tensors(state: dict[str, Any], *, n_blocks: int, n_head: int, n_head_kv: int,
+                 tied: bool) -> dict[str, Any]:
+    """HF llama tensors (name -> float32 numpy array) as GGUF tensors, in llama.cpp's names
+    and layout. `tied`: the output projection is the token embedding (not written)."""
+    import gguf
+
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_blocks)
+    out = {}
+    for name, w in state.items():
+        if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight"):
+            continue
+        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            raise WorkbenchError(f"{name}: no GGUF name for this tensor (not a llama layout)")
+        if name.endswith("q_proj.weight"):
+            w = _permute(w, n_head)
+        elif name.endswith("k_proj.weight"):
+            w = _permute(w, n_head_kv)
+        out[new] = w
+    return out
+
+
+def _field(reader, key: str):
+    f = reader.get_field(key)
+    return f.contents() if f is not None else None
+
+
+def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None,
+                out_type: str = "f16", check: bool = True, prompts: list[str] | None = None,
+                max_tokens: int = 32, log=print) -> dict[str, Any]:
+    """Merge `adapter` into its base model (`base`, default: the adapter's manifest says
+    which) and write `out` (.gguf). With `check`, the file is loaded back through the
+    workbench's GGUF path and its greedy answers to `prompts` are compared with the merged
+    model's. Returns a report (sizes, the check's agreement and answers)."""
+    import gguf
+    import numpy as np
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from workbench.io import check_replaceable
+    from workbench.models.local import check_adapter_dir, model_folder
+    from workbench.models.resolve import resolve_chat_model
+
+    if out_type not in TYPES:
+        raise WorkbenchError(f"--type {out_type!r}: expected one of {', '.join(TYPES)}")
+    out = Path(out)
+    if out.suffix != ".gguf":
+        raise WorkbenchError(f"{out}: the output file must end in .gguf")
+    check_replaceable(out)  # a folder, device or FIFO there is refused before any work
+    adapter = check_adapter_dir(adapter)
+    base = base or _adapter_base(adapter) or "default"
+    source = resolve_chat_model(base)
+    if source.kind not in ("bundled-gguf", "gguf"):
+        raise WorkbenchError(
+            f"{base}: the base model is not a GGUF file, so there is no tokenizer and "
+            "metadata to copy; merge with `workbench train merge ADAPTER -o DIR` and convert DIR "
+            "with llama.cpp's convert_hf_to_gguf.py")
+    reader = gguf.GGUFReader(str(source.path / source.gguf_file))
+    arch = _field(reader, "general.architecture")
+    if arch != "llama":
+        raise WorkbenchError(f"{source.gguf_file}: architecture {arch!r}; GGUF export "
+                             "writes llama-layout models only")
+    folder = model_folder(source)  # the base's weights as the workbench loads them
+    cfg = AutoConfig.from_pretrained(folder)
+    log(f"merging {adapter} into {base}")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, adapter).merge_and_unload(safe_merge=True).eval()
+    state = {k: v.detach().float().numpy() for k, v in merged.state_dict().items()}
+    base_names = {t.name for t in reader.tensors}
+    tensors = gguf_tensors(state, n_blocks=cfg.num_hidden_layers,
+                           n_head=cfg.num_attention_heads,
+                           n_head_kv=cfg.num_key_value_heads or cfg.num_attention_heads,
+                           tied="output.weight" not in base_names)
+    if set(tensors) != base_names:
+        raise WorkbenchError(f"the merged tensors do not match {source.gguf_file}'s: missing "
+                             f"{sorted(base_names - set(tensors))[:3]}, extra "
+                             f"{sorted(set(tensors) - base_names)[:3]}")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        w = gguf.GGUFWriter(tmp, arch)
+        skip = {"general.architecture", "general.file_type", "general.quantization_version"}
+        for field in reader.fields.values():
+            if field.name.startswith("GGUF.") or field.name in skip:
+                continue
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            w.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+        w.add_string("general.name", f"{_field(reader, 'general.name') or base} + "
+                                     f"{_adapter_name(adapter)}")
+        w.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+                         "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[out_type])
+        if out_type == "q8_0":
+            w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        for t in reader.tensors:  # the base's order
+            data = np.ascontiguousarray(tensors[t.name], dtype=np.float32)
+            if data.ndim == 1 or out_type == "f32":  # norms stay f32, as llama.cpp writes them
+                w.add_tensor(t.name, data)
+            elif out_type == "f16":
+                w.add_tensor(t.name, data.astype(np.float16))
+            else:
+                q = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
+                w.add_tensor(t.name, q, raw_shape=q.shape,
+                             raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    report: dict[str, Any] = {"adapter": str(adapter), "base": base, "gguf": str(out),
+                              "type": out_type, "bytes": out.stat().st_size,
+                              "tensors": len(tensors)}
+    log(f"wrote {out} ({report['bytes'] / 1e6:.0f} MB, {out_type})")
+    if check:
+        tok = AutoTokenizer.from_pretrained(folder)
+        report.update(_check(merged, tok, out, prompts or CHECK_PROMPTS, max_tokens, log))
+    return report
+
+
+def _check(merged, tok, out: Path, prompts: list[str], max_tokens: int, log) -> dict:
+    """Greedy answers of the merged model (saved as a model folder) and of the GGUF file
+    loaded back by the workbench's own GGUF path, through the same backend."""
+    import shutil
+
+    from workbench.models import load_model
+    from workbench.models.base import GenerationParams
+
+    params = GenerationParams(max_tokens=max_tokens, temperature=0.0)
+    convs = [[{"role": "user", "content": p}] for p in prompts]
+    tmp = Path(tempfile.mkdtemp(prefix="wb-merged-"))
+    try:
+        merged.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        want = [g.text for g in load_model(str(tmp)).generate(convs, params)]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"loading {out} back through the workbench's GGUF path")
+    from workbench.models.local import gguf_cache_dir
+    from workbench.models.resolve import resolve_chat_model
+
+    cache = gguf_cache_dir(resolve_chat_model(str(out)))
+    made = not cache.exists()
+    try:
+        got = [g.text for g in load_model(str(out)).generate(convs, params)]
+    finally:  # the conversion this check made is ours: it does not stay in the model cache
+        if made:
+            shutil.rmtree(cache, ignore_errors=True)
+    agree = sum(a == b for a, b in zip(want, got, strict=True))
+    log(f"greedy answers: {agree}/{len(prompts)} the same as the merged model's")
+    return {"check": {"prompts": len(prompts), "same_answers": agree, "max_tokens": max_tokens,
+                      "answers": [{"prompt": p, "merged": a, "gguf": b}
+                                  for p, a, b in zip(prompts, want, got, strict=True)]}}
+
+
+def _adapter_base(adapter: Path) -> str | None:
+    import json
+
+    try:
+        spec = json.loads((adapter / "manifest.json").read_text())["outputs"]["base_model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return spec if isinstance(spec, str) and spec and spec != "in-memory" else None
+
+
+def _adapter_name(adapter: Path) -> str:
+    return adapter.parent.name if adapter.name == "adapter" else adapter.name
