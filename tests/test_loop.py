@@ -548,3 +548,94 @@ def test_open_questions_csv_rows_that_cannot_be_read_are_named(tmp_path):
     f.write_bytes(b"question,subset,keywords\ncaf\xe9,eye,x\n")
     with pytest.raises(DataError, match="not UTF-8"):
         read_open(f)
+
+
+# ------------------------------------------------------------------------ judge vs person
+
+def test_cohens_kappa_matches_the_textbook_and_says_when_it_is_undefined():
+    from workbench.evaluate.stats import cohens_kappa
+
+    # Landis & Koch style table: 20 yes/yes, 5 yes/no, 10 no/yes, 15 no/no
+    judge = [True] * 25 + [False] * 25
+    person = [True] * 20 + [False] * 5 + [True] * 10 + [False] * 15
+    a = cohens_kappa(judge, person)
+    # p_o = 35/50 = 0.7; p_e = 0.5 * 0.6 + 0.5 * 0.4 = 0.5; kappa = 0.4
+    assert abs(a.kappa - 0.4) < 1e-12 and a.observed == 0.7 and a.expected == 0.5
+    assert a.confusion == {"yes/yes": 20, "yes/no": 5, "no/yes": 10, "no/no": 15}
+    assert a.ci_low < 0.4 < a.ci_high and a.ci_high - a.ci_low < 0.6
+    assert cohens_kappa(judge, person).to_json() == a.to_json()  # seeded
+    assert cohens_kappa([True] * 5, [True] * 5).kappa is None  # no variation: undefined
+    assert cohens_kappa(judge, [not x for x in judge]).kappa == -1.0
+    with pytest.raises(ValueError, match="same items"):
+        cohens_kappa([True], [True, False])
+
+
+def test_a_person_checks_the_judge_and_the_guard_says_whether_to_trust_the_rubric(
+        tmp_path, cli):
+    """After a round, the judge's decisions on open answers are sampled (half met, half not);
+    a person's ratings give kappa with its interval and the confusion table; with too few
+    ratings the guard says it was not measured; ratings that disagree with the judge flag the
+    round (and turn its recommendation to revert); the CLI rates and reports the same."""
+    from workbench.loop.agreement import (
+        judge_check,
+        judge_guard,
+        rate_item,
+        read_ratings,
+        refresh_round_guard,
+    )
+
+    cfg = _cfg(tmp_path, "loop.weightings=[1.0]", "loop.guards.judge_min_items=6",
+               "loop.guards.judge_sample=12")
+    loop = _loop(cfg)
+    loop.plan()
+    loop.approve(by="ana")
+    r = loop.run_round()
+    guard = next(g for g in r.guards if g.guard.kind == "judge_agreement")
+    assert guard.passed and guard.detail.startswith("not measured: 0 of 6")
+    check = judge_check(loop)
+    assert len(check.sample) == 12 and check.agreement is None
+    met = sum(i.judge_met for i in check.sample)
+    assert met == 6 or min(met, 12 - met) == min(
+        sum(i.judge_met for i in judge_check(loop, n=10_000).sample),
+        sum(not i.judge_met for i in judge_check(loop, n=10_000).sample))
+    assert [i.key for i in judge_check(loop).sample] == [i.key for i in check.sample]
+    # a person who always disagrees with the judge
+    for item in check.sample[:8]:
+        check = rate_item(loop, item.key, not item.judge_met, by="ana")
+    a = check.agreement
+    assert a.n == 8 and a.confusion["yes/yes"] + a.confusion["no/no"] == 0
+    g = judge_guard(check, cfg.loop.guards)
+    assert not g.passed and "not evidence" in g.detail
+    refreshed = refresh_round_guard(loop)
+    r = loop.round(r.index)
+    assert not refreshed.passed and r.recommendation == "revert"
+    report = (loop.folder(r.index) / "report.md").read_text()
+    assert "| judge-person agreement |" in report and "**NO**" in report
+    assert "| judge: met |" in report and "rated by a person" in report
+    assert [x.guard.kind for x in r.guards].count("judge_agreement") == 1
+    # ... changes their mind on every item: they now agree with the judge
+    for item in check.sample[:8]:
+        check = rate_item(loop, item.key, item.judge_met, by="ana")
+    assert len(read_ratings(loop)) == 8 and check.agreement.observed == 1.0
+    with pytest.raises(Exception, match="not an item the judge decided"):
+        rate_item(loop, "nope#0#x", True, by="ana")
+    with pytest.raises(Exception, match="name of the person"):
+        rate_item(loop, check.sample[0].key, True, by=" ")
+    # the CLI: rate the next two items (y, then n), then report
+    sets = [a for x in ["models.chat.spec=fake-loop", "models.chat.backend=loopfake",
+                        "models.chat.options={}", "loop.trainer=loop_scripted:train",
+                        "cache.enabled=false", f"output_dir={tmp_path / 'runs'}",
+                        "name=looptest", "loop.suites.max_items_per_subset=8",
+                        "loop.suites.open_items=6", "loop.weightings=[1.0]",
+                        "loop.guards.judge_min_items=6", "loop.guards.judge_sample=12"]
+            for a in ("-s", x)]
+    cfg_file = str(REPO / "configs" / "health_demo.yaml")
+    res = cli("loop", "judge-check", cfg_file, *sets, "--rate", "--by", "bo",
+              stdin="y\nn\nq\n", env={"PYTHONPATH": TESTS})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "[9/12]" in res.stdout and "[10/12]" in res.stdout and "[11/12]" in res.stdout
+    assert "10 of 12 sampled decisions rated by a person" in res.stdout
+    assert "judge met" in res.stdout and "person not met" in res.stdout
+    assert "guard: " in res.stdout
+    rated = read_ratings(loop)
+    assert len(rated) == 10 and {r.by for r in rated.values()} == {"ana", "bo"}

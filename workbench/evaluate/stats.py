@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from statistics import NormalDist
 
 import numpy as np
@@ -247,3 +248,64 @@ def degenerate_reason(predictions: Sequence[str | None], golds: Sequence[str]) -
     if share >= DEGENERATE_SHARE - 1e-9 and share - gold_share > DEGENERATE_MARGIN + 1e-9:
         return f"{top} is {share:.0%} of predictions (gold {gold_share:.0%})"
     return None
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Cohen's kappa between two raters of the same yes/no decisions (a judge and a person),
+    with a percentile bootstrap interval over the items and the confusion table behind it.
+    `kappa` is None when chance agreement is 1 (both raters gave one and the same answer to
+    every item): agreement beyond chance is then undefined, not perfect."""
+
+    n: int
+    kappa: float | None
+    ci_low: float | None
+    ci_high: float | None
+    observed: float
+    expected: float
+    confusion: dict[str, int]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _kappa_rows(codes: np.ndarray) -> np.ndarray:
+    """Kappa of each row of pair codes (2 * first rater + second rater); NaN where chance
+    agreement is 1."""
+    n = codes.shape[1]
+    c = np.stack([(codes == k).sum(axis=1) for k in range(4)], axis=1).astype(float)
+    nn, ny, yn, yy = c[:, 0], c[:, 1], c[:, 2], c[:, 3]
+    po = (yy + nn) / n
+    pe = ((yy + yn) * (yy + ny) + (nn + ny) * (nn + yn)) / n ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(pe < 1 - 1e-12, (po - pe) / (1 - pe), np.nan)
+
+
+def cohens_kappa(first: Sequence[bool], second: Sequence[bool], *,
+                 n_resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE,
+                 seed: int = 0) -> Agreement:
+    """Cohen's kappa of two raters' yes/no decisions on the same items (`first[i]` and
+    `second[i]` rate item i), its bootstrap interval over items, and the confusion table
+    (keys `yes/yes`, `yes/no`, `no/yes`, `no/no`: first rater's answer, then second's)."""
+    if len(first) != len(second):
+        raise ValueError(f"{len(first)} and {len(second)} ratings: the raters must rate the "
+                         "same items")
+    if not first:
+        raise ValueError("cohens_kappa needs at least one rated item")
+    codes = np.array([2 * bool(a) + bool(b) for a, b in zip(first, second, strict=True)])
+    n = codes.size
+    counts = {label: int((codes == k).sum()) for k, label in
+              ((3, "yes/yes"), (2, "yes/no"), (1, "no/yes"), (0, "no/no"))}
+    observed = (counts["yes/yes"] + counts["no/no"]) / n
+    k = float(_kappa_rows(codes[None, :])[0])
+    first_yes, second_yes = (counts["yes/yes"] + counts["yes/no"]) / n, \
+        (counts["yes/yes"] + counts["no/yes"]) / n
+    expected = first_yes * second_yes + (1 - first_yes) * (1 - second_yes)
+    if math.isnan(k):
+        return Agreement(n, None, None, None, observed, expected, counts)
+    rng = np.random.default_rng(seed)
+    ks = _kappa_rows(codes[rng.integers(0, n, size=(n_resamples, n))])
+    ks = ks[~np.isnan(ks)]
+    alpha = (1 - confidence) / 2
+    low, high = (np.quantile(ks, [alpha, 1 - alpha]) if ks.size else (np.nan, np.nan))
+    return Agreement(n, k, float(low), float(high), observed, expected, counts)

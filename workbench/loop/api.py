@@ -759,6 +759,10 @@ class _RoundRun:
         ds = deltas(before, after, target=self.r.plan.target, seed=self.loop.cfg.seed)
         gs = check(self.r.plan.guards, ds, before, after,
                    limit_tokens=self.lc.suites.open_max_tokens)
+        if self.loop.suites.open:  # the rubric delta is as good as the judge's decisions
+            from workbench.loop.agreement import judge_check, judge_guard
+
+            gs.append(judge_guard(judge_check(self.loop), self.lc.guards))
         self.r = self.r.model_copy(update={"deltas": ds, "guards": gs})
         flagged = [g.guard.name for g in gs if not g.passed]
         return {"flagged": flagged}
@@ -847,6 +851,10 @@ def round_markdown(loop: Loop, r: Round) -> str:
                   "|---|---|---|---|"]
         lines += [f"| {x.guard.name} | {x.guard.limit:g} | {'yes' if x.passed else '**NO**'} "
                   f"| {x.detail} |" for x in r.guards]
+    if any(x.guard.kind == "judge_agreement" for x in r.guards):
+        from workbench.loop.agreement import agreement_markdown, judge_check
+
+        lines += agreement_markdown(judge_check(loop))
     if r.recommendation:
         lines += ["", f"The guards recommend **{r.recommendation}**."]
     if r.decision:

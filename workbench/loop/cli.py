@@ -1,6 +1,7 @@
-"""`workbench loop plan|approve|run|decide|history CONFIG`: the improvement loop with a person
-at its two gates (the plan, and keep / continue / revert / deploy), or unattended with
-`run --auto` (the guards decide)."""
+"""`workbench loop plan|approve|run|decide|judge-check|history CONFIG`: the improvement loop
+with a person at its two gates (the plan, and keep / continue / revert / deploy), or
+unattended with `run --auto` (the guards decide); `judge-check` has a person rate the rubric
+judge's decisions."""
 
 from __future__ import annotations
 
@@ -147,6 +148,61 @@ def register(group: typer.Typer) -> None:
         d = r.decision
         typer.echo(f"round {r.index}: {d.choice}; current adapter "
                    f"{(d.adapter_after or 'base model')[:12]}")
+
+    @group.command("judge-check")
+    def judge_check_cmd(config: ConfigArg = None, set_: SetOpt = None, by: ByOpt = "",
+                        rate: Annotated[bool, typer.Option(
+                            help="Rate the next judged items here (y: the answer meets the "
+                                 "criterion, n: it does not, s: skip, q: stop).")] = False):
+        """The rubric judge checked against a person: judge-person agreement (Cohen's kappa
+        with its 95% interval and the confusion table) on a sample of the judge's decisions,
+        and whether the open questions' rubric delta can be trusted. With --rate, show the
+        next unrated items (the judge's verdict hidden) and keep your verdicts."""
+        from workbench.loop.agreement import (
+            judge_check,
+            judge_guard,
+            rate_item,
+            refresh_round_guard,
+        )
+
+        loop = _loop(config, set_)
+        check = judge_check(loop)
+        if not check.sample:
+            typer.echo("no judged open answers yet: plan or run a round first")
+            return
+        if rate:
+            if not by.strip():
+                raise typer.BadParameter("--rate needs --by NAME (recorded)", param_hint="--by")
+            while (item := check.next) is not None:
+                done = len([i for i in check.sample if i.key in check.rated])
+                typer.echo(f"\n[{done + 1}/{len(check.sample)}] {item.question}\n\nanswer: "
+                           f"{item.answer}\n\ncriterion ({item.points:+g} points): "
+                           f"{item.criterion}")
+                got = typer.prompt("meets it? [y/n/s/q]", default="s").strip().lower()
+                if got.startswith("q"):
+                    break
+                if got.startswith("s"):
+                    check.sample.remove(item)
+                    continue
+                if not got.startswith(("y", "n")):
+                    continue
+                with _locked(loop, "judge-check"):
+                    check = rate_item(loop, item.key, got.startswith("y"), by=by)
+            with _locked(loop, "judge-check"):
+                refresh_round_guard(loop)
+        a = check.agreement
+        g = judge_guard(check, loop.lc.guards)
+        typer.echo(f"judge {check.judge or '-'}: {a.n if a else 0} of {len(check.sample)} "
+                   "sampled decisions rated by a person")
+        if a is not None:
+            c = a.confusion
+            typer.echo(f"kappa {'undefined' if a.kappa is None else f'{a.kappa:.2f}'}"
+                       + (f" [{a.ci_low:.2f}, {a.ci_high:.2f}]" if a.kappa is not None else "")
+                       + f"; observed agreement {a.observed:.0%}, by chance {a.expected:.0%}")
+            typer.echo("                 person met   person not met")
+            typer.echo(f"judge met        {c['yes/yes']:>10}   {c['yes/no']:>14}")
+            typer.echo(f"judge not met    {c['no/yes']:>10}   {c['no/no']:>14}")
+        typer.echo(f"guard: {'passed' if g.passed else 'FLAGGED'}: {g.detail}")
 
     @group.command("history")
     def history(config: ConfigArg = None, set_: SetOpt = None):

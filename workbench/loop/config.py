@@ -81,6 +81,13 @@ class GuardSettings(Section):
         "minus current)."))
     min_gain: float = Field(0.0, description="Least target-subset gain for the guards to "
                                              "recommend keeping.")
+    judge_kappa_min: float = Field(0.2, ge=-1, le=1, description=(
+        "Least lower end of the judge-person kappa interval for the open questions' rubric "
+        "delta to count (0.2: agreement beyond chance, at least 'fair', with confidence)."))
+    judge_min_items: int = Field(20, ge=2, description=(
+        "Judged items a person must rate before the agreement guard is measured."))
+    judge_sample: int = Field(30, ge=2, le=500, description=(
+        "Judged items offered to a person to rate (half the judge said were met)."))
 
 
 class LoopConfig(Section):

@@ -37,12 +37,13 @@ class Guard(_Record):
     """A rule a candidate must pass before it may be kept."""
 
     name: str
-    kind: Literal["subset_drop", "length_blowup", "non_termination"]
+    kind: Literal["subset_drop", "length_blowup", "non_termination", "judge_agreement"]
     subset: str | None = None
     limit: float = Field(description="subset_drop: most points a subset may lose; "
                                      "length_blowup: most ratio of mean answer length; "
                                      "non_termination: most rise in the share of answers "
-                                     "at the token limit.")
+                                     "at the token limit; judge_agreement: least lower end "
+                                     "of the judge-person kappa interval.")
 
 
 class Plan(_Record):
