@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Sequence
-from datetime import datetime, timezone, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
