@@ -4,6 +4,7 @@ in llama.cpp's layout, loaded back by the workbench's own GGUF path, answers com
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -85,6 +86,8 @@ def test_export_loads_back_and_answers_as_the_merged_model(bundled_model, tmp_pa
     r = cli("train", "export-gguf", str(adapter), "-o", str(out), "--type", "f32")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "greedy answers 4/4 the same as the merged model's" in r.stdout
+    top1 = re.search(r"top-1 agreement (\d+)/(\d+) tokens", r.stdout)
+    assert top1 and top1.group(1) == top1.group(2) and int(top1.group(2)) > 20
     src = resolve_chat_model("default")
     new, old = gguf.GGUFReader(str(out)), gguf.GGUFReader(str(src.path / src.gguf_file))
     assert new.get_field("tokenizer.chat_template").contents() == \

@@ -117,7 +117,8 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
     os.close(fd)
     try:
         w = gguf.GGUFWriter(tmp, arch)
-        skip = {"general.architecture", "general.file_type", "general.quantization_version"}
+        skip = {"general.architecture", "general.name", "general.file_type",
+                "general.quantization_version"}
         for field in reader.fields.values():
             if field.name.startswith("GGUF.") or field.name in skip:
                 continue
@@ -162,37 +163,63 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
 
 def _check(merged, tok, out: Path, prompts: list[str], max_tokens: int, log) -> dict:
     """Greedy answers of the merged model (saved as a model folder) and of the GGUF file
-    loaded back by the workbench's own GGUF path, through the same backend."""
+    loaded back by the workbench's own GGUF path, through the same backend; and, since one
+    rounded weight can send a greedy answer down another path after a few tokens, the share
+    of the merged answers' tokens that the GGUF model also ranks first when fed the same text
+    (teacher-forced top-1 agreement)."""
     import shutil
 
     from workbench.models import load_model
     from workbench.models.base import GenerationParams
+    from workbench.models.local import gguf_cache_dir
+    from workbench.models.resolve import resolve_chat_model
 
     params = GenerationParams(max_tokens=max_tokens, temperature=0.0)
     convs = [[{"role": "user", "content": p}] for p in prompts]
     tmp = Path(tempfile.mkdtemp(prefix="wb-merged-"))
-    try:
-        merged.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        want = [g.text for g in load_model(str(tmp)).generate(convs, params)]
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    log(f"loading {out} back through the workbench's GGUF path")
-    from workbench.models.local import gguf_cache_dir
-    from workbench.models.resolve import resolve_chat_model
-
     cache = gguf_cache_dir(resolve_chat_model(str(out)))
     made = not cache.exists()
     try:
-        got = [g.text for g in load_model(str(out)).generate(convs, params)]
-    finally:  # the conversion this check made is ours: it does not stay in the model cache
+        merged.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        want_model = load_model(str(tmp))
+        want = [g.text for g in want_model.generate(convs, params)]
+        log(f"loading {out} back through the workbench's GGUF path")
+        got_model = load_model(str(out))
+        got = [g.text for g in got_model.generate(convs, params)]
+        agree, total = _top1_agreement(want_model, got_model, convs, want)
+    finally:  # the copies this check made are ours: nothing stays in the model cache
+        shutil.rmtree(tmp, ignore_errors=True)
         if made:
             shutil.rmtree(cache, ignore_errors=True)
-    agree = sum(a == b for a, b in zip(want, got, strict=True))
-    log(f"greedy answers: {agree}/{len(prompts)} the same as the merged model's")
-    return {"check": {"prompts": len(prompts), "same_answers": agree, "max_tokens": max_tokens,
+    same = sum(a == b for a, b in zip(want, got, strict=True))
+    log(f"greedy answers: {same}/{len(prompts)} the same as the merged model's; top-1 "
+        f"agreement on the merged answers' tokens {agree}/{total}")
+    return {"check": {"prompts": len(prompts), "same_answers": same, "max_tokens": max_tokens,
+                      "top1_agree": agree, "top1_tokens": total,
                       "answers": [{"prompt": p, "merged": a, "gguf": b}
                                   for p, a, b in zip(prompts, want, got, strict=True)]}}
+
+
+def _top1_agreement(a, b, convs, answers) -> tuple[int, int]:
+    """Positions of each answer where both backends' models rank the same next token first,
+    each fed the prompt and the answer so far (the same tokens: both use one tokenizer)."""
+    import torch
+
+    agree = total = 0
+    with torch.inference_mode():
+        for conv, ans in zip(convs, answers, strict=True):
+            prompt = a.tokenizer(a.render(conv), add_special_tokens=False)["input_ids"]
+            answer = a.tokenizer(ans, add_special_tokens=False)["input_ids"]
+            if not answer:
+                continue
+            ids = torch.tensor([prompt + answer])
+            sl = slice(len(prompt) - 1, ids.shape[1] - 1)
+            top_a = a.model(ids).logits[0, sl].argmax(-1)
+            top_b = b.model(ids.to(b.model.device)).logits[0, sl].argmax(-1).to(top_a.device)
+            agree += int((top_a == top_b).sum())
+            total += len(answer)
+    return agree, total
 
 
 def _adapter_base(adapter: Path) -> str | None:
