@@ -312,6 +312,10 @@ def test_chat_two_setups_side_by_side_in_a_browser(tmp_path):
         browser, page = _open_page(p, url)
         page.goto(f"{url}/chat")
         page.get_by_text("Setup 2").wait_for(timeout=30000)
+        longest = page.get_by_role("spinbutton", name="Longest answer (tokens)")
+        longest.fill("48")
+        longest.press("Enter")
+        page.wait_for_timeout(1500)  # the rerun that takes the new length
         box = page.locator("[data-testid=stChatInputTextArea]")
         box.fill("What does a quarter-wave transformer do?")
         box.press("Enter")

@@ -45,8 +45,15 @@ def loader(spec: str, **opts):
     return load_model(spec, adapter, tuple(sorted(opts.items())))
 
 
-n = st.number_input("Setups side by side", 1, MAX_SETUPS, 2 if adapters or indexes else 1,
-                    key="c-n")
+top = st.columns(3)
+n = top[0].number_input("Setups side by side", 1, MAX_SETUPS, 2 if adapters or indexes else 1,
+                        key="c-n")
+longest = top[1].number_input("Longest answer (tokens)", 16, 2048, 256, step=16, key="c-max",
+                              help="Generation stops here if the model has not ended its "
+                                   "answer (about 3 words for every 4 tokens).")
+temperature = top[2].slider("Temperature", 0.0, 1.5, 0.0, 0.1, key="c-temp",
+                            help="0 always gives the model's most likely answer; higher "
+                                 "values vary it from one question to the next.")
 setups = []
 cols = st.columns(int(n))
 for i, col in enumerate(cols):
@@ -74,6 +81,7 @@ for i, col in enumerate(cols):
         try:
             setups.append(ChatSetup(model=spec, adapter=adapter, options=opts, retriever=retriever,
                                     model_label="base" if kind == BASE else "",
+                                    max_tokens=int(longest), temperature=float(temperature),
                                     k=int(k), index=str(indexes[idx]) if idx != "none" else None))
         except ValueError as e:
             show_error(e)
