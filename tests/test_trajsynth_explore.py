@@ -350,6 +350,38 @@ def test_downstream_check_zero_shot_icl_and_sft(toy, tmp_path, bundled_model, re
     assert json.loads((tmp_path / "downstream.json").read_text())["tasks"] == 3
 
 
+def test_downstream_sft_then_dpo_beside_sft_on_a_tiny_model(toy, tmp_path, tiny_model):
+    """The sft_dpo condition: DPO on the exported preference pairs, starting from (and
+    referenced to) the SFT adapter, scored on the same tasks as sft, with McNemar against
+    sft; the report line says so. A tiny random-init Llama: plumbing, not a result."""
+    from workbench.formats import read_preferences
+    from workbench.trajsynth.downstream import DownstreamConfig, format_downstream, run_downstream
+
+    p = build_pool(toy, PoolConfig(seed=0, python_check=False))
+    tasks = p.tasks[:6]
+    explore_pool(toy, tasks, tmp_path, ExploreConfig(prior="uniform", iterations=60),
+                 log=lambda m: None)
+    export(tmp_path, [t.model_copy(update={"split": "train"}) for t in tasks], toy)
+    assert read_preferences(tmp_path / "preferences.jsonl")
+    res = run_downstream(toy, tasks[:3], tmp_path, DownstreamConfig(
+        conditions=["sft", "sft_dpo"], max_tokens=16, sft_steps=2, dpo_steps=2,
+        sft_max_length=512), model_spec=tiny_model, log=lambda m: None)
+    assert set(res["conditions"]) == {"sft", "sft_dpo"}
+    d = res["conditions"]["sft_dpo"]
+    assert d["n"] == 3 and 0 <= d["mcnemar_p_vs_sft"] <= 1
+    manifest = json.loads((tmp_path / "sft_dpo_adapter" / "manifest.json").read_text())
+    assert manifest["config"]["method"] == "dpo"
+    assert manifest["config"]["init_adapter"] == str(tmp_path / "sft_adapter")
+    assert "vs sft" in format_downstream(res)
+    # no pairs: the condition says it did not run, instead of failing
+    (tmp_path / "preferences.jsonl").write_text("")
+    res = run_downstream(toy, tasks[:1], tmp_path, DownstreamConfig(
+        conditions=["sft_dpo"], max_tokens=16, sft_steps=1, sft_max_length=512),
+        model_spec=tiny_model, log=lambda m: None)
+    assert res["conditions"] == {} and "no preference pairs" in res["notes"]["sft_dpo"]
+    assert "no preference pairs" in format_downstream(res)
+
+
 def test_prefix_seeding_saves_model_calls_at_equal_yield(chinook, pool):
     """Scripted agent (same protocol as the real backends) that first lists the tables, then
     writes the task's query: after two verified tasks, new roots start from the shared first

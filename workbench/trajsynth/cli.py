@@ -84,15 +84,19 @@ def register(group: typer.Typer) -> None:
     @group.command("report")
     def report(env: EnvArg, out: OutOpt,
                conditions: Annotated[str, typer.Option(
-                   help="Comma-separated: zero_shot, icl, sft.")] = "zero_shot,icl,sft",
+                   help="Comma-separated: zero_shot, icl, sft, sft_dpo.")] = "zero_shot,icl,sft",
                k: Annotated[int, typer.Option(help="icl: demonstrations per question.")] = 3,
                max_tasks: Annotated[int | None, typer.Option(
                    help="Held-out tasks scored at most.")] = None,
                sft_steps: Annotated[int, typer.Option(help="sft: LoRA steps.")] = 60,
+               dpo_steps: Annotated[int, typer.Option(
+                   help="sft_dpo: DPO steps after SFT, on OUT/preferences.jsonl.")] = 30,
                model: Annotated[str, typer.Option(help="The agent's model spec.")] = "default"):
         """The downstream check on the held-out tasks of OUT/tasks.jsonl: execution accuracy
         of a one-step SQL agent zero-shot, with k retrieved ICL demonstrations, and after LoRA
-        SFT on OUT/sft.messages.jsonl; intervals, outcomes, McNemar vs zero-shot."""
+        SFT on OUT/sft.messages.jsonl, and (sft_dpo) after DPO from that adapter on
+        OUT/preferences.jsonl; intervals, outcomes, McNemar vs zero-shot (and sft_dpo vs
+        sft)."""
         from workbench.progress import quiet_libraries
         from workbench.trajsynth.api import open_env
         from workbench.trajsynth.downstream import (
@@ -105,7 +109,8 @@ def register(group: typer.Typer) -> None:
         quiet_libraries()
         pool = load_pool(out / "tasks.jsonl")
         cfg = DownstreamConfig(conditions=[c.strip() for c in conditions.split(",") if c.strip()],
-                               k=k, max_tasks=max_tasks, sft_steps=sft_steps)
+                               k=k, max_tasks=max_tasks, sft_steps=sft_steps,
+                               dpo_steps=dpo_steps)
         res = run_downstream(open_env(env), pool.split("held_out"), out, cfg, model_spec=model,
                              log=lambda m: typer.echo(m, err=True))
         typer.echo(format_downstream(res))

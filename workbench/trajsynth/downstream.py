@@ -6,11 +6,13 @@ result passes the task's answer check). Three conditions, same model, same tasks
 
 - `zero_shot`: the bundled model as it is;
 - `icl`: k demonstrations retrieved from the ICL bank's index by the question;
-- `sft`: the model after LoRA SFT on the exported trajectories (through the train library).
+- `sft`: the model after LoRA SFT on the exported trajectories (through the train library);
+- `sft_dpo`: that SFT adapter then trained by DPO on the exported preference pairs (a verified
+  path's call against its failed sibling's), the SFT adapter as the reference.
 
 Each accuracy goes out with its Wilson interval, the outcome distribution behind it (a
 verified result, a wrong result, an SQL error, no statement at all) and McNemar's exact test
-of every condition against zero-shot.
+of every condition against zero-shot (and of `sft_dpo` against `sft`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class DownstreamConfig(BaseModel):
     sft_learning_rate: float = Field(1e-3, gt=0)
     sft_rank: int = Field(16, ge=1)
     sft_max_length: int = Field(1536, ge=64)
+    dpo_steps: int = Field(30, ge=1, description="sft_dpo: DPO optimizer steps after SFT.")
+    dpo_learning_rate: float = Field(5e-5, gt=0)
+    dpo_beta: float = Field(0.1, gt=0)
     seed: int = 0
 
 
@@ -123,6 +128,26 @@ def sft_adapter(examples: list[ChatExample], out: Path, cfg: DownstreamConfig,
     return out
 
 
+def dpo_adapter(pairs: list, init: Path, out: Path, cfg: DownstreamConfig,
+                model_spec: str = "default", log=print) -> Path:
+    """DPO from the SFT adapter `init` (also the reference) on the exported pairs."""
+    from workbench.train.config import TrainConfig
+    from workbench.train.session import export, setup, train_steps
+
+    tc = TrainConfig(method="dpo", init_adapter=str(init), max_steps=cfg.dpo_steps,
+                     learning_rate=cfg.dpo_learning_rate, dpo={"beta": cfg.dpo_beta},
+                     max_length=cfg.sft_max_length, batch_size=1, grad_accum=2,
+                     eval_fraction=0.0, lora={"r": cfg.sft_rank, "alpha": 2 * cfg.sft_rank},
+                     device="cpu", warmup_ratio=0.1)
+    session = setup(tc, seed=cfg.seed, model_spec=model_spec, pairs=pairs,
+                    reference_cache=out.parent / "dpo_reference_cache.jsonl")
+    rows = train_steps(session, session.total)
+    log(f"sft_dpo: {session.total} DPO steps on {len(pairs)} pairs, loss "
+        f"{rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
+    export(session, out)
+    return out
+
+
 def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
                    cfg: DownstreamConfig, *, model_spec: str = "default", log=print
                    ) -> dict[str, Any]:
@@ -150,17 +175,35 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
             return [h.text for h in hits]
 
         per["icl"] = score(base, env, tasks, demos_for=demos, max_tokens=cfg.max_tokens)
-    if "sft" in cfg.conditions:
+    notes: dict[str, str] = {}
+    if {"sft", "sft_dpo"} & set(cfg.conditions):
         examples = read_jsonl(out / "sft.messages.jsonl", ChatExample.model_validate)
         adapter = sft_adapter(examples, out / "sft_adapter", cfg, model_spec, log=log)
-        tuned = load_model(model_spec, adapter=str(adapter))
-        per["sft"] = score(tuned, env, tasks, max_tokens=cfg.max_tokens)
-    result: dict[str, Any] = {"tasks": len(tasks), "conditions": {}}
+        if "sft" in cfg.conditions:
+            tuned = load_model(model_spec, adapter=str(adapter))
+            per["sft"] = score(tuned, env, tasks, max_tokens=cfg.max_tokens)
+        if "sft_dpo" in cfg.conditions:
+            from workbench.formats import read_preferences
+
+            path = out / "preferences.jsonl"
+            pairs = read_preferences(path) if path.exists() and path.stat().st_size else []
+            if pairs:
+                dpo = dpo_adapter(pairs, adapter, out / "sft_dpo_adapter", cfg, model_spec,
+                                  log=log)
+                per["sft_dpo"] = score(load_model(model_spec, adapter=str(dpo)), env, tasks,
+                                       max_tokens=cfg.max_tokens)
+            else:
+                notes["sft_dpo"] = "no preference pairs were exported: not run"
+                log(f"sft_dpo: {notes['sft_dpo']}")
+    result: dict[str, Any] = {"tasks": len(tasks), "conditions": {}, "notes": notes}
     for name, rows in per.items():
         s = summary(rows)
         if name != "zero_shot" and "zero_shot" in per:
             s["mcnemar_p_vs_zero_shot"] = mcnemar_exact(
                 [r["verified"] for r in per["zero_shot"]], [r["verified"] for r in rows])
+        if name == "sft_dpo" and "sft" in per:
+            s["mcnemar_p_vs_sft"] = mcnemar_exact(
+                [r["verified"] for r in per["sft"]], [r["verified"] for r in rows])
         s["rows"] = rows
         result["conditions"][name] = s
     atomic_write_json(out / "downstream.json", result)
@@ -172,7 +215,11 @@ def format_downstream(result: dict[str, Any]) -> str:
     for name, s in result["conditions"].items():
         lo, hi = s["ci95"]
         p = s.get("mcnemar_p_vs_zero_shot")
+        q = s.get("mcnemar_p_vs_sft")
         lines.append(f"  {name:9s} {s['verified']}/{s['n']} = {100 * s['accuracy']:.1f}% "
                      f"[{100 * lo:.1f}, {100 * hi:.1f}]  outcomes {s['outcomes']}"
-                     + (f"  McNemar p vs zero-shot {p:.3g}" if p is not None else ""))
+                     + (f"  McNemar p vs zero-shot {p:.3g}" if p is not None else "")
+                     + (f", vs sft {q:.3g}" if q is not None else ""))
+    for name, note in result.get("notes", {}).items():
+        lines.append(f"  {name:9s} {note}")
     return "\n".join(lines)
