@@ -43,6 +43,11 @@ def pack_module(name: str) -> Any:
 
 def run(cfg, ctx):
     """The registered job: evaluate the configured pack end to end."""
+    if cfg.agent.adapters and cfg.agent.pack != "litsearch":
+        from workbench.errors import ConfigError
+
+        raise ConfigError([f"agent.adapters: pack {cfg.agent.pack!r} has no adapter "
+                           "conditions (litsearch has; kgv trains its own: agent_sft)"])
     return pack_module(cfg.agent.pack).evaluate(cfg, ctx)
 
 

@@ -52,6 +52,9 @@ class AgentConfig(Section):
     conditions: list[str] | None = Field(None, description=(
         "What to compare; default: all the pack has (kgv: closed_book, rag, agent, "
         "agent_sft; rf: alone, rag, tools; litsearch: query_only, fixed, agent, oracle)."))
+    adapters: dict[str, str] = Field(default_factory=dict, description=(
+        "litsearch: more agent conditions, the agent with each adapter ({name: adapter "
+        "folder}, e.g. {sft: A, sft_dpo: B}), reported as agent+NAME beside agent."))
     dev_limit: int | None = Field(60, ge=1, description="Dev claims evaluated (balanced over "
                                                         "split and label); None: all.")
     train_limit: int | None = Field(60, ge=1, description="Training claims for the teacher.")

@@ -167,16 +167,21 @@ def evaluate(cfg, ctx):
     key = (file_hash(Path(ac.data) / "papers.jsonl"), file_hash(Path(ac.data) /
                                                                 "anchors.jsonl"), turns)
     summaries, seconds = {}, {}
-    for cond in wanted:
+    tuned = {f"agent+{name}": _with_adapter(cfg, path) for name, path in ac.adapters.items()}
+    for cond in [*wanted, *tuned]:
         path = out / f"litsearch_{cond}.jsonl"
+        mc = tuned[cond] if cond in tuned else cfg.models.chat
 
-        def go(cond=cond, path=path) -> dict[str, Any]:
+        def go(cond=cond, path=path, mc=mc) -> dict[str, Any]:
             t0 = time.perf_counter()
-            rows = run_condition(cond, dev, lib, model, turns, ac)
+            m = open_chat_model(mc, cfg) if cond in tuned else model
+            rows = run_condition("agent" if cond in tuned else cond, dev, lib, m, turns, ac)
             write_jsonl(path, rows)
             return {"seconds": round(time.perf_counter() - t0, 2)}
 
-        mk = cfg.models.chat.model_dump(mode="json") if cond == "agent" else None
+        mk = (mc.model_dump(mode="json") | ({"adapter_sha": file_hash(
+            Path(mc.options["adapter"]) / "adapter_model.safetensors")} if cond in tuned
+            else {})) if cond == "agent" or cond in tuned else None
         rec, _ = ctx.stages("agent").run(f"litsearch_{cond}", (key, cond, [i.id for i in dev],
                                                                mk, ac.policy), go)
         seconds[cond] = (rec.info or {}).get("seconds")
@@ -207,6 +212,45 @@ def evaluate(cfg, ctx):
                 f"{exports.get('preferences')} preference pairs")
 
 
+def _paired_lines(out: Path, tuned: list[str], s: dict[str, dict]) -> list[str]:
+    """Each adapter condition against the plain agent (and the last against the first, e.g.
+    SFT then DPO against SFT), on the same intents: the paired difference of final nDCG@10
+    with its bootstrap interval, and the execution errors' exact McNemar test over turns."""
+    from workbench.evaluate.stats import bootstrap_interval, mcnemar_exact
+
+    pairs = [(c, "agent") for c in tuned if "agent" in s]
+    if len(tuned) > 1:
+        pairs.append((tuned[-1], tuned[0]))
+    if not pairs:
+        return []
+    rows = {c: read_jsonl(out / f"litsearch_{c}.jsonl") for c in {x for p in pairs for x in p}}
+    lines = ["", "| comparison (same intents) | nDCG@10 final, difference [95% CI] | "
+                 "execution errors (turns) | McNemar p |", "|---|---|---|---|"]
+    for a, b in pairs:
+        da = [r["turns"][-1]["ndcg10"] for r in rows[a]]
+        db = [r["turns"][-1]["ndcg10"] for r in rows[b]]
+        diff = [x - y for x, y in zip(da, db, strict=True)]
+        lo, hi = bootstrap_interval(diff, n_resamples=1000)
+        ea = [t["error"] is not None for r in rows[a] for t in r["turns"]]
+        eb = [t["error"] is not None for r in rows[b] for t in r["turns"]]
+        lines.append(f"| {a} vs {b} | {float(np.mean(diff)):+.3f} [{lo:+.2f}, {hi:+.2f}] | "
+                     f"{sum(ea)} vs {sum(eb)} of {len(ea)} | {mcnemar_exact(eb, ea):.3g} |")
+    return lines
+
+
+def _with_adapter(cfg, adapter: str):
+    """models.chat with an adapter attached (an agent+NAME condition)."""
+    from workbench.errors import ConfigError
+    from workbench.models.local import check_adapter_dir
+
+    try:
+        check_adapter_dir(adapter)
+    except WorkbenchError as e:
+        raise ConfigError([f"agent.adapters: {e}"]) from None
+    mc = cfg.models.chat
+    return mc.model_copy(update={"options": {**mc.options, "adapter": str(adapter)}})
+
+
 def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turns: int,
                  model: str, citations: bool = True) -> dict:
     report = {"intents": dev, "turns": turns, "model": model, "citations": citations,
@@ -235,6 +279,7 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
                      f"{f(v['ndcg10_avg'], v['ndcg10_avg_ci95'])} | "
                      f"{100 * v['execution_error_rate']:.0f}% | {memo} | "
                      f"{v['seconds_per_dialogue']:.2f} | {v['choices']} |")
+    lines += _paired_lines(out, [c for c in s if c.startswith("agent+")], s)
     lines += ["", f"Training data from the oracle teacher on the training intents: "
               f"{exports.get('sft')} SFT dialogues (`sft.messages.jsonl`), "
               f"{exports.get('preferences')} chosen/rejected pairs (`preferences.jsonl`; "
