@@ -379,7 +379,10 @@ class JobRow(BaseModel):
 
     @property
     def fraction(self) -> float | None:
-        """done/total in [0, 1], None when the work in flight is not counted."""
+        """done/total in [0, 1] (1 for a completed job), None when the work in flight is not
+        counted."""
+        if self.state == "completed":
+            return 1.0
         if not self.progress or not self.progress.total or self.progress.done is None:
             return None
         return min(1.0, max(0.0, self.progress.done / self.progress.total))
