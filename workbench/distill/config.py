@@ -42,6 +42,42 @@ class DedupConfig(_Section):
                                                            " are duplicates.")
 
 
+class GatesConfig(_Section):
+    """Quality gates on every question before the verifier (`workbench.distill.gates`: each
+    rule in one sentence, printed in the report with what each gate removed)."""
+
+    enabled: bool = Field(True, description="Run the gates; false keeps every question the "
+                                            "parsers accepted (the report says so).")
+    echo_prefix: bool = Field(True, description="Strip echoed 'Q:' / 'Question:' prefixes; "
+                                                "refuse questions that still hold a marker.")
+    interrogative: bool = Field(True, description="Refuse statements with a question mark "
+                                                  "and sentences cut off before it.")
+    self_contained: bool = Field(True, description="Refuse questions that point at unseen "
+                                                   "context ('this', 'these', 'the above').")
+    named_entities: bool = Field(True, description="Refuse a question naming something "
+                                                   "(a name, acronym, option, number) its "
+                                                   "section never mentions.")
+    content_words: bool = Field(True, description="Refuse a question most of whose content "
+                                                  "words are not in its section or answer.")
+    foreign_words: bool = Field(True, description="Refuse a question using words its whole "
+                                                  "document never uses.")
+    min_content_share: float = Field(0.5, ge=0, le=1, description="content_words: the share "
+                                                                   "of content words that "
+                                                                   "must occur.")
+    max_foreign_words: int = Field(0, ge=0, description="foreign_words: how many words absent "
+                                                        "from the document are tolerated.")
+    foreign_min_letters: int = Field(6, ge=1, description="foreign_words: only words this "
+                                                          "long count (shorter ones are "
+                                                          "mostly everyday English).")
+    examples: int = Field(50, ge=0, description="Removed questions listed per gate in the "
+                                                "report (every verdict is in gates.jsonl).")
+
+    def active(self) -> list[str]:
+        from workbench.distill.gates import GATES
+
+        return [g for g in GATES if self.enabled and getattr(self, g)]
+
+
 class DistillConfig(_Section):
     corpus: str | None = Field(None, description="Corpus folder/file or Section JSONL "
                                                   "(default: the experiment's `corpus`).")
@@ -71,6 +107,7 @@ class DistillConfig(_Section):
                                                      "answer as JSON before validation.")
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)
+    gates: GatesConfig = Field(default_factory=GatesConfig)
     benchmark_fraction: float = Field(0.2, ge=0, lt=1, description="Share of sections whose "
                                                                     "MC items form the "
                                                                     "benchmark.")

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.distill import parse, shapes
+from workbench.distill import gates, parse, shapes
 from workbench.distill.config import AgentModel, DistillConfig
 from workbench.distill.parse import Reject, format_options
 from workbench.distill.quality import (
@@ -106,6 +106,7 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     ingest_report = None
     if sections is None:
         sections, ingest_report = load_sections(cfg.corpus)
+    corpus_sections = sections  # a document's vocabulary is all of it (foreign_words gate)
     if cfg.max_sections:
         sections = sections[:cfg.max_sections]
     if not sections:
@@ -142,6 +143,10 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
             if changed:
                 setattr(t, attr, text)
                 t.flags.append("rewrote_references")
+    gate_rows = apply_gates(tasks, corpus_sections, pack, cfg, stats)
+    if gate_rows:
+        progress(f"quality gates: {stats.stages['gates_removed']} of "
+                 f"{stats.stages['gates_checked']} questions removed")
     mc = [t for t in tasks if t.reject is None and t.kind == "mc"]
     if cfg.verifier.enabled and mc:
         progress(f"verifying {len(mc)} multiple-choice items")
@@ -168,10 +173,97 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     bench = [MCItem(id=s.id, question=s.question, options=s.options, answer=s.answer,
                     difficulty=s.difficulty, provenance=s.provenance)
              for s in samples if s.kind == "mc" and s.split == "benchmark"][:cfg.benchmark_size]
+    by_id = {t.id: t for t in tasks}
+    for row in gate_rows:
+        row["final"] = by_id[row["task"]].reject or "accepted"
     report = _report(cfg, pack, stats, samples, bench, agents, ingest_report, removed,
-                     time.perf_counter() - t_start, seed)
+                     time.perf_counter() - t_start, seed, gate_rows)
     _write_outputs(run_dir, cfg, samples, bench, report, seed, sections)
+    write_jsonl(run_dir / "gates.jsonl", gate_rows)
     return DistillResult(run_dir, report, samples, bench)
+
+
+# --- stage 3b: quality gates ------------------------------------------------------------------
+
+def _answer_text(t: Task) -> str:
+    """What the question's answer says: the reference sentence, the gold option, the written
+    answer (content words may occur there; names must occur in the section)."""
+    parts = [t.reference or ""]
+    if t.kind == "mc" and t.options and t.gold and len(t.gold) == 1:
+        parts.append(t.options[LETTERS.index(t.gold)])
+    elif t.kind == "nd":
+        parts.append(t.answer or "")
+    return "\n".join(p for p in parts if p)
+
+
+def apply_gates(tasks: list[Task], corpus: list[Section], pack: DomainPack, cfg: DistillConfig,
+                stats: Stats) -> list[dict]:
+    """Every live question through the enabled gates (`workbench.distill.gates`): stripped
+    in place, or failed with the first failing gate's reason. Returns one row per question
+    with every gate's verdict (gates.jsonl)."""
+    active = cfg.gates.active()
+    live = [t for t in tasks if t.reject is None]
+    stats.stages["gates_checked"] = len(live) if active else 0
+    stats.stages["gates_removed"] = 0
+    if not active:
+        return []
+    doc_stems: dict[str, set[str]] = {}
+    for s in corpus:
+        doc_stems.setdefault(s.doc_id, set()).update(gates.stems(f"{s.title}\n{s.text}"))
+    rows = []
+    for t in live:
+        sec = t.span.section
+        ctx = gates.Context(section_text=sec.text, headings=sec.title, answer=_answer_text(t),
+                            perspective=pack.perspective(t.perspective).name,
+                            document_stems=doc_stems.get(sec.doc_id))
+        res = gates.check(t.question, ctx, enabled=active,
+                          min_share=cfg.gates.min_content_share,
+                          max_foreign=cfg.gates.max_foreign_words,
+                          min_letters=cfg.gates.foreign_min_letters)
+        row = {"task": t.id, "section_id": sec.id, "section": sec.title, "kind": t.kind,
+               "split": t.span.split, "question": t.question}
+        if res.question != t.question:
+            row["stripped_to"] = res.question
+            t.question = res.question
+            t.flags.append("stripped_prefix")
+        first = res.removed_by
+        if first:
+            t.fail(first.reason)
+            stats.stages["gates_removed"] += 1
+        row["removed_by"] = first.gate if first else None
+        row["verdicts"] = {v.gate: v.to_json() for v in res.verdicts}
+        rows.append(row)
+    return rows
+
+
+def gates_summary(cfg: DistillConfig, rows: list[dict]) -> dict:
+    """The report's `gates` part: per gate, its rule, how many questions it failed, removed
+    (as the first gate they failed) and stripped, and the removed questions."""
+    gc = cfg.gates
+    out = []
+    for name in gates.GATES:
+        on = name in gc.active()
+        verdicts = [r["verdicts"][name] for r in rows if name in r["verdicts"]]
+        removed = [r for r in rows if r["removed_by"] == name]
+        out.append({
+            "name": name, "enabled": on,
+            "rule": gates.rule_text(name, min_share=gc.min_content_share,
+                                    max_foreign=gc.max_foreign_words,
+                                    min_letters=gc.foreign_min_letters),
+            "checked": len(verdicts),
+            "failed": sum(v["action"] == "reject" for v in verdicts),
+            "removed": len(removed),
+            "stripped": sum(v["action"] == "strip" for v in verdicts),
+            "examples": [{"question": r["question"], "reason": r["verdicts"][name]["reason"],
+                          "detail": r["verdicts"][name].get("detail", ""),
+                          "section_id": r["section_id"], "section": r["section"],
+                          "task": r["task"]} for r in removed[:gc.examples]]})
+    return {"enabled": bool(gc.active()), "checked": len(rows),
+            "removed": sum(r["removed_by"] is not None for r in rows),
+            "stripped": sum("stripped_to" in r for r in rows),
+            "accepted_examples": [r.get("stripped_to", r["question"]) for r in rows
+                                  if r.get("final") == "accepted"][:10],
+            "gates": out}
 
 
 def _embedder(cfg: DistillConfig):
@@ -198,7 +290,7 @@ def _to_sample(t: Task, pack: DomainPack, agents: Agents) -> QTSASample:
 
 
 def _report(cfg, pack, stats: Stats, samples, bench, agents, ingest_report, removed, seconds,
-            seed) -> DistillReport:
+            seed, gate_rows=()) -> DistillReport:
     mc = [s for s in samples if s.kind == "mc"]
     accepted = len(samples)
     verified = stats.stages.get("verified_mc", 0)
@@ -222,6 +314,7 @@ def _report(cfg, pack, stats: Stats, samples, bench, agents, ingest_report, remo
                                    if verified else None),
                      "method": cfg.verifier.method, "on_disagree": cfg.verifier.on_disagree},
         "dedup_removed": stats.stages.get("dedup_removed", 0),
+        "gates": gates_summary(cfg, list(gate_rows)),
         "letter_balance": letter_distribution([s.answer for s in mc]),
         "difficulty_histogram": {str(k): sum(s.difficulty == k for s in samples)
                                  for k in range(1, 6)},

@@ -38,6 +38,38 @@ class ModelCalls(_Part):
     tokens_per_accepted: float | None
 
 
+class GateExample(_Part):
+    question: str
+    reason: str
+    detail: str = ""
+    section_id: str
+    section: str = ""
+    task: str = ""
+
+
+class GateStats(_Part):
+    name: str
+    enabled: bool
+    rule: str = Field(description="The gate's rule in one sentence.")
+    checked: int
+    failed: int = Field(description="Questions this gate fails (an earlier gate may have "
+                                    "removed them first).")
+    removed: int = Field(description="Questions removed by this gate (the first they failed).")
+    stripped: int = 0
+    examples: list[GateExample] = Field(default_factory=list, description="The removed "
+                                                                           "questions.")
+
+
+class GatesReport(_Part):
+    enabled: bool
+    checked: int
+    removed: int
+    stripped: int = 0
+    accepted_examples: list[str] = Field(default_factory=list, description="A few questions "
+                                                                           "that were kept.")
+    gates: list[GateStats] = Field(default_factory=list)
+
+
 class DistillReport(_Part):
     schema_version: Literal[1] = SCHEMA_VERSION
     domain: str
@@ -61,6 +93,8 @@ class DistillReport(_Part):
     accepted: Accepted
     verifier: VerifierStats
     dedup_removed: int = 0
+    gates: GatesReport | None = Field(None, description="The quality gates (None in reports "
+                                                        "written before they existed).")
     letter_balance: dict[str, int]
     difficulty_histogram: dict[str, int]
     model_calls: ModelCalls
@@ -70,6 +104,33 @@ class DistillReport(_Part):
         """The parts a comparison report quotes."""
         return self.model_dump(include={"accepted", "stages", "rejects", "verifier",
                                         "letter_balance", "model_calls"}, mode="json")
+
+
+def _gates_markdown(g: dict) -> list[str]:
+    if not g["enabled"]:
+        return ["", "## Quality gates", "", "Off (distill.gates.enabled: false): every "
+                "question the parsers accepted went on to the verifier."]
+    lines = ["", "## Quality gates", "",
+             f"{g['checked']} questions checked, {g['removed']} removed, {g['stripped']} "
+             "stripped of an echoed prefix and kept. A question is removed by the first gate "
+             "it fails; `failed` counts every question a gate fails. Every verdict: "
+             "`gates.jsonl`.", "", "| gate | rule | failed | removed | stripped |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {x['name']}{'' if x['enabled'] else ' (off)'} | {x['rule']} | "
+              f"{x['failed']} | {x['removed']} | {x['stripped']} |" for x in g["gates"]]
+    for x in g["gates"]:
+        if not x["examples"]:
+            continue
+        lines += ["", f"### Removed by {x['name']} ({x['removed']})", ""]
+        lines += [f"- {e['question']!r}: {e['reason']}"
+                  + (f" ({e['detail']})" if e["detail"] else "")
+                  + f"; section `{e['section_id']}`"
+                  + (f" ({e['section']})" if e["section"] else "") for e in x["examples"]]
+        if x["removed"] > len(x["examples"]):
+            lines.append(f"- ... and {x['removed'] - len(x['examples'])} more in gates.jsonl")
+    if g["accepted_examples"]:
+        lines += ["", "### Kept (a few)", ""] + [f"- {q!r}" for q in g["accepted_examples"]]
+    return lines
 
 
 def report_markdown(report: DistillReport) -> str:
@@ -97,7 +158,10 @@ def report_markdown(report: DistillReport) -> str:
                                              r["letter_balance"].items()),
               "- difficulty (1-5): " + ", ".join(f"{k}: {n}" for k, n in
                                                  r["difficulty_histogram"].items()),
-              "", "## Model calls", ""]
+              ]
+    if r.get("gates"):
+        lines += _gates_markdown(r["gates"])
+    lines += ["", "## Model calls", ""]
     c = r["model_calls"]
     lines += [f"- made {c['made']}, from cache {c['from_cache']}; tokens: prompt "
               f"{c['prompt_tokens']}, completion {c['completion_tokens']}"]

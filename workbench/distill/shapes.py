@@ -29,7 +29,7 @@ FORMAT_REASONS = frozenset({
     "empty_answer", "answer_not_letters", "answer_too_short", "answer_too_long",
     "rationale_too_short", "postprocess_no_json", "postprocess_bad_json",
     "postprocess_wrong_keys", "postprocess_empty_field", "question_too_short",
-    "question_too_long", "question_not_text", "empty_option",
+    "question_too_long", "question_not_text", "empty_option", "echoed_marker", "echo_only",
 })
 
 # characters a token holds at the least, on average, in the text these calls write: a field

@@ -17,6 +17,9 @@ PIPELINE = Pipeline(
                                "multiple-choice items from held-out sections"),
                       Artifact("sft", "sft/instruct_mixed.messages.jsonl", "ChatExample",
                                "training split, mc + nd, OpenAI messages"),
+                      Artifact("gates", "gates.jsonl", required=False,
+                               help="every question's verdict from each quality gate, and "
+                                    "what became of it"),
                       Artifact("report", "report.json"),
                       Artifact("report_md", "report.md"),
                       Artifact("review", "review.jsonl", required=False,
