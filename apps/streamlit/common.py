@@ -164,7 +164,7 @@ def job_panel(kind: str, key: str) -> None:
     if job.progress:
         st.caption(job.progress[-1])
     row = read_or_none("the job's progress", lambda: job_row(job, log_lines=0))
-    if row is not None and row.fraction is not None:
+    if row is not None and row.progress is not None and row.fraction is not None:
         st.progress(row.fraction, text=f"{row.progress.label}: {row.progress_text()}, "
                                        f"{row.rate_text()}, ETA {row.eta_text()}")
     if job.error:
