@@ -18,7 +18,10 @@ PACKS = {"kgv": ("datasets/kgv", "kgv-0002, 'oak | hypernym | tree' or a sentenc
          "rf": ("datasets/rf_design", "rfd-000 or a design question"),
          "litsearch": ("datasets/litsearch", "an intent id such as ls-001")}
 
-pack = st.radio("Pack", list(PACKS), horizontal=True, key="ag-pack")
+pack = st.radio("Pack", list(PACKS), horizontal=True, key="ag-pack",
+                help="kgv: is a knowledge-graph fact true (searching the WordNet entries)? "
+                     "rf: numeric RF design questions with calculators; litsearch: find the "
+                     "papers a researcher means, as a search workflow. Both tabs use it.")
 data, hint = PACKS[pack]
 
 tab_run, tab_eval = st.tabs(["Run one input", "Evaluate"])
@@ -29,7 +32,8 @@ with tab_run:
                               help="guided: the model's log-likelihood picks among the calls "
                                    "the pack proposes (small models); free: the model writes "
                                    "its own tool calls")
-        go = st.form_submit_button("Run")
+        go = st.form_submit_button("Run", help="Runs the agent on this one input with the "
+                                               "app's chat model and shows every step.")
     if go:
         try:
             if not text.strip():
@@ -67,19 +71,32 @@ def last_workflow(t: dict) -> dict | None:
     return None
 
 
+def args_text(args) -> str:
+    """A call's arguments as "name: value" pairs (a nested value stays JSON)."""
+    if not isinstance(args, dict):
+        return json.dumps(args)
+
+    def value(v) -> str:
+        if isinstance(v, list) and all(isinstance(x, str | int | float) for x in v):
+            return ", ".join(map(str, v)) or "(none)"
+        return json.dumps(v) if not isinstance(v, str | int | float) else str(v)
+
+    return " · ".join(f"{k}: {value(v)}" for k, v in args.items())
+
+
 def show_steps(t: dict) -> None:
     st.markdown(f"**{t['task_id']}**: {t['messages'][1]['content']}")
     for s in t["steps"]:
         if s["kind"] == "tool_call":
-            line = f"{s['turn']}. call `{s['tool']}` {json.dumps(s['arguments'])}"
+            line = f"{s['turn']}. call `{s['tool']}` with {args_text(s['arguments'])}"
             st.markdown(line + (f"  \n:red[{s['error']}]" if s.get("error") else ""))
             if s.get("candidates") and len(s["candidates"]) > 1:
                 with st.expander("candidates the model chose among"):
                     st.dataframe(pd.DataFrame(s["candidates"]), hide_index=True)
         elif s["kind"] == "observation":
-            st.code(s["content"][:1500])
+            st.code(s["content"][:1500], language=None, wrap_lines=True)
         elif s["kind"] == "final":
-            st.success(f"{s['turn']}. answer {json.dumps(s['arguments'])}")
+            st.success(f"{s['turn']}. answer: {args_text(s['arguments'])}")
         elif s["kind"] == "plan":
             st.info(s["content"])
         elif s["kind"] == "error":
@@ -105,7 +122,10 @@ with tab_eval:
                               help="kgv: closed_book, rag, agent, agent_sft · rf: alone, rag, "
                                    "tools")
         name = c3.text_input("Run name", value=f"agent-{pack}", key="ag-name")
-        start = st.form_submit_button("Start evaluation")
+        start = st.form_submit_button("Start evaluation",
+                                      help="Starts a background job: every condition on the "
+                                           "pack's dev items, with 95% intervals; progress "
+                                           "shows below and in the Task centre.")
     if start:
         try:
             section = {"pack": pack, "data": data, "dev_limit": int(limit) or None}
@@ -130,7 +150,9 @@ with tab_eval:
         rep = read_or_none("report.json", lambda: json.loads((out / "report.json").read_text()))
         if rep is None:
             st.stop()
-        split = st.radio("Claims", ["all", "seen", "longtail"], horizontal=True, key="ag-split")
+        split = st.radio("Claims", ["all", "seen", "longtail"], horizontal=True, key="ag-split",
+                         help="seen: claims on frequent relations (their training part feeds "
+                              "distillation); longtail: rare relations held out of training.")
         rows = []
         for c, r in rep["conditions"].items():
             s = r.get(split)
@@ -148,6 +170,13 @@ with tab_eval:
                          "predicted S/R/none": f"{p['SUPPORTED']}/{p['REFUTED']}/{p['none']}",
                          "n": s["n"]})
         st.dataframe(pd.DataFrame(rows), hide_index=True)
+        st.caption("Figures in %. Conditions: closed_book answers without searching, rag "
+                   "searches once, agent searches as it sees fit. macro-F1: the mean of the "
+                   "F1 on true and on false claims, with its 95% interval; Pos-F1 (true): F1 "
+                   "with a true fact as the positive class, Pos-F1 (error): with a detected "
+                   "error as the positive class; parametric route: share of claims answered "
+                   "without any search; predicted S/R/none: claims called SUPPORTED, REFUTED "
+                   "or left without a verdict; n: claims.")
         show_image(out / "report.png", "macro-F1 with 95% intervals")
         trajs = sorted((out / "trajectories").glob("*.jsonl"))
         trajs = [p for p in trajs if not p.name.startswith("teacher.")]
@@ -173,17 +202,26 @@ with tab_eval:
              "memo hits after turn 1": "-" if v["memo_hit_rate_after_turn1"] is None
              else f"{100 * v['memo_hit_rate_after_turn1']:.0f}%"}
             for c, v in rep["conditions"].items()]), hide_index=True)
+        st.caption("At the dialogue's last turn, with 95% intervals: hit5: share of dialogues "
+                   "with a relevant paper in the top 5; mrr: mean of 1 / rank of the first "
+                   "relevant paper (top 10); "
+                   "ndcg10: the top 10 scored by graded relevance, discounted by rank. "
+                   "execution errors: workflows that failed to run; memo hits: node outputs "
+                   "reused from an earlier turn instead of recomputed.")
         cond = st.selectbox("Dialogues", list(rep["conditions"]), key="ag-ls")
         rows = jsonl_rows(out / f"litsearch_{cond}.jsonl")
         if rows:
             pick = st.selectbox("Intent", range(len(rows)), key="ag-ls-i",
                                 format_func=lambda i: rows[i]["id"])
             d = rows[pick]
-            st.dataframe(pd.DataFrame([{k: t[k] for k in ("turn", "choice", "hit5", "mrr",
-                                                         "ndcg10", "error")}
+            st.dataframe(pd.DataFrame([{k: t[k] if k != "error" else (t[k] or "")
+                                        for k in ("turn", "choice", "hit5", "mrr", "ndcg10",
+                                                  "error")}
                                        for t in d["turns"]]), hide_index=True)
             wf = d["turns"][-1].get("workflow")
             if wf:
+                st.caption("The workflow of the last turn: each box a step (its id, then its "
+                           "operator), arrows from the steps it reads.")
                 draw_workflow(wf)
     else:
         rep = read_or_none("rf_report.json",

@@ -14,6 +14,9 @@ from workbench.workspace import (
 )
 
 st.title("Corpus")
+st.caption("The documents of this workspace. The Distill, Retrieval and Evaluate pages read "
+           "them as sections: the parts under each heading (or each page, slide or sheet), "
+           "listed at the end of this page.")
 ws = workspace()
 cap = max_corpus_mb()
 kinds = sorted({k.lstrip(".") for k in SUPPORTED})
@@ -44,7 +47,9 @@ for p in have:
     c1, c2 = st.columns([5, 1])
     size = read_or_none(p.name, lambda p=p: p.stat().st_size)
     c1.write(f"`{p.name}`" + (f" ({size / 1024:.1f} KB)" if size is not None else ""))
-    if c2.button("Remove", key=f"rm-{p.name}"):
+    if c2.button("Remove", key=f"rm-{p.name}",
+                 help="Delete this file from the workspace's corpus folder. Runs already "
+                      "made keep what they distilled or indexed from it."):
         try:
             remove_file(ws, p.name)
         except Exception as e:  # noqa: BLE001 - e.g. removed in another tab meanwhile
@@ -74,3 +79,6 @@ if have:
                    "from": _where(s.metadata), "characters": len(s.text)}
                   for s in report.sections], hide_index=True,
                  key="sections-table")
+    st.caption("heading path: the headings a section sits under; from: where in a PDF, "
+               "slide deck or spreadsheet it lies; characters: its length (a very short one "
+               "gives the teacher little to ask about).")

@@ -15,16 +15,34 @@ from common import (
 from workbench.domains import available_packs, load_pack
 from workbench.jobs import start_job
 
+FLAGS = {"verifier_disagrees": "a second reading by the model picked another option; "
+                               "check the gold answer",
+         "no_rationale": "a benchmark item (scored, never trained on), so no thinking was "
+                         "written",
+         "rewrote_references": "numbered figure or equation references were rewritten",
+         "stripped_prefix": "an echo of the instructions was cut from the question"}
+
 st.title("Distill QTSA data")
+st.caption("A teacher model reads each section of the corpus and writes training samples in "
+           "four parts: **Q**uestion, **T**hinking (its reasoning), **S**olution and "
+           "**A**nswer. Sections held out of training become a multiple-choice benchmark. "
+           "The form's button runs it as a background job over the workspace's corpus (its "
+           "progress shows below and in the Task centre); review the samples when it ends.")
 ws = workspace()
 with st.form("distill-form"):
     name = st.text_input("Run name", value="distill", key="d-name")
     pack = st.selectbox("Domain pack", available_packs(), index=available_packs().index("rf")
                         if "rf" in available_packs() else 0, key="d-pack")
-    perspectives = st.multiselect("Perspectives", [p.id for p in load_pack(pack).perspectives],
-                                  default=[p.id for p in load_pack(pack).perspectives],
-                                  key="d-persp")
-    kinds = st.multiselect("Sample kinds", ["mc", "nd"], default=["mc", "nd"], key="d-kinds")
+    persp = load_pack(pack).perspectives
+    perspectives = st.multiselect("Perspectives", [p.id for p in persp],
+                                  default=[p.id for p in persp], key="d-persp",
+                                  help="The angles questions are asked from, one question "
+                                       "per section and perspective: " + "; ".join(
+                                           f"{p.id}: {p.name}" for p in persp) + ".")
+    kinds = st.multiselect("Sample kinds", ["mc", "nd"], default=["mc", "nd"], key="d-kinds",
+                           help="mc: multiple choice, four options and a letter answer (the "
+                                "benchmark is made of these); nd: an open-ended question with "
+                                "a written answer.")
     teacher = st.text_input("Teacher model (bundled 'default', a folder, or an "
                             "OpenAI-compatible URL#model)", value="default", key="d-model")
     mode = st.radio("Mode", ["composed", "single"], horizontal=True, key="d-mode",
@@ -34,7 +52,10 @@ with st.form("distill-form"):
                        key="d-answers", help="text: a sentence of the document is the answer "
                                              "and the model writes its question (best for "
                                              "small models); model: the model answers too.")
-    max_sections = st.number_input("Max sections (0 = all)", 0, 10000, 0, key="d-max")
+    max_sections = st.number_input("Max sections (0 = all)", 0, 10000, 0, key="d-max",
+                                   help="Distil only the first sections: a quick trial run.")
+    # no help= here: a button with help renders twice, and tests/test_e2e_browser.py finds
+    # this one by its text
     go = st.form_submit_button("Start distillation")
 if go:
     try:
@@ -71,6 +92,8 @@ else:
         a = report.accepted.model_dump()
         st.markdown(f"**{a['total']} accepted** ({a['mc']} mc, {a['nd']} nd) · rejects: "
                     + (", ".join(f"{k} {v}" for k, v in report.rejects.items()) or "none"))
+        st.caption("mc: multiple choice · nd: open-ended · rejects: questions the quality "
+                   "gates dropped, by reason (the Distillation report below explains each).")
         with st.expander("Distillation report"):
             st.markdown(md)
         samples = load_samples(run, reviewed=False)
@@ -80,19 +103,23 @@ else:
         not_ready("the samples of this run", e)
         st.stop()
     if samples:
-        i = st.number_input("Sample", 0, len(samples) - 1, 0, key="d-sample")
+        i = st.number_input("Sample", 0, len(samples) - 1, 0, key="d-sample",
+                            help=f"{len(samples)} samples, numbered from 0.")
         s = samples[int(i)]
         left, right = st.columns(2)
         with left:
             st.markdown(f"**{s.kind.upper()}** · {s.provenance.perspective} · difficulty "
-                        f"{s.difficulty} · review: {review.get(s.id, {}).get('action', '-')}"
+                        f"{s.difficulty} · review: "
+                        f"{review.get(s.id, {}).get('action', 'not yet')}"
                         + (f" · flags: {', '.join(s.flags)}" if s.flags else ""))
+            if known := [f"{f}: {FLAGS[f]}" for f in s.flags if f in FLAGS]:
+                st.caption("; ".join(known))
             st.markdown(f"#### {s.question}")
             if s.options:
                 st.markdown(options_html(s.options, s.answer), unsafe_allow_html=True)
             st.markdown(f"**Answer:** {s.answer}")
             with st.expander("Thinking", expanded=True):
-                st.write(s.thinking)
+                st.write(s.thinking or "_(none written)_")
             st.markdown("**Solution**")
             st.write(s.solution)
             with st.expander("Edit"):
@@ -100,22 +127,35 @@ else:
                 sol = st.text_area("Solution", s.solution, key=f"s-{s.id}")
             b1, b2, b3 = st.columns(3)
             try:
-                if b1.button("Accept", key=f"acc-{s.id}"):
+                if b1.button("Accept", key=f"acc-{s.id}",
+                             help="Mark the sample checked: it stays in the export."):
                     review_sample(run, s.id, "accept")
                     st.rerun()
-                if b2.button("Reject", key=f"rej-{s.id}"):
+                if b2.button("Reject", key=f"rej-{s.id}",
+                             help="Leave the sample out of the exported training set."):
                     review_sample(run, s.id, "reject")
                     st.rerun()
-                if b3.button("Save edit", key=f"edit-{s.id}"):
+                if b3.button("Save edit", key=f"edit-{s.id}",
+                             help="Keep the question and solution as changed under Edit: "
+                                  "the export uses them."):
                     review_sample(run, s.id, "edit", {"question": q, "solution": sol})
                     st.rerun()
             except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
                 show_error(e)
         with right:
             show_section(sections.get(s.provenance.section_id))
-    fmt = st.selectbox("Export format", ["messages", "sharegpt", "alpaca"], key="d-fmt")
-    style = st.selectbox("Style", ["instruct", "thinking"], key="d-style")
-    if st.button("Export training set", key="d-export"):
+    st.markdown("**Export the reviewed samples**")
+    fmt = st.selectbox("Export format", ["messages", "sharegpt", "alpaca"], key="d-fmt",
+                       help="messages: chat rows with user and assistant turns (what the "
+                            "Train page reads); sharegpt: ShareGPT conversations; alpaca: "
+                            "instruction / output rows.")
+    style = st.selectbox("Style", ["instruct", "thinking"], key="d-style",
+                         help="instruct: the thinking, solution and answer in one reply; "
+                              "thinking: the thinking kept apart as the reply's reasoning, "
+                              "for models with a thinking mode.")
+    if st.button("Export training set", key="d-export",
+                 help="Write the training samples (rejections left out, edits applied) to a "
+                      "JSONL file in the run's distill folder, and offer it for download."):
         out = dist / f"export.{style}.{fmt}.jsonl"
         try:
             n = export_run(run, out, fmt=fmt, style=style)

@@ -20,6 +20,10 @@ from workbench.jobs import start_job
 SCORINGS = ("letter", "cloze", "cloze_norm", "generate")
 
 st.title("Evaluate and compare")
+st.caption("How well does each model answer the benchmark's multiple-choice questions: the "
+           "base model, with retrieval (RAG: passages from the index in the prompt) and "
+           "fine-tuned (SFT: with the LoRA adapter from Train). Start a whole comparison or "
+           "score a benchmark of your own below, then read the results of any run.")
 ws = workspace()
 with st.expander("Run the whole comparison (distil, index, base vs RAG vs SFT)"):
     name = st.text_input("Run name", value="compare", key="e-name")
@@ -27,7 +31,11 @@ with st.expander("Run the whole comparison (distil, index, base vs RAG vs SFT)")
                                             "applications"], default=["concepts"], key="e-p")
     steps = st.number_input("Training steps", 1, 10000, 4, key="e-steps")
     items = st.number_input("Benchmark items to score", 1, 5000, 20, key="e-items")
-    if st.button("Start comparison", key="e-start"):
+    if st.button("Start comparison", key="e-start",
+                 help="Starts one background job over the workspace's corpus: distil, build "
+                      "the index, train the SFT adapter, then score base, base + RAG and SFT "
+                      "on the held-out benchmark. Its progress shows here and in the Task "
+                      "centre."):
         try:
             cfg = base_config(name, corpus=str(ws / "corpus"),
                               distill={"perspectives": persp, "kinds": ["mc", "nd"],
@@ -57,7 +65,9 @@ with st.expander("Evaluate a benchmark of your own (MMLU/ARC-style JSONL, CSV, o
     b_items = st.number_input("Items to score (0: all)", 0, 100000, 50, key="b-items")
     with_rag = st.selectbox("Retrieval", ["none"] + [r.name for r in runs() if r.has_index],
                             key="b-rag", help="Also score with the index of this run.")
-    if st.button("Check and start", key="b-start", disabled=up is None):
+    if st.button("Check and start", key="b-start", disabled=up is None,
+                 help="Reads the whole file first (a bad line is named here), then scores "
+                      "the chat model on it as a background job."):
         from workbench.evaluate.benchmark import load_benchmark
         from workbench.workspace import save_benchmark
 
@@ -104,20 +114,35 @@ def comparison_table(report, key: str) -> None:
             acc_text(row.scorings.get(k)) + (" ⚠" if k in row.degenerate else "")
             for k in SCORINGS if k in row.scorings},
          "headline": row.headline or "none (all degenerate)",
-         "degenerate": "; ".join(f"{k}: {why}" for k, why in row.degenerate.items()) or "-",
+         "degenerate": ", ".join(SCORING_LABELS.get(k, k) for k in row.degenerate) or "-",
          "s/item": round(row.seconds_per_item, 2)} for row in report.rows],
-        hide_index=True, key=key)
+        hide_index=True, key=key,
+        column_config={SCORING_LABELS.get(k, k) + star: st.column_config.TextColumn(width=160)
+                       for k in SCORINGS for star in ("", " ★")})  # "71.0% [53.4, 83.9] ⚠"
+    why = [f"{row.name} / {SCORING_LABELS.get(k, k)}: {w}" for row in report.rows
+           for k, w in row.degenerate.items()]
     st.caption("Accuracy with its Wilson 95% interval (at the effective sample size where "
                "items form clusters: items asked for one sentence share their correct option); "
-               "★ the headline scoring, ⚠ degenerate. " + report.headline_rule)
+               "★ the headline scoring, ⚠ degenerate, empty: not scored that way; s/item: "
+               "seconds per item. "
+               + report.headline_rule
+               + (" Degenerate here: " + "; ".join(why) + "." if why else ""))
 
 
 def comparisons_view(comparisons, key: str) -> None:
     if not comparisons:
         return
-    st.markdown("**Paired comparisons** (same items)")
-    st.dataframe([{"a": c.a, "b": c.b, "scoring": c.formulation_a if c.formulation_a ==
-                   c.formulation_b else f"{c.formulation_a} / {c.formulation_b}",
+    label = SCORING_LABELS.get
+    scorings = {label(c.formulation_a, c.formulation_a) if c.formulation_a == c.formulation_b
+                else f"{label(c.formulation_a, c.formulation_a)} / "
+                     f"{label(c.formulation_b, c.formulation_b)}" for c in comparisons}
+    one = next(iter(scorings)) if len(scorings) == 1 else None  # then said once, above
+    st.markdown("**Paired comparisons** (same items" + (f"; scoring: {one})" if one else ")"))
+    st.dataframe([{"a": c.a, "b": c.b, **({} if one else {
+                   "scoring": label(c.formulation_a, c.formulation_a)
+                   if c.formulation_a == c.formulation_b else
+                   f"{label(c.formulation_a, c.formulation_a)} / "
+                   f"{label(c.formulation_b, c.formulation_b)}"}),
                    "accuracy a": pct(c.accuracy_a), "accuracy b": pct(c.accuracy_b),
                    "difference b - a (95% CI)": f"{100 * c.difference:+.1f} "
                    f"[{100 * c.difference_ci_low:+.1f}, {100 * c.difference_ci_high:+.1f}]",
@@ -126,6 +151,11 @@ def comparisons_view(comparisons, key: str) -> None:
                    "p (Holm)": round(c.p_holm, 4),
                    "significant": "yes" if c.significant else "no"}
                   for c in comparisons], hide_index=True, key=key)
+    st.caption("Each pair scored on the same items. only a / only b: items only a, or only "
+               "b, got right; difference in points with its 95% interval; p (Holm): the "
+               "paired test's p-value (exact McNemar; a sign-flip test where items form "
+               "clusters), adjusted for the number of pairs (Holm); significant: p (Holm) "
+               "under 0.05.")
     sig = [c for c in comparisons if c.significant]
     if sig:
         st.markdown("**Significant differences:** " + "; ".join(
@@ -222,6 +252,10 @@ for name in picked:
             st.dataframe([{"retriever": k, **{m: round(v, 3) for m, v in vals.items()}}
                           for k, vals in rep.retrieval.items()], hide_index=True,
                          key=f"retrieval-{info.name}")
+            st.caption("Does the retriever find the section a question was written from? "
+                       "hit@k: share of questions with it in the top k; recall@k: share of "
+                       "relevant sections found (one a question, so equal to hit@k); "
+                       "ndcg@k: hit discounted by rank; mrr: mean of 1 / its rank.")
     elif info.has_eval.get("eval"):
         try:
             s = read_eval_summary(eval_folder(lay, "eval"))

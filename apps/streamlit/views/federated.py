@@ -32,9 +32,15 @@ with st.form("fed-form"):
                        help="ffa: FFA-LoRA, A frozen and only B averaged (exact)")
     c5, c6 = st.columns(2)
     source = c5.text_input("QTSA source (LoRA: distillation run folder)",
-                           value="datasets/rf_distilled", key="fed-source")
+                           value="datasets/rf_distilled", key="fed-source",
+                           help="The distilled question-thinking-solution-answer samples "
+                                "split among the sites (a Distill run's folder).")
     name = c6.text_input("Run name", value="federated", key="fed-name")
-    go = st.form_submit_button("Start rounds (in process)")
+    go = st.form_submit_button("Start rounds (in process)",
+                               help="Starts a background job that simulates every site on "
+                                    "this machine, in one process, then trains the "
+                                    "local-only and centralised baselines and evaluates all "
+                                    "of them; progress shows below and in the Task centre.")
 if go:
     try:
         agent = TRACKS[track]
@@ -79,24 +85,41 @@ if any(r.get("kind") == "knowledge" for r in rounds_log):
     st.subheader("Knowledge units")
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Rounds done", len(rounds_log))
-    m2.metric("Active units", rounds_log[-1]["active"] if rounds_log else 0)
+    m2.metric("Active units", rounds_log[-1]["active"] if rounds_log else 0,
+              help="Units enough sites voted for: every site's agents use them")
     kb = [(r["bytes_down"] + r["bytes_up"]) / 1e3 for r in rounds_log]
-    m3.metric("kB per round", f"{sum(kb) / len(kb):.1f}" if kb else "–")
-    m4.metric("Canaries leaked", report["figures"]["canary_leaks"] if report else "–")
+    m3.metric("kB per round", f"{sum(kb) / len(kb):.1f}" if kb else "–",
+              help="units and votes sent to the sites plus those sent back")
+    m4.metric("Canaries leaked", report["figures"]["canary_leaks"] if report else "–",
+              help="secret strings planted in sites' data, searched in every reply")
+    st.markdown("**Rounds**")
     st.dataframe([{"round": r["round"], "status": r["status"],
                    "participants": f"{r['used']}/{r['sent']}", "active units": r["active"],
                    "candidates": r["candidates"], "ops": ", ".join(
                        f"{k} {v}" for k, v in r["ops"].items() if v),
                    "kB down": round(r["bytes_down"] / 1e3, 1),
                    "kB up": round(r["bytes_up"] / 1e3, 1)} for r in rounds_log],
-                 hide_index=True, use_container_width=True)
+                 hide_index=True, width="stretch")
+    st.caption("participants: sites whose reply was used / sites asked; candidates: units "
+               "proposed but not yet voted in; ops: what the sites sent (add, agree, edit, "
+               "remove a unit) and what the server did with it (merged, promoted to active, "
+               "retired).")
+    st.markdown("**Each site, each round**")
     st.dataframe([{"round": r["round"], "site": site, **m} for r in rounds_log
                   for site, m in r["sites"].items()], hide_index=True,
-                 use_container_width=True)
+                 width="stretch")
+    st.caption("learn-tasks / learn-success: the site's own tasks its agents attempted / "
+               "verified; eval-tasks / eval-success: the same on its held-out tasks; "
+               "proposed: units it drew from its successes; dropped-privacy: of those, held "
+               "back by its privacy filter; dropped-gate: held back because they did not help "
+               "on its gate tasks; reviewed: votes it cast on other sites' units; sent-ops: "
+               "what it sent. Empty: the site did not do that step (a listener contributes "
+               "nothing).")
     kb = read_or_none("knowledge base", lambda: load_latest_kb(out / "federated"))
     if kb and kb.units:
-        st.caption(f"Units after round {kb.round}: sites for and against count one vote "
-                   "each; support is the sum of the counts the sites reported.")
+        st.markdown(f"**Knowledge units after round {kb.round}**")
+        st.caption("Sites for and against count one vote each; support is the sum of the "
+                   "counts the sites reported.")
         st.dataframe([{"family": u.family, "unit": u.text, "status": u.status,
                        "sites for": votes(u)[0], "against": votes(u)[1],
                        "support": sum(u.support.values()),
@@ -104,12 +127,17 @@ if any(r.get("kind") == "knowledge" for r in rounds_log):
                        "active since": u.promoted_round}
                       for u in sorted(kb.units.values(),
                                       key=lambda u: (u.status != "active", u.family, u.id))],
-                     hide_index=True, use_container_width=True)
+                     hide_index=True, width="stretch")
     if report:
+        st.markdown("**Final evaluation** (every site's held-out tasks)")
         st.dataframe([{"units": t["label"], "verified": f"{t['verified']}/{t['n']}",
-                       "95% interval": f"{t['ci95'][0]:.2f}–{t['ci95'][1]:.2f}",
-                       "p vs federated": t.get("mcnemar_p_vs_federated")}
+                       "95% interval": f"{100 * t['ci95'][0]:.0f}–{100 * t['ci95'][1]:.0f}%",
+                       "p vs federated": "-" if t.get("mcnemar_p_vs_federated") is None
+                       else round(t["mcnemar_p_vs_federated"], 3)}
                       for t in report["conditions"]], hide_index=True)
+        st.caption("Tasks verified with no units, with only the site's own units (local-only) "
+                   "and with the federated units; p vs federated: exact McNemar test against "
+                   "the federated units on the same tasks.")
         show_image(out / "rounds.png", "Each site's success by round")
     st.stop()
 
@@ -129,15 +157,18 @@ with tab_rounds:
                    "examples": r["num_examples"], "MB down": round(r["bytes_down"] / 1e6, 2),
                    "MB up": round(r["bytes_up"] / 1e6, 2), "seconds": round(r["seconds"], 1),
                    "sha256": r["sha256"][:12]} for r in rounds_log],
-                 hide_index=True, use_container_width=True)
+                 hide_index=True, width="stretch")
+    st.caption("participants: sites whose reply was used / sites asked; examples: training "
+               "rows the sites used; MB down / up: adapter tensors sent to the sites / sent "
+               "back; sha256: the start of the global adapter's hash after the round.")
     failures = [dict(round=r["round"], **f) for r in rounds_log for f in r["failures"]]
     if failures:
         with st.expander(f"Failures ({len(failures)})"):
-            st.dataframe(failures, hide_index=True, use_container_width=True)
+            st.dataframe(failures, hide_index=True, width="stretch")
 with tab_sites:
     rows = [{"round": r["round"], "kind": r["kind"], "site": site, **{k: round(v, 4)
             for k, v in m.items()}} for r in rounds_log for site, m in r["sites"].items()]
-    st.dataframe(rows, hide_index=True, use_container_width=True)
+    st.dataframe(rows, hide_index=True, width="stretch")
     if train:
         chart = {}
         for r in train:
@@ -152,12 +183,23 @@ with tab_cond:
     else:
         st.dataframe([{"condition": t["label"],
                        "held-out loss": round(t["eval_loss"], 4) if t["eval_loss"] else None,
-                       "MC accuracy": t["mc_accuracy"],
-                       "95% interval": (f"{t['mc_ci95'][0]:.2f}–{t['mc_ci95'][1]:.2f}"
+                       "MC accuracy": None if t["mc_accuracy"] is None
+                       else f"{100 * t['mc_accuracy']:.1f}%",
+                       "95% interval": (f"{100 * t['mc_ci95'][0]:.0f}–"
+                                        f"{100 * t['mc_ci95'][1]:.0f}%"
                                         if t["mc_ci95"] else ""),
                        "predictions A/B/C/D": "/".join(str(t["predictions"][k])
                                                        for k in "ABCD"),
-                       "p vs federated": t.get("mcnemar_p_vs_federated")}
+                       "p vs federated": "-" if t.get("mcnemar_p_vs_federated") is None
+                       else round(t["mcnemar_p_vs_federated"], 3)}
                       for t in report["conditions"]], hide_index=True,
-                     use_container_width=True)
+                     width="stretch")
+        st.caption("no training: the base model; local-only: each site alone on its own "
+                   "rows; federated: the shared adapter; centralised: all rows pooled in one "
+                   "place (what federation tries to match without moving data); the last "
+                   "three trained the same number of steps. held-out loss: per token on the "
+                   "sites' held-out rows, lower is better; MC accuracy: on their held-out "
+                   "multiple-choice questions; predictions A/B/C/D: how often each letter "
+                   "was picked (one letter picked always means the model is guessing); p vs "
+                   "federated: exact McNemar test against the federated condition.")
         show_image(out / "rounds.png", "Each site's held-out loss by round")

@@ -96,14 +96,27 @@ c1.metric("Target", p.target)
 c2.metric("Targeted samples", sum(v for k, v in p.recipe.items() if k != "anchors"))
 c3.metric("Retention anchors (max)", p.recipe.get("anchors", 0))
 st.markdown(f"**Why:** {p.rationale}")
-st.dataframe(pd.DataFrame([{"guard": g.name, "limit": g.limit} for g in p.guards]),
-             hide_index=True)
+GUARD_RULES = {  # what a guard's limit means, by kind (workbench.loop.records.Guard)
+    "subset_drop": lambda g: f"may lose at most {100 * g.limit:.0f} points",
+    "length_blowup": lambda g: f"mean answer length at most {g.limit:g} times the current's",
+    "non_termination": lambda g: f"answers cut at the token limit rise at most "
+                                 f"{100 * g.limit:.0f} points",
+    "judge_agreement": lambda g: f"judge-person kappa interval's lower end at least "
+                                 f"{g.limit:g}"}
+st.dataframe(pd.DataFrame([{"guard": g.name, "limit": g.limit,
+                            "rule": GUARD_RULES[g.kind](g) if g.kind in GUARD_RULES else ""}
+                           for g in p.guards]), hide_index=True)
+st.caption("The guards the candidate must pass before it may be kept; each is checked on "
+           "the same items for the current model and the candidate.")
 if r.status == "planned":
     with st.form("lp-approve"):
         who = st.text_input("Your name", key="lp-approver")
         target = st.selectbox("Target", p.subsets, index=p.subsets.index(p.target),
                               key="lp-target")
-        ok = st.form_submit_button("Approve plan and run")
+        ok = st.form_submit_button("Approve plan and run",
+                                   help="Records your approval and starts a background job: "
+                                        "synthesise the data, train the candidate, measure "
+                                        "it; the round then waits here for your decision.")
     if ok:
         try:
             edits = {"target": target} if target != p.target else {}
@@ -123,6 +136,13 @@ if failures:
     df = pd.DataFrame(failures)
     st.dataframe(df.groupby(["mode", "subset"]).size().rename("rows").reset_index(),
                  hide_index=True)
+    st.caption("mode: why an answer failed. missing_knowledge: right once its corpus section "
+               "is in the prompt; wrong_reasoning: wrong even then; option_length_bias: picked "
+               "the shortest option over a longer gold one; unparsable: no option letter; "
+               "premature / non_terminating: an open answer that stopped before saying "
+               "anything / ran to the token limit; unsafe: met a negative safety rubric item; "
+               "incomplete: missed most of the rubric. Each mode gets its own synthesised "
+               "data.")
     for mode, g in df.groupby("mode"):
         with st.expander(f"{mode}: {len(g)} rows"):
             st.dataframe(g.reindex(columns=["id", "subset", "question", "gold", "prediction",
@@ -186,6 +206,9 @@ if r.deltas:
         "delta": f"{100 * d.delta:+.1f} [{100 * d.ci_low:+.0f}, {100 * d.ci_high:+.0f}]",
         "p": round(d.p_value, 3) if d.p_value is not None else None} for d in r.deltas]),
         hide_index=True)
+    st.caption("current / candidate: score with its 95% interval (accuracy; the open suite: "
+               "rubric score); delta in points with its 95% interval; p: paired test on the "
+               "same items (exact McNemar for multiple choice, sign-flip for the rubric).")
 if r.guards:
     st.subheader("Guards")
     for g in r.guards:
@@ -194,6 +217,12 @@ if r.status == "awaiting_decision":
     st.info(f"The guards recommend **{r.recommendation}**.")
     who = st.text_input("Your name", key="lp-decider")
     reason = st.text_input("Reason", key="lp-reason")
+    # said in a caption, not as help= (a button with help renders twice in the page, and
+    # tests/test_e2e_browser.py clicks `.st-key-lp-keep button`)
+    st.caption("**Keep**: the candidate becomes the current model. **Continue**: keep it and "
+               "plan the next round (a job evaluates and plans it for your approval). "
+               "**Revert**: drop it; the current model stays (checked by its hash). "
+               "**Deploy**: keep it and copy it to the loop's deployed/ folder.")
     cols = st.columns(4)
     for col, choice in zip(cols, ("keep", "continue", "revert", "deploy"), strict=True):
         if col.button(choice.capitalize(), key=f"lp-{choice}"):

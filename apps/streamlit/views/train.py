@@ -16,6 +16,9 @@ from workbench.jobs import list_jobs, start_job
 from workbench.records import RunManifest
 
 st.title("Train (LoRA SFT or DPO)")
+st.caption("Fine-tune the chat model on the workspace's data with LoRA: small adapter matrices "
+           "are trained and the base model stays as it is. The adapter is kept in the run "
+           "folder; Evaluate scores it and Chat talks to it.")
 ws = workspace()
 infos = runs()
 data = [r for r in infos if r.has_sft_data]
@@ -53,17 +56,26 @@ with st.form("train-form"):
             if data else None
     name = st.text_input("Run name", value="dpo" if dpo else "train", key=f"t-name-{method}")
     c1, c2, c3 = st.columns(3)
-    steps = c1.number_input("Steps", 1, 100000, 8, key="t-steps")
+    steps = c1.number_input("Steps", 1, 100000, 8, key="t-steps",
+                            help="Optimiser steps; each one sees one batch.")
     lr = c2.number_input("Learning rate", 1e-6, 1e-2, 5e-5 if dpo else 3e-4, format="%.1e",
                          key="t-lr")
-    rank = c3.number_input("LoRA rank", 1, 256, 8, key="t-rank")
+    rank = c3.number_input("LoRA rank", 1, 256, 8, key="t-rank",
+                           help="Width of the adapter matrices: higher trains more "
+                                "parameters (alpha is set to twice the rank).")
     c4, c5, c6 = st.columns(3)
-    max_len = c4.number_input("Max length", 64, 32768, 1024 if dpo else 512, key="t-len")
+    max_len = c4.number_input("Max length", 64, 32768, 1024 if dpo else 512, key="t-len",
+                              help="Tokens per example; longer ones are cut.")
     batch = c5.number_input("Batch size" + (" (pairs)" if dpo else ""), 1, 512, 2,
-                            key="t-bs")
-    save_every = c6.number_input("Checkpoint every (steps)", 0, 100000, 4, key="t-save")
+                            key="t-bs", help="Examples per step.")
+    save_every = c6.number_input("Checkpoint every (steps)", 0, 100000, 4, key="t-save",
+                                 help="Save a checkpoint (a stopped job resumes from it) and "
+                                      "measure the held-out loss and domain accuracy this "
+                                      "often; 0: only at the end.")
     ready = (pick is not None) if dpo else source is not None
-    go = st.form_submit_button("Start training", disabled=not ready)
+    go = st.form_submit_button("Start training", disabled=not ready,
+                               help="Starts a background job; its curves draw below as it "
+                                    "trains, and the Task centre lists it.")
 if go and ready:
     try:
         common = {"max_steps": int(steps), "learning_rate": float(lr),
@@ -89,7 +101,9 @@ if go and ready:
 job_panel("train", "train")
 jobs = read_or_none("the train jobs", lambda: list_jobs(ws, kind="train")) or []
 if jobs and jobs[0].status in ("failed", "stopped") and jobs[0].config \
-        and st.button("Resume", key="t-resume"):
+        and st.button("Resume", key="t-resume",
+                      help="Start the stopped or failed training again with the same "
+                           "settings: it continues from its last checkpoint."):
     try:
         start_job(ws, "train", jobs[0].config)
         st.rerun()
@@ -112,19 +126,24 @@ if info.has_adapter:
         o = m.outputs
         try:
             final = o.get("final") or {}
-            st.dataframe([{"status": m.status, "method": m.config.get("method", "sft"),
-                           "steps": o.get("steps"),
-                           "base model": o.get("base_model"),
-                           "train examples": o.get("train_examples"),
-                           "eval examples": o.get("eval_examples"),
-                           "final loss": final.get("loss"),
-                           "eval loss": final.get("eval_loss"),
-                           "domain accuracy": final.get("domain_accuracy"),
-                           "reward accuracy": final.get("reward_accuracy"),
-                           "held-out preference accuracy": final.get(
-                               "eval_preference_accuracy"),
-                           "device": o.get("device"), "dtype": o.get("dtype")}],
+            row = {"status": m.status, "method": m.config.get("method", "sft"),
+                   "steps": o.get("steps"), "base model": o.get("base_model"),
+                   "train examples": o.get("train_examples"),
+                   "eval examples": o.get("eval_examples"),
+                   "final loss": final.get("loss"), "eval loss": final.get("eval_loss"),
+                   "domain accuracy": final.get("domain_accuracy"),
+                   "reward accuracy": final.get("reward_accuracy"),
+                   "held-out preference accuracy": final.get("eval_preference_accuracy")}
+            st.dataframe([{k: v for k, v in row.items() if v is not None
+                           or k in ("status", "steps")}],  # what the method does not measure
                          hide_index=True, key="t-manifest")
+            st.caption("eval loss: loss on held-out examples the adapter never trained on; "
+                       "domain accuracy: share of the run's benchmark questions answered "
+                       "right during training (a quick check on a few items, not the "
+                       "Evaluate page's scores)."
+                       + (f" Trained on {o['device']}" if o.get("device") else "")
+                       + (f" in {o['dtype']}" if o.get("dtype") else "")
+                       + ("." if o.get("device") or o.get("dtype") else ""))
         except Exception as e:  # noqa: BLE001 - an odd manifest, never a traceback
             not_ready("the training manifest", e)
 else:
@@ -132,29 +151,42 @@ else:
 metrics_file = lay.artifact("train", "live") if lay.has("train", "live") \
     else lay.artifact("train", "metrics")
 rows = jsonl_rows(metrics_file) if metrics_file.exists() else []
+
+
+def curve(points: list[dict], y: str, scale: tuple[float, float] | None = None) -> None:
+    """One metric by step, as a line with a dot at each measurement (a metric measured
+    once still shows)."""
+    data = [{"step": p.get("step"), y: p.get(y)} for p in points if p.get(y) is not None]
+    enc_y = {"field": y, "type": "quantitative", "title": y.replace("_", " ")}
+    if scale:
+        enc_y["scale"] = {"domain": list(scale)}
+    st.vega_lite_chart(data, {"mark": {"type": "line", "point": True, "tooltip": True},
+                              "encoding": {"x": {"field": "step", "type": "quantitative",
+                                                 "axis": {"format": "d", "tickMinStep": 1}},
+                                           "y": enc_y}}, width="stretch", height=220)
+
+
 if rows:
-    steps_ = [r.get("step", i + 1) for i, r in enumerate(rows)]
     st.markdown("**Training loss**")
-    st.line_chart({"step": steps_, "loss": [r.get("loss") for r in rows]}, x="step",
-                  y="loss")
+    curve([{**r, "step": r.get("step", i + 1)} for i, r in enumerate(rows)], "loss")
     pref = [r for r in rows if "reward_accuracy" in r]
     if pref:  # DPO: live reward accuracy and margin
         st.markdown("**Reward accuracy and margin** (chosen reward above rejected; their "
                     "mean difference)")
         c1, c2 = st.columns(2)
-        c1.line_chart({"step": [r.get("step") for r in pref],
-                       "reward accuracy": [r["reward_accuracy"] for r in pref]}, x="step",
-                      y="reward accuracy")
-        c2.line_chart({"step": [r.get("step") for r in pref],
-                       "reward margin": [r.get("reward_margin") for r in pref]}, x="step",
-                      y="reward margin")
+        with c1:
+            curve(pref, "reward_accuracy", (0.0, 1.0))
+        with c2:
+            curve(pref, "reward_margin")
     ev = [r for r in rows if "eval_loss" in r or "domain_accuracy" in r]
     if ev:
-        st.markdown("**Held-out loss and domain accuracy**")
-        st.line_chart({"step": [r.get("step") for r in ev],
-                       "eval loss": [r.get("eval_loss") for r in ev]}, x="step", y="eval loss")
-        st.line_chart({"step": [r.get("step") for r in ev],
-                       "domain accuracy": [r.get("domain_accuracy") for r in ev]}, x="step",
-                      y="domain accuracy")
+        st.markdown("**Held-out loss and domain accuracy** (measured at each checkpoint)")
+        c1, c2 = st.columns(2)
+        with c1:
+            curve(ev, "eval_loss")
+        with c2:
+            curve(ev, "domain_accuracy", (0.0, 1.0))
 if lay.has("train", "curves"):
-    show_image(lay.artifact("train", "curves"), caption="training_curves.png")
+    with st.expander("The same curves as a picture (training_curves.png, in the adapter "
+                     "folder)"):
+        show_image(lay.artifact("train", "curves"), caption="training_curves.png")

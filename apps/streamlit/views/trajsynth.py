@@ -8,7 +8,8 @@ from workbench.jobs import start_job
 
 st.title("Trajectories for data agents")
 st.caption("A verified task pool over a database or a folder of tables, one Monte Carlo tree "
-           "search per task, and the verified paths exported as SFT, ICL and preference data.")
+           "search per task, and the verified paths exported as SFT (fine-tuning), ICL "
+           "(in-context examples) and preference (chosen / rejected) data.")
 ws = workspace()
 
 with st.form("ts-form"):
@@ -21,10 +22,15 @@ with st.form("ts-form"):
                          key="ts-prior",
                          help="model: the chat model's log-likelihood ranks each option; "
                               "choose: a bandit picks uniform or the model per node")
-    iterations = c4.number_input("Iterations per task", 1, 5000, 200, key="ts-iter")
+    iterations = c4.number_input("Iterations per task", 1, 5000, 200, key="ts-iter",
+                                 help="Tree-search iterations per task at most: each one "
+                                      "walks from the root to a new step and scores it.")
     limit = c5.number_input("Tasks (0 = all)", 0, 10000, 0, key="ts-limit")
     name = c6.text_input("Run name", value="trajsynth", key="ts-name")
-    go = st.form_submit_button("Start search")
+    go = st.form_submit_button("Start search",
+                               help="Starts a background job: builds the task pool, then "
+                                    "searches each task; progress shows below and in the "
+                                    "Task centre.")
 if go:
     try:
         env = path.strip() if sample.startswith("a path") else sample
@@ -83,7 +89,7 @@ with tab_pool:
                      "searched": tree is not None,
                      "verified": bool(tree and tree.get("verified_paths")),
                      "question": t["question"]})
-    st.dataframe(rows, hide_index=True, use_container_width=True)
+    st.dataframe(rows, hide_index=True, width="stretch")
     st.caption("By category: " + ", ".join(f"{k} {v['verified']}/{v['tasks']}"
                                            for k, v in summary["by_category"].items()))
 
@@ -130,7 +136,7 @@ with tab_tree:
                               "children scored by": n.get("scorer") or "",
                               "sql": n.get("sql") or "", "observation": n.get("observation")
                               or n.get("reason") or ""})
-            st.dataframe(table, hide_index=True, use_container_width=True)
+            st.dataframe(table, hide_index=True, width="stretch")
             if tree.get("reflections"):
                 with st.expander(f"Reflections ({len(tree['reflections'])})"):
                     for r in tree["reflections"][:20]:
@@ -144,6 +150,19 @@ with tab_cost:
             f"answered by the trie: {led.get('executions_saved', 0)}"
             + (f"; nodes scored by {summary['node_scorers']}" if summary.get("node_scorers")
                else ""))
+    labels = {"iterations": "search iterations", "terminals": "paths run to an answer",
+              "verified": "verified paths", "executions": "queries run in the sandbox",
+              "executions_saved": "queries answered by the prefix trie (not run again)",
+              "probes": "probe queries (checking a partial step)",
+              "model_calls": "model calls", "model_calls_saved": "model calls saved",
+              "seeded_nodes": "nodes seeded from earlier verified paths",
+              "escalated_nodes": "nodes escalated to a costlier scorer",
+              "prompt_tokens": "prompt tokens", "completion_tokens": "generated tokens",
+              "scored_tokens": "tokens scored (model prior)",
+              "search_seconds": "search time (s)"}
+    st.dataframe([{"what": labels.get(k, k.replace("_", " ")), "count": v}
+                  for k, v in led.items()], hide_index=True, key="ts-ledger")
+    st.caption("The ledger as the run wrote it (explore.json):")
     st.json(led, expanded=False)
     if summary.get("arms"):
         st.markdown("**Per arm**")
@@ -155,4 +174,4 @@ with tab_cost:
     attempts = jsonl_rows(out / "attempts.jsonl")
     if attempts:
         st.markdown("**Attempts** (which arm searched each task, and why)")
-        st.dataframe(attempts, hide_index=True, use_container_width=True)
+        st.dataframe(attempts, hide_index=True, width="stretch")
