@@ -551,3 +551,22 @@ def knowledge_run(tmp_path_factory) -> FedRun:
     return _fed_run(tmp_path_factory, "krun", [
         "federated.track=knowledge", "federated.rounds=3", "federated.model=",
         "federated.guards.min_nodes=4", "federated.knowledge.learn_iterations=12"])
+
+
+def tiny_litsearch_data(folder: Path, parts: tuple[str, ...] = ("dev", "train")) -> Path:
+    """A four-paper literature-search library with one intent per entry of `parts`."""
+    import json
+
+    folder.mkdir(parents=True)
+    papers = [{"pmid": str(i), "title": t, "year": 1977, "journal": "J", "mesh": m,
+               "major": m[:1], "refs": r} for i, t, m, r in [
+        (1, "glutamine light chains", ["Glutamine"], ["2"]),
+        (2, "light chain sequences", ["Immunoglobulin"], []),
+        (3, "glutamine pyrrolidone acid", ["Glutamine"], ["1"]),
+        (4, "heart rate in rats", ["Heart"], [])]]
+    (folder / "papers.jsonl").write_text("".join(json.dumps(p) + "\n" for p in papers))
+    intents = [{"id": f"ls-{k}", "anchor": "1", "query": "glutamine light chains",
+                "relevance": {"2": 3, "3": 3, "4": 0}, "part": part}
+               for k, part in enumerate(parts)]
+    (folder / "anchors.jsonl").write_text("".join(json.dumps(i) + "\n" for i in intents))
+    return folder

@@ -702,24 +702,12 @@ def test_agents_page_shows_a_kgv_evaluation_and_its_steps(ws):
 def test_agents_page_shows_a_litsearch_evaluation_and_its_workflow(ws, tmp_path):
     """A literature-search evaluation on a tiny corpus (no model: keyword, fixed and oracle
     conditions): the metrics table, one dialogue's turns and its workflow graph render."""
-    import json as _json
-
     from workbench.config import load_config
     from workbench.runs import RunContext, RunLayout, run_pipeline
 
-    data = tmp_path / "ls"
-    data.mkdir()
-    papers = [{"pmid": str(i), "title": t, "year": 1977, "journal": "J", "mesh": m,
-               "major": m[:1], "refs": r} for i, t, m, r in [
-        (1, "glutamine light chains", ["Glutamine"], ["2"]),
-        (2, "light chain sequences", ["Immunoglobulin"], []),
-        (3, "glutamine pyrrolidone acid", ["Glutamine"], ["1"]),
-        (4, "heart rate in rats", ["Heart"], [])]]
-    (data / "papers.jsonl").write_text("".join(_json.dumps(p) + "\n" for p in papers))
-    intents = [{"id": f"ls-{k}", "anchor": "1", "query": "glutamine light chains",
-                "relevance": {"2": 3, "3": 3, "4": 0}, "part": part}
-               for k, part in ((0, "dev"), (1, "train"))]
-    (data / "anchors.jsonl").write_text("".join(_json.dumps(i) + "\n" for i in intents))
+    from conftest import tiny_litsearch_data
+
+    data = tiny_litsearch_data(tmp_path / "ls")
     cfg = load_config(None, ["agent.pack=litsearch", f"agent.data={data}", "agent.turns=2",
                              "agent.conditions=[query_only,fixed,oracle]",
                              f"output_dir={ws / 'runs'}", "name=lsrun"])

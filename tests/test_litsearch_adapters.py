@@ -11,22 +11,6 @@ import pytest
 from workbench.errors import WorkbenchError
 
 
-def _data(folder):
-    folder.mkdir()
-    papers = [{"pmid": str(i), "title": t, "year": 1977, "journal": "J", "mesh": m,
-               "major": m[:1], "refs": r} for i, t, m, r in [
-        (1, "glutamine light chains", ["Glutamine"], ["2"]),
-        (2, "light chain sequences", ["Immunoglobulin"], []),
-        (3, "glutamine pyrrolidone acid", ["Glutamine"], ["1"]),
-        (4, "heart rate in rats", ["Heart"], [])]]
-    (folder / "papers.jsonl").write_text("".join(json.dumps(p) + "\n" for p in papers))
-    intents = [{"id": f"ls-{k}", "anchor": "1", "query": "glutamine light chains",
-                "relevance": {"2": 3, "3": 3, "4": 0}, "part": part}
-               for k, part in ((0, "dev"), (1, "dev"), (2, "train"))]
-    (folder / "anchors.jsonl").write_text("".join(json.dumps(i) + "\n" for i in intents))
-    return folder
-
-
 def _adapter(model_path, out, seed):
     import torch
     from peft import LoraConfig, get_peft_model
@@ -47,7 +31,9 @@ def test_adapter_conditions_beside_the_agent_with_paired_differences(tmp_path, t
     from workbench.config import load_config
     from workbench.runs import RunContext, RunLayout, run_pipeline
 
-    data = _data(tmp_path / "ls")
+    from conftest import tiny_litsearch_data
+
+    data = tiny_litsearch_data(tmp_path / "ls", ("dev", "dev", "train"))
     sft, dpo = _adapter(tiny_model, tmp_path / "sft", 1), _adapter(tiny_model, tmp_path / "dpo", 2)
     cfg = load_config(None, [
         "agent.pack=litsearch", f"agent.data={data}", "agent.turns=2",
