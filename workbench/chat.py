@@ -72,6 +72,8 @@ class ChatSetup(BaseModel):
     @model_validator(mode="after")
     def _model_of_the_adapter(self) -> ChatSetup:
         if self.model is None:
+            from workbench.train.merge import adapter_base
+
             self.model = (adapter_base(self.adapter) if self.adapter else None) or "default"
         return self
 
@@ -435,19 +437,6 @@ def export_feedback(workspace: str | Path) -> FeedbackFiles:
 
 
 # --- what the workspace offers ---------------------------------------------------------------
-
-def adapter_base(adapter: str | Path) -> str | None:
-    """The model an adapter was trained on (its manifest's `base_model`), if it says."""
-    import json
-
-    path = Path(adapter) / "manifest.json"
-    try:
-        _check_regular(path)
-        spec = json.loads(path.read_text(encoding="utf-8"))["outputs"]["base_model"]
-    except (OSError, ValueError, KeyError, TypeError, DataError):
-        return None
-    return spec if isinstance(spec, str) and spec and spec != "in-memory" else None
-
 
 @dataclass
 class Choices:

@@ -84,7 +84,9 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
         raise WorkbenchError(f"{out}: the output file must end in .gguf")
     check_replaceable(out)  # a folder, device or FIFO there is refused before any work
     adapter = check_adapter_dir(adapter)
-    base = base or _adapter_base(adapter) or "default"
+    from workbench.train.merge import adapter_base
+
+    base = base or adapter_base(adapter) or "default"
     source = resolve_chat_model(base)
     if source.kind not in ("bundled-gguf", "gguf"):
         raise WorkbenchError(
@@ -220,16 +222,6 @@ def _top1_agreement(a, b, convs, answers) -> tuple[int, int]:
             agree += int((top_a == top_b).sum())
             total += len(answer)
     return agree, total
-
-
-def _adapter_base(adapter: Path) -> str | None:
-    import json
-
-    try:
-        spec = json.loads((adapter / "manifest.json").read_text())["outputs"]["base_model"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return spec if isinstance(spec, str) and spec and spec != "in-memory" else None
 
 
 def _adapter_name(adapter: Path) -> str:

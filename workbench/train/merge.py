@@ -58,3 +58,19 @@ def merge_adapter(base_spec: str, adapter: str | Path, out: str | Path, *,
     (tmp / "merge_report.json").write_text(json.dumps(report, indent=2))
     replace_dir(tmp, out)
     return report
+
+
+def adapter_base(adapter: str | Path) -> str | None:
+    """The model spec an adapter was trained on (its manifest's `base_model`), if it says;
+    only a regular manifest file is read."""
+    import stat
+
+    path = Path(adapter) / "manifest.json"
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 16 * 1024 * 1024:
+            return None
+        spec = json.loads(path.read_text(encoding="utf-8"))["outputs"]["base_model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return spec if isinstance(spec, str) and spec and spec != "in-memory" else None
