@@ -87,7 +87,18 @@ def _open_page(p, url: str):
     return browser, page
 
 
-def _wait_job(page, button_key: str, timeout: float = 600) -> None:
+def _jobs_on_disk(ws: Path | None) -> str:
+    """Each job's recorded state and the end of its log: what a failure message needs (a
+    job that died in CI said only "the job's process died" on the page)."""
+    from workbench.jobs import list_jobs
+
+    if ws is None:
+        return ""
+    return "\n".join(f"--- job {j.id}: {j.status} {j.error or ''} (peak memory "
+                     f"{j.peak_rss_mb} MB)\n{j.log_text(40)}" for j in list_jobs(ws))
+
+
+def _wait_job(page, button_key: str, timeout: float = 600, ws: Path | None = None) -> None:
     """Click the job panel's Refresh until the job is no longer running."""
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -95,7 +106,7 @@ def _wait_job(page, button_key: str, timeout: float = 600) -> None:
         if ": completed" in body:
             return
         if ": failed" in body:
-            raise AssertionError(body[-2000:])
+            raise AssertionError(body[-1200:] + "\n" + _jobs_on_disk(ws))
         btn = page.locator(f".st-key-{button_key}-refresh button")
         if btn.count() and btn.first.is_visible():
             btn.first.click()
@@ -103,7 +114,8 @@ def _wait_job(page, button_key: str, timeout: float = 600) -> None:
             page.reload()
         page.wait_for_timeout(2000)
     page.screenshot(path=str(ARTIFACTS / f"wait-{button_key}-timeout.png"), full_page=True)
-    raise TimeoutError(f"job did not finish; the page ends: {page.inner_text('body')[-800:]}")
+    raise TimeoutError(f"job did not finish; the page ends: {page.inner_text('body')[-800:]}"
+                       f"\n{_jobs_on_disk(ws)}")
 
 
 def _start_job(page, button: str, ws: Path, kind: str, tries: int = 3) -> None:
@@ -140,7 +152,7 @@ def test_upload_distil_and_retrieve_in_a_browser(app, tmp_path):
         page.get_by_role("link", name="Distill").click()
         page.get_by_text("Start distillation").wait_for(timeout=20000)
         _start_job(page, "Start distillation", ws, "distill")
-        _wait_job(page, "distill", timeout=900)
+        _wait_job(page, "distill", timeout=900, ws=ws)
         page.get_by_role("link", name="Distill").click()
         page.get_by_text("accepted").first.wait_for(timeout=30000)
         body = page.inner_text("body")
@@ -152,7 +164,7 @@ def test_upload_distil_and_retrieve_in_a_browser(app, tmp_path):
 
         page.get_by_role("link", name="Retrieval playground").click()
         _start_job(page, "Build index", ws, "rag")
-        _wait_job(page, "index", timeout=300)
+        _wait_job(page, "index", timeout=300, ws=ws)
         page.reload()
         page.get_by_label("Query").fill("What VSWR does a reflection coefficient of 0.2 give?")
         page.keyboard.press("Enter")

@@ -103,6 +103,45 @@ def test_stop_and_died_process(tmp_path):
     assert load_job(job.folder).status == "failed"
 
 
+def _worker_of(job) -> int:
+    """The pid of the job's worker: the child of its supervisor (`job.pid`)."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and (d / "stat").read_text().rsplit(")", 1)[1].split()[1] \
+                        == str(job.pid):
+                    return int(d.name)
+            except OSError:
+                continue
+        time.sleep(0.1)
+    raise AssertionError("the supervisor started no worker")
+
+
+def test_a_killed_or_crashed_worker_is_recorded_with_how_it_ended(tmp_path):
+    import signal
+
+    slow = cfg(tmp_path, name="k")
+    slow["models"]["chat"]["options"] = {"script": "fake_teacher:slow"}
+    job = start_job(tmp_path, "distill", slow)
+    worker = _worker_of(job)
+    time.sleep(2)
+    assert load_job(job.folder).status == "running"
+    os.kill(worker, signal.SIGKILL)  # as the out-of-memory killer would
+    job = wait_job(job, timeout=60)
+    assert job.status == "failed" and "killed by SIGKILL" in job.error
+    assert "memory runs out" in job.error and job.peak_rss_mb > 20
+    assert "killed by SIGKILL" in job.log_text()
+    # a worker that exits without recording its end (os._exit in the scripted model)
+    dies = cfg(tmp_path, name="x")
+    dies["models"]["chat"]["options"] = {"script": "fake_teacher:reply", "die_after": 3}
+    job = wait_job(start_job(tmp_path, "distill", dies), timeout=120)
+    assert job.status == "failed" and "exited with code 137" in job.error
+    # a job that ends by itself keeps its own state, with its peak memory
+    done = wait_job(start_job(tmp_path, "distill", cfg(tmp_path, name="ok")), timeout=120)
+    assert done.status == "completed" and done.error is None and done.peak_rss_mb > 20
+
+
 def _tampered(ws: Path, name: str, **state) -> Path:
     from workbench.jobs import Job
 

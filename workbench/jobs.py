@@ -76,6 +76,7 @@ class Job(BaseModel):
     error: str | None = None
     progress: list[str] = Field(default_factory=list)
     result: dict[str, Any] = Field(default_factory=dict)
+    peak_rss_mb: float | None = None  # the work's peak memory, recorded when it ends
 
     @property
     def folder(self) -> Path:
@@ -207,6 +208,9 @@ def load_job(folder: str | Path) -> Job:
     if job.status == "running" and not is_job_process(job):
         job.status, job.error = "failed", job.error or "the job's process died"
         job.finished = job.finished or time.time()
+    elif job.status == "queued" and job.pid is None and time.time() - job.created > 120:
+        job.status = "failed"
+        job.error = "the job's process never started (see log.txt)"
     return job
 
 
@@ -298,6 +302,7 @@ def start_job(workspace: str | Path, kind: str, config: dict[str, Any], *,
                             cwd=str(workspace), start_new_session=True,
                             env=dict(os.environ, TQDM_DISABLE="1"))
     log.close()
+    # the supervisor records the same pid, status and start time when it starts
     job.pid, job.pid_start, job.status = proc.pid, process_start(proc.pid), "running"
     job.save()
     return job
@@ -368,6 +373,7 @@ class JobRow(BaseModel):
     log_tail: list[str] = Field(default_factory=list)
     can_stop: bool = False
     can_run_again: bool = False  # stopped or failed: there is work left to finish
+    peak_rss_mb: float | None = None  # the work's peak memory (recorded when it ended)
 
     @property
     def done(self) -> int | None:
@@ -437,7 +443,8 @@ def job_row(job: Job, *, log_lines: int = 10) -> JobRow:
                   error=job.error, message=(job.progress or [None])[-1],
                   progress=job_progress(job) if running else None,
                   log_tail=log.splitlines() if log else [],
-                  can_stop=running, can_run_again=job.status in ("stopped", "failed"))
+                  can_stop=running, can_run_again=job.status in ("stopped", "failed"),
+                  peak_rss_mb=job.peak_rss_mb)
 
 
 def job_rows(workspace: str | Path, *, kinds: list[str] | tuple[str, ...] | None = None,
@@ -534,14 +541,17 @@ def _execute(job: Job) -> dict[str, Any]:
     return run_in_process(job.kind, cfg, log=progress, lock_id=job.id).model_dump(mode="json")
 
 
-def main(folder: str) -> int:
+def _worker(folder: str) -> int:
+    """The job's work, in the process its supervisor (`main`) started and waits on."""
+    import faulthandler
+
     from workbench.progress import quiet_libraries, set_progress_file, write_progress_file
 
+    faulthandler.enable()  # a crash in native code leaves its Python stack in log.txt
     quiet_libraries()  # library warnings stay out of the job's log
     job = load_job(folder)
     set_progress_file(job.folder / PROGRESS_FILE)  # this process only, not its children
     job.status, job.started = "running", time.time()
-    job.pid, job.pid_start = os.getpid(), process_start(os.getpid())
     job.save()
     stopped = {"flag": False}
 
@@ -571,5 +581,66 @@ def main(folder: str) -> int:
     return 0 if job.status == "completed" else 1
 
 
+def how_it_ended(returncode: int) -> str:
+    """What a worker's exit status says, for a job that did not record its own end."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        why = {"SIGKILL": "the system ends a process this way when memory runs out (the "
+                          "out-of-memory killer), or someone killed it",
+               "SIGSEGV": "a crash in native code; log.txt has its Python stack",
+               "SIGABRT": "native code aborted; log.txt has its Python stack",
+               "SIGBUS": "a crash in native code; log.txt has its Python stack"}.get(
+            name, "a signal the job does not handle")
+        return f"the job's process was killed by {name} ({why})"
+    return (f"the job's process exited with code {returncode} without recording its end "
+            "(see log.txt)")
+
+
+def _default_signals() -> None:
+    """In the worker before exec: the handlers the supervisor ignores, back to default (an
+    ignored signal stays ignored through exec)."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def main(folder: str) -> int:
+    """The supervisor `start_job` launches (the process group's leader, `job.pid`): it runs
+    the work in a child process (`_worker`), waits for it, and when the child ends without
+    recording its end (killed, crashed in native code) records how it ended and its peak
+    memory, so a job never just reads "died". Stop requests go to the whole group (the
+    worker handles them); the supervisor itself only waits."""
+    import resource
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    job = load_job(folder)
+    job.pid, job.pid_start = os.getpid(), process_start(os.getpid())
+    if job.status in ACTIVE:
+        job.status = "running"
+    job.save()
+    # the worker gets the default handlers back (SIG_IGN would be inherited through exec)
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.jobs", "--worker", folder],
+                            stdin=subprocess.DEVNULL, preexec_fn=_default_signals)
+    rc = proc.wait()
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    try:
+        job = Job.model_validate_json(_read_job_json(job.folder / "job.json")).model_copy(
+            update={"id": job.id, "workspace": job.workspace})
+    except (ValidationError, ValueError, OSError):
+        return 1
+    job.peak_rss_mb = round(peak_mb, 1)
+    if job.status in ACTIVE:
+        job.status, job.error = "failed", how_it_ended(rc)
+        job.finished = time.time()
+        print(f"[workbench] {job.error}", flush=True)
+    job.save()
+    return 0 if job.status == "completed" else 1
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--worker":
+        sys.exit(_worker(sys.argv[2]))
     sys.exit(main(sys.argv[1]))

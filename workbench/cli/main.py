@@ -509,6 +509,8 @@ def jobs_show(job_id: str, workspace: JobsWorkspace = Path("workspace")):
     if r.progress is not None and r.progress.levels:
         typer.echo(f"progress: {r.progress.label} {r.progress_text()}, {r.rate_text()}, "
                    f"ETA {r.eta_text()}, elapsed {r.elapsed_text()}")
+    if j.peak_rss_mb is not None:
+        typer.echo(f"peak memory of its work: {j.peak_rss_mb / 1024:.2f} GiB")
     typer.echo(j.log_text(40))
 
 

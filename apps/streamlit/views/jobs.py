@@ -73,6 +73,8 @@ def centre() -> None:
                 else:
                     st.caption(f"{label} (not counted)")
             st.caption(f"elapsed {r.elapsed_text()} · run folder `{r.run_dir or '-'}`"
+                       + (f" · peak memory {r.peak_rss_mb / 1024:.2f} GiB"
+                          if r.peak_rss_mb is not None else "")
                        + (f" · last message: {r.message}" if r.message else ""))
             if r.error:
                 (st.warning if r.state == "stopped" else st.error)(r.error)
