@@ -47,9 +47,15 @@ class Artifact:
 
 @dataclass(frozen=True)
 class Stage:
+    """A step of a pipeline that `StageRunner` skips when its inputs and outputs are
+    unchanged. A stage with `per` runs once for each value of that name (e.g. per
+    condition): it is recorded as `<name>_<value>` and its outputs' paths may hold
+    `{value}`."""
+
     name: str
     help: str = ""
     outputs: tuple[Artifact, ...] = ()
+    per: str | None = None  # e.g. "condition": one run of the stage for each value
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,13 @@ class Pipeline:
             raise WorkbenchError(f"pipeline {self.name!r}: config key {key!r} is a core key")
         if len({s.name for s in self.stages}) != len(self.stages):
             raise WorkbenchError(f"pipeline {self.name!r}: stage names repeat")
+        for s in self.stages:
+            for a in s.outputs:
+                if ("{value}" in a.path) != (s.per is not None):
+                    raise WorkbenchError(
+                        f"pipeline {self.name!r}, stage {s.name!r}, output {a.name!r}: "
+                        + ("a stage run per value names its outputs by {value}"
+                           if s.per else "{value} belongs to stages declared with per="))
 
     @property
     def section(self) -> str | None:

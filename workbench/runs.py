@@ -131,48 +131,65 @@ class StageRunner:
         self.layout, self.pipeline, self.log, self.fresh = layout, pipeline, log, fresh
         self.records = records  # False: run the stages, leave stages.json to another process
 
-    def key(self, stage: str) -> str:
-        return f"{self.pipeline}/{stage}"
-
-    def _outputs(self, stage: str) -> list[Path]:
+    def declared(self, stage: str, part: str | None = None) -> registry.Stage:
+        """The pipeline's declaration of `stage`; a stage the spec does not declare, or a
+        per-value stage run without its value (or the reverse), is our bug and refused."""
         spec = registry.get(self.pipeline)
-        folder = self.layout.folder(self.pipeline)
-        return [folder / a.path for s in spec.stages if s.name == stage for a in s.outputs
-                if a.required]
+        found = next((s for s in spec.stages if s.name == stage), None)
+        if found is None:
+            raise WorkbenchError(f"pipeline {self.pipeline!r} declares no stage {stage!r} "
+                                 f"(declared: {', '.join(s.name for s in spec.stages)})")
+        if (found.per is None) != (part is None):
+            raise WorkbenchError(f"stage {self.pipeline}/{stage}: " + (
+                f"runs once per {found.per}; name the {found.per}" if part is None else
+                f"is not declared per value, got {part!r}"))
+        return found
 
-    def done(self, stage: str, h: str) -> StageRecord | None:
-        rec = self.layout.stages().stages.get(self.key(stage))
+    def key(self, stage: str, part: str | None = None) -> str:
+        return f"{self.pipeline}/{stage}" + (f"_{part}" if part is not None else "")
+
+    def _outputs(self, stage: str, part: str | None = None) -> list[Path]:
+        folder = self.layout.folder(self.pipeline)
+        return [folder / a.path.replace("{value}", part or "")
+                for a in self.declared(stage, part).outputs if a.required]
+
+    def done(self, stage: str, h: str, part: str | None = None) -> StageRecord | None:
+        rec = self.layout.stages().stages.get(self.key(stage, part))
         if (self.fresh or rec is None or rec.hash != h
-                or not all(p.exists() for p in self._outputs(stage))):
+                or not all(p.exists() for p in self._outputs(stage, part))):
             return None
         return rec
 
-    def run(self, stage: str, inputs: Any, fn: Callable[[], dict[str, Any] | None]
-            ) -> tuple[StageRecord, bool]:
-        """Run `fn` unless the stage is up to date; returns (record, ran)."""
+    def run(self, stage: str, inputs: Any, fn: Callable[[], dict[str, Any] | None], *,
+            part: str | None = None) -> tuple[StageRecord, bool]:
+        """Run `fn` unless the stage (for `part`, when it is declared per value) is up to
+        date; returns (record, ran)."""
+        self.declared(stage, part)
         h = hash_inputs(inputs)
-        if (rec := self.done(stage, h)) is not None:
-            self.log(f"== {self.key(stage)}: up to date")
+        key = self.key(stage, part)
+        if (rec := self.done(stage, h, part)) is not None:
+            self.log(f"== {key}: up to date")
             return rec, False
-        self.log(f"== {self.key(stage)}")
+        self.log(f"== {key}")
         from workbench.progress import stage as in_progress
 
         t0 = time.perf_counter()
-        with in_progress(self.key(stage)):
+        with in_progress(key):
             info = fn() or {}
         seconds = time.perf_counter() - t0
         if seconds >= 60:
-            self.log(f"== {self.key(stage)}: done in {seconds:.0f} s")
-        return self.mark(stage, h, seconds, info), True
+            self.log(f"== {key}: done in {seconds:.0f} s")
+        return self.mark(stage, h, seconds, info, part=part), True
 
-    def mark(self, stage: str, h: str, seconds: float, info: dict[str, Any] | None = None
-             ) -> StageRecord:
+    def mark(self, stage: str, h: str, seconds: float, info: dict[str, Any] | None = None,
+             *, part: str | None = None) -> StageRecord:
+        self.declared(stage, part)
         rec = StageRecord(hash=h, seconds=round(seconds, 1), info=info or {})
         if not self.records:
             return rec
         self.layout.root.mkdir(parents=True, exist_ok=True)
         state = self.layout.stages()
-        state.stages[self.key(stage)] = rec
+        state.stages[self.key(stage, part)] = rec
         atomic_write_json(self.layout.stages_file, state.model_dump(mode="json"))
         return rec
 

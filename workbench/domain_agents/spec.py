@@ -7,8 +7,9 @@ _T = "trajectories/{}.jsonl"
 PIPELINE = Pipeline(
     name="agent",
     requires=("searcher",),
-    help="Domain agents on one loop (KG fact verification): baselines, the agent, teacher "
-         "trajectories, a LoRA student, one report with intervals.",
+    help="Domain agents on one loop (KG fact verification, RF design tools, literature "
+         "search): baselines, the agent, teacher trajectories, a LoRA student, one report "
+         "with intervals.",
     config="workbench.domain_agents.config:AgentConfig",
     run="workbench.domain_agents.api:run",
     stages=(
@@ -26,6 +27,13 @@ PIPELINE = Pipeline(
               outputs=(Artifact("adapter", "student/adapter_config.json"),)),
         Stage("agent_sft", help="the agent on the student model",
               outputs=(Artifact("agent_sft", _T.format("agent_sft"), "AgentTrajectory"),)),
+        Stage("rf", per="condition", help="RF design: the questions under one condition "
+                                            "(alone, rag, tools)",
+              outputs=(Artifact("rf", "rf_{value}.jsonl"),)),
+        Stage("litsearch", per="condition",
+              help="literature search: the dev dialogues under one condition (query_only, "
+                   "fixed, agent, oracle, agent+ADAPTER)",
+              outputs=(Artifact("litsearch", "litsearch_{value}.jsonl"),)),
         Stage("litsearch_training_data", help="litsearch: gold dialogues as SFT, and "
                                               "chosen/rejected pairs per turn against "
                                               "controlled corruptions",

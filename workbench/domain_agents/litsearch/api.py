@@ -182,8 +182,8 @@ def evaluate(cfg, ctx):
         mk = (mc.model_dump(mode="json") | ({"adapter_sha": file_hash(
             Path(mc.options["adapter"]) / "adapter_model.safetensors")} if cond in tuned
             else {})) if cond == "agent" or cond in tuned else None
-        rec, _ = ctx.stages("agent").run(f"litsearch_{cond}", (key, cond, [i.id for i in dev],
-                                                               mk, ac.policy), go)
+        rec, _ = ctx.stages("agent").run("litsearch", (key, cond, [i.id for i in dev], mk,
+                                                       ac.policy), go, part=cond)
         seconds[cond] = (rec.info or {}).get("seconds")
         summaries[cond] = summarise(read_jsonl(path))
         if seconds[cond] is not None:  # wall time, model calls included

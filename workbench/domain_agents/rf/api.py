@@ -222,7 +222,8 @@ def evaluate(cfg, ctx):
             write_jsonl(path, rows)
             return {"seconds": round(time.perf_counter() - t0, 2)}
 
-        rec, _ = ctx.stages("agent").run(f"rf_{cond}", (key, cond, [i.id for i in items]), go)
+        rec, _ = ctx.stages("agent").run("rf", (key, cond, [i.id for i in items]), go,
+                                        part=cond)
         seconds[cond] = (rec.info or {}).get("seconds", rec.seconds)
         results[cond] = read_jsonl(path)
     report = rf_report(out, items, results, seconds, model=cfg.models.chat.spec)

@@ -1,0 +1,113 @@
+"""The task centre's rows: each job with its progress, elapsed time and the end of its log,
+as one typed table for the CLI (`workbench jobs list --watch`) and the app."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from workbench.jobs.state import Job, ProgressSnapshot, job_progress, list_jobs, run_root
+
+class JobRow(BaseModel):
+    """One line of the task centre: a job, its progress and the end of its log."""
+
+    id: str
+    kind: str
+    state: str  # one of STATUSES
+    run: str  # the run's name (config `name`)
+    run_dir: str | None  # the run folder it writes
+    created: float
+    started: float | None = None
+    finished: float | None = None
+    elapsed: float | None = None  # seconds since it started (running) or that it ran
+    error: str | None = None
+    message: str | None = None  # the pipeline's last progress message
+    progress: ProgressSnapshot | None = None  # the work in flight (running jobs only)
+    log_tail: list[str] = Field(default_factory=list)
+    can_stop: bool = False
+    can_run_again: bool = False  # stopped or failed: there is work left to finish
+    peak_rss_mb: float | None = None  # the work's peak memory (recorded when it ended)
+
+    @property
+    def done(self) -> int | None:
+        return self.progress.done if self.progress else None
+
+    @property
+    def total(self) -> int | None:
+        return self.progress.total if self.progress else None
+
+    @property
+    def fraction(self) -> float | None:
+        """done/total in [0, 1] (1 for a completed job), None when the work in flight is not
+        counted."""
+        if self.state == "completed":
+            return 1.0
+        if not self.progress or not self.progress.total or self.progress.done is None:
+            return None
+        return min(1.0, max(0.0, self.progress.done / self.progress.total))
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds left, from the snapshot's estimate less the time since it was written."""
+        p = self.progress
+        if p is None or p.eta is None:
+            return None
+        return max(0.0, p.eta - max(0.0, time.time() - p.updated_at))
+
+    def progress_text(self) -> str:
+        p = self.progress
+        if p is None or not p.levels:
+            return "-"
+        if p.total:
+            return f"{p.done}/{p.total} {p.unit}".rstrip()
+        return "running"
+
+    def rate_text(self) -> str:
+        p = self.progress
+        return f"{p.rate:.2g} {p.unit}/s".replace(" /", "/") if p and p.rate else "-"
+
+    def eta_text(self) -> str:
+        from workbench.progress import duration
+
+        eta = self.eta
+        return duration(eta) if eta is not None else "-"
+
+    def elapsed_text(self) -> str:
+        from workbench.progress import duration
+
+        return duration(self.elapsed) if self.elapsed is not None else "-"
+
+
+def job_row(job: Job, *, log_lines: int = 10) -> JobRow:
+    """A job as the task centre shows it (read-only)."""
+    now = time.time()
+    run = job.config.get("name") if isinstance(job.config, dict) else None
+    root = run_root(job) if job.status != "unreadable" else None
+    elapsed = None
+    if job.started is not None:
+        end = job.finished if job.finished is not None else (
+            now if job.status == "running" else None)
+        elapsed = max(0.0, end - job.started) if end is not None else None
+    running = job.status == "running"
+    log = job.log_text(log_lines, max_bytes=64 * 1024) if log_lines > 0 else ""
+    return JobRow(id=job.id, kind=job.kind, state=job.status, run=str(run or "-"),
+                  run_dir=str(root) if root else None, created=job.created,
+                  started=job.started, finished=job.finished, elapsed=elapsed,
+                  error=job.error, message=(job.progress or [None])[-1],
+                  progress=job_progress(job) if running else None,
+                  log_tail=log.splitlines() if log else [],
+                  can_stop=running, can_run_again=job.status in ("stopped", "failed"),
+                  peak_rss_mb=job.peak_rss_mb)
+
+
+def job_rows(workspace: str | Path, *, kinds: list[str] | tuple[str, ...] | None = None,
+             states: list[str] | tuple[str, ...] | None = None,
+             log_lines: int = 10) -> list[JobRow]:
+    """Every job of a workspace as task-centre rows, newest first, filtered by kind(s) and
+    state(s) when given."""
+    return [job_row(j, log_lines=log_lines)
+            for j in list_jobs(workspace, kinds=kinds, states=states)]
+
+
