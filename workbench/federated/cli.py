@@ -4,7 +4,6 @@ print the command a real site runs (`join`)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -27,15 +26,9 @@ def _cfg(config, set_):
 
 
 def _deployment(fc, home: Path | None, certs: Path | None, auth: bool, insecure: bool):
-    from workbench.federated.deploy import Deployment, Security
+    from workbench.federated.operate import deployment
 
-    sec = Security.from_folder(certs, auth=auth) if certs else Security()
-    if auth and not certs:
-        from workbench.federated.deploy import DeployError
-
-        raise DeployError("--auth needs --certs (node authentication runs over TLS)")
-    return Deployment(home or Path(fc.deploy.home), port=fc.deploy.port, security=sec,
-                      insecure=insecure)
+    return deployment(fc, home, certs, auth=auth, insecure=insecure)
 
 
 def register(group: typer.Typer) -> None:
@@ -82,18 +75,11 @@ def register(group: typer.Typer) -> None:
                help="Run without TLS (loopback tests only).")] = False):
         """Start a SuperLink and one SuperNode per site on 127.0.0.1; wait until all are
         online. Refuses to run without --certs unless --insecure is given."""
-        from workbench.federated.sites import site_folders, split_sites
+        from workbench.federated.operate import bring_up
 
         fc = _cfg(config, set_).federated
         d = _deployment(fc, home, certs, auth, insecure)
-        d._security_check()
-        src = sites or (Path(fc.sites_dir) if fc.sites_dir else None)
-        if src is None:
-            sp = fc.split
-            split_sites(sp.source, d.home / "sites", sites=sp.sites, by=sp.by,
-                        eval_fraction=sp.eval_fraction, canaries=sp.canaries, seed=fc.seed)
-            src = d.home / "sites"
-        pids = d.up(site_folders(src))
+        pids = bring_up(fc, d, sites)
         typer.echo(f"up: SuperLink 127.0.0.1:{d.port}, {len(pids) - 1} SuperNodes "
                    f"(pids {', '.join(f'{k}={v}' for k, v in pids.items())}); logs in "
                    f"{d.home / 'logs'}")
@@ -110,42 +96,17 @@ def register(group: typer.Typer) -> None:
             = False):
         """Submit the federated rounds to the deployment `up` started, wait for the final
         status (read from the SuperLink, not from `flwr run`'s exit code), print the round
-        summary. Exits non-zero when the run failed or aborted."""
-        import time
+        summary. Exits non-zero when the run failed or aborted (the server's exit code)."""
+        from workbench.federated.operate import check_outcome, run_rounds
 
-        from workbench.federated.server import read_rounds
-        from workbench.io import atomic_write_text
-
-        from workbench import registry, services
-
-        services.check_required(registry.get("fed"))  # not in round 3 on a SuperNode
         fc = _cfg(config, set_).federated
         d = _deployment(fc, home, certs, False, insecure)
-        d._security_check()
-        if "superlink" not in d.pids():
-            from workbench.federated.deploy import DeployError
-
-            raise DeployError(f"no SuperLink runs from {d.home}: start one with `workbench fed "
-                              f"up --home {d.home}` (or point --home at the deployment)")
-        out = (out or d.home / "runs" / time.strftime("%Y%m%d-%H%M%S")).resolve()
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "config.json", fc.model_dump_json(indent=1))
-        run_id = d.submit(out / "config.json", out)
-        typer.echo(f"run {run_id} submitted; server folder {out}", err=True)
-        st = d.wait_run(run_id, timeout)
-        for r in read_rounds(out):
+        run = run_rounds(fc, d, out, timeout=timeout, log=lambda m: typer.echo(m, err=True))
+        for r in run.rounds:
             typer.echo(f"round {r['round']} {r['kind']}: {r['status']}, {r['used']}/"
                        f"{r['sent']} replies, {r['seconds']:.1f} s")
-        status = str(st.get("status", ""))
-        typer.echo(f"run {run_id}: {status}")
-        abort = out / "abort.json"
-        if abort.exists():
-            info = json.loads(abort.read_text())
-            typer.echo(f"error: {info['message']}", err=True)
-            raise typer.Exit(int(info.get("exit_code", 1)))
-        if status != "finished:completed":
-            typer.echo(f"error: the run ended {status}: see {d.home / 'logs'}", err=True)
-            raise typer.Exit(1)
+        typer.echo(f"run {run.run_id}: {run.status}")
+        check_outcome(run, d)
 
     @group.command("status")
     def status(config: ConfigOpt = None, set_: SetOpt = None, home: HomeOpt = None):

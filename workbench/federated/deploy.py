@@ -91,7 +91,9 @@ class Deployment:
                    PYTHONUNBUFFERED="1")
         return env
 
-    def _security_check(self) -> None:
+    def security_check(self) -> None:
+        """Refuse a deployment without TLS unless it was started as --insecure, and node
+        authentication without TLS."""
         if not self.security.tls and not self.insecure:
             raise DeployError("no TLS certificates: pass --certs FOLDER (make one with "
                               "`workbench fed certs`) or --insecure for a loopback test")
@@ -168,7 +170,7 @@ class Deployment:
     def up(self, sites: list[Path], *, wait_s: float = 60.0) -> dict[str, int]:
         """Start the SuperLink and one SuperNode per site folder; return when every node is
         online (or raise naming the logs)."""
-        self._security_check()
+        self.security_check()
         if live := {k: v for k, v in self.pids().items() if pid_alive(v)}:
             raise DeployError(f"{self.home} already runs {sorted(live)}: `workbench fed down "
                               f"--home {self.home}` first")
