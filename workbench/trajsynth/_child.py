@@ -626,25 +626,20 @@ def _drop_privileges(user: list[int], landlocked: bool) -> str:
     return f"dropped to {user[0]}{note}"
 
 
-def _work(job: dict, iso: dict) -> int:
-    lim = job["limits"]
-    workdir = job["workdir"]
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
-    _set_limits(lim)
-    import builtins
-
-    import numpy as np
-    import pandas as pd
-
-    tables = _load_tables(job["tables"], pd)
-    user = job.get("user") if os.getuid() == 0 else None
-    # what RLIMIT_NPROC will count (read now: /proc is out of reach once Landlock is on)
+def _tasks_now(job: dict, iso: dict, user: list[int] | None) -> int:
+    """What RLIMIT_NPROC will count (read now: /proc is out of reach once Landlock is on)."""
     if iso.get("user_namespace") == "yes" and _kernel_at_least(5, 14):
-        current = _count_tasks(None)  # since 5.14 counted per user namespace: our own tree
-    elif iso.get("user_namespace") == "yes":
-        current = job.get("user_tasks", 0)  # older kernels: every task of the real user
-    else:
-        current = _count_tasks(user[0] if user else os.getuid())
+        return _count_tasks(None)  # since 5.14 counted per user namespace: our own tree
+    if iso.get("user_namespace") == "yes":
+        return job.get("user_tasks", 0)  # older kernels: every task of the real user
+    return _count_tasks(user[0] if user else os.getuid())
+
+
+def _confine(job: dict, iso: dict, user: list[int] | None, current: int
+             ) -> tuple[set[str], list[str], bool]:
+    """Landlock, the dropped uid and RLIMIT_NPROC, each noted in `iso`: (the files the code
+    may read, the folders it may read, whether Landlock holds)."""
+    lim, workdir = job["limits"], job["workdir"]
     roots, system_files = _read_roots()
     readable = {os.path.realpath(p) for p in job["readable"]} | set(system_files)
     readable |= {os.path.realpath(t["path"]) for t in job["tables"]}
@@ -660,24 +655,15 @@ def _work(job: dict, iso: dict) -> int:
     exempt = os.getuid() == 0 or (job.get("real_root") and not iso["uid"].startswith("dropped"))
     iso["nproc"] = ("not enforced (root is exempt)" if exempt
                     else f"{cap} ({lim['py_max_procs']} above the current {current})")
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
-    os.chdir(workdir)
-    pd.read_pickle = _blocked("read_pickle (unpickling runs code)")
-    if "_posixsubprocess" in sys.modules:  # fork_exec itself raises no audit event
-        sys.modules["_posixsubprocess"].fork_exec = _blocked("_posixsubprocess.fork_exec")
-    violations: list[str] = []
-    out = _Capped(lim["output_cap_chars"])
-    ns = {"__name__": "__main__", "__builtins__": builtins, "tables": tables, "pd": pd, "np": np}
-    fd, token = job["envelope_fd"], job.pop("token", "")
-    _send(fd, {"isolation": iso}, token, kind="isolation")  # before the code can write here
-    sys.stdout = sys.stderr = out
-    if job["audit"]:
-        sys.addaudithook(_make_hook(
-            workdir, frozenset(readable), tuple(roots), violations,
-            lambda msg: _send(fd, {"message": msg}, token, kind="blocked")))
+    return readable, roots, landlocked
+
+
+def _run_code(code: str, ns: dict, lim: dict, violations: list[str], landlocked: bool
+              ) -> tuple[str | None, str | None]:
+    """Run the agent's code in `ns`: (error, error kind), both None when it ran through."""
     error = kind = None
     try:
-        exec(compile(job["code"], "<agent>", "exec"), ns)  # noqa: S102 - the sandboxed code
+        exec(compile(code, "<agent>", "exec"), ns)  # noqa: S102 - the sandboxed code
     except SystemExit as e:
         if e.code not in (None, 0):
             error, kind = f"SystemExit: {e.code}", "exception"
@@ -695,6 +681,12 @@ def _work(job: dict, iso: dict) -> int:
                 error = f"SandboxViolation: {violations[-1]} ({error})"
         elif isinstance(e, PermissionError) and landlocked:  # the kernel refused it
             kind = "blocked"
+    return error, kind
+
+
+def _envelope(job: dict, out: _Capped, error: str | None, kind: str | None, iso: dict,
+              violations: list[str], ns: dict) -> dict:
+    """The final envelope: the output, the error or the result (as JSON, capped)."""
     env = {"output": out.text(), "output_truncated": out.dropped > 0, "error": error,
            "error_kind": kind, "isolation": iso, "blocked": violations}
     if error is None:
@@ -710,13 +702,45 @@ def _work(job: dict, iso: dict) -> int:
                 env["error"] = f"`result` is not JSON-serialisable: {type(e).__name__}: {e}"
                 env["error_kind"] = "non_json"
             else:
-                cap = lim["result_cap_chars"]
+                cap = job["limits"]["result_cap_chars"]
                 if len(text) > cap:
                     env["result_truncated"] = True
                     env["result_preview"] = text[:cap] + MARKER.format(n=len(text) - cap)
                 else:
                     env["result"] = json.loads(text)
-    _send(fd, env, token)
+    return env
+
+
+def _work(job: dict, iso: dict) -> int:
+    lim = job["limits"]
+    workdir = job["workdir"]
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    _set_limits(lim)
+    import builtins
+
+    import numpy as np
+    import pandas as pd
+
+    tables = _load_tables(job["tables"], pd)
+    user = job.get("user") if os.getuid() == 0 else None
+    readable, roots, landlocked = _confine(job, iso, user, _tasks_now(job, iso, user))
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
+    os.chdir(workdir)
+    pd.read_pickle = _blocked("read_pickle (unpickling runs code)")
+    if "_posixsubprocess" in sys.modules:  # fork_exec itself raises no audit event
+        sys.modules["_posixsubprocess"].fork_exec = _blocked("_posixsubprocess.fork_exec")
+    violations: list[str] = []
+    out = _Capped(lim["output_cap_chars"])
+    ns = {"__name__": "__main__", "__builtins__": builtins, "tables": tables, "pd": pd, "np": np}
+    fd, token = job["envelope_fd"], job.pop("token", "")
+    _send(fd, {"isolation": iso}, token, kind="isolation")  # before the code can write here
+    sys.stdout = sys.stderr = out
+    if job["audit"]:
+        sys.addaudithook(_make_hook(
+            workdir, frozenset(readable), tuple(roots), violations,
+            lambda msg: _send(fd, {"message": msg}, token, kind="blocked")))
+    error, kind = _run_code(job["code"], ns, lim, violations, landlocked)
+    _send(fd, _envelope(job, out, error, kind, iso, violations, ns), token)
     return 0
 
 

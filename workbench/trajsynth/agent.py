@@ -182,14 +182,12 @@ class DataAgent:
     def candidates(self, task) -> list[Candidate]:
         """Distinct complete plans sampled from the grammar under a uniform prior (no units,
         no verifier), in the order found; deterministic per (seed, task)."""
-        from workbench.trajsynth.explore import (
-            ExploreConfig,
-            GrammarGenerator,
-            PrefixTrie,
-            Search,
-            UniformPrior,
-        )
-        from workbench.trajsynth.tasks import normalise_program
+        from workbench.trajsynth.exploreconfig import ExploreConfig
+        from workbench.trajsynth.generators import GrammarGenerator
+        from workbench.trajsynth.normalise import normalise_program
+        from workbench.trajsynth.priors import UniformPrior
+        from workbench.trajsynth.search import Search
+        from workbench.trajsynth.trie import PrefixTrie
 
         if task.id in self._cands:
             return self._cands[task.id]

@@ -24,23 +24,17 @@ from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json
 from workbench.trajsynth.costmodel import Attempt, held_out_brier
 from workbench.trajsynth.env import SAMPLES, DataEnvironment, sample_environment
-from workbench.trajsynth.explore import (
-    ExploreConfig,
-    GrammarGenerator,
-    Ledger,
-    ModelGenerator,
-    ModelPrior,
-    NodeChooser,
-    PrefixTrie,
-    TaskTree,
-    TreeNode,
-    UniformPrior,
-    explore_task,
-    load_tree,
-    save_tree,
-)
+from workbench.trajsynth.explore import explore_task
+from workbench.trajsynth.exploreconfig import ExploreConfig
+from workbench.trajsynth.generators import GrammarGenerator, ModelGenerator
+from workbench.trajsynth.ledger import Ledger
+from workbench.trajsynth.pool import PoolConfig, Task, TaskPool
+from workbench.trajsynth.poolfiles import load_pool, save_pool
+from workbench.trajsynth.priors import ModelPrior, NodeChooser, UniformPrior
 from workbench.trajsynth.select import Arm, SelectionConfig, Selector
-from workbench.trajsynth.tasks import PoolConfig, Task, TaskPool, build_pool, load_pool, save_pool
+from workbench.trajsynth.tasks import build_pool
+from workbench.trajsynth.trees import TaskTree, TreeNode, load_tree, save_tree
+from workbench.trajsynth.trie import PrefixTrie
 
 
 class TrajsynthConfig(BaseModel):
@@ -128,6 +122,78 @@ def read_attempts(path: Path) -> list[Attempt]:
     return out
 
 
+class _ArmModels:
+    """The arms' models and generators, each loaded once: `model` serves arms without a model
+    spec, `load_model(spec)` loads the others."""
+
+    def __init__(self, model, load_model) -> None:
+        self.models: dict[str | None, Any] = {None: model}
+        self.generators: dict[str, GrammarGenerator | ModelGenerator] = {}
+        self.load_model = load_model
+
+    def model(self, arm: Arm, spec: str | None):
+        if spec not in self.models:
+            if self.load_model is None:
+                raise WorkbenchError(f"arm {arm.name}: no way to load model {spec}")
+            self.models[spec] = self.load_model(spec)
+        return self.models[spec]
+
+    def generator(self, arm: Arm) -> tuple[GrammarGenerator | ModelGenerator, list[str]]:
+        """The arm's generator and the identities of the models it uses."""
+        m = self.model(arm, arm.model) if needs_model(arm.explore) else None
+        if arm.name not in self.generators:
+            def load(spec: str):
+                return self.model(arm, spec)
+
+            self.generators[arm.name] = make_generator(arm.explore, m, load)
+        return self.generators[arm.name], [m.identity] if m is not None else []
+
+
+def _search_task(task: Task, env: DataEnvironment, trie: PrefixTrie, selector: Selector,
+                 arms: list[Arm], arm_models: _ArmModels, attempts_file: Path) -> TaskTree:
+    """One task searched with the arms the selector picks, escalating after a failed search,
+    each attempt logged: the verified attempt's tree, else the last, else (stopped by the cost
+    cap) an empty tree that records why."""
+    from workbench.io import append_line
+
+    n_columns = sum(len(t.columns) for t in env.profile.tables)
+    ctx = {"env_name": env.name, "category": task.category, "difficulty": task.difficulty,
+           "n_tables": len(env.profile.tables), "n_columns": n_columns, "prev_errors": 0}
+    order, stopped = selector.plan(ctx)
+    best = None
+    for i, (arm, why) in enumerate(order):
+        gen, ids = arm_models.generator(arm)
+        pred = selector.predicted({**ctx, "prev_errors": i}, arm)
+        tree, search = explore_task(task, env, gen, config=arm.explore, trie=trie,
+                                    models=ids, arm=arm.name)
+        led = search.ledger
+        att = Attempt(task_id=task.id, env_name=env.name, category=task.category,
+                      difficulty=task.difficulty, n_tables=ctx["n_tables"],
+                      n_columns=n_columns, arm=arm.name, attempt=i, prev_errors=i,
+                      verified=bool(search.verified_sql),
+                      tokens=led.prompt_tokens + led.completion_tokens + led.scored_tokens,
+                      executions=led.executions, model_calls=led.model_calls,
+                      seconds=round(led.wall_s, 3),
+                      predicted_success=round(pred["success"], 4) if pred else None,
+                      reason=why)
+        append_line(attempts_file, att.model_dump_json())
+        selector.record(att)
+        best = tree
+        if att.verified:
+            break
+    if best is None:  # stopped by the cost cap: an empty tree records why
+        best = TaskTree(task_id=task.id, env_hash=task.env_hash, arm="", generator="",
+                        models=[], config=arms[0].explore, ledger=Ledger(),
+                        nodes=[TreeNode(id=0, parent=None, action=None, move=None,
+                                        prior=1.0, visits=0, wins=0)],
+                        reflections=[{"sql": None, "reason": stopped, "plan": ""}])
+        append_line(attempts_file, Attempt(
+            task_id=task.id, env_name=env.name, category=task.category,
+            difficulty=task.difficulty, n_tables=ctx["n_tables"], n_columns=n_columns,
+            arm="-", verified=False, reason=stopped or "").model_dump_json())
+    return best
+
+
 def explore_pool(env: DataEnvironment, tasks: list[Task], out: str | Path,
                  config: ExploreConfig, *, model=None, log=print, arms: list[Arm] | None = None,
                  selection: SelectionConfig | None = None, load_model=None) -> dict[str, Any]:
@@ -136,7 +202,6 @@ def explore_pool(env: DataEnvironment, tasks: list[Task], out: str | Path,
     attempt, else the last), the trie and the attempt log as it goes; write explore.json.
 
     `model` serves arms without a model spec; `load_model(spec)` loads the others."""
-    from workbench.io import append_line
     from workbench.progress import progress
 
     out = Path(out)
@@ -152,64 +217,9 @@ def explore_pool(env: DataEnvironment, tasks: list[Task], out: str | Path,
     if len(todo) < len(tasks):
         log(f"{len(tasks) - len(todo)} of {len(tasks)} trees already searched; "
             f"{len(todo)} to go")
-    models: dict[str | None, Any] = {None: model}
-    generators: dict[str, GrammarGenerator | ModelGenerator] = {}
-
-    def generator(arm: Arm) -> tuple[GrammarGenerator | ModelGenerator, list[str]]:
-        m = None
-        if needs_model(arm.explore):
-            if arm.model not in models:
-                if load_model is None:
-                    raise WorkbenchError(f"arm {arm.name}: no way to load model {arm.model}")
-                models[arm.model] = load_model(arm.model)
-            m = models[arm.model]
-        if arm.name not in generators:
-            def load(spec: str):
-                if spec not in models:
-                    if load_model is None:
-                        raise WorkbenchError(f"arm {arm.name}: no way to load model {spec}")
-                    models[spec] = load_model(spec)
-                return models[spec]
-
-            generators[arm.name] = make_generator(arm.explore, m, load)
-        return generators[arm.name], [m.identity] if m is not None else []
-
-    n_columns = sum(len(t.columns) for t in env.profile.tables)
+    arm_models = _ArmModels(model, load_model)
     for task in progress(todo, desc="searching tasks"):
-        ctx = {"env_name": env.name, "category": task.category, "difficulty": task.difficulty,
-               "n_tables": len(env.profile.tables), "n_columns": n_columns, "prev_errors": 0}
-        order, stopped = selector.plan(ctx)
-        best = None
-        for i, (arm, why) in enumerate(order):
-            gen, ids = generator(arm)
-            pred = selector.predicted({**ctx, "prev_errors": i}, arm)
-            tree, search = explore_task(task, env, gen, config=arm.explore, trie=trie,
-                                        models=ids, arm=arm.name)
-            led = search.ledger
-            att = Attempt(task_id=task.id, env_name=env.name, category=task.category,
-                          difficulty=task.difficulty, n_tables=ctx["n_tables"],
-                          n_columns=n_columns, arm=arm.name, attempt=i, prev_errors=i,
-                          verified=bool(search.verified_sql),
-                          tokens=led.prompt_tokens + led.completion_tokens + led.scored_tokens,
-                          executions=led.executions, model_calls=led.model_calls,
-                          seconds=round(led.wall_s, 3),
-                          predicted_success=round(pred["success"], 4) if pred else None,
-                          reason=why)
-            append_line(attempts_file, att.model_dump_json())
-            selector.record(att)
-            best = tree
-            if att.verified:
-                break
-        if best is None:  # stopped by the cost cap: an empty tree records why
-            best = TaskTree(task_id=task.id, env_hash=task.env_hash, arm="", generator="",
-                            models=[], config=arms[0].explore, ledger=Ledger(),
-                            nodes=[TreeNode(id=0, parent=None, action=None, move=None,
-                                            prior=1.0, visits=0, wins=0)],
-                            reflections=[{"sql": None, "reason": stopped, "plan": ""}])
-            append_line(attempts_file, Attempt(
-                task_id=task.id, env_name=env.name, category=task.category,
-                difficulty=task.difficulty, n_tables=ctx["n_tables"], n_columns=n_columns,
-                arm="-", verified=False, reason=stopped or "").model_dump_json())
+        best = _search_task(task, env, trie, selector, arms, arm_models, attempts_file)
         # the trie first: a kill between the two leaves a task the trie knows but whose tree
         # is missing, and its re-run ignores its own share (a task never seeds itself)
         trie.save(trie_file)

@@ -25,9 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.records import ChatExample
 from workbench.trajsynth.env import DataEnvironment
-from workbench.trajsynth.explore import extract_sql
 from workbench.trajsynth.export import RUN_SQL_TOOL, SYSTEM
-from workbench.trajsynth.tasks import Task
+from workbench.trajsynth.generators import extract_sql
+from workbench.trajsynth.pool import Task
 
 
 class DownstreamConfig(BaseModel):

@@ -33,14 +33,9 @@ from workbench.trajsynth.profile import (
     profile_database,
     save_profile,
 )
-from workbench.trajsynth.sandbox import (
-    PythonResult,
-    SandboxLimits,
-    SqlResult,
-    TableSource,
-    run_python,
-    run_sql,
-)
+from workbench.trajsynth.sandbox import PythonResult, TableSource, run_python
+from workbench.trajsynth.sandboxlimits import SandboxLimits
+from workbench.trajsynth.sqlsandbox import SqlResult, run_sql
 
 REPO_ENVS = Path(__file__).resolve().parents[2] / "datasets" / "envs"
 SAMPLES = {"chinook": "chinook.sqlite", "sklearn_classic": "sklearn_classic"}

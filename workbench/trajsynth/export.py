@@ -23,8 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.trajsynth.explore import TaskTree, TreeNode
-from workbench.trajsynth.tasks import Task
+from workbench.trajsynth.pool import Task
+from workbench.trajsynth.trees import TaskTree, TreeNode
 
 RUN_SQL_TOOL: dict[str, Any] = {
     "type": "function",

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workbench.trajsynth.profile import ColumnProfile, EnvProfile
-from workbench.trajsynth.queries import AGG_WORD, Cond, Group, Query, fmt_value, sql_a
-from workbench.trajsynth.templates import Slices, is_keylike
+from workbench.trajsynth.queries import AGG_WORD, Cond, Group, Query, sql_a
+from workbench.trajsynth.questions import fmt_value
+from workbench.trajsynth.slices import Slices, is_keylike
 
 OPS = ("count", "agg", "count_distinct", "lookup", "select", "top", "group", "argmax",
        "compare", "difference", "above_avg", "share")

@@ -141,7 +141,8 @@ class DataAgentSite:
     def __init__(self, folder: str | Path, *, iterations: int = 8, seed: int = 0,
                  agent: str = "grammar", agent_settings: dict | None = None):
         from workbench.trajsynth.api import open_env
-        from workbench.trajsynth.tasks import build_pool, load_pool, save_pool
+        from workbench.trajsynth.poolfiles import load_pool, save_pool
+        from workbench.trajsynth.tasks import build_pool
 
         self.folder = Path(folder)
         try:
@@ -200,12 +201,10 @@ class DataAgentSite:
                 iterations: int | None = None, boost: float = 8.0) -> list[Outcome]:
         if self.agent == "prompted":
             return self.prompted(scaffold or self.scaffold).attempt(tasks, units)
-        from workbench.trajsynth.explore import (
-            ExploreConfig,
-            GrammarGenerator,
-            UniformPrior,
-            explore_task,
-        )
+        from workbench.trajsynth.explore import explore_task
+        from workbench.trajsynth.exploreconfig import ExploreConfig
+        from workbench.trajsynth.generators import GrammarGenerator
+        from workbench.trajsynth.priors import UniformPrior
 
         cfg = ExploreConfig(prior="uniform", iterations=iterations or self.iterations,
                             stop_after=1, seed=self.seed,

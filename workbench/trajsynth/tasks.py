@@ -25,21 +25,21 @@ How a pool is built (`TaskSynthesizer`):
 
 Every drop is counted by reason in the pool's summary. The same environment, config and seed
 give a byte-identical pool file.
+
+The pool's records are in `pool`, its files in `poolfiles`, paraphrasing in `paraphrase`;
+they are importable from here too.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from workbench.io import atomic_write_json, read_jsonl, sha256_text, write_jsonl
+from workbench.io import sha256_text
+from workbench.trajsynth.altsql import sql_b
 from workbench.trajsynth.answers import (
     AnswerSpec,
     as_number,
@@ -48,161 +48,42 @@ from workbench.trajsynth.answers import (
     shape_problem,
     values_equal,
 )
+from workbench.trajsynth.compose import COMPOSERS, Verified
 from workbench.trajsynth.env import DataEnvironment
-from workbench.trajsynth.queries import (
-    Query,
+from workbench.trajsynth.normalise import normalise_program, normalise_question
+from workbench.trajsynth.pandascode import pandas_code
+from workbench.trajsynth.paraphrase import ParaphraseResult, missing_entities, paraphrase_tasks
+from workbench.trajsynth.pool import (
+    DROP_REASONS,
+    PoolConfig,
+    PoolSummary,
+    Program,
+    Task,
+    TaskPool,
+    tally,
+)
+from workbench.trajsynth.poolfiles import format_summary, load_pool, save_pool, summary_path
+from workbench.trajsynth.queries import Query, sql_a, sql_argmax_ties, sql_group_measures
+from workbench.trajsynth.queryfacts import (
     answer_spec,
     columns_used,
     difficulty,
     entities,
-    pandas_code,
-    question,
-    sql_a,
-    sql_argmax_ties,
-    sql_b,
-    sql_group_measures,
     tables_used,
 )
-from workbench.trajsynth.sandbox import SandboxLimits, run_sql
+from workbench.trajsynth.questions import question
+from workbench.trajsynth.sandboxlimits import SandboxLimits
+from workbench.trajsynth.slices import Slices
+from workbench.trajsynth.sqlsandbox import run_sql
 from workbench.trajsynth.templates import (
     CATEGORIES,
-    COMPOSERS,
     TEMPLATES,
     Candidate,
     Context,
     Sampler,
-    Slices,
-    Verified,
     category_of,
     stream,
 )
-
-Category = Literal["lookup", "filter", "aggregation", "join", "group_rank", "time_series",
-                   "comparison", "composed"]
-Split = Literal["train", "held_out"]
-POOL_VERSION = 2  # 2: aggregations chosen by column role
-
-DROP_REASONS = {
-    "error": "the reference program failed to run",
-    "empty": "no rows, only NULLs, or a zero count",
-    "too_large": "more rows than the answer cap",
-    "type_mismatch": "the result does not have the spec's shape or type",
-    "degenerate": "a filter that keeps every row, fewer groups than k, a share of 0 or 100 %",
-    "tie_at_limit": "a tie at the top-k / argmax / comparison boundary makes the answer "
-                    "ambiguous",
-    "alt_error": "the second program failed to run",
-    "disagree": "the two SQL programs gave different answers",
-    "python_error": "the pandas cross-check failed to run",
-    "disagree_python": "the pandas cross-check gave a different answer",
-    "duplicate": "a near-duplicate of a kept task (question or program)",
-    "over_target": "over the category / difficulty target when balancing",
-}
-
-
-class Program(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["sql", "python"]
-    code: str
-    shape: str = Field("", description="How it is built: direct, subquery, pandas.")
-
-
-class Task(BaseModel):
-    """One verified task of a pool."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    id: str = Field(description="sha256 of environment hash, template and program (16 hex).")
-    env_name: str
-    env_hash: str = Field(description="The environment's content hash.")
-    category: Category
-    template_id: str
-    question: str = Field(description="What the agent is asked (possibly paraphrased).")
-    template_question: str = Field(description="The question as the template wrote it.")
-    paraphrased: bool = False
-    program: str = Field(description="The reference SQL; its result is the gold answer.")
-    alt_programs: list[Program] = Field(
-        default_factory=list, description="Independently built programs that agreed.")
-    answer_spec: AnswerSpec
-    gold: Any = Field(description="The answer in the spec's canonical form.")
-    difficulty: int = Field(ge=1, le=5)
-    tables: list[str]
-    columns: list[str] = Field(default_factory=list, description="Table.Column names read.")
-    entities: list[str] = Field(default_factory=list,
-                                description="Values, numbers and names the question states.")
-    parents: list[str] = Field(default_factory=list,
-                               description="Ids of the tasks a composed task was built from.")
-    depth: int = Field(0, description="Composition rounds behind the task (0: a seed).")
-    lineage: list[str] = Field(default_factory=list, description=(
-        "Its template and every ancestor's: a held-out template holds out all of them."))
-    split: Split = "train"
-    query: Query = Field(description="The structured query (provenance; an explorer must not "
-                                     "read it, it is the answer's recipe).")
-
-    def check(self, predicted: Any) -> bool:
-        """The reward: is `predicted` this task's answer?"""
-        return check_answer(self.answer_spec, self.gold, predicted)
-
-
-class PoolConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    seed: int = 0
-    variants: int = Field(4, ge=1, description="Queries each seed template tries.")
-    compose_rounds: int = Field(2, ge=0, le=3, description="Rounds of recursive composition.")
-    compose_per_op: int = Field(6, ge=0, description="Tasks each composer builds per round.")
-    python_check: bool = Field(True, description="Cross-check every task in pandas (one "
-                                                 "sandboxed run).")
-    max_answer_rows: int = Field(25, ge=1, description="Larger set/table answers are dropped.")
-    per_category: int = Field(12, ge=1, description="Target (at most) tasks per category.")
-    per_difficulty: int | None = Field(None, ge=1, description="At most this many per level.")
-    holdout: Literal["template", "table", "none"] = "template"
-    holdout_fraction: float = Field(0.2, ge=0.0, lt=1.0)
-    sql_timeout_s: float = Field(5.0, gt=0)
-
-
-class PoolSummary(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    version: int = POOL_VERSION
-    env_name: str
-    env_hash: str
-    seed: int
-    config: PoolConfig
-    candidates: int = 0
-    composed_candidates: int = 0
-    verified: int = 0
-    kept: int = 0
-    by_category: dict[str, int] = Field(default_factory=dict)
-    by_difficulty: dict[str, int] = Field(default_factory=dict)
-    by_split: dict[str, int] = Field(default_factory=dict)
-    by_template: dict[str, int] = Field(default_factory=dict)
-    drops: dict[str, int] = Field(default_factory=dict, description="Reason → count.")
-    drops_by_template: dict[str, dict[str, int]] = Field(
-        default_factory=dict, description="Template → reason → count (verification drops).")
-    held_out: list[str] = Field(default_factory=list, description="Held-out templates/tables.")
-    removed_by_role: dict[str, int] = Field(
-        default_factory=dict, description="Rule → candidate aggregations the column roles "
-                                          "removed before verification (a sum of an intensive "
-                                          "measurement, an average of a clock time...).")
-    python_check: str = "off"
-
-
-class TaskPool(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    tasks: list[Task]
-    summary: PoolSummary
-
-    def split(self, name: Split) -> list[Task]:
-        return [t for t in self.tasks if t.split == name]
-
-    def by_id(self, task_id: str) -> Task:
-        for t in self.tasks:
-            if t.id == task_id:
-                return t
-        raise KeyError(task_id)
-
 
 # --- verification ----------------------------------------------------------------------------
 
@@ -514,10 +395,10 @@ class TaskSynthesizer:
             env_name=self.profile.name, env_hash=self.profile.content_hash, seed=cfg.seed,
             config=cfg, candidates=self.candidates + self.composed_candidates,
             composed_candidates=self.composed_candidates, verified=verified, kept=len(tasks),
-            by_category=_count(t.category for t in tasks),
-            by_difficulty=_count(str(t.difficulty) for t in tasks),
-            by_split=_count(t.split for t in tasks),
-            by_template=_count(t.template_id for t in tasks),
+            by_category=tally(t.category for t in tasks),
+            by_difficulty=tally(str(t.difficulty) for t in tasks),
+            by_split=tally(t.split for t in tasks),
+            by_template=tally(t.template_id for t in tasks),
             drops=dict(sorted(self.drops.items())), held_out=held,
             drops_by_template=self._drops_by_template(),
             removed_by_role=dict(sorted(self.slices.removed.items())),
@@ -547,10 +428,6 @@ def _same(a: Any, b: Any) -> bool:
     return values_equal(a, b, tolerance=True, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def _count(items) -> dict[str, int]:
-    return dict(sorted(Counter(items).items()))
-
-
 def _round_robin(tasks: list[Task], rng) -> list[Task]:
     """Interleave difficulty levels; within a level, interleave templates (seeded order)."""
     levels: dict[int, dict[str, list[Task]]] = defaultdict(lambda: defaultdict(list))
@@ -575,18 +452,6 @@ def _round_robin(tasks: list[Task], rng) -> list[Task]:
             if q:
                 out.append(q.pop(0))
     return out
-
-
-def normalise_question(text: str) -> str:
-    """Lower case, punctuation and articles removed, whitespace collapsed."""
-    words = re.sub(r"[^\w.'/-]+", " ", text.casefold()).split()
-    return " ".join(w for w in words if w not in ("a", "an", "the"))
-
-
-def normalise_program(sql: str) -> str:
-    """Whitespace collapsed, case folded outside string literals."""
-    parts = re.split(r"('(?:[^']|'')*')", sql)
-    return "".join(p if p.startswith("'") else " ".join(p.split()).casefold() for p in parts)
 
 
 def _batch_program(programs: dict[str, str]) -> str:
@@ -614,152 +479,6 @@ def _batch_program(programs: dict[str, str]) -> str:
                     f"except Exception as e:\n"
                     f"    _out[{tid!r}] = {{'error': type(e).__name__ + ': ' + str(e)[:200]}}\n")
     return head + "\n".join(body) + "\nresult = _out\n"
-
-
-# --- files -------------------------------------------------------------------------------------
-
-
-def summary_path(path: str | os.PathLike) -> Path:
-    """`tasks.jsonl` → `tasks.summary.json`."""
-    p = Path(path)
-    return p.with_name(p.name.removesuffix(".jsonl") + ".summary.json")
-
-
-def save_pool(pool: TaskPool, path: str | os.PathLike) -> Path:
-    """The tasks as JSONL and the summary next to it, each written atomically."""
-    path = Path(path)
-    write_jsonl(path, pool.tasks)
-    atomic_write_json(summary_path(path), pool.summary.model_dump(mode="json"))
-    return path
-
-
-def load_pool(path: str | os.PathLike) -> TaskPool:
-    """Read a pool back (tasks validated line by line; errors name the line)."""
-    from workbench.errors import DataError
-    from workbench.io import describe_validation_error
-
-    tasks = read_jsonl(path, Task.model_validate)
-    sp = summary_path(path)
-    if sp.is_file():
-        try:
-            summary = PoolSummary.model_validate_json(sp.read_text(encoding="utf-8"))
-        except ValueError as e:
-            raise DataError(f"not a pool summary: {describe_validation_error(e)}",
-                            path=str(sp)) from None
-    else:
-        first = tasks[0] if tasks else None
-        summary = PoolSummary(env_name=first.env_name if first else "", seed=0,
-                              env_hash=first.env_hash if first else "", config=PoolConfig(),
-                              kept=len(tasks),
-                              by_category=_count(t.category for t in tasks),
-                              by_difficulty=_count(str(t.difficulty) for t in tasks),
-                              by_split=_count(t.split for t in tasks),
-                              by_template=_count(t.template_id for t in tasks))
-    return TaskPool(tasks=tasks, summary=summary)
-
-
-def format_summary(summary: PoolSummary) -> str:
-    """A few lines for a terminal or a report."""
-    def row(d: dict[str, int]) -> str:
-        return ", ".join(f"{k} {v}" for k, v in d.items()) or "-"
-    return "\n".join([
-        (f"pool for {summary.env_name} (seed {summary.seed}): {summary.kept} tasks kept of "
-         f"{summary.verified} verified from {summary.candidates} candidates "
-         f"({summary.composed_candidates} composed)"),
-        f"  categories: {row(summary.by_category)}",
-        f"  difficulty: {row(summary.by_difficulty)}",
-        f"  split: {row(summary.by_split)}; held out: {', '.join(summary.held_out) or '-'}",
-        f"  dropped: {row(summary.drops)}",
-        f"  left out by column role: {row(summary.removed_by_role)}",
-        f"  pandas cross-check: {summary.python_check}"])
-
-
-# --- paraphrase --------------------------------------------------------------------------------
-
-PARAPHRASE_SYSTEM = (
-    "You rewrite database questions in natural English. Keep every quoted value, every number "
-    "and every table and column name exactly as written. Do not answer the question. Reply "
-    "with the rewritten question only, on one line.")
-
-
-def _loose(s: str) -> str:
-    return re.sub(r"[\W_]+", "", s.casefold())
-
-
-def missing_entities(text: str, ents: Sequence[str]) -> list[str]:
-    """The entities a text does not contain. Numbers must appear as numbers (3 ≠ three);
-    names and values are compared ignoring case, spaces, punctuation and underscores."""
-    numbers = [as_number(m) for m in
-               re.findall(r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?", text)]
-    loose = _loose(text)
-    out = []
-    for e in ents:
-        n = as_number(e)
-        if n is not None:
-            if not any(x is not None and values_equal(n, x) for x in numbers):
-                out.append(e)
-        elif _loose(e) and _loose(e) not in loose:
-            out.append(e)
-    return out
-
-
-class ParaphraseResult(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    task_id: str
-    accepted: bool
-    text: str = Field(description="The question kept (the paraphrase or the template text).")
-    candidate: str = ""
-    reason: str = ""
-    missing: list[str] = Field(default_factory=list)
-
-
-def _clean_paraphrase(text: str) -> str:
-    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-    if not lines:
-        return ""
-    s = re.sub(r"^(paraphrase|rewritten question|question)\s*:\s*", "", lines[0],
-               flags=re.IGNORECASE)
-    if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"`":
-        s = s[1:-1].strip()
-    return s
-
-
-def paraphrase_tasks(tasks: Sequence[Task], model, *, params=None
-                     ) -> tuple[list[Task], list[ParaphraseResult]]:
-    """Ask `model` (a `ChatModel`, through `generate` only) to rewrite each question; keep the
-    rewrite only when every entity is still there, otherwise the template text. Ids, programs
-    and answers do not change."""
-    from workbench.models.base import GenerationParams
-
-    params = params or GenerationParams(max_tokens=96, temperature=0.0)
-    convs = [[{"role": "system", "content": PARAPHRASE_SYSTEM},
-              {"role": "user", "content": t.template_question}] for t in tasks]
-    step = max(1, int(getattr(model, "batch_size", 8) or 8))
-    gens = [g for i in range(0, len(convs), step) for g in model.generate(convs[i:i + step],
-                                                                          params)]
-    out_tasks, results = [], []
-    for t, g in zip(tasks, gens, strict=True):
-        cand = _clean_paraphrase(g.text) if g.error is None else ""
-        reason, missing = "", []
-        if g.error is not None:
-            reason = f"generation failed: {g.error}"
-        elif not cand:
-            reason = "empty"
-        elif len(cand) > 3 * len(t.template_question) + 40:
-            reason = "too long"
-        elif normalise_question(cand) == normalise_question(t.template_question):
-            reason = "unchanged"
-        else:
-            missing = missing_entities(cand, t.entities)
-            if missing:
-                reason = "lost entities"
-        ok = not reason
-        text = cand if ok else t.template_question
-        results.append(ParaphraseResult(task_id=t.id, accepted=ok, text=text, candidate=cand,
-                                        reason=reason, missing=missing))
-        out_tasks.append(t.model_copy(update={"question": text, "paraphrased": ok}))
-    return out_tasks, results
 
 
 def replay(task: Task, env: DataEnvironment) -> bool:

@@ -1,12 +1,13 @@
 """Seed templates (taxonomy × schema slices of a profile) and recursive composition.
 
-`Slices` reads a profile once: per table a key column, a label column (unique or nearly unique
-text), measures (numeric, not keys), categories (low-cardinality columns with a value
-dictionary), dates, lookup targets, and the usable many-to-one joins. Each seed template turns
-slices into `Candidate` queries; values come from the profile's dictionaries or from seeded
-samples of the data (`Sampler`, read-only SQL, ORDER BY + OFFSET, so the same seed gives the
-same values). Composition operators build harder queries from two verified tasks that share a
-table (a filter inside an aggregate, an aggregate inside a filter, an argmax, a share).
+`Slices` (in `slices`) reads a profile once: per table a key column, a label column (unique
+or nearly unique text), measures (numeric, not keys), categories (low-cardinality columns
+with a value dictionary), dates, lookup targets, and the usable many-to-one joins. Each seed
+template turns slices into `Candidate` queries; values come from the profile's dictionaries
+or from seeded samples of the data (`Sampler`, read-only SQL, ORDER BY + OFFSET, so the same
+seed gives the same values). Composition operators (in `compose`) build harder queries from
+two verified tasks that share a table (a filter inside an aggregate, an aggregate inside a
+filter, an argmax, a share).
 
 Every template has its own random stream (seeded from the pool seed and the template id), so
 adding a template does not change what the others produce.
@@ -16,38 +17,22 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.trajsynth.profile import (
-    ColumnProfile,
-    EnvProfile,
-    JoinKey,
-    TableProfile,
-    infer_role,
-)
+from workbench.trajsynth.profile import EnvProfile, JoinKey
 from workbench.trajsynth.queries import Cond, Group, Query, qi
-from workbench.trajsynth.sandbox import SandboxLimits, run_sql
+from workbench.trajsynth.sandboxlimits import SandboxLimits
+from workbench.trajsynth.slices import (  # noqa: F401  (AGGS_BY_ROLE: read by tests)
+    AGGS_BY_ROLE,
+    MAX_VALUE_CHARS,
+    Slices,
+)
+from workbench.trajsynth.sqlsandbox import run_sql
 
 CATEGORIES = ("lookup", "filter", "aggregation", "join", "group_rank", "time_series",
               "comparison", "composed")
-
-_KEYLIKE = re.compile(r"(^|[_\s-])(id|key)$", re.IGNORECASE)
-_CAMEL_KEY = re.compile(r"[a-z0-9](Id|ID|Key)$")
-_LABEL_HINT = re.compile(r"name|title|label|species|cultivar", re.IGNORECASE)
-MAX_VALUE_CHARS = 60
-# the aggregations a question may ask of a column, by its role (profile.ColumnRole)
-AGGS_BY_ROLE = {"amount": {"sum", "avg", "min", "max"}, "measurement": {"avg", "min", "max"},
-                "timestamp": {"min", "max"}, "clock": {"min", "max"}, "identifier": set(),
-                "category": set(), "text": set(), "other": {"min", "max"}}
-
-
-def is_keylike(name: str) -> bool:
-    """`ArtistId`, `flower_id`, `id`, `key` (but not `malic_acid`)."""
-    return bool(_KEYLIKE.search(name) or _CAMEL_KEY.search(name))
 
 
 def stream(seed: int, name: str) -> random.Random:
@@ -68,135 +53,6 @@ class Candidate:
     lineage: list[str] = field(default_factory=list)  # the parents' templates and theirs
     program: str | None = None  # None: rendered from the query (shape A)
     alt_program: str | None = None  # None: rendered from the query (shape B)
-
-
-# --- reading the profile ---------------------------------------------------------------------
-
-
-class Slices:
-    """The parts of a schema the templates use."""
-
-    def __init__(self, profile: EnvProfile) -> None:
-        self.profile = profile
-        join_cols = set()
-        for j in profile.joins:
-            join_cols |= {(j.from_table, c) for c in j.from_columns}
-            join_cols |= {(j.to_table, c) for c in j.to_columns}
-        self.keys: dict[str, str] = {}
-        self.labels: dict[str, str] = {}
-        self.measures: dict[str, list[str]] = {}
-        self.categories: dict[str, list[str]] = {}
-        self.dates: dict[str, list[str]] = {}
-        self.targets: dict[str, list[str]] = {}
-        # a column's role: the profile's (a person may have corrected it), else inferred
-        self.roles: dict[tuple[str, str], str] = {
-            (t.name, c.name): c.role or infer_role(c, t.row_count, t.primary_key)
-            for t in profile.tables for c in t.columns}
-        self.removed: Counter[str] = Counter()  # rule -> candidate aggregations it removed
-        self._refused: set[tuple[str, str, str]] = set()
-        for t in profile.tables:
-            if t.row_count < 2:
-                continue
-            key = self._key(t)
-            if key:
-                self.keys[t.name] = key
-            label = self._label(t, join_cols)
-            if label:
-                self.labels[t.name] = label
-
-            def plain(c: ColumnProfile, t=t) -> bool:
-                return not is_keylike(c.name) and (t.name, c.name) not in join_cols \
-                    and c.name not in t.primary_key
-
-            self.measures[t.name] = [c.name for c in t.columns if plain(c)
-                                     and c.kind in ("integer", "real") and c.distinct_count >= 2
-                                     and self.roles[(t.name, c.name)] not in ("identifier",
-                                                                              "category")]
-            self.categories[t.name] = [c.name for c in t.columns if plain(c)
-                                       and self._is_category(c, t)]
-            self.dates[t.name] = [c.name for c in t.columns
-                                  if c.kind == "datetime" and c.distinct_count >= 2]
-            self.targets[t.name] = [c.name for c in t.columns if plain(c) and c.name != label
-                                    and c.kind in ("text", "integer", "real", "datetime")
-                                    and c.distinct_count >= 2]
-        self.joins: list[JoinKey] = []
-        for j in profile.joins:
-            if len(j.from_columns) != 1 or j.from_table == j.to_table:
-                continue
-            try:
-                to = profile.table(j.to_table).column(j.to_columns[0])
-                profile.table(j.from_table).column(j.from_columns[0])
-            except KeyError:
-                continue
-            if to.is_unique:
-                self.joins.append(j)
-
-    @staticmethod
-    def _key(t: TableProfile) -> str | None:
-        if len(t.primary_key) == 1:
-            return t.primary_key[0]
-        for c in t.columns:
-            if c.is_unique and c.kind == "integer" and is_keylike(c.name):
-                return c.name
-        return None
-
-    @staticmethod
-    def _label(t: TableProfile, join_cols: set) -> str | None:
-        best = None
-        for c in t.columns:
-            nonnull = t.row_count - c.null_count
-            if c.kind != "text" or is_keylike(c.name) or (t.name, c.name) in join_cols:
-                continue
-            if nonnull < 0.9 * t.row_count or c.distinct_count < 0.9 * nonnull:
-                continue
-            rank = (not c.is_unique, not _LABEL_HINT.search(c.name))
-            if best is None or rank < best[0]:
-                best = (rank, c.name)
-        return best[1] if best else None
-
-    @staticmethod
-    def _is_category(c: ColumnProfile, t: TableProfile) -> bool:
-        if not c.dictionary or c.kind not in ("text", "integer") or c.is_unique:
-            return False
-        nonnull = t.row_count - c.null_count
-        if c.distinct_count < 2 or c.distinct_count > 0.75 * nonnull:
-            return False
-        if max(v.count for v in c.dictionary) < 2:
-            return False
-        return all(not isinstance(v.value, str) or 0 < len(v.value) <= MAX_VALUE_CHARS
-                   for v in c.dictionary)
-
-    def column(self, table: str, column: str) -> ColumnProfile:
-        return self.profile.table(table).column(column)
-
-    def allows(self, table: str, column: str, agg: str) -> bool:
-        """Whether `agg` of the column means something for its role; each refusal is counted
-        once per rule (`removed`: "sum of a measurement", "avg of a clock"...)."""
-        role = self.roles.get((table, column), "measurement")
-        if agg in AGGS_BY_ROLE.get(role, set()):
-            return True
-        if (table, column, agg) not in self._refused:
-            self._refused.add((table, column, agg))
-            self.removed[f"{agg} of {'an' if role[0] in 'aeiou' else 'a'} {role}"] += 1
-        return False
-
-    def dictionary(self, table: str, column: str) -> list[tuple[Any, int]]:
-        return [(v.value, v.count) for v in self.column(table, column).dictionary or ()]
-
-    def group_options(self, table: str) -> list[tuple[Group, int]]:
-        """Ways to group a table's rows, with how many groups each gives."""
-        out = [(Group(kind="column", column=c), self.column(table, c).distinct_count)
-               for c in self.categories.get(table, [])]
-        for j in self.joins:
-            if j.from_table == table and j.to_table in self.labels:
-                parent = self.profile.table(j.to_table)
-                label = self.labels[j.to_table]
-                if parent.column(label).is_unique:
-                    out.append((Group(kind="via", column=j.from_columns[0], table=j.to_table,
-                                      key=j.to_columns[0], label=label),
-                                min(parent.row_count,
-                                    self.column(table, j.from_columns[0]).distinct_count)))
-        return out
 
 
 class Sampler:
@@ -626,92 +482,3 @@ def _difference(ctx: Context, rng: random.Random) -> list[Query]:
             q = q.model_copy(update={"values": values[::-1]})
         out.append(q)
     return out
-
-
-# --- composition -----------------------------------------------------------------------------------
-
-_FILTER_TEMPLATES = ("filter.count_eq", "filter.count_range", "time_series.in_year",
-                     "join.count_via")
-_SCOPED_OPS = ("count", "agg", "count_distinct", "top", "group", "compare", "difference",
-               "above_avg", "argmax", "share")
-
-
-def _cond_columns(conds: list[Cond]) -> set[str]:
-    return {c.column for c in conds}
-
-
-def canonical_conds(conds: list[Cond]) -> list[Cond]:
-    return sorted(conds, key=lambda c: c.model_dump_json())
-
-
-@dataclass
-class Verified:
-    """What composition needs from a verified task."""
-
-    id: str
-    template_id: str
-    query: Query
-    difficulty: int
-    depth: int = 0
-    lineage: tuple[str, ...] = ()
-
-
-def _filter_cond(t: Verified) -> Cond | None:
-    q = t.query
-    if t.template_id in _FILTER_TEMPLATES and q.op == "count" and len(q.conds) == 1:
-        return q.conds[0]
-    return None
-
-
-def compose_filter_in_aggregate(a: Verified, b: Verified) -> Query | None:
-    """A filter task's condition added to another task's scope (same table)."""
-    cond = _filter_cond(a)
-    q = b.query
-    if cond is None or q.table != a.query.table or q.op not in _SCOPED_OPS or b.id == a.id:
-        return None
-    if len(q.conds) >= 3 or cond.column in _cond_columns(q.conds) | _cond_columns(q.extra):
-        return None
-    if q.group is not None and q.group.column == cond.column:
-        return None
-    if q.op in ("agg", "argmax", "above_avg") and cond.column == q.column and cond.op == "eq":
-        return None
-    return q.model_copy(update={"conds": canonical_conds([*q.conds, cond])})
-
-
-def compose_above_average(a: Verified, b: Verified) -> Query | None:
-    """An average (task a) used inside a filter on the same column (task b)."""
-    qa, qb = a.query, b.query
-    if qa.op != "agg" or qa.agg != "avg" or b.template_id != "filter.count_range":
-        return None
-    if qb.table != qa.table or qb.conds[0].column != qa.column:
-        return None
-    return Query(op="above_avg", table=qa.table, column=qa.column, conds=qa.conds)
-
-
-def compose_argmax(a: Verified, b: Verified) -> Query | None:
-    """A maximum/minimum (task a) turned into "which row has it" with a lookup's key (b)."""
-    qa, qb = a.query, b.query
-    if qa.op != "agg" or qa.agg not in ("max", "min") or qb.op != "lookup":
-        return None
-    if qb.table != qa.table or not b.template_id.startswith("lookup.") or len(qb.conds) != 1:
-        return None
-    return Query(op="argmax", table=qa.table, column=qa.column, conds=qa.conds,
-                 target=qb.conds[0].column, descending=qa.agg == "max")
-
-
-def compose_share(a: Verified, b: Verified) -> Query | None:
-    """The share of another task's scope (b) that a filter task's condition (a) keeps."""
-    cond = _filter_cond(a)
-    qb = b.query
-    if cond is None or qb.table != a.query.table or qb.op not in ("count", "agg") or \
-            b.id == a.id or cond.column in _cond_columns(qb.conds) or len(qb.conds) > 2:
-        return None
-    return Query(op="share", table=qb.table, conds=qb.conds, extra=[cond])
-
-
-COMPOSERS: dict[str, Callable[[Verified, Verified], Query | None]] = {
-    "composed.filter_in_aggregate": compose_filter_in_aggregate,
-    "composed.above_average": compose_above_average,
-    "composed.argmax": compose_argmax,
-    "composed.share": compose_share,
-}
