@@ -365,42 +365,7 @@ class EvalResult(Record):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
-# --- trajectories and federated knowledge -----------------------------------------------------
-
-class Step(Record):
-    """One agent step; a model's mistake is recorded here and the loop goes on."""
-
-    index: StrictInt
-    thought: StrictStr = ""
-    action: StrictStr = ""
-    action_input: Any = None
-    observation: StrictStr = ""
-    error: StrictStr | None = None
-    reward: float | None = None
-
-
-class Trajectory(Record):
-    id: StrictStr
-    task: StrictStr
-    steps: list[Step] = Field(default_factory=list)
-    final_answer: StrictStr | None = None
-    verified: StrictBool = False
-    reward: float | None = None
-    environment: StrictStr | None = None
-    provenance: dict[str, Any] = Field(default_factory=dict)
-
-
-class KnowledgeUnit(Record):
-    """A unit of shared know-how distilled at a site: safe to send, holds no raw data."""
-
-    id: StrictStr
-    kind: StrictStr  # e.g. "tip", "pitfall", "pattern"
-    content: StrictStr
-    site: StrictStr | None = None
-    support: StrictInt = 1
-    score: float | None = None
-    round: StrictInt | None = None
-
+# --- runs -----------------------------------------------------------------------------------
 
 class RunManifest(Record):
     """What a run did: config, the hashes of its inputs, library versions and seed."""
