@@ -34,8 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
-APP = REPO / "apps" / "streamlit"
-sys.path[:0] = [str(TESTS), str(APP)]
+sys.path[:0] = [str(TESTS)]
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 import conftest  # noqa: E402 - the tests' helpers (tests/ is on sys.path above)
@@ -298,9 +297,10 @@ def extra_shots(page, stem: str, out: Path) -> None:
 
 
 def screenshots(ws: Path, out: Path, only: list[str]) -> list[Path]:
-    from common import navigation_pages
     from playwright.sync_api import sync_playwright
     from test_e2e_browser import _open_page, _running_app
+
+    from workbench.app.common import navigation_pages
 
     out.mkdir(parents=True, exist_ok=True)
     pages = [(p.stem, default) for p, _, _, default in navigation_pages()]

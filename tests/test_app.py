@@ -4,18 +4,16 @@ checked, a job started from the app runs with a scripted model, and the security
 hold."""
 
 import os
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 from conftest import REPO
 
-APP = REPO / "apps" / "streamlit"
+APP = REPO / "workbench" / "app"  # the app ships in the package: workbench.app
 PAGES = ["projects", "corpus", "distill", "retrieval", "train", "evaluate", "trajsynth",
          "federated", "agents", "loop", "chat"]
 TESTS = str(Path(__file__).parent)
-sys.path.insert(0, str(APP))
 
 
 @pytest.fixture()
@@ -76,9 +74,8 @@ def test_navigation_app_renders(ws):
 
 
 def test_navigation_is_built_from_the_registry(tmp_path):
-    from common import navigation_pages
-
     from workbench import registry
+    from workbench.app.common import navigation_pages
     from workbench.registry import Pipeline
 
     pages = navigation_pages()
@@ -468,12 +465,20 @@ def test_app_command_fixes_the_root(tmp_path, monkeypatch):
     from workbench.cli.main import main
 
     started: list[dict] = []
-    monkeypatch.setattr(workbench.io, "run_child",
-                        lambda cmd, env, cwd: started.append(env) or 0)
+    served: list[tuple[list[str], Path]] = []
+
+    def run_child(cmd, env, cwd):
+        served.append((cmd, cwd))
+        started.append(env)
+        return 0
+
+    monkeypatch.setattr(workbench.io, "run_child", run_child)
     root = tmp_path / "root"
     assert main(["app", "--root", str(root), "--max-corpus-mb", "5"]) == 0
     assert started[-1]["WB_ROOT"] == str(root) and started[-1]["WB_MAX_CORPUS_MB"] == "5"
     assert started[-1]["WB_WORKSPACE"] == str(root / "workspace")
+    # the script is found through the package (workbench.app), served from its folder
+    assert str(APP / "app.py") in served[-1][0] and served[-1][1] == APP
     assert main(["app", "--workspace", str(tmp_path / "w2")]) == 0  # default root: its folder
     assert started[-1]["WB_ROOT"] == str(tmp_path) and len(started) == 2
     assert main(["app", "--root", str(root), "--workspace", str(tmp_path / "elsewhere")]) == 1

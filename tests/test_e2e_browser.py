@@ -280,8 +280,7 @@ def test_every_page_opens_by_its_address_with_the_apps_navigation(app):
 
     from playwright.sync_api import sync_playwright
 
-    sys.path.insert(0, str(REPO / "apps" / "streamlit"))
-    from common import navigation_pages
+    from workbench.app.common import navigation_pages
 
     url, _ = app
     pages = navigation_pages()

@@ -5,7 +5,6 @@ finishes a stopped job's run (the call cache serves the finished calls)."""
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from workbench.jobs import Job, job_progress, job_row, job_rows, list_jobs, load
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
-APP = REPO / "apps" / "streamlit"
+APP = REPO / "workbench" / "app"  # the app ships in the package: workbench.app
 
 
 def paced(conv):
@@ -235,8 +234,6 @@ def test_jobs_help_explains_the_task_centre(cli):
 @pytest.fixture()
 def app_ws(tmp_path, monkeypatch):
     monkeypatch.setenv("WB_WORKSPACE", str(tmp_path / "ws"))
-    if str(APP) not in sys.path:
-        sys.path.insert(0, str(APP))
     return tmp_path / "ws"
 
 
@@ -320,9 +317,7 @@ def test_page_stops_a_running_job_and_runs_it_again(app_ws, paced_env):
 
 
 def test_task_centre_is_in_the_navigation_after_projects():
-    if str(APP) not in sys.path:
-        sys.path.insert(0, str(APP))
-    from common import navigation_pages
+    from workbench.app.common import navigation_pages
 
     pages = navigation_pages()
     assert [(p.name, t, d) for p, t, _, d in pages[:3]] == [

@@ -70,7 +70,7 @@ class Pipeline:
     stages: tuple[Stage, ...] = ()
     folder: str | None = None  # sub-folder of the run folder; "" = the run folder itself
     cli: str | None = None  # "module:function" that adds commands to the pipeline's group
-    page: str | None = None  # the app page (a file under apps/streamlit/views, or a path)
+    page: str | None = None  # the app page (a file under workbench/app/views, or a path)
     page_title: str | None = None
     page_icon: str = ":material/extension:"
     kind: Literal["pipeline", "experiment"] = "pipeline"

@@ -332,14 +332,15 @@ def app_cmd(workspace: Annotated[Path | None, typer.Option(
     workspaces confined to --root)."""
     import os
 
+    import workbench.app as app_package  # the app ships in the package (no Streamlit import)
     from workbench.errors import WorkbenchError
     from workbench.io import run_child
     from workbench.workspace import streamlit_command, workspace_in
 
-    script = Path(__file__).resolve().parents[2] / "apps" / "streamlit" / "app.py"
-    if not script.exists():
-        raise WorkbenchError(f"the app is not installed here ({script} missing); run from a "
-                             "checkout of the workbench")
+    script = Path(app_package.__file__).resolve().parent / "app.py"
+    if not script.is_file():
+        raise WorkbenchError(f"the app is missing from this installation ({script}); "
+                             "reinstall the workbench")
     start = workspace.expanduser().resolve() if workspace is not None else None
     base = (root.expanduser() if root is not None
             else start.parent if start is not None else Path.cwd()).resolve()

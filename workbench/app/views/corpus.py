@@ -1,8 +1,8 @@
 import hashlib
 
 import streamlit as st
-from common import max_corpus_mb, read_or_none, show_error, workspace
 
+from workbench.app.common import max_corpus_mb, read_or_none, show_error, workspace
 from workbench.corpus import SUPPORTED, ingest
 from workbench.workspace import (
     MAX_UPLOAD_MB,

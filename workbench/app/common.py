@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import streamlit as st
+
 from workbench.errors import WorkbenchError
 from workbench.workspace import MAX_CORPUS_MB, RunInfo, list_runs, workspace_in
 
@@ -30,7 +31,7 @@ LETTERS = "ABCDEFGHIJ"
 
 def navigation_pages() -> list[tuple[Path, str, str, bool]]:
     """(file, title, icon, default) of every page: the core ones, each registered pipeline's
-    page in registry order (a relative page is a file in apps/streamlit/views), then Chat."""
+    page in registry order (a relative page is a file in workbench/app/views), then Chat."""
     from workbench import registry
 
     out = [(PAGES / f, t, i, n == 0) for n, (f, t, i) in enumerate(CORE_PAGES)]

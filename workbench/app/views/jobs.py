@@ -2,10 +2,18 @@
 "run again". The rows come from `workbench.jobs.job_rows`; this page only renders them."""
 
 import streamlit as st
-from common import STATUS_ICONS, read_or_none, show_error, workspace
 
-from workbench.jobs import STATUSES, job_folder, job_rows, kinds_known, list_jobs, load_job, \
-    run_again, stop_job
+from workbench.app.common import STATUS_ICONS, read_or_none, show_error, workspace
+from workbench.jobs import (
+    STATUSES,
+    job_folder,
+    job_rows,
+    kinds_known,
+    list_jobs,
+    load_job,
+    run_again,
+    stop_job,
+)
 
 REFRESH_S = 2.0
 

@@ -2,8 +2,15 @@ import json
 from pathlib import Path
 
 import streamlit as st
-from common import base_config, job_panel, jsonl_rows, read_or_none, show_error, workspace
 
+from workbench.app.common import (
+    base_config,
+    job_panel,
+    jsonl_rows,
+    read_or_none,
+    show_error,
+    workspace,
+)
 from workbench.jobs import start_job
 
 st.title("Trajectories for data agents")

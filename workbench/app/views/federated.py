@@ -2,10 +2,16 @@ import json
 from pathlib import Path
 
 import streamlit as st
-from common import (
-    base_config, job_panel, jsonl_rows, read_or_none, show_error, show_image, workspace,
-)
 
+from workbench.app.common import (
+    base_config,
+    job_panel,
+    jsonl_rows,
+    read_or_none,
+    show_error,
+    show_image,
+    workspace,
+)
 from workbench.federated.knowledge import load_latest_kb, votes
 from workbench.jobs import start_job
 

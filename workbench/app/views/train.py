@@ -1,5 +1,6 @@
 import streamlit as st
-from common import (
+
+from workbench.app.common import (
     base_config,
     job_panel,
     jsonl_rows,
@@ -11,7 +12,6 @@ from common import (
     show_image,
     workspace,
 )
-
 from workbench.jobs import list_jobs, start_job
 from workbench.records import RunManifest
 

@@ -3,9 +3,16 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
-from common import base_config, job_panel, jsonl_rows, read_or_none, show_error, show_image, \
-    workspace
 
+from workbench.app.common import (
+    base_config,
+    job_panel,
+    jsonl_rows,
+    read_or_none,
+    show_error,
+    show_image,
+    workspace,
+)
 from workbench.jobs import start_job
 
 st.title("Domain agents")

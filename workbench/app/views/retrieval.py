@@ -2,8 +2,16 @@ import html
 import re
 
 import streamlit as st
-from common import base_config, job_panel, not_ready, pick_run, runs, show_error, workspace
 
+from workbench.app.common import (
+    base_config,
+    job_panel,
+    not_ready,
+    pick_run,
+    runs,
+    show_error,
+    workspace,
+)
 from workbench.jobs import start_job
 
 st.title("Retrieval playground")

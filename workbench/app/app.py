@@ -1,16 +1,14 @@
 """The Domain-Agent Workbench app: `workbench app` starts it (127.0.0.1 by default).
 
 The navigation is the core pages plus one page per registered pipeline that declares one
-(`Pipeline.page`, in registry order), so a plugin's page appears without touching this file."""
+(`Pipeline.page`, in registry order), so a plugin's page appears without touching this file.
 
-import sys
-from pathlib import Path
+Streamlit runs this file as a script; it and the pages import the app's helpers as
+`workbench.app.common`, from the installed package."""
 
 import streamlit as st
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from common import navigation_pages
+from workbench.app.common import navigation_pages
 
 st.set_page_config(page_title="Domain-Agent Workbench",
                    page_icon=":material/settings_input_antenna:", layout="wide")

@@ -1,5 +1,6 @@
 import streamlit as st
-from common import (
+
+from workbench.app.common import (
     base_config,
     job_panel,
     not_ready,
@@ -11,7 +12,6 @@ from common import (
     show_section,
     workspace,
 )
-
 from workbench.domains import available_packs, load_pack
 from workbench.jobs import start_job
 

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
-from common import (
+
+from workbench.app.common import (
     base_config,
     job_panel,
     jsonl_rows,
@@ -12,7 +13,6 @@ from common import (
     show_image,
     workspace,
 )
-
 from workbench.jobs import start_job
 
 st.title("Improvement loop")

@@ -1,5 +1,6 @@
 import streamlit as st
-from common import (
+
+from workbench.app.common import (
     acc_text,
     base_config,
     job_panel,
@@ -13,7 +14,6 @@ from common import (
     show_section,
     workspace,
 )
-
 from workbench.evaluate.report import SCORING_LABELS, read_eval_results, read_eval_summary
 from workbench.jobs import start_job
 

@@ -6,8 +6,8 @@ and the workspace keeps that as SFT rows and preference pairs (workbench.chat)."
 import os
 
 import streamlit as st
-from common import read_or_none, show_error, workspace
 
+from workbench.app.common import read_or_none, show_error, workspace
 from workbench.chat import MAX_SETUPS, RETRIEVERS, ChatSession, ChatSetup, rate, workspace_choices
 
 st.title("Chat")

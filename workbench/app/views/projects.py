@@ -1,7 +1,7 @@
 import streamlit as st
-from common import acc_text, read_or_none, root, runs, show_error, workspace
 
 from workbench import registry
+from workbench.app.common import acc_text, read_or_none, root, runs, show_error, workspace
 from workbench.jobs import list_jobs
 from workbench.workspace import workspace_in
 

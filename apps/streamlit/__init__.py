@@ -1,1 +1,0 @@
-"""Streamlit workbench for domain experts (a thin shell over the workbench library)."""
