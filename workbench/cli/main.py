@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from workbench.cli.chat import chat_cmd
+from workbench.cli_options import ConfigArg, SetOpt
 
 app = typer.Typer(
     name="workbench",
@@ -31,12 +32,6 @@ config_app = typer.Typer(help="Experiment configs: the schema of every section, 
 app.add_typer(models_app, name="models")
 app.add_typer(data_app, name="data")
 app.add_typer(config_app, name="config")
-
-ConfigArg = Annotated[Optional[Path], typer.Argument(help="Experiment YAML config.",
-                                                     show_default=False)]
-SetOpt = Annotated[Optional[list[str]], typer.Option(
-    "--set", "-s", help="Override a config key, e.g. -s models.chat.spec=/models/qwen "
-                        "(repeatable).")]
 
 
 def echo_err(msg: str) -> None:

@@ -8,17 +8,11 @@ from typing import Annotated
 
 import typer
 
+from workbench.cli_options import ConfigArg, SetOpt, load
+
 PackArg = Annotated[str, typer.Argument(help="The agent pack: kgv, rf or litsearch.")]
-ConfigArg = Annotated[Path | None, typer.Argument(help="Experiment YAML config.",
-                                                     show_default=False)]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", "-s", help="Override a config key, e.g. -s agent.policy=free (repeatable).")]
-
-
 def _cfg(pack: str, config, set_):
-    from workbench.config import load_config
-
-    return load_config(config, [*(set_ or []), f"agent.pack={pack}"])
+    return load(config, None, set_, f"agent.pack={pack}")
 
 
 def _show(t) -> str:

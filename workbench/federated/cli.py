@@ -10,19 +10,16 @@ from typing import Annotated
 
 import typer
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Experiment YAML.")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", "-s", help="Override a config key, e.g. -s federated.rounds=5.")]
+from workbench.cli_options import ConfigArg, ConfigOpt, SetOpt, load
+
 HomeOpt = Annotated[Path, typer.Option("--home", help="Deployment folder (FLWR_HOME, pids, "
                                                       "logs); default federated.deploy.home.")]
 CertsOpt = Annotated[Path | None, typer.Option(
     "--certs", help="Folder with ca.crt, server.crt, server.key (`workbench fed certs`).")]
 
 
-def _cfg(config, set_):
-    from workbench.config import load_config
-
-    return load_config(config, set_)
+def _cfg(config, config_opt, set_):
+    return load(config, config_opt, set_)
 
 
 def _deployment(fc, home: Path | None, certs: Path | None, auth: bool, insecure: bool):
@@ -49,7 +46,7 @@ def register(group: typer.Typer) -> None:
                        f"{len(s.benchmark)} MC items")
 
     @group.command("sim")
-    def sim(config: ConfigOpt = None, set_: SetOpt = None,
+    def sim(config: ConfigArg = None, config_opt: ConfigOpt = None, set_: SetOpt = None,
             fresh: Annotated[bool, typer.Option(help="Start over.")] = False):
         """Run the federated experiment in this process: sites from federated.sites_dir (or
         a split of federated.split.source), FedAvg rounds through the same Flower apps a
@@ -58,7 +55,7 @@ def register(group: typer.Typer) -> None:
         from workbench.progress import quiet_libraries
 
         quiet_libraries()
-        result = run_in_process("fed", _cfg(config, set_),
+        result = run_in_process("fed", _cfg(config, config_opt, set_),
                                 log=lambda m: typer.echo(m, err=True), fresh=fresh)
         typer.echo(result.message)
 
@@ -66,8 +63,8 @@ def register(group: typer.Typer) -> None:
     def up(sites: Annotated[Path | None, typer.Option(
                help="Folder of site folders; default federated.sites_dir, else a split of "
                     "federated.split.source into HOME/sites.")] = None,
-           config: ConfigOpt = None, set_: SetOpt = None, home: HomeOpt = None,
-           certs: CertsOpt = None,
+           config: ConfigArg = None, config_opt: ConfigOpt = None, set_: SetOpt = None,
+           home: HomeOpt = None, certs: CertsOpt = None,
            auth: Annotated[bool, typer.Option(help="SuperNode authentication: one key pair "
                                                    "per site, registered with the SuperLink.")]
            = False,
@@ -77,7 +74,7 @@ def register(group: typer.Typer) -> None:
         online. Refuses to run without --certs unless --insecure is given."""
         from workbench.federated.operate import bring_up
 
-        fc = _cfg(config, set_).federated
+        fc = _cfg(config, config_opt, set_).federated
         d = _deployment(fc, home, certs, auth, insecure)
         pids = bring_up(fc, d, sites)
         typer.echo(f"up: SuperLink 127.0.0.1:{d.port}, {len(pids) - 1} SuperNodes "
@@ -85,7 +82,8 @@ def register(group: typer.Typer) -> None:
                    f"{d.home / 'logs'}")
 
     @group.command("run")
-    def run(config: ConfigOpt = None, set_: SetOpt = None, home: HomeOpt = None,
+    def run(config: ConfigArg = None, config_opt: ConfigOpt = None,
+            set_: SetOpt = None, home: HomeOpt = None,
             certs: CertsOpt = None,
             out: Annotated[Path | None, typer.Option(
                 help="The server's folder (global adapters, rounds.jsonl); default "
@@ -99,7 +97,7 @@ def register(group: typer.Typer) -> None:
         summary. Exits non-zero when the run failed or aborted (the server's exit code)."""
         from workbench.federated.operate import check_outcome, run_rounds
 
-        fc = _cfg(config, set_).federated
+        fc = _cfg(config, config_opt, set_).federated
         d = _deployment(fc, home, certs, False, insecure)
         run = run_rounds(fc, d, out, timeout=timeout, log=lambda m: typer.echo(m, err=True))
         for r in run.rounds:
@@ -109,11 +107,12 @@ def register(group: typer.Typer) -> None:
         check_outcome(run, d)
 
     @group.command("status")
-    def status(config: ConfigOpt = None, set_: SetOpt = None, home: HomeOpt = None):
+    def status(config: ConfigArg = None, config_opt: ConfigOpt = None, set_: SetOpt = None,
+               home: HomeOpt = None):
         """The processes `up` started and the SuperLink's view of its SuperNodes."""
         from workbench.io import pid_alive
 
-        fc = _cfg(config, set_).federated
+        fc = _cfg(config, config_opt, set_).federated
         d = _deployment(fc, home, None, False, True)
         for name, pid in sorted(d.pids().items()):
             typer.echo(f"{name}: pid {pid} {'alive' if pid_alive(pid) else 'gone'}")
@@ -121,9 +120,10 @@ def register(group: typer.Typer) -> None:
             typer.echo(f"node {n.get('node-id')}: {n.get('status')}")
 
     @group.command("down")
-    def down(config: ConfigOpt = None, set_: SetOpt = None, home: HomeOpt = None):
+    def down(config: ConfigArg = None, config_opt: ConfigOpt = None, set_: SetOpt = None,
+             home: HomeOpt = None):
         """Stop every process `up` started (SIGTERM, then SIGKILL after 10 s)."""
-        fc = _cfg(config, set_).federated
+        fc = _cfg(config, config_opt, set_).federated
         d = _deployment(fc, home, None, False, True)
         stopped = d.down()
         typer.echo(f"stopped {', '.join(stopped) or 'nothing (no pids recorded)'}")

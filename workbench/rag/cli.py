@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from workbench.cli_options import ConfigArg, ConfigOpt, SetOpt, load
+
 RetrieverOpt = Annotated[str, typer.Option("--retriever", "-r",
                                            help="keyword, semantic or hybrid.")]
 
@@ -17,13 +19,10 @@ def register(group: typer.Typer) -> None:
     def build(corpus: Annotated[Path, typer.Argument(help="Corpus folder/file, or Section "
                                                           "JSONL.")],
               out: Annotated[Path, typer.Option("--out", "-o", help="Index folder to write.")],
-              config: Annotated[Optional[Path], typer.Option(
-                  "--config", "-c", help="Experiment YAML with a `rag:` section.")] = None,
-              set_: Annotated[Optional[list[str]], typer.Option(
-                  "--set", "-s", help="Override a config key (repeatable).")] = None):
+              config: ConfigArg = None, config_opt: ConfigOpt = None,
+              set_: SetOpt = None):
         """Chunk a corpus and build the keyword (BM25), semantic (FAISS) and hybrid indexes
         into any folder."""
-        from workbench.config import load_config
         from workbench.progress import quiet_libraries
         from workbench.rag.api import build_index
         from workbench.rag.index import RagConfig
@@ -31,7 +30,8 @@ def register(group: typer.Typer) -> None:
         from workbench.io import check_made_here
 
         quiet_libraries()
-        cfg = load_config(config, set_).rag if (config or set_) else RagConfig()
+        given = config or config_opt or set_
+        cfg = load(config, config_opt, set_).rag if given else RagConfig()
         check_made_here(out, ("manifest.json",))  # before any work: never a user's folder
         index, _ = build_index(corpus, out, cfg, log=lambda m: typer.echo(m, err=True))
         m = index.manifest

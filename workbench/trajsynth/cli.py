@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from workbench.cli_options import ConfigArg, ConfigOpt, OutOpt, SetOpt, load
+
 EnvArg = Annotated[str, typer.Argument(help="A SQLite file, a folder of CSV/TSV/Parquet files, "
                                             "or a shipped sample (chinook, sklearn_classic).")]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Experiment YAML.")]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", "-s", help="Override a config key, e.g. -s trajsynth.explore.iterations=100.")]
-OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder to write into.")]
 
 
-def _cfg(config, set_):
-    from workbench.config import load_config
-
-    return load_config(config, set_)
+def _cfg(config, config_opt, set_):
+    return load(config, config_opt, set_)
 
 
 def register(group: typer.Typer) -> None:
@@ -33,20 +28,22 @@ def register(group: typer.Typer) -> None:
         typer.echo(e.profile.digest() if digest else e.profile.model_dump_json(indent=1))
 
     @group.command("tasks")
-    def tasks(env: EnvArg, out: OutOpt, config: ConfigOpt = None, set_: SetOpt = None):
+    def tasks(env: EnvArg, out: OutOpt, config: ConfigArg = None,
+              config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Synthesise and verify the task pool: OUT/tasks.jsonl and tasks.summary.json."""
         from workbench.trajsynth.api import open_env
         from workbench.trajsynth.poolfiles import format_summary, save_pool
         from workbench.trajsynth.tasks import build_pool
 
-        tc = _cfg(config, set_).trajsynth
+        tc = _cfg(config, config_opt, set_).trajsynth
         pool = build_pool(open_env(env), tc.pool)
         save_pool(pool, out / "tasks.jsonl")
         typer.echo(format_summary(pool.summary))
         typer.echo(f"wrote {out / 'tasks.jsonl'}")
 
     @group.command("explore")
-    def explore(env: EnvArg, out: OutOpt, config: ConfigOpt = None, set_: SetOpt = None):
+    def explore(env: EnvArg, out: OutOpt, config: ConfigArg = None,
+                config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Search OUT/tasks.jsonl with MCTS (one tree per task under OUT/trees; a re-run only
         searches what is missing) and export SFT, ICL and preference data."""
         from workbench.progress import quiet_libraries
@@ -55,7 +52,7 @@ def register(group: typer.Typer) -> None:
         from workbench.trajsynth.poolfiles import load_pool
 
         quiet_libraries()
-        cfg = _cfg(config, set_)
+        cfg = _cfg(config, config_opt, set_)
         tc = cfg.trajsynth
         e = open_env(env)
         pool = load_pool(out / "tasks.jsonl")
@@ -70,13 +67,14 @@ def register(group: typer.Typer) -> None:
                    f"{ex['preferences']} preference pairs in {out}")
 
     @group.command("export")
-    def export_cmd(env: EnvArg, out: OutOpt, config: ConfigOpt = None, set_: SetOpt = None):
+    def export_cmd(env: EnvArg, out: OutOpt, config: ConfigArg = None,
+                   config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Write OUT/sft.messages.jsonl, icl_bank.jsonl and preferences.jsonl from the saved
         trees (no search)."""
         from workbench.trajsynth.api import export, open_env, select_tasks
         from workbench.trajsynth.poolfiles import load_pool
 
-        tc = _cfg(config, set_).trajsynth
+        tc = _cfg(config, config_opt, set_).trajsynth
         pool = load_pool(out / "tasks.jsonl")
         ex = export(out, select_tasks(pool, tc.split, tc.limit), open_env(env))
         typer.echo(f"{ex['sft']} SFT conversations, {ex['icl']} ICL entries, "
