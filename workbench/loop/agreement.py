@@ -208,7 +208,7 @@ def refresh_round_guard(loop) -> GuardResult | None:
     guards = [x for x in r.guards if x.guard.kind != "judge_agreement"] + [g]
     choice, _ = recommend(guards, r.deltas, loop.lc.guards.min_gain)
     r = loop.save(r.model_copy(update={"guards": guards, "recommendation": choice}))
-    from workbench.loop.api import write_round_report
+    from workbench.loop.report import write_round_report
 
     write_round_report(loop, r)
     return g

@@ -208,7 +208,7 @@ def register(group: typer.Typer) -> None:
     def history(config: ConfigArg = None, set_: SetOpt = None):
         """Kept and reverted interventions with their per-subset deltas (table; the plot is
         history.png next to it)."""
-        from workbench.loop.api import write_history
+        from workbench.loop.report import write_history
 
         loop = _loop(config, set_)
         if not loop.rounds():

@@ -8,6 +8,7 @@ the sha256 of its weights, so a revert can prove it restored the previous adapte
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +28,11 @@ MODES: dict[str, str] = {
     "incomplete": "knowledge",            # open answer missed most of the rubric
 }
 JOBS = ("knowledge", "reasoning", "calibration", "anchors")
+
+
+def now() -> str:
+    """The time stamp a round's record carries (created, approved, decided)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class _Record(BaseModel):

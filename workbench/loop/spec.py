@@ -1,4 +1,5 @@
-"""The improvement loop as the registry sees it: `workbench loop plan|approve|run|decide|history`."""
+"""The improvement loop as the registry sees it:
+`workbench loop plan|approve|run|decide|history`."""
 
 from workbench.registry import Artifact, Pipeline, Stage
 

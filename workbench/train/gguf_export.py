@@ -67,15 +67,12 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
     which) and write `out` (.gguf). With `check`, the file is loaded back through the
     workbench's GGUF path and its greedy answers to `prompts` are compared with the merged
     model's. Returns a report (sizes, the check's agreement and answers)."""
-    import gguf
-    import numpy as np
     import torch
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from workbench.io import check_replaceable
     from workbench.models.local import check_adapter_dir, model_folder
-    from workbench.models.resolve import resolve_chat_model
 
     if out_type not in TYPES:
         raise WorkbenchError(f"--type {out_type!r}: expected one of {', '.join(TYPES)}")
@@ -84,20 +81,7 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
         raise WorkbenchError(f"{out}: the output file must end in .gguf")
     check_replaceable(out)  # a folder, device or FIFO there is refused before any work
     adapter = check_adapter_dir(adapter)
-    from workbench.train.merge import adapter_base
-
-    base = base or adapter_base(adapter) or "default"
-    source = resolve_chat_model(base)
-    if source.kind not in ("bundled-gguf", "gguf"):
-        raise WorkbenchError(
-            f"{base}: the base model is not a GGUF file, so there is no tokenizer and "
-            "metadata to copy; merge with `workbench train merge ADAPTER -o DIR` and convert DIR "
-            "with llama.cpp's convert_hf_to_gguf.py")
-    reader = gguf.GGUFReader(str(source.path / source.gguf_file))
-    arch = _field(reader, "general.architecture")
-    if arch != "llama":
-        raise WorkbenchError(f"{source.gguf_file}: architecture {arch!r}; GGUF export "
-                             "writes llama-layout models only")
+    base, source, reader, arch = _gguf_base(adapter, base)
     folder = model_folder(source)  # the base's weights as the workbench loads them
     cfg = AutoConfig.from_pretrained(folder)
     log(f"merging {adapter} into {base}")
@@ -113,6 +97,47 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
         raise WorkbenchError(f"the merged tensors do not match {source.gguf_file}'s: missing "
                              f"{sorted(base_names - set(tensors))[:3]}, extra "
                              f"{sorted(set(tensors) - base_names)[:3]}")
+    _write_gguf(out, reader, arch, tensors, out_type=out_type,
+                name=f"{_field(reader, 'general.name') or base} + {_adapter_name(adapter)}")
+    report: dict[str, Any] = {"adapter": str(adapter), "base": base, "gguf": str(out),
+                              "type": out_type, "bytes": out.stat().st_size,
+                              "tensors": len(tensors)}
+    log(f"wrote {out} ({report['bytes'] / 1e6:.0f} MB, {out_type})")
+    if check:
+        tok = AutoTokenizer.from_pretrained(folder)
+        report.update(_check(merged, tok, out, prompts or CHECK_PROMPTS, max_tokens, log))
+    return report
+
+
+def _gguf_base(adapter: Path, base: str | None):
+    """(the base model spec, its resolved source, a reader of its GGUF file, the file's
+    architecture); a base that is not a llama-layout GGUF file is refused."""
+    import gguf
+
+    from workbench.models.resolve import resolve_chat_model
+    from workbench.train.merge import adapter_base
+
+    base = base or adapter_base(adapter) or "default"
+    source = resolve_chat_model(base)
+    if source.kind not in ("bundled-gguf", "gguf"):
+        raise WorkbenchError(
+            f"{base}: the base model is not a GGUF file, so there is no tokenizer and "
+            "metadata to copy; merge with `workbench train merge ADAPTER -o DIR` and convert DIR "
+            "with llama.cpp's convert_hf_to_gguf.py")
+    reader = gguf.GGUFReader(str(source.path / source.gguf_file))
+    arch = _field(reader, "general.architecture")
+    if arch != "llama":
+        raise WorkbenchError(f"{source.gguf_file}: architecture {arch!r}; GGUF export "
+                             "writes llama-layout models only")
+    return base, source, reader, arch
+
+
+def _write_gguf(out: Path, reader, arch: str, tensors: dict[str, Any], *, out_type: str,
+                name: str) -> None:
+    """Write `out` atomically: the base file's metadata (but its name and file type) and
+    `tensors` in the base's order, as `out_type` (norms stay f32, as llama.cpp writes them)."""
+    import gguf
+    import numpy as np
 
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
@@ -127,8 +152,7 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
             vtype = field.types[0]
             sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
             w.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
-        w.add_string("general.name", f"{_field(reader, 'general.name') or base} + "
-                                     f"{_adapter_name(adapter)}")
+        w.add_string("general.name", name)
         w.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
                          "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[out_type])
         if out_type == "q8_0":
@@ -153,14 +177,6 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    report: dict[str, Any] = {"adapter": str(adapter), "base": base, "gguf": str(out),
-                              "type": out_type, "bytes": out.stat().st_size,
-                              "tensors": len(tensors)}
-    log(f"wrote {out} ({report['bytes'] / 1e6:.0f} MB, {out_type})")
-    if check:
-        tok = AutoTokenizer.from_pretrained(folder)
-        report.update(_check(merged, tok, out, prompts or CHECK_PROMPTS, max_tokens, log))
-    return report
 
 
 def _check(merged, tok, out: Path, prompts: list[str], max_tokens: int, log) -> dict:

@@ -25,12 +25,12 @@ from typing import Any
 
 from workbench.errors import TrainingInterrupted
 from workbench.models.templates import fingerprint_warning, template_fingerprint
+from workbench.train.adapter import DEFAULT_TARGETS
+from workbench.train.adapter_folder import export_adapter, model_card
 from workbench.train.config import TrainConfig
 from workbench.train.data import load_examples
-from workbench.train.session import (
-    DEFAULT_TARGETS, export, export_adapter, lr_at, model_card, restore_checkpoint, setup,
-    summed_loss, train_steps,
-)
+from workbench.train.session import export, restore_checkpoint, setup, train_steps
+from workbench.train.step import lr_at, summed_loss
 
 # older imports of these names from here keep working
 __all__ = ["DEFAULT_TARGETS", "TrainResult", "export_adapter", "fingerprint_warning",

@@ -20,41 +20,33 @@ import json
 import math
 import os
 import random
-import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.errors import TrainingInterrupted, WorkbenchError
-from workbench.io import atomic_write_json, replace_dir, sha256_file, sha256_text
+from workbench.io import sha256_file, sha256_text
 from workbench.models.templates import template_fingerprint
 from workbench.records import ChatExample, PreferencePair, RunManifest, library_versions
 from workbench.train import checkpoint as ckpt
-from workbench.train.config import LoraSettings, TrainConfig
-from workbench.train.data import (
-    Batch, Tokenized, load_examples, make_batches, to_tensors, tokenize_all,
+from workbench.train.adapter import (
+    adapter_state, from_adapter, init_adapter_state, load_adapter_state, with_adapter,
 )
+from workbench.train.adapter_folder import export_adapter
+from workbench.train.config import TrainConfig
+from workbench.train.data import Batch, Tokenized, load_examples, tokenize_all
+from workbench.train.evals import domain_accuracy, eval_loss, preference_metrics
+from workbench.train.step import dpo_backward, lr_at, make_epoch, sft_backward
 
 if TYPE_CHECKING:
     import threading
 
-    import torch
-
-# Attention and MLP projections of the common decoder families (Llama/SmolLM/Qwen/Mistral,
-# GPT-2, GPT-NeoX, Phi, Falcon); LoRA on the attention projections is the usual default.
-DEFAULT_TARGETS = {
-    "llama": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "mistral": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "qwen2": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "qwen3": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "gemma": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "phi3": ["qkv_proj", "o_proj"],
-    "gpt2": ["c_attn", "c_proj"],
-    "gpt_neox": ["query_key_value", "dense"],
-    "falcon": ["query_key_value", "dense"],
-}
+# older imports of these names from here keep working
+__all__ = ["TrainingSession", "adapter_state", "eval_loss", "export", "init_adapter_state",
+           "load_adapter_state", "preference_metrics", "restore_checkpoint", "save_checkpoint",
+           "setup", "train_steps"]
 
 
 @dataclass
@@ -116,8 +108,40 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
     with the model as it starts (`train.init_adapter`, or the base model under a fresh
     LoRA), or read from `reference_cache` (a JSONL file; None: kept in memory only).
     """
-    import torch
+    given = _check_inputs(cfg, model_spec=model_spec, model=model, tokenizer=tokenizer,
+                          examples=examples, pairs=pairs)
+    rank, world = _distributed()
+    tokenizer, folder, max_positions, base_model, model_source = _setup_tokenizer(
+        cfg, model_spec=model_spec, model=model, tokenizer=tokenizer)
+    train_set, eval_set, data_source, data_hash = _setup_data(
+        cfg, tokenizer, given, seed=seed, max_positions=max_positions)
+    device, dtype = _placement(cfg, world, model)
+    model, forward = _setup_model(cfg, model, folder, seed=seed, device=device, dtype=dtype,
+                                  world=world)
+    params, optimizer = _setup_optimizer(cfg, model)
+    first_epoch, total = _setup_schedule(cfg, train_set, tokenizer, seed=seed, world=world)
+    reference, ref_forwards = None, 0
+    if cfg.method == "dpo":
+        reference, ref_forwards = _setup_reference(
+            cfg, model, train_set + eval_set, tokenizer, base_model=base_model,
+            model_source=model_source, dtype=dtype, device=device,
+            reference_cache=reference_cache)
+    return TrainingSession(
+        cfg=cfg, seed=seed, model=model, tokenizer=tokenizer, optimizer=optimizer,
+        params=params, train_set=train_set, eval_set=eval_set, device=device, dtype=dtype,
+        total=total, warmup=int(total * cfg.warmup_ratio), batches_per_epoch=len(first_epoch),
+        base_model=base_model, model_source=model_source, data_source=data_source,
+        data_hash=data_hash, forward=forward, rank=rank, world=world,
+        benchmark=_load_benchmark(cfg),
+        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
+        reference=reference, ref_forwards=ref_forwards, _epoch=(0, first_epoch))
 
+
+# --- the steps of setup, in the order it takes them -------------------------------------------
+
+def _check_inputs(cfg: TrainConfig, *, model_spec, model, tokenizer, examples, pairs):
+    """Refuse a model given twice or not at all, and data of the other method or given twice;
+    returns the data passed in memory (None: `cfg.data` names it)."""
     if (model_spec is None) == (model is None):
         raise WorkbenchError("pass a model_spec or an in-memory model, not both or neither")
     if model is not None and tokenizer is None:
@@ -132,9 +156,13 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
     if given is not None and cfg.data:
         raise WorkbenchError(f"{what} were passed and train.data is {cfg.data!r}: pass one "
                              f"(train.data=None to train on the {what})")
-    rank, world = _distributed()
+    return given
 
-    # the tokenizer and the model's identity
+
+def _setup_tokenizer(cfg: TrainConfig, *, model_spec, model, tokenizer):
+    """The tokenizer and the model's identity, before any weights are loaded: (tokenizer,
+    the model's folder (None in memory), its max positions, its name, where it came from)."""
+    folder = None
     if model_spec is not None:
         from transformers import AutoConfig, AutoTokenizer
 
@@ -157,8 +185,13 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
         tokenizer.chat_template = cfg.chat_template
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, folder, max_positions, base_model, model_source
 
-    # the data: tokenised and checked in full, then a seeded train/eval split
+
+def _setup_data(cfg: TrainConfig, tokenizer, given, *, seed: int, max_positions):
+    """The data tokenised and checked in full, then a seeded train/eval split: (train set,
+    eval set, where the data came from, its hash)."""
+    dpo = cfg.method == "dpo"
     if given is None:
         data_path, given = (_load_pairs(cfg) if dpo else load_examples(cfg))
         data_source, data_hash = str(data_path), sha256_file(data_path)[:16]
@@ -181,17 +214,24 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
     train_set = [tokenized[i] for i in sorted(order[n_eval:])]
     if not train_set:
         raise WorkbenchError("no training examples left after the eval split")
+    return train_set, eval_set, data_source, data_hash
 
-    # the model with its adapter; the seed fixes the adapter's initialisation and dropout
-    device, dtype = _placement(cfg, world, model)
+
+def _setup_model(cfg: TrainConfig, model, folder, *, seed: int, device: str, dtype,
+                 world: int):
+    """(the model with its trainable adapter on its device, what the steps call forward: the
+    model or its DistributedDataParallel wrapper). The seed fixes the adapter's
+    initialisation and dropout."""
+    import torch
+
     torch.manual_seed(seed)
     if model is None:
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     if cfg.init_adapter:
-        model = _from_adapter(model, cfg.init_adapter)
-    model = _with_adapter(model, cfg.lora)
+        model = from_adapter(model, cfg.init_adapter)
+    model = with_adapter(model, cfg.lora)
     if cfg.lora.freeze_a:
         for name, p in model.named_parameters():
             if ".lora_A." in name:
@@ -208,35 +248,98 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
 
         forward = DistributedDataParallel(model, device_ids=[device] if "cuda" in device
                                           else None)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    return model, forward
 
-    # the schedule: optimizer steps from epochs (or train.max_steps)
-    first_epoch = _make_epoch(cfg, train_set, tokenizer, seed, 0)
+
+def _setup_optimizer(cfg: TrainConfig, model):
+    """(the trainable (adapter) parameters, AdamW over them)."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    return params, torch.optim.AdamW(params, lr=cfg.learning_rate,
+                                     weight_decay=cfg.weight_decay)
+
+
+def _setup_schedule(cfg: TrainConfig, train_set, tokenizer, *, seed: int, world: int):
+    """(the first epoch's batches, the optimizer steps of the schedule: from epochs, or
+    train.max_steps)."""
+    first_epoch = make_epoch(cfg, train_set, tokenizer, seed, 0)
     steps_per_epoch = max(1, len(first_epoch) // (cfg.grad_accum * world))
     total = cfg.max_steps or max(1, int(steps_per_epoch * cfg.epochs))
-    reference, ref_forwards = None, 0
-    if dpo:  # the policy at step 0 is the reference: its log-probabilities, once
-        from workbench.train.preference import ReferenceCache, compute_reference, model_key
+    return first_epoch, total
 
-        from peft import get_peft_model_state_dict
 
-        key = model_key(base_model, model_source, get_peft_model_state_dict(
-            model, adapter_name=model.active_adapter), dtype)
-        reference = ReferenceCache(reference_cache if cfg.dpo.reference_cache else None, key)
-        ref_forwards = compute_reference(model, train_set + eval_set, reference,
-                                         batch_size=cfg.batch_size,
-                                         pad_id=tokenizer.pad_token_id, device=device)
-    return TrainingSession(
-        cfg=cfg, seed=seed, model=model, tokenizer=tokenizer, optimizer=optimizer,
-        params=params, train_set=train_set, eval_set=eval_set, device=device, dtype=dtype,
-        total=total, warmup=int(total * cfg.warmup_ratio), batches_per_epoch=len(first_epoch),
-        base_model=base_model, model_source=model_source, data_source=data_source,
-        data_hash=data_hash, forward=forward, rank=rank, world=world,
-        benchmark=_load_benchmark(cfg),
-        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
-        reference=reference, ref_forwards=ref_forwards, _epoch=(0, first_epoch))
+def _setup_reference(cfg: TrainConfig, model, pairs, tokenizer, *, base_model: str,
+                     model_source: str, dtype, device: str, reference_cache):
+    """Method dpo: the policy at step 0 is the reference; its log-probabilities of every
+    pair, computed once (or read from the cache). Returns (the cache, forward passes run)."""
+    from workbench.train.preference import ReferenceCache, compute_reference, model_key
 
+    from peft import get_peft_model_state_dict
+
+    key = model_key(base_model, model_source, get_peft_model_state_dict(
+        model, adapter_name=model.active_adapter), dtype)
+    reference = ReferenceCache(reference_cache if cfg.dpo.reference_cache else None, key)
+    ref_forwards = compute_reference(model, pairs, reference, batch_size=cfg.batch_size,
+                                     pad_id=tokenizer.pad_token_id, device=device)
+    return reference, ref_forwards
+
+
+def _distributed() -> tuple[int, int]:
+    """(rank, world size) from the torchrun / accelerate environment; joins the process
+    group when there is more than one process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1:
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return rank, world
+
+
+def _placement(cfg: TrainConfig, world: int, model) -> tuple[str, Any]:
+    """(device, dtype): picked from the config for a model still to be loaded; an in-memory
+    model keeps its dtype and, unless `cfg.device` says otherwise, its device."""
+    import torch
+
+    from workbench.models.local import pick_device, pick_dtype
+
+    if model is None:
+        device = pick_device(cfg.device)
+        if world > 1 and device == "cuda":
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        return device, pick_dtype(device, cfg.dtype)
+    first = next(model.parameters())
+    if cfg.dtype != "auto" and getattr(torch, cfg.dtype, None) != first.dtype:
+        raise WorkbenchError(f"train.dtype is {cfg.dtype} but the model in memory is "
+                             f"{first.dtype}: convert it first (model.to(dtype)) or leave "
+                             f"train.dtype at auto")
+    return (str(first.device) if cfg.device == "auto" else cfg.device), first.dtype
+
+
+def _load_pairs(cfg: TrainConfig):
+    from workbench.train.preference import load_pairs
+
+    if not cfg.data:
+        raise WorkbenchError("train.data is not set: pass a preference JSONL file")
+    path = Path(cfg.data)
+    if path.is_dir():
+        raise WorkbenchError(f"{cfg.data}: train.method dpo reads a preference JSONL file "
+                             f"(prompt/chosen/rejected), not a folder")
+    return path, load_pairs(path)
+
+
+def _load_benchmark(cfg: TrainConfig):
+    if not cfg.domain_eval.benchmark:
+        return None
+    from workbench.records import MCItem, read_records
+
+    return read_records(cfg.domain_eval.benchmark, MCItem)[:cfg.domain_eval.max_items]
+
+
+# --- train ------------------------------------------------------------------------------------
 
 def train_steps(session: TrainingSession, n: int, *,
                 should_stop: Callable[[], bool] | threading.Event | None = None,
@@ -266,9 +369,9 @@ def train_steps(session: TrainingSession, n: int, *,
             group["lr"] = lr
         batches = _micro_batches(s, step)
         if cfg.method == "dpo":
-            n_label, loss_sum, extra = _dpo_backward(s, batches)
+            n_label, loss_sum, extra = dpo_backward(s, batches)
         else:
-            n_label, loss_sum, extra = _sft_backward(s, batches)
+            n_label, loss_sum, extra = sft_backward(s, batches)
         grad_norm = torch.nn.utils.clip_grad_norm_(s.params, cfg.max_grad_norm).item()
         if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
             raise WorkbenchError(f"step {step + 1}: the loss or the gradient is not finite "
@@ -312,143 +415,20 @@ def train_steps(session: TrainingSession, n: int, *,
     return rows
 
 
-def _sft_backward(s: TrainingSession, batches) -> tuple[int, float, dict]:
-    n_label = sum(b.n_trained for b in batches)
-    loss_sum = 0.0
-    for b in batches:
-        inputs = to_tensors(b, s.device)
-        labels = inputs.pop("labels")
-        loss = summed_loss(s.forward, inputs, labels)
-        (loss / n_label).backward()  # mean over every labelled token of the step
-        loss_sum += loss.item()
-        s.tokens_real += b.n_real
-        s.tokens_padded += len(b.input_ids) * len(b.input_ids[0])
-    return n_label, loss_sum, {}
+def _micro_batches(s: TrainingSession, step: int) -> list[Batch]:
+    """This rank's micro-batches of optimizer step `step`: global micro-batch
+    step * grad_accum * world + k * world + rank, counted through the epochs."""
+    per_step = s.cfg.grad_accum * s.world
+    out = []
+    for k in range(s.cfg.grad_accum):
+        epoch, pos = divmod(step * per_step + k * s.world + s.rank, s.batches_per_epoch)
+        if s._epoch is None or s._epoch[0] != epoch:
+            s._epoch = (epoch, make_epoch(s.cfg, s.train_set, s.tokenizer, s.seed, epoch))
+        out.append(s._epoch[1][pos])
+    return out
 
 
-def _dpo_backward(s: TrainingSession, batches) -> tuple[int, float, dict]:
-    """Mean DPO loss over the step's pairs; reward statistics of the same pairs."""
-    import torch
-
-    from workbench.train.preference import dpo_loss, sequence_logps
-
-    n_pairs = sum(b.pairs for b in batches)
-    loss_sum, stats = 0.0, {"chosen_reward": [], "rejected_reward": []}
-    for b in batches:
-        policy, counts = sequence_logps(s.forward, b, s.device)
-        ref = s.reference.tensor(b.keys, s.device)
-        loss, st = dpo_loss(policy, ref, counts, beta=s.cfg.dpo.beta, kind=s.cfg.dpo.loss,
-                            label_smoothing=s.cfg.dpo.label_smoothing)
-        (loss.sum() / n_pairs).backward()
-        loss_sum += float(loss.detach().sum())
-        for k in stats:
-            stats[k].append(st[k])
-        s.tokens_real += b.n_real
-        s.tokens_padded += len(b.input_ids) * len(b.input_ids[0])
-    return n_pairs, loss_sum, _reward_summary(torch.cat(stats["chosen_reward"]),
-                                              torch.cat(stats["rejected_reward"]))
-
-
-def _reward_summary(chosen, rejected) -> dict[str, float]:
-    return {"reward_accuracy": float((chosen > rejected).float().mean()),
-            "reward_margin": float((chosen - rejected).mean()),
-            "chosen_reward": float(chosen.mean()), "rejected_reward": float(rejected.mean())}
-
-
-def preference_metrics(session: TrainingSession, pairs) -> dict[str, float]:
-    """DPO loss, reward accuracy and margin of the current policy on `pairs` (held-out, say),
-    against the session's reference; and `preference_accuracy`: the share of pairs whose
-    chosen side the policy gives a higher log-probability than the rejected one."""
-    import torch
-
-    from workbench.train.preference import dpo_loss, pair_batches, sequence_logps
-
-    s = session
-    if not pairs:
-        nan = float("nan")
-        return {"loss": nan, "reward_accuracy": nan, "reward_margin": nan,
-                "chosen_reward": nan, "rejected_reward": nan, "preference_accuracy": nan}
-    s.model.eval()
-    losses, chosen, rejected, prefer = [], [], [], []
-    with torch.no_grad():
-        for b in pair_batches(pairs, batch_size=s.cfg.batch_size,
-                              pad_id=s.tokenizer.pad_token_id, seed=0, epoch=0,
-                              shuffle=False):
-            lp, counts = sequence_logps(s.model, b, s.device)
-            loss, st = dpo_loss(lp, s.reference.tensor(b.keys, s.device), counts,
-                                beta=s.cfg.dpo.beta, kind=s.cfg.dpo.loss,
-                                label_smoothing=s.cfg.dpo.label_smoothing)
-            losses.append(loss)
-            chosen.append(st["chosen_reward"])
-            rejected.append(st["rejected_reward"])
-            prefer.append((st["chosen_logp"] > st["rejected_logp"]).float())
-    s.model.train()
-    return {"loss": float(torch.cat(losses).mean()),
-            **_reward_summary(torch.cat(chosen), torch.cat(rejected)),
-            "preference_accuracy": float(torch.cat(prefer).mean())}
-
-
-def adapter_state(session: TrainingSession) -> dict[str, torch.Tensor]:
-    """The adapter's tensors, named as PEFT names them in `adapter_model.safetensors`, as
-    detached CPU copies (training on does not change them)."""
-    from peft import get_peft_model_state_dict
-
-    state = get_peft_model_state_dict(session.model, adapter_name=session.model.active_adapter)
-    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
-
-
-def init_adapter_state(lora: LoraSettings, *, model_spec: str | None = None, model=None,
-                       seed: int = 0) -> dict[str, torch.Tensor]:
-    """The adapter `setup` would start from (same seed: same A, B = 0) without data or an
-    optimizer: what a federated server sends out in round 1. `model` is consumed (LoRA layers
-    are injected into it)."""
-    import torch
-
-    if (model_spec is None) == (model is None):
-        raise WorkbenchError("pass a model_spec or an in-memory model, not both or neither")
-    if model is None:
-        from transformers import AutoModelForCausalLM
-
-        from workbench.models.local import model_folder
-        from workbench.models.resolve import resolve_chat_model
-
-        source = resolve_chat_model(model_spec)
-        if source.kind == "openai":
-            raise WorkbenchError("an adapter needs local weights, not an HTTP endpoint")
-        model = AutoModelForCausalLM.from_pretrained(model_folder(source),
-                                                     dtype=torch.float32)
-    torch.manual_seed(seed)
-    from peft import get_peft_model_state_dict
-
-    peft = _with_adapter(model, lora)
-    state = get_peft_model_state_dict(peft, adapter_name=peft.active_adapter)
-    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
-
-
-def load_adapter_state(session: TrainingSession, state: Mapping[str, torch.Tensor]) -> None:
-    """Replace the adapter's tensors with `state` (names as `adapter_state` gives them).
-
-    Strict: a missing, unexpected or differently shaped tensor is refused, by name, before
-    anything is written. The optimizer's moments and the step counter are left as they are.
-    """
-    from peft import get_peft_model_state_dict, set_peft_model_state_dict
-
-    name = session.model.active_adapter
-    expected = get_peft_model_state_dict(session.model, adapter_name=name)
-    problems = [f"missing {k}" for k in sorted(set(expected) - set(state))]
-    problems += [f"unexpected {k}" for k in sorted(set(state) - set(expected))]
-    for k in sorted(set(expected) & set(state)):
-        want = tuple(expected[k].shape)
-        if not hasattr(state[k], "shape"):
-            problems.append(f"{k} is a {type(state[k]).__name__}, not a tensor")
-        elif tuple(state[k].shape) != want:
-            problems.append(f"{k} has shape {tuple(state[k].shape)}, the adapter's is {want}")
-    if problems:
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more"
-                                           if len(problems) > 5 else "")
-        raise WorkbenchError(f"adapter state does not fit this session's adapter: {shown}")
-    set_peft_model_state_dict(session.model, dict(state), adapter_name=name)
-
+# --- checkpoints and the adapter folder -------------------------------------------------------
 
 def save_checkpoint(session: TrainingSession, *,
                     fault: Callable[[str], None] | None = None) -> Path | None:
@@ -512,299 +492,3 @@ def export(session: TrainingSession, output: str | Path, *, run_id: str | None =
     if s.rank == 0:
         export_adapter(s.model, s.tokenizer, output, manifest, s.metrics)
     return manifest
-
-
-# --- the pieces of a step ---------------------------------------------------------------------
-
-def lr_at(step: int, total: int, base: float, warmup: int, kind: str) -> float:
-    """Learning rate for optimizer step `step` (0-based): linear warm-up, then decay."""
-    if warmup and step < warmup:
-        return base * (step + 1) / warmup
-    if kind == "constant":
-        return base
-    progress = (step - warmup) / max(1, total - warmup)
-    if kind == "linear":
-        return base * max(0.0, 1 - progress)
-    return base * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-
-def _micro_batches(s: TrainingSession, step: int) -> list[Batch]:
-    """This rank's micro-batches of optimizer step `step`: global micro-batch
-    step * grad_accum * world + k * world + rank, counted through the epochs."""
-    per_step = s.cfg.grad_accum * s.world
-    out = []
-    for k in range(s.cfg.grad_accum):
-        epoch, pos = divmod(step * per_step + k * s.world + s.rank, s.batches_per_epoch)
-        if s._epoch is None or s._epoch[0] != epoch:
-            s._epoch = (epoch, _make_epoch(s.cfg, s.train_set, s.tokenizer, s.seed, epoch))
-        out.append(s._epoch[1][pos])
-    return out
-
-
-def _make_epoch(cfg: TrainConfig, train_set, tok, seed: int, epoch: int) -> list:
-    if cfg.method == "dpo":
-        from workbench.train.preference import pair_batches
-
-        return pair_batches(train_set, batch_size=cfg.batch_size, pad_id=tok.pad_token_id,
-                            seed=seed, epoch=epoch)
-    return make_batches(train_set, batch_size=cfg.batch_size, max_length=cfg.max_length,
-                        packing=cfg.packing, pad_id=tok.pad_token_id, seed=seed, epoch=epoch)
-
-
-def summed_loss(model, inputs: dict, labels):
-    """Sum of next-token cross-entropy over the labelled (assistant) positions.
-
-    Where the model exposes its decoder and output embedding (Llama, Qwen, Mistral, Gemma,
-    ...), the vocabulary projection runs only on the positions that have a label: the
-    prompt's positions never need logits, and the full (batch x length x vocabulary) logits
-    tensor, its shifted copy and its softmax are never materialised.
-    """
-    import torch
-
-    parts = decoder_and_head(model)
-    if parts is None:  # generic path, and under DDP, whose own forward must run to sync
-        logits = model(**inputs, use_cache=False).logits.float()
-        return torch.nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-            ignore_index=-100, reduction="sum")
-    decoder, head = parts
-    hidden = decoder(**inputs, use_cache=False).last_hidden_state
-    target = labels[:, 1:]
-    keep = target != -100
-    logits = head(hidden[:, :-1][keep]).float()
-    return torch.nn.functional.cross_entropy(logits, target[keep], reduction="sum")
-
-
-def decoder_and_head(model):
-    """(decoder, output embedding) of a model whose logits are the head applied to the
-    decoder's last hidden state (Llama, Qwen, Mistral, Gemma, ...), so logits can be computed
-    only at the positions that have a label; None under DDP (whose own forward must run) or
-    when the model scales or caps its logits."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    if isinstance(model, DistributedDataParallel):
-        return None
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    decoder = getattr(inner, "get_decoder", lambda: None)()
-    head = inner.get_output_embeddings()
-    cfg = inner.config
-    if decoder is None or head is None or getattr(cfg, "final_logit_softcapping", None) \
-            or getattr(cfg, "logit_scale", None) is not None:
-        return None
-    return decoder, head
-
-
-def eval_loss(session: TrainingSession) -> float:
-    """Mean next-token loss per labelled token on the held-out examples (method dpo: the
-    mean DPO loss of the held-out pairs)."""
-    import torch
-
-    s = session
-    if s.cfg.method == "dpo":
-        return preference_metrics(s, s.eval_set)["loss"]
-    s.model.eval()
-    total = n = 0
-    with torch.no_grad():
-        for b in _make_epoch(s.cfg, s.eval_set, s.tokenizer, 0, 0):
-            inputs = to_tensors(b, s.device)
-            labels = inputs.pop("labels")
-            total += summed_loss(s.model, inputs, labels).item()
-            n += b.n_trained
-    s.model.train()
-    return total / max(n, 1)
-
-
-def domain_accuracy(session: TrainingSession) -> float:
-    """Multiple-choice accuracy (log-likelihood of the letters) on `train.domain_eval`'s
-    benchmark with the model being trained, through the scorer the evaluation uses."""
-    from workbench.evaluate.mc import accuracy_of, loglik_letter_predictions
-    from workbench.models.local import LocalChatModel
-
-    s = session
-    s.model.eval()
-    scorer = LocalChatModel.wrap(s.model, s.tokenizer, device=s.device, identity="training")
-    preds = loglik_letter_predictions(scorer, s.benchmark)
-    s.model.train()
-    return accuracy_of(preds, s.benchmark)
-
-
-# --- setup helpers ----------------------------------------------------------------------------
-
-def _distributed() -> tuple[int, int]:
-    """(rank, world size) from the torchrun / accelerate environment; joins the process
-    group when there is more than one process."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    if world > 1:
-        import torch
-        import torch.distributed as dist
-
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return rank, world
-
-
-def _placement(cfg: TrainConfig, world: int, model) -> tuple[str, Any]:
-    """(device, dtype): picked from the config for a model still to be loaded; an in-memory
-    model keeps its dtype and, unless `cfg.device` says otherwise, its device."""
-    import torch
-
-    from workbench.models.local import pick_device, pick_dtype
-
-    if model is None:
-        device = pick_device(cfg.device)
-        if world > 1 and device == "cuda":
-            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-        return device, pick_dtype(device, cfg.dtype)
-    first = next(model.parameters())
-    if cfg.dtype != "auto" and getattr(torch, cfg.dtype, None) != first.dtype:
-        raise WorkbenchError(f"train.dtype is {cfg.dtype} but the model in memory is "
-                             f"{first.dtype}: convert it first (model.to(dtype)) or leave "
-                             f"train.dtype at auto")
-    return (str(first.device) if cfg.device == "auto" else cfg.device), first.dtype
-
-
-def _load_pairs(cfg: TrainConfig):
-    from workbench.train.preference import load_pairs
-
-    if not cfg.data:
-        raise WorkbenchError("train.data is not set: pass a preference JSONL file")
-    path = Path(cfg.data)
-    if path.is_dir():
-        raise WorkbenchError(f"{cfg.data}: train.method dpo reads a preference JSONL file "
-                             f"(prompt/chosen/rejected), not a folder")
-    return path, load_pairs(path)
-
-
-def _from_adapter(model, folder: str):
-    """The model with a trainable copy of the adapter in `folder` (train.init_adapter)."""
-    from peft import PeftModel
-
-    path = Path(folder)
-    if not (path / "adapter_config.json").is_file():
-        raise WorkbenchError(f"train.init_adapter {folder}: not an adapter folder (no "
-                             f"adapter_config.json)")
-    return PeftModel.from_pretrained(model, str(path), is_trainable=True)
-
-
-def _with_adapter(model, lora: LoraSettings):
-    """The model as a PeftModel with a trainable LoRA adapter."""
-    from peft import LoraConfig, PeftModel, get_peft_model
-
-    if isinstance(model, PeftModel):
-        _check_adapter(model, lora)
-        return model
-    targets = lora.target_modules or DEFAULT_TARGETS.get(model.config.model_type)
-    if not targets:
-        raise WorkbenchError(f"no default LoRA targets for model type "
-                             f"{model.config.model_type!r}: set train.lora.target_modules")
-    return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha,
-                                            lora_dropout=lora.dropout, target_modules=targets,
-                                            task_type="CAUSAL_LM"))
-
-
-def _check_adapter(model, lora: LoraSettings) -> None:
-    from peft import LoraConfig
-
-    pc = model.peft_config[model.active_adapter]
-    if not isinstance(pc, LoraConfig):
-        raise WorkbenchError(f"the PeftModel carries a {pc.peft_type} adapter; training here "
-                             f"is LoRA")
-    have = {"r": pc.r, "alpha": pc.lora_alpha, "dropout": pc.lora_dropout}
-    want = {"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout}
-    if lora.target_modules:
-        have["target_modules"] = sorted(pc.target_modules)
-        want["target_modules"] = sorted(lora.target_modules)
-    differ = [f"{k}: adapter {have[k]}, train.lora {want[k]}" for k in want
-              if have[k] != want[k]]
-    if differ:
-        raise WorkbenchError("the PeftModel's adapter disagrees with train.lora ("
-                             + "; ".join(differ) + "): make them agree")
-    if not any(p.requires_grad for p in model.parameters()):
-        raise WorkbenchError("the PeftModel's adapter is frozen: load it with "
-                             "PeftModel.from_pretrained(..., is_trainable=True)")
-
-
-def _load_benchmark(cfg: TrainConfig):
-    if not cfg.domain_eval.benchmark:
-        return None
-    from workbench.records import MCItem, read_records
-
-    return read_records(cfg.domain_eval.benchmark, MCItem)[:cfg.domain_eval.max_items]
-
-
-# --- the adapter folder -----------------------------------------------------------------------
-
-def export_adapter(model, tok, output: Path, manifest: dict, metrics: list[dict]) -> None:
-    """Write the adapter folder atomically: safetensors only, model card, manifest."""
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.parent / f".{output.name}.export-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    atomic_write_json(tmp / "manifest.json", manifest)
-    with open(tmp / "metrics.jsonl", "w") as fh:
-        fh.writelines(json.dumps(row) + "\n" for row in metrics)
-    _plot_curves(metrics, tmp / "training_curves.png")
-    (tmp / "README.md").write_text(model_card(manifest, metrics))
-    replace_dir(tmp, output)
-
-
-def model_card(manifest: dict, metrics: list[dict]) -> str:
-    o = manifest["outputs"]
-    final = o.get("final", {})
-    lines = ["---", "library_name: peft", f"base_model: {o['base_model']}",
-             f"tags: [lora, workbench, {manifest['config'].get('method', 'sft')}]", "---",
-             "", f"# LoRA adapter for {o['base_model']}",
-             "", "Trained with the Domain-Agent Workbench (`workbench train`).", "",
-             f"- base model: `{o['base_model']}` ({o['model_source']})",
-             f"- chat template fingerprint: `{o['chat_template_fingerprint']}`",
-             f"- data sha256: `{manifest['input_hashes']['data']}`",
-             (f"- steps: {o['steps']}, train examples: {o['train_examples']}, "
-              f"eval examples: {o['eval_examples']}"),
-             f"- device: {o['device']} ({o['dtype']})"]
-    for k in ("loss", "eval_loss", "domain_accuracy", "reward_accuracy", "reward_margin",
-              "eval_reward_accuracy", "eval_preference_accuracy"):
-        if k in final:
-            lines.append(f"- final {k.replace('_', ' ')}: {final[k]:.4f}")
-    lines += ["", "Hyper-parameters: see `manifest.json`; per-step metrics: `metrics.jsonl`."]
-    return "\n".join(lines) + "\n"
-
-
-def _plot_curves(metrics: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    if not metrics:
-        return
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot([m["step"] for m in metrics], [m["loss"] for m in metrics], label="train loss")
-    ev = [m for m in metrics if "eval_loss" in m]
-    if ev:
-        ax.plot([m["step"] for m in ev], [m["eval_loss"] for m in ev], "o-", label="eval loss")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    dom = [m for m in metrics if "domain_accuracy" in m]
-    rew = [m for m in metrics if "reward_accuracy" in m]
-    if dom or rew:
-        ax2 = ax.twinx()
-        if dom:
-            ax2.plot([m["step"] for m in dom], [m["domain_accuracy"] for m in dom], "s--",
-                     color="tab:green", label="domain accuracy")
-        if rew:  # DPO: the share of pairs whose chosen reward is above the rejected one
-            ax2.plot([m["step"] for m in rew], [m["reward_accuracy"] for m in rew], ".-",
-                     color="tab:purple", label="reward accuracy")
-        ax2.set_ylabel("accuracy")
-        ax2.set_ylim(0, 1)
-        ax2.legend(loc="lower left")
-    ax.legend(loc="upper right")
-    fig.tight_layout()
-    from workbench.io import atomic_savefig
-
-    atomic_savefig(fig, path, dpi=100)
-    plt.close(fig)

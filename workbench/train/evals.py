@@ -1,0 +1,79 @@
+"""What the model being trained is measured by between steps: the held-out loss, the DPO
+preference metrics of held-out pairs, and multiple-choice accuracy on a domain benchmark."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from workbench.train.data import to_tensors
+from workbench.train.step import make_epoch, reward_summary, summed_loss
+
+if TYPE_CHECKING:
+    from workbench.train.session import TrainingSession
+
+
+def eval_loss(session: TrainingSession) -> float:
+    """Mean next-token loss per labelled token on the held-out examples (method dpo: the
+    mean DPO loss of the held-out pairs)."""
+    import torch
+
+    s = session
+    if s.cfg.method == "dpo":
+        return preference_metrics(s, s.eval_set)["loss"]
+    s.model.eval()
+    total = n = 0
+    with torch.no_grad():
+        for b in make_epoch(s.cfg, s.eval_set, s.tokenizer, 0, 0):
+            inputs = to_tensors(b, s.device)
+            labels = inputs.pop("labels")
+            total += summed_loss(s.model, inputs, labels).item()
+            n += b.n_trained
+    s.model.train()
+    return total / max(n, 1)
+
+
+def domain_accuracy(session: TrainingSession) -> float:
+    """Multiple-choice accuracy (log-likelihood of the letters) on `train.domain_eval`'s
+    benchmark with the model being trained, through the scorer the evaluation uses."""
+    from workbench.evaluate.mc import accuracy_of, loglik_letter_predictions
+    from workbench.models.local import LocalChatModel
+
+    s = session
+    s.model.eval()
+    scorer = LocalChatModel.wrap(s.model, s.tokenizer, device=s.device, identity="training")
+    preds = loglik_letter_predictions(scorer, s.benchmark)
+    s.model.train()
+    return accuracy_of(preds, s.benchmark)
+
+
+def preference_metrics(session: TrainingSession, pairs) -> dict[str, float]:
+    """DPO loss, reward accuracy and margin of the current policy on `pairs` (held-out, say),
+    against the session's reference; and `preference_accuracy`: the share of pairs whose
+    chosen side the policy gives a higher log-probability than the rejected one."""
+    import torch
+
+    from workbench.train.preference import dpo_loss, pair_batches, sequence_logps
+
+    s = session
+    if not pairs:
+        nan = float("nan")
+        return {"loss": nan, "reward_accuracy": nan, "reward_margin": nan,
+                "chosen_reward": nan, "rejected_reward": nan, "preference_accuracy": nan}
+    s.model.eval()
+    losses, chosen, rejected, prefer = [], [], [], []
+    with torch.no_grad():
+        for b in pair_batches(pairs, batch_size=s.cfg.batch_size,
+                              pad_id=s.tokenizer.pad_token_id, seed=0, epoch=0,
+                              shuffle=False):
+            lp, counts = sequence_logps(s.model, b, s.device)
+            loss, st = dpo_loss(lp, s.reference.tensor(b.keys, s.device), counts,
+                                beta=s.cfg.dpo.beta, kind=s.cfg.dpo.loss,
+                                label_smoothing=s.cfg.dpo.label_smoothing)
+            losses.append(loss)
+            chosen.append(st["chosen_reward"])
+            rejected.append(st["rejected_reward"])
+            prefer.append((st["chosen_logp"] > st["rejected_logp"]).float())
+    s.model.train()
+    return {"loss": float(torch.cat(losses).mean()),
+            **reward_summary(torch.cat(chosen), torch.cat(rejected)),
+            "preference_accuracy": float(torch.cat(prefer).mean())}
