@@ -35,3 +35,54 @@ def register(group: typer.Typer) -> None:
 
         data, md = read_report(run)
         typer.echo(data.model_dump_json(indent=2) if json_out else md)
+
+    @group.command("verifier-check")
+    def verifier_check_cmd(
+            run: Annotated[Path, typer.Argument(help="Run folder (or its distill/).")],
+            rate: Annotated[bool, typer.Option(
+                help="Rate the next sampled items here (y: the sample is correct and "
+                     "answerable from the text, n: it is not, s: skip, q: stop).")] = False,
+            by: Annotated[str, typer.Option("--by", help="Who rates (recorded).")] = "",
+            sample: Annotated[int, typer.Option(
+                "--sample", min=2, max=1000, help="Decisions to sample (half the verifier "
+                                                  "agreed with where there are enough).")]
+            = 30):
+        """The distillation verifier checked against a person: Cohen's kappa with its 95%
+        interval and the confusion table on a sample of the verifier's decisions (the
+        precision of its accepted samples when the run keeps none it rejected), and whether
+        it can be trusted. With --rate, show the next unrated items (the verifier's verdict
+        hidden) and keep your verdicts in RUN/distill/verifier_ratings.jsonl."""
+        from workbench.distill.verifier_check import (
+            QUESTION,
+            WHAT,
+            VerifierCheck,
+            summary_lines,
+            verifier_decisions,
+        )
+        from workbench.evaluate.agreement import reading
+
+        if rate and not by.strip():
+            raise typer.BadParameter("--rate needs --by NAME (recorded)", param_hint="--by")
+        d = verifier_decisions(run)
+        check = d.check(sample)
+        while rate and (item := check.next) is not None:
+            done, size = check.progress
+            typer.echo(f"\n[{done + 1}/{size}]")
+            for f in item.shown:
+                typer.echo(f"{f.label}:\n{f.text}\n" if "\n" in f.text or f.label == "text"
+                           else f"{f.label}: {f.text}\n")
+            try:
+                got = typer.prompt(f"{QUESTION} [y/n/s/q]").strip().lower()
+            except typer.Abort:  # the input ended
+                break
+            if got.startswith("q"):
+                break
+            if not got.startswith(("y", "n", "s")):
+                continue
+            d.rate(item.key, None if got.startswith("s") else got.startswith("y"), by=by)
+            check = d.check(sample)
+        if rate:
+            typer.echo("")
+        vc = VerifierCheck(decisions=d, check=check, reading=reading(check, what=WHAT))
+        for line in summary_lines(vc):
+            typer.echo(line)

@@ -1,0 +1,198 @@
+"""The distillation verifier checked against a person: its accept/reject decisions, rated.
+
+The verifier answers each multiple-choice item with the text it was written from; an item
+whose answer is not the keyed one is rejected (`distill.verifier.on_disagree: reject`, the
+default) or kept with the flag `verifier_disagrees` (`flag`). Its decision stands for "this
+item is correct and answerable from the text", so that is what a person is asked, seeing
+what the verifier saw (the section's text, the question, the options) and the keyed answer,
+never the verifier's verdict (`workbench.evaluate.agreement` does the rest).
+
+The decisions that count are the verifier's own: every multiple-choice sample it checked and
+kept (`mcQTSA.jsonl`, a verifier in its provenance: yes; flagged `verifier_disagrees`: no)
+and the items it rejected. Format rejections, gate removals and answerer disagreements are
+decided before the verifier by other checks (the parsers' and the gates' rules, which a
+reader checks in report.md and gates.jsonl); open-ended (nd) samples are never verified.
+
+A run keeps no options or keyed answer of an item the verifier rejected (gates.jsonl has its
+question and final reason, not its options), so under `on_disagree: reject` only the kept
+samples can be shown: their ratings give the precision of the verifier's yeses with a Wilson
+interval, and kappa needs a run made with `on_disagree: flag` (its "no"s are kept, flagged).
+Ratings live in `<run>/distill/verifier_ratings.jsonl`, append-only (the last one of an item
+counts); a sample's id hashes its task and question, so a re-distillation that changes an
+item leaves its old ratings uncounted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.errors import WorkbenchError
+from workbench.evaluate.agreement import (
+    Check,
+    Decision,
+    Rating,
+    Reading,
+    Shown,
+    append_rating,
+    check as check_items,
+    read_ratings,
+    reading,
+)
+
+RATINGS = "verifier_ratings.jsonl"
+QUESTION = "Is this sample correct and answerable from the text?"
+DEFAULT_SAMPLE = 30
+WHAT = "the verifier"
+
+
+class VerifierDecisions(BaseModel):
+    """The verifier's decisions in one distillation run that a person can be shown."""
+
+    model_config = ConfigDict(extra="forbid")
+    folder: Path = Field(description="The run's distill folder.")
+    items: list[Decision]
+    verifier: str = Field(description="The verifier's model identity and method.")
+    on_disagree: str
+    checked: int = Field(description="Items the verifier checked (the report's count).")
+    not_kept: int = Field(description="Its rejections, which the run keeps too little of to "
+                                      "show a person.")
+    seed: int
+
+    @property
+    def ratings_path(self) -> Path:
+        return self.folder / RATINGS
+
+    def check(self, n: int = DEFAULT_SAMPLE) -> Check:
+        return check_items(self.items, read_ratings(self.ratings_path), n, seed=self.seed)
+
+    def rate(self, key: str, verdict: bool | None, *, by: str) -> Rating:
+        """Keep a person's verdict (None: skipped) on one of the verifier's items."""
+        if key not in {i.key for i in self.items}:
+            raise WorkbenchError(f"{key!r}: not an item the verifier decided in {self.folder}")
+        return append_rating(self.ratings_path, key, verdict, by=by)
+
+
+class VerifierCheck(BaseModel):
+    """Where the check of one run stands: its decisions, the sample and what they say."""
+
+    decisions: VerifierDecisions
+    check: Check
+    reading: Reading
+
+
+def distill_folder(run: str | Path) -> Path:
+    """The distill folder of a run folder (or the distill folder itself); one line naming
+    the path when it is neither."""
+    run = Path(run)
+    if not run.is_dir():
+        why = "not a folder" if run.exists() else "no such folder"
+        raise WorkbenchError(f"{run}: not a run folder ({why})")
+    for folder in (run / "distill", run):
+        if (folder / "report.json").is_file():
+            return folder
+    raise WorkbenchError(f"{run}: no distillation in it (no distill/report.json); run "
+                         "`workbench distill run CONFIG` first")
+
+
+def verifier_decisions(run: str | Path) -> VerifierDecisions:
+    """Every decision of the verifier in the run that a person can be shown."""
+    from workbench.distill.api import load_samples, read_report
+    from workbench.distill.parse import format_options
+    from workbench.records import Section, read_records
+
+    folder = distill_folder(run)
+    report, _ = read_report(folder)
+    v = report.verifier
+    if not v.checked:
+        raise WorkbenchError(f"{folder}: the verifier made no decisions in this run (it was "
+                             "off, or no multiple-choice item reached it)")
+    samples = [s for s in load_samples(folder, reviewed=False)
+               if s.kind == "mc" and s.provenance.models.get("verifier")]
+    sections = {s.id: s for s in read_records(folder / "sections.jsonl", Section)}
+    spans = _span_texts(folder, [sections[i] for i in
+                                 sorted({s.provenance.section_id for s in samples})
+                                 if i in sections])
+    items = []
+    for s in samples:
+        p = s.provenance
+        sec = sections.get(p.section_id)
+        text = spans.get((p.section_id, p.span_hash)) or (
+            sec.text.strip() if sec else "(the section is not in this run's sections.jsonl)")
+        keyed = "; ".join(f"{x}) {s.options['ABCD'.index(x)]}" for x in s.answer)
+        items.append(Decision(
+            key=s.id, machine="verifier_disagrees" not in s.flags,
+            decider=f"{p.models['verifier']} ({v.method})",
+            shown=[Shown(label="section", text=(sec.title if sec else "") or p.section_id),
+                   Shown(label="text", text=text), Shown(label="question", text=s.question),
+                   Shown(label="options", text=format_options(s.options)),
+                   Shown(label="keyed answer", text=keyed)]))
+    not_kept = report.rejects.get("verifier_disagrees", 0)
+    if not items:
+        raise WorkbenchError(
+            f"{folder}: none of the verifier's {v.checked} decisions can be shown: it "
+            f"rejected {not_kept} items, whose options the run does not keep, and no sample "
+            "it checked was kept")
+    verifier = next((i.decider for i in items), v.method)
+    return VerifierDecisions(folder=folder, items=items, verifier=verifier,
+                             on_disagree=v.on_disagree, checked=v.checked, not_kept=not_kept,
+                             seed=report.seed)
+
+
+def _span_texts(folder: Path, sections: list) -> dict[tuple[str, str], str]:
+    """(section id, span hash) -> the text the verifier read: the section, or the part of a
+    long one, cut again as the run cut it (its settings are in manifest.json)."""
+    from workbench.distill.config import DistillConfig
+    from workbench.distill.write import Stats, make_spans
+
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        cfg = DistillConfig.model_validate(manifest["config"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}  # the whole section's text is shown instead
+    return {(sp.section.id, sp.hash): sp.text for sp in make_spans(sections, cfg, Stats())}
+
+
+def verifier_check(run: str | Path, *, n: int = DEFAULT_SAMPLE) -> VerifierCheck:
+    """The run's verifier decisions, the sample of `n` to rate, and the reading so far."""
+    d = verifier_decisions(run)
+    c = d.check(n)
+    return VerifierCheck(decisions=d, check=c, reading=reading(c, what=WHAT))
+
+
+def summary_lines(vc: VerifierCheck) -> list[str]:
+    """The check for a terminal: who decided, how many rated, kappa or precision with its
+    95% interval, the confusion table and the reading."""
+    d, c = vc.decisions, vc.check
+    yes = sum(i.machine for i in d.items)
+    done, size = c.progress
+    lines = [(f"verifier {d.verifier}: {done} of {size} sampled decisions rated by a person "
+              f"({c.n_rated} rated in all; the run keeps {len(d.items)} of its decisions: "
+              f"{yes} yes, {len(d.items) - yes} no)")]
+    if c.mode == "precision":
+        why = (f"the run keeps no options of the {d.not_kept} items it rejected"
+               if d.not_kept else "it disagreed with none")
+        lines.append(f"only its yeses can be rated ({why}): their precision, not kappa; a "
+                     "run made with distill.verifier.on_disagree=flag keeps what it disagrees "
+                     "with (flagged) and gives kappa")
+        p = c.precision
+        if p is not None:
+            lines.append(f"precision {p.share:.0%} [{p.ci_low:.0%}, {p.ci_high:.0%}] (95% "
+                         f"Wilson): {p.agreed} of {p.n} accepted samples correct for the "
+                         "person")
+    elif (a := c.agreement) is not None:
+        cf = a.confusion
+        k = ("undefined" if a.kappa is None
+             else f"{a.kappa:.2f} [{a.ci_low:.2f}, {a.ci_high:.2f}] (95% bootstrap)")
+        lines += [f"kappa {k}; observed agreement {a.observed:.0%}, by chance {a.expected:.0%}",
+                  "               person yes   person no",
+                  f"verifier yes   {cf['yes/yes']:>10}   {cf['yes/no']:>9}",
+                  f"verifier no    {cf['no/yes']:>10}   {cf['no/no']:>9}"]
+    r = vc.reading
+    unrated = sum(i.key not in c.rated for i in c.sample)
+    tail = (f" (the sample has {unrated} unrated left: raise --sample)"
+            if r.more > unrated else "")
+    lines.append(f"reading: {r.text}{tail}")
+    return lines
