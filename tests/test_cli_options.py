@@ -53,3 +53,10 @@ def test_every_group_spells_the_shared_options_the_same_way():
                 seen.append(name)
     visit(click_app, "workbench")
     assert any("fed sim" in s for s in seen) and any("trajsynth tasks" in s for s in seen)
+
+
+def test_help_explains_the_config_argument(cli):
+    # click 8.5 with typer 0.20 printed "config [CONFIG]" with no text (pinned below 8.5)
+    for args in (("loop", "plan"), ("distill", "run"), ("fed", "sim")):
+        r = cli(*args, "--help")
+        assert r.returncode == 0 and "Experiment YAML config" in r.stdout, (args, r.stdout)

@@ -5,16 +5,12 @@ judge's decisions."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-ConfigArg = Annotated[Path | None, typer.Argument(help="Experiment YAML config (e.g. "
-                                                     "configs/health_demo.yaml).",
-                                                     show_default=False)]
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", "-s", help="Override a config key, e.g. -s loop.target=eye (repeatable).")]
+from workbench.cli_options import ConfigArg, SetOpt
+
 RoundOpt = Annotated[int | None, typer.Option("--round", "-r",
                                               help="The round (default: the latest).")]
 ByOpt = Annotated[str, typer.Option("--by", help="Who approves or decides (recorded).")]

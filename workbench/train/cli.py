@@ -9,13 +9,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from workbench.cli_options import ConfigArg, SetOpt
+
 
 def register(group: typer.Typer) -> None:
     @group.command("preview")
-    def preview(config: Annotated[Optional[Path], typer.Argument(
-                    help="Experiment YAML config.", show_default=False)] = None,
-                set_: Annotated[Optional[list[str]], typer.Option(
-                    "--set", "-s", help="Override a config key (repeatable).")] = None,
+    def preview(config: ConfigArg = None, set_: SetOpt = None,
                 index: Annotated[int, typer.Option(help="Which example.")] = 0):
         """Print one training example as the model sees it, trained spans in [[ ]] (with
         train.method=dpo: one pair, its chosen and its rejected side)."""
