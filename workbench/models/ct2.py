@@ -1,18 +1,13 @@
 """CTranslate2 backend: int8 (CPU) or float16/bfloat16 (CUDA) generation and scoring.
 
 Any local Hugging Face folder (the bundled GGUF after its safetensors conversion included) is
-converted once with `ctranslate2.converters.TransformersConverter` into a folder next to the
-safetensors cache, `workbench_home()/models/ct2-<name>-<quantization>-<key>`, keyed by the
-source files (names, sizes, mtimes), the quantization, the adapter's hash and the
-CTranslate2 major version. The conversion is written into a temp folder, finished with a
-`COMPLETE` marker, fsynced and renamed in (`replace_dir`); a folder without the marker is
-never loaded, it is rebuilt. A LoRA adapter is merged into a temporary copy of the base
-model (peft `merge_and_unload`) and that copy is converted, cached by the adapter's hash.
+converted once into a cached CTranslate2 folder (`ct2_convert.convert_ct2`, whose names are
+re-exported here).
 
-Prompts are rendered with the model's own tokenizer and chat template through the
-transformers backend's own code (`LocalChatModel._prompt` and friends are borrowed, not
-copied), tool calls go through the same parsers, and scoring follows lm-eval's
-context/continuation split exactly as `LocalChatModel._encode_pair` does.
+Prompts are rendered with the model's own tokenizer and chat template by the code the
+transformers backend uses too (`hf_chat.TokenizerChatModel`), tool calls go through the same
+parsers, and scoring follows lm-eval's context/continuation split exactly as
+`TokenizerChatModel._encode_pair` does.
 
 Seeds: CTranslate2 seeds each worker thread's random generator once, at that thread's first
 draw (`set_random_seed` does not restart a generator that has drawn). A seeded sampling call
@@ -22,24 +17,18 @@ for the bundled model), so the same seed gives the same sample whatever ran befo
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import math
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workbench.errors import BackendError, WorkbenchError
-from workbench.io import replace_dir
 from workbench.models.base import (
     Capabilities,
     ChatModel,
@@ -52,32 +41,24 @@ from workbench.models.base import (
     Tools,
     cancel_event,
 )
-from workbench.models.local import (
-    LocalChatModel,
-    _conversion_lock,
-    _cut_at_stop,
-    _fsync_tree,
-    _leftovers,
-    _tidy,
-    _with_tool_calls,
-    check_adapter_dir,
-    model_folder,
+from workbench.models.ct2_convert import (
+    COMPLETE,
+    QUANTIZATIONS,
+    conversions,
+    convert_ct2,
+    ct2_cache_dir,
+    is_complete,
+    source_fingerprint,
 )
+from workbench.models.ct2_watch import SeedGate, Watch, held_back
+from workbench.models.hf_chat import TokenizerChatModel
+from workbench.models.local import LocalChatModel, model_folder
 from workbench.models.messages import ToolChoice
+from workbench.models.postprocess import cut_at_stop, with_tool_calls
 from workbench.models.registry import register_backend
-from workbench.models.resolve import ModelSource, workbench_home
-from workbench.models.tools import strip_special_tokens
+from workbench.models.resolve import ModelSource
 
-log = logging.getLogger(__name__)
-
-COMPLETE = "COMPLETE"  # written last: a conversion folder without it is never loaded
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
-                 "float16", "bfloat16", "float32")
 SCORE_BYTES = 256 * 2**20  # log-probabilities held at once while scoring (rows x len x vocab)
-
-# Conversions done by this process, per cache folder name (tests check reuse with it).
-conversions: dict[str, int] = {}
-_SEED_LOCK = threading.Lock()  # set_random_seed is process-wide
 
 
 class CT2Options(BaseModel):
@@ -134,7 +115,7 @@ def scoring_backend(scoring: str, compute_type: str) -> str:
     return "ctranslate2" if compute_type == "float32" else "transformers"
 
 
-# --- conversion --------------------------------------------------------------------------------
+# --- devices -----------------------------------------------------------------------------------
 
 def pick_device(device: str = "auto") -> tuple[str, int]:
     """(CTranslate2 device, device index)."""
@@ -159,163 +140,12 @@ def pick_quantization(device: str, quantization: str = "auto") -> str:
     return quantization
 
 
-def source_fingerprint(folder: Path) -> str:
-    """A hash of the folder's files (relative name, size, mtime): changes when any file does,
-    without reading gigabytes of weights on every load."""
-    h = hashlib.sha256()
-    for p in sorted(folder.rglob("*")):
-        rel = p.relative_to(folder)
-        if any(part.startswith(".") for part in rel.parts) or not p.is_file():
-            continue
-        st = p.stat()
-        h.update(f"{rel.as_posix()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
-
-
-def adapter_fingerprint(adapter: Path) -> str:
-    """sha256 of the adapter's weights and config (the merge depends on both)."""
-    from workbench.io import sha256_file
-
-    h = hashlib.sha256()
-    h.update(sha256_file(adapter / "adapter_model.safetensors").encode())
-    h.update((adapter / "adapter_config.json").read_bytes())
-    return h.hexdigest()
-
-
-def ct2_cache_dir(folder: Path, quantization: str, *, adapter: Path | None = None,
-                  cache_dir: str | os.PathLike | None = None) -> Path:
-    import ctranslate2
-
-    parts = [source_fingerprint(folder), quantization,
-             adapter_fingerprint(adapter) if adapter else "",
-             ctranslate2.__version__.split(".")[0]]
-    key = hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
-    root = Path(cache_dir) if cache_dir else workbench_home() / "models"
-    name = folder.name[:48] + ("+lora" if adapter else "")
-    return root / f"ct2-{name}-{quantization}-{key}"
-
-
-def is_complete(folder: Path) -> bool:
-    return (folder / COMPLETE).is_file() and (folder / "model.bin").is_file()
-
-
-def convert_ct2(folder: str | os.PathLike, quantization: str = "int8", *,
-                adapter: str | os.PathLike | None = None,
-                cache_dir: str | os.PathLike | None = None, force: bool = False) -> Path:
-    """Convert a Hugging Face folder (with an optional LoRA adapter merged in) into a
-    CTranslate2 folder once; return the cached folder.
-
-    Same protocol as `convert_gguf`: written into `.<name>.tmp-<pid>`, finished with
-    `COMPLETE`, fsynced and renamed in with `replace_dir` under a per-folder lock. A folder
-    under the final name without `COMPLETE` (a partial or broken conversion) is rebuilt."""
-    folder = Path(folder)
-    adapter_dir = check_adapter_dir(adapter) if adapter else None
-    if quantization not in QUANTIZATIONS:
-        raise WorkbenchError(f"quantization {quantization!r}: use one of "
-                             f"{', '.join(QUANTIZATIONS)}")
-    target = ct2_cache_dir(folder, quantization, adapter=adapter_dir, cache_dir=cache_dir)
-    if is_complete(target) and not force:
-        if _leftovers(target):
-            with _conversion_lock(target, wait=False) as held:
-                if held:
-                    _tidy(target)
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _conversion_lock(target):
-        _tidy(target)
-        if is_complete(target) and not force:
-            return target
-        if target.exists() and not force:
-            log.warning("%s: unfinished conversion (no %s); converting again", target, COMPLETE)
-        t0 = time.perf_counter()
-        log.info("converting %s to CTranslate2 %s (once)", folder, quantization)
-        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            meta = _write_ct2(folder, tmp, quantization, adapter_dir)
-            meta.update(seconds=round(time.perf_counter() - t0, 2))
-            (tmp / COMPLETE).write_text(json.dumps(meta, indent=2))
-            _fsync_tree(tmp)
-            replace_dir(tmp, target, ours=True)  # the model cache
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        conversions[target.name] = conversions.get(target.name, 0) + 1
-    return target
-
-
-def _write_ct2(folder: Path, out: Path, quantization: str,
-               adapter: Path | None) -> dict[str, Any]:
-    import ctranslate2
-    from transformers import AutoConfig, AutoTokenizer
-
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.merge-", dir=out.parent) as merged:
-        src = folder
-        if adapter is not None:
-            _merge_adapter(folder, adapter, Path(merged))
-            src = Path(merged)
-        try:
-            ctranslate2.converters.TransformersConverter(
-                str(src), low_cpu_mem_usage=True).convert(str(out), quantization=quantization,
-                                                          force=True)
-        except (NotImplementedError, ValueError, KeyError) as e:
-            raise BackendError(f"{folder}: CTranslate2 cannot convert this model ({e})") from e
-        tok = AutoTokenizer.from_pretrained(src)
-        tok.save_pretrained(out)
-        config = AutoConfig.from_pretrained(src)
-        eos = _config_eos(src, config)
-    if tok.eos_token_id is not None:
-        eos.add(tok.eos_token_id)
-    return {"source": str(folder), "adapter": str(adapter) if adapter else None,
-            "adapter_sha256": adapter_fingerprint(adapter) if adapter else None,
-            "quantization": quantization, "ctranslate2": ctranslate2.__version__,
-            "max_position_embeddings": getattr(config, "max_position_embeddings", None),
-            "eos_token_ids": sorted(eos)}
-
-
-def _config_eos(folder: Path, config) -> set[int]:
-    ids: Any = None
-    if (folder / "generation_config.json").is_file():
-        from transformers import GenerationConfig
-
-        ids = GenerationConfig.from_pretrained(folder).eos_token_id
-    if ids is None:
-        ids = getattr(config, "eos_token_id", None)
-    ids = ids if isinstance(ids, list) else [ids]
-    return {int(i) for i in ids if i is not None}
-
-
-def _merge_adapter(folder: Path, adapter: Path, out: Path) -> None:
-    """The base model with the LoRA adapter merged in, saved as a plain HF folder."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
-    merged.save_pretrained(out, safe_serialization=True)
-    AutoTokenizer.from_pretrained(folder).save_pretrained(out)
-    if (folder / "generation_config.json").is_file():
-        shutil.copy2(folder / "generation_config.json", out / "generation_config.json")
-
-
 # --- the backend -------------------------------------------------------------------------------
 
 @register_backend("ctranslate2")
-class CT2ChatModel(ChatModel):
+class CT2ChatModel(TokenizerChatModel):
     capabilities = Capabilities(score=True, tool_calls=True, token_logprobs=True, stream=True,
                                 complete=True, tokenize=True)
-
-    # Prompt rendering, tokenising and lm-eval's pair encoding are the transformers
-    # backend's own code: they only use the tokenizer and the chat template.
-    chat_template = LocalChatModel.chat_template
-    template_tools = LocalChatModel.template_tools
-    render = LocalChatModel.render
-    _prompt = LocalChatModel._prompt
-    _notice_tools = LocalChatModel._notice_tools
-    _encode_pair = LocalChatModel._encode_pair
-    tokenize = LocalChatModel.tokenize
-    detokenize = LocalChatModel.detokenize
 
     def __init__(self, source: ModelSource, **options: Any):
         self.opts = CT2Options(**options)
@@ -396,7 +226,7 @@ class CT2ChatModel(ChatModel):
         gens = self._generate_ids(ids, params, keep_markers=calling)
         if calling:
             names = [t.name for t in specs or ()]
-            gens = [_with_tool_calls(g, prefix, self.template_tools.family, names)
+            gens = [with_tool_calls(g, prefix, self.template_tools.family, names)
                     for g, (_, prefix) in zip(gens, prompts, strict=True)]
         return gens
 
@@ -429,7 +259,7 @@ class CT2ChatModel(ChatModel):
             return []
         tok = self.tokenizer
         starts = [tok.convert_ids_to_tokens(row or [self._start_id()]) for row in ids]
-        watch = _Watch(len(ids), params.stop, cancel_event(), tok, keep_markers)
+        watch = Watch(len(ids), params.stop, cancel_event(), tok, keep_markers)
         kw = self._sampling(params)
         kw.update(include_prompt_in_result=False, return_end_token=True)
         seeded = params.seed is not None and not params.greedy
@@ -440,7 +270,7 @@ class CT2ChatModel(ChatModel):
         results: list[Any] = [None] * len(ids)
         try:
             if seeded:
-                gate = _SeedGate(params.seed)
+                gate = SeedGate(params.seed)
                 try:
                     gen = self._new_generator(1)
                     for group in groups:
@@ -465,7 +295,7 @@ class CT2ChatModel(ChatModel):
             ended_eos = bool(row) and row[-1] in self.eos_ids
             n = len(row) - 1 if ended_eos else len(row)
             text = watch.decode(row[:n])
-            text, hit_stop = _cut_at_stop(text, params.stop)
+            text, hit_stop = cut_at_stop(text, params.stop)
             finish = "stop" if (ended_eos or hit_stop or watch.hit[i]) else "length"
             if finish == "length" and n < params.max_tokens:
                 finish = "stop"
@@ -488,7 +318,7 @@ class CT2ChatModel(ChatModel):
         emitted = ""
         gen, gate = self.generator, None
         if params.seed is not None and not params.greedy:
-            gate = _SeedGate(params.seed)
+            gate = SeedGate(params.seed)
         try:
             if gate is not None:
                 gen = self._new_generator(1)
@@ -504,8 +334,8 @@ class CT2ChatModel(ChatModel):
                     text = self.tokenizer.decode(out, skip_special_tokens=True)
                     if text.endswith("\ufffd"):  # half of a multi-byte character
                         continue
-                    cut, hit = _cut_at_stop(text, params.stop)
-                    safe = cut if hit else cut[:len(cut) - _held_back(cut, params.stop)]
+                    cut, hit = cut_at_stop(text, params.stop)
+                    safe = cut if hit else cut[:len(cut) - held_back(cut, params.stop)]
                     if len(safe) > len(emitted):
                         yield safe[len(emitted):]
                         emitted = safe
@@ -519,7 +349,7 @@ class CT2ChatModel(ChatModel):
             if gate is not None:
                 gate.release()
         text = self.tokenizer.decode(out, skip_special_tokens=True)
-        cut, _ = _cut_at_stop(text, params.stop)
+        cut, _ = cut_at_stop(text, params.stop)
         if len(cut) > len(emitted):
             yield cut[len(emitted):]
 
@@ -663,44 +493,6 @@ class CT2ChatModel(ChatModel):
             self._scorer.close()
 
 
-class _Watch:
-    """The per-token callbacks of a call's batches: stop a row once its text holds a stop
-    string, and every row once the cancel event is set. Decodes ids like the results."""
-
-    def __init__(self, n: int, stops: Sequence[str], cancel: threading.Event | None, tok,
-                 keep_markers: bool):
-        self.stops, self.cancel, self.tok, self.keep = tuple(stops), cancel, tok, keep_markers
-        self.ids: list[list[int]] = [[] for _ in range(n)]
-        self.hit = [False] * n
-        # a stop of k characters spans at most 4k tokens (byte-level pieces)
-        self.window = 4 * max((len(s) for s in self.stops), default=0) + 4
-
-    def decode(self, ids: Sequence[int]) -> str:
-        if self.keep:  # tool-call markers may be special tokens (Mistral, Llama 3)
-            return strip_special_tokens(self.tok.decode(ids, skip_special_tokens=False),
-                                        self.tok.all_special_tokens)
-        return self.tok.decode(ids, skip_special_tokens=True)
-
-    def of(self, rows: Sequence[int]):
-        """The callback of one batch holding these rows (None when nothing is watched)."""
-        if not self.stops and self.cancel is None:
-            return None
-        return lambda step: self._step(rows[step.batch_id], step.token_id)
-
-    def _step(self, i: int, token_id: int) -> bool:
-        if self.cancel is not None and self.cancel.is_set():
-            return True
-        if not self.stops:
-            return False
-        row = self.ids[i]
-        row.append(token_id)
-        tail = self.tok.decode(row[-self.window:], skip_special_tokens=not self.keep)
-        if any(s in tail for s in self.stops) and _cut_at_stop(self.decode(row), self.stops)[1]:
-            self.hit[i] = True
-            return True
-        return False
-
-
 STEP_GROWTH = 0.2  # a decoding step of a batch of b costs (1 + 0.2 (b - 1)) steps of one
 
 
@@ -747,46 +539,5 @@ def _covering_rows(needed: list[tuple[int, ...]]) -> _Rows:
     return _Rows(kept)
 
 
-def _held_back(text: str, stops: Sequence[str]) -> int:
-    """Length of the longest end of `text` that begins some stop string."""
-    best = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:k]):
-                best = k
-                break
-    return best
-
-
-class _SeedGate:
-    """`set_random_seed` under the process-wide seed lock, held until the fresh generator's
-    worker thread has drawn its first number (it calls back with its first token), so that
-    concurrent seeded calls each start from their own seed."""
-
-    def __init__(self, seed: int):
-        import ctranslate2
-
-        _SEED_LOCK.acquire()
-        self._held, self._mu = True, threading.Lock()
-        try:
-            ctranslate2.set_random_seed(seed & 0xFFFFFFFF)
-        except BaseException:
-            self.release()
-            raise
-
-    def release(self) -> None:
-        with self._mu:
-            if self._held:
-                self._held = False
-                _SEED_LOCK.release()
-
-    def wrap(self, callback):
-        def first_draw_done(step) -> bool:
-            self.release()
-            return bool(callback(step)) if callback is not None else False
-
-        return first_draw_done
-
-
-__all__ = ["COMPLETE", "QUANTIZATIONS", "CT2ChatModel", "CT2Options", "convert_ct2",
-           "ct2_cache_dir", "is_complete", "length_groups", "source_fingerprint"]
+__all__ = ["COMPLETE", "QUANTIZATIONS", "CT2ChatModel", "CT2Options", "conversions",
+           "convert_ct2", "ct2_cache_dir", "is_complete", "length_groups", "source_fingerprint"]

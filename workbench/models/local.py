@@ -4,6 +4,10 @@ GGUF files (the bundled SmolLM2 among them) are converted once into a safetensor
 `workbench_home()/models`: transformers dequantises a GGUF on every load (~30 s for the 135M
 model here) and refuses `save_pretrained` on it, so we rebuild the model from its config,
 copy the weights and save that; later loads read the safetensors in well under a second.
+
+Prompts are rendered by `hf_chat.TokenizerChatModel` (shared with the CTranslate2 backend) and
+continuations scored by `local_scoring.CachedScoring`; this module loads the model and
+generates.
 """
 
 from __future__ import annotations
@@ -11,8 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -22,30 +24,24 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import BackendError, WorkbenchError
-from workbench.io import fsync_dir, recover_dir, replace_dir
 from workbench.models.base import (
+    Cancelled,
     Capabilities,
-    ChatModel,
-    ContinuationScore,
     Conversation,
     Generation,
     GenerationParams,
-    ScoreRequest,
     TokenLogprobs,
     Tools,
-    Cancelled,
     cancel_event,
 )
-from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec, plain_conversation
+from workbench.models.hf_chat import TokenizerChatModel
+from workbench.models.local_scoring import CachedScoring
+from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
+from workbench.models.postprocess import cut_at_stop, with_tool_calls
+from workbench.models.publish import publish_once
 from workbench.models.registry import register_backend
 from workbench.models.resolve import ModelSource, workbench_home
-from workbench.models.tools import (
-    TemplateTools,
-    forced_prefix,
-    parse_tool_calls,
-    strip_special_tokens,
-    template_messages,
-)
+from workbench.models.tools import strip_special_tokens
 from workbench.progress import progress
 
 log = logging.getLogger(__name__)
@@ -107,70 +103,22 @@ def _converted(folder: Path) -> bool:
 def convert_gguf(source: ModelSource, *, force: bool = False) -> Path:
     """Convert a GGUF model once into a safetensors folder; return that folder.
 
-    The conversion is written into `.<name>.tmp-<pid>`, finished with `workbench-source.json`,
-    fsynced and renamed in with `replace_dir`, so the final name only ever holds a complete
-    conversion (a previous one is removed only once the new one is in). A folder under the
-    final name without the finishing file is never taken as converted. Conversions of one
-    model hold a lock (`.<name>.lock`): a second process waits and then uses the first one's
-    folder, and temp folders found while holding it are leftovers of a killed conversion.
+    Published like every conversion (`publish.publish_once`): written into a temp folder,
+    finished with `workbench-source.json`, fsynced and renamed in under a per-model lock,
+    so the final name only ever holds a complete conversion.
     """
     target = gguf_cache_dir(source)
-    if _converted(target) and not force:
-        if _leftovers(target):  # of a killed conversion; unless one is running right now
-            with _conversion_lock(target, wait=False) as held:
-                if held:
-                    _tidy(target)
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _conversion_lock(target):
-        _tidy(target)
-        if _converted(target) and not force:  # converted meanwhile, or put back just now
-            return target
+
+    def write(tmp: Path) -> None:
         t0 = time.perf_counter()
         log.info("converting %s to safetensors (once)", source.gguf_file)
-        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-        try:
-            _write_conversion(source, tmp)
-            (tmp / _DONE).write_text(json.dumps(
-                {"gguf": str(source.path / source.gguf_file),
-                 "seconds": time.perf_counter() - t0}))
-            _fsync_tree(tmp)
-            replace_dir(tmp, target, ours=True)  # the model cache
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        _write_conversion(source, tmp)  # a module global read per call: tests replace it
+        (tmp / _DONE).write_text(json.dumps(
+            {"gguf": str(source.path / source.gguf_file),
+             "seconds": time.perf_counter() - t0}))
+
+    publish_once(target, write, complete=_converted, force=force)
     return target
-
-
-@contextlib.contextmanager
-def _conversion_lock(target: Path, *, wait: bool = True) -> Iterator[bool]:
-    """An exclusive lock on `.<name>.lock` next to `target`, released when the process ends
-    however it ends. Yields whether it is held (always, with `wait`)."""
-    import fcntl
-
-    fd = os.open(target.parent / f".{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-        else:
-            yield True
-    finally:
-        os.close(fd)
-
-
-def _leftovers(target: Path) -> list[Path]:
-    return [*target.parent.glob(f".{target.name}.tmp-*"),
-            *target.parent.glob(f".{target.name}.old-*")]
-
-
-def _tidy(target: Path) -> None:
-    """With the lock held: put back a folder set aside by a `replace_dir` killed between its
-    renames, and remove the temp folders of killed conversions."""
-    recover_dir(target)
-    for p in target.parent.glob(f".{target.name}.tmp-*"):
-        shutil.rmtree(p, ignore_errors=True)
 
 
 def _write_conversion(source: ModelSource, folder: Path) -> None:
@@ -195,21 +143,9 @@ def _write_conversion(source: ModelSource, folder: Path) -> None:
     tok.save_pretrained(folder)
 
 
-def _fsync_tree(folder: Path) -> None:
-    """Flush every file under `folder` (and the folders), so the rename that publishes the
-    folder never reaches the disk before its contents."""
-    for p in [folder, *folder.rglob("*")]:
-        if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        elif p.is_dir():
-            fsync_dir(p)
-
-
 def model_folder(source: ModelSource) -> Path:
+    """The Hugging Face folder of a local model: a GGUF's through `convert_gguf` (the module
+    global, so the test suite's guard around it sees every conversion)."""
     if source.kind in ("bundled-gguf", "gguf"):
         return convert_gguf(source)
     return source.path
@@ -252,7 +188,7 @@ def check_safetensors(file: Path) -> None:
 
 
 @register_backend("local")
-class LocalChatModel(ChatModel):
+class LocalChatModel(CachedScoring, TokenizerChatModel):
     capabilities = Capabilities(score=True, tool_calls=True, token_logprobs=True, stream=True,
                                 constrained=True,
                                 complete=True, tokenize=True)
@@ -321,56 +257,6 @@ class LocalChatModel(ChatModel):
     def batch_size(self) -> int:
         return self.opts.batch_size
 
-    @property
-    def chat_template(self) -> str | None:
-        return getattr(self.tokenizer, "chat_template", None)
-
-    @property
-    def template_tools(self) -> TemplateTools:
-        """How this model's chat template takes tools (read from the template each time:
-        the template may be replaced after loading)."""
-        return TemplateTools.of(self.chat_template)
-
-    # --- prompts ---------------------------------------------------------------------------
-
-    def render(self, conversation: Conversation, tools: Tools | None = None,
-               tool_choice: ToolChoice | None = None) -> str:
-        """The prompt text for a conversation, ending with the assistant header (and, when
-        `tool_choice` forces a call, the start of that call)."""
-        specs, choice = self._tool_request(tools, tool_choice)
-        return self._prompt(conversation, specs, choice)[0]
-
-    def _prompt(self, conversation: Conversation, tools: list[ToolSpec] | None,
-                choice: ToolChoice, *, add_generation_prompt: bool = True) -> tuple[str, str]:
-        """(prompt text, forced prefix it ends with). tool_choice "none" offers no tools."""
-        tpl = self.chat_template
-        if not tpl:
-            raise WorkbenchError(f"{self.source.name} has no chat template; pass the "
-                                 "`chat_template` option")
-        how = self.template_tools
-        offered = tools if choice != "none" else None
-        if offered:
-            self._notice_tools(how)
-        msgs = template_messages(plain_conversation(conversation), how, offered, choice)
-        kw: dict[str, Any] = {}
-        if offered and how.native:
-            kw["tools"] = [t.model_dump(mode="json", exclude_none=True) for t in offered]
-        text = self.tokenizer.apply_chat_template(
-            msgs, add_generation_prompt=add_generation_prompt, tokenize=False, **kw)
-        prefix = forced_prefix(how, choice, tpl) if offered and add_generation_prompt else ""
-        return text + prefix, prefix
-
-    def _notice_tools(self, how: TemplateTools) -> None:
-        if self._tool_notice:
-            return
-        self._tool_notice = True
-        if not how.native:
-            log.warning("%s: the chat template takes no tools; describing them in the system "
-                        "prompt and parsing <tool_call> blocks", self.source.name)
-        elif not how.known_family:
-            log.warning("%s: the chat template takes tools in a syntax not recognised; "
-                        "parsing <tool_call> blocks", self.source.name)
-
     # --- generation ------------------------------------------------------------------------
 
     def generate(self, conversations: Sequence[Conversation],
@@ -391,7 +277,7 @@ class LocalChatModel(ChatModel):
                                         keep_markers=calling)
             if calling:
                 names = [t.name for t in specs or ()]
-                gens = [_with_tool_calls(g, prefix, self.template_tools.family, names,
+                gens = [with_tool_calls(g, prefix, self.template_tools.family, names,
                                          forced=choice != "auto")
                         for g, (_, prefix) in zip(gens, chunk, strict=True)]
             out.extend(gens)
@@ -498,7 +384,7 @@ class LocalChatModel(ChatModel):
                                             tok.all_special_tokens)
             else:
                 text = tok.decode(row[:n], skip_special_tokens=True)
-            text, hit_stop = _cut_at_stop(text, params.stop)
+            text, hit_stop = cut_at_stop(text, params.stop)
             finish = "stop" if (ended_eos or hit_stop) else "length"
             if finish == "length" and n < params.max_tokens:
                 finish = "stop"
@@ -557,7 +443,7 @@ class LocalChatModel(ChatModel):
         try:
             for piece in streamer:
                 emitted += piece
-                cut, hit = _cut_at_stop(emitted, params.stop)
+                cut, hit = cut_at_stop(emitted, params.stop)
                 if hit:
                     start = len(emitted) - len(piece)
                     yield cut[start:] if len(cut) > start else ""
@@ -571,186 +457,7 @@ class LocalChatModel(ChatModel):
                 raise errors[0]
             raise BackendError(f"generation failed: {errors[0]}")
 
-    # --- scoring ---------------------------------------------------------------------------
-
-    def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        # lm-evaluation-harness's convention: trailing spaces of the context move into the
-        # continuation, and the continuation's tokens are the tail of the joint encoding.
-        n_space = len(context) - len(context.rstrip())
-        if n_space:
-            continuation = context[-n_space:] + continuation
-            context = context[:-n_space]
-        whole = self.tokenizer(context + continuation, add_special_tokens=False)["input_ids"]
-        ctx = self.tokenizer(context, add_special_tokens=False)["input_ids"]
-        return ctx, whole[len(ctx):]
-
-    def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
-        """Log-likelihood of each continuation after its prompt (lm-eval's conventions).
-
-        The continuations of one request share its prompt: the prompt is run once and its
-        key/value cache is reused for every continuation (a 4-option item costs about one
-        prompt pass instead of four). Requests whose prompts start alike (an agent's system
-        prompt and tool descriptions, a benchmark's instructions) share that prefix too: it
-        is run once per call and its cache copied for each request."""
-        out: list[list[ContinuationScore] | None] = [None] * len(requests)
-        rest = []
-        shared: list[tuple[int, list[int], list[list[int]]]] = []
-        for ri, req in enumerate(requests):
-            prompt = req.prompt if isinstance(req.prompt, str) else self.render(req.prompt)
-            pairs = [self._encode_pair(prompt, c) for c in req.continuations]
-            ctx = pairs[0][0] if pairs else []
-            if len(pairs) > 1 and ctx and all(p[0] == ctx and p[1] for p in pairs):
-                shared.append((ri, ctx, [p[1] for p in pairs]))
-            else:
-                rest.append(ri)
-        prefix = self._common_prefix([ctx for _, ctx, _ in shared])
-        for ri, ctx, conts in progress(shared, desc="scoring", unit="prompt", delay=2):
-            out[ri] = self._score_shared(ctx, conts,
-                                         [len(c) for c in requests[ri].continuations], prefix)
-        if rest:
-            for ri, row in zip(rest, self._score_batched([requests[i] for i in rest]),
-                               strict=True):
-                out[ri] = row
-        return out  # type: ignore[return-value]
-
-    @property
-    def _cache_kwarg(self) -> str:
-        """transformers 5 renamed `past_key_values` to `cache`; accept both."""
-        import inspect
-
-        params = inspect.signature(type(self.model).forward).parameters
-        return "cache" if "cache" in params else "past_key_values"
-
-    PREFIX_MIN = 48  # tokens: a shorter common prefix is not worth a cache copy per request
-
-    def _common_prefix(self, ctxs: list[list[int]]) -> tuple[int, Any] | None:
-        """(length, key/value cache) of the prompt prefix all `ctxs` share, run once; None
-        when fewer than two prompts share at least PREFIX_MIN tokens."""
-        import torch
-
-        if len(ctxs) < 2:
-            return None
-        n = min(len(c) for c in ctxs) - 1  # each prompt keeps a token of its own
-        first = ctxs[0]
-        for c in ctxs[1:]:
-            k = 0
-            while k < n and c[k] == first[k]:
-                k += 1
-            n = k
-        if n < self.PREFIX_MIN:
-            return None
-        with self._lock, torch.inference_mode():
-            run = self.model(input_ids=torch.tensor([first[:n]], device=self.device),
-                             use_cache=True, logits_to_keep=1)
-        return n, getattr(run, "cache", None) or run.past_key_values
-
-    def _score_shared(self, ctx: list[int], conts: list[list[int]], nchars: list[int],
-                      prefix: tuple[int, Any] | None = None) -> list[ContinuationScore]:
-        """Score continuations after one context. Tokens all continuations start with (a tool
-        call's `{"name": "answer", "arguments": {"label": "`) are run once with the context
-        and their log-probability is added to each continuation's."""
-        import copy
-
-        import torch
-
-        lcp = 0
-        while lcp < min(len(c) for c in conts) - 1 and len({c[lcp] for c in conts}) == 1:
-            lcp += 1
-        common, conts = conts[0][:lcp], [c[lcp:] for c in conts]
-        n, width = len(conts), max(len(c) for c in conts)
-        with self._lock, torch.inference_mode():
-            if prefix is not None:
-                plen, pcache = prefix
-                run = ctx[plen:] + common
-                first = self.model(input_ids=torch.tensor([run], device=self.device),
-                                   position_ids=torch.arange(plen, plen + len(run),
-                                                             device=self.device)[None],
-                                   use_cache=True, logits_to_keep=lcp + 1,
-                                   **{self._cache_kwarg: copy.deepcopy(pcache)})
-            else:
-                first = self.model(input_ids=torch.tensor([ctx + common], device=self.device),
-                                   use_cache=True, logits_to_keep=lcp + 1)
-            rows = torch.log_softmax(first.logits[0].float(), dim=-1).cpu()
-            head = rows[-1]
-            shared_lp = sum(rows[k, t].item() for k, t in enumerate(common))
-            shared_greedy = all(int(rows[k].argmax()) == t for k, t in enumerate(common))
-            ctx = ctx + common
-            tail = None
-            if width > 1:
-                cache = getattr(first, "cache", None) or first.past_key_values
-                cache.batch_repeat_interleave(n)
-                pad = self.tokenizer.pad_token_id
-                ids = torch.full((n, width - 1), pad, dtype=torch.long)
-                mask = torch.zeros((n, len(ctx) + width - 1), dtype=torch.long)
-                mask[:, :len(ctx)] = 1
-                for j, c in enumerate(conts):
-                    ids[j, :len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
-                    mask[j, len(ctx):len(ctx) + len(c) - 1] = 1
-                pos = torch.arange(len(ctx), len(ctx) + width - 1).expand(n, -1)
-                logits = self.model(input_ids=ids.to(self.device),
-                                    attention_mask=mask.to(self.device),
-                                    position_ids=pos.to(self.device), use_cache=True,
-                                    **{self._cache_kwarg: cache}).logits
-                tail = torch.log_softmax(logits.float(), dim=-1).cpu()
-        out = []
-        for j, c in enumerate(conts):
-            total = shared_lp + head[c[0]].item()
-            greedy = shared_greedy and int(head.argmax()) == c[0]
-            for k in range(1, len(c)):
-                row = tail[j, k - 1]
-                total += row[c[k]].item()
-                greedy = greedy and int(row.argmax()) == c[k]
-            out.append(ContinuationScore(logprob=total, n_tokens=lcp + len(c),
-                                         n_chars=nchars[j], is_greedy=greedy))
-        return out
-
-    def _score_batched(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
-        import torch
-
-        flat: list[tuple[int, list[int], list[int], int]] = []
-        for ri, req in enumerate(requests):
-            prompt = req.prompt if isinstance(req.prompt, str) else self.render(req.prompt)
-            for cont in req.continuations:
-                ctx, cont_ids = self._encode_pair(prompt, cont)
-                if not cont_ids:
-                    raise BackendError(f"continuation {cont!r} encodes to no tokens")
-                if not ctx:  # score from the BOS/EOS token like lm-eval does
-                    ctx = [self.tokenizer.bos_token_id or self.tokenizer.eos_token_id]
-                flat.append((ri, ctx, cont_ids, len(cont)))
-        results: list[ContinuationScore] = []
-        bs = self.opts.batch_size
-        pad = self.tokenizer.pad_token_id
-        # Left padding puts every continuation at the end of its row, so only the last K
-        # positions need logits (`logits_to_keep`): the vocabulary projection and softmax
-        # over the whole prompt would cost more than the rest of the forward pass.
-        for i in progress(range(0, len(flat), bs), desc="scoring", unit="batch", delay=2):
-            chunk = flat[i:i + bs]
-            seqs = [(ctx + cont)[:-1] for _, ctx, cont, _ in chunk]
-            width = max(len(s) for s in seqs)
-            keep = max(len(cont) for _, _, cont, _ in chunk)
-            ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(seqs), width), dtype=torch.long)
-            for j, sq in enumerate(seqs):
-                ids[j, width - len(sq):] = torch.tensor(sq)
-                mask[j, width - len(sq):] = 1
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            with self._lock, torch.inference_mode():
-                logits = self.model(input_ids=ids.to(self.device),
-                                    attention_mask=mask.to(self.device),
-                                    position_ids=pos.to(self.device),
-                                    logits_to_keep=keep).logits
-            logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
-            for j, (_, ctx, cont, nchar) in enumerate(chunk):
-                lp = logprobs[j, keep - len(cont):]
-                target = torch.tensor(cont)
-                total = lp.gather(1, target[:, None]).sum().item()
-                greedy = bool((lp.argmax(-1) == target).all())
-                results.append(ContinuationScore(logprob=total, n_tokens=len(cont),
-                                                 n_chars=nchar, is_greedy=greedy))
-        grouped: list[list[ContinuationScore]] = [[] for _ in requests]
-        for (ri, *_), res in zip(flat, results, strict=True):
-            grouped[ri].append(res)
-        return grouped
+    # --- scoring (`score` is CachedScoring's) ----------------------------------------------
 
     def token_logprobs(self, text: str, top: int = 0) -> TokenLogprobs:
         """Per-token logprobs of `text`, tokenised as a prompt (special tokens added as
@@ -790,61 +497,11 @@ class LocalChatModel(ChatModel):
         return TokenLogprobs([self.tokenizer.decode([t]) for t in ids],
                              [a for a, _ in enc["offset_mapping"]], values, tops)
 
-    def tokenize(self, prompt: str | Conversation, *, add_special_tokens: bool | None = None,
-                 add_generation_prompt: bool = True, tools: Tools | None = None) -> list[int]:
-        if isinstance(prompt, str):
-            text = prompt
-            add = True if add_special_tokens is None else add_special_tokens
-        else:
-            specs, choice = self._tool_request(tools, None)
-            text = self._prompt(prompt, specs, choice,
-                                add_generation_prompt=add_generation_prompt)[0]
-            add = bool(add_special_tokens)
-        return self.tokenizer(text, add_special_tokens=add)["input_ids"]
-
-    def detokenize(self, ids: Sequence[int]) -> str:
-        size = len(self.tokenizer)
-        if bad := [i for i in ids if not 0 <= i < size]:
-            raise WorkbenchError(f"token ids must be in 0..{size - 1}; got {bad[0]}")
-        return self.tokenizer.decode(list(ids))
-
     def info(self):
         info = super().info()
         info.details.update(device=self.device, dtype=str(self.dtype).removeprefix("torch."),
                             source=self.source.describe(), load_seconds=self.load_seconds)
         return info
-
-
-def _with_tool_calls(gen: Generation, prefix: str, family: str,
-                     names: list[str], forced: bool = False) -> Generation:
-    """The generation with the tool calls its text holds; unchanged text when none parse. A
-    forced call cut by max_tokens comes back as OpenAI returns it: the call with the
-    arguments written so far (not valid JSON) and finish_reason "length"."""
-    content, calls = parse_tool_calls(prefix + gen.text, family, names)
-    if not calls and forced and gen.finish_reason == "length":
-        partial = _partial_call(prefix + gen.text, names)
-        if partial is not None:
-            gen.text, gen.tool_calls = "", [partial]
-            return gen
-    if not calls:
-        gen.text = prefix + gen.text
-        return gen
-    gen.text, gen.tool_calls, gen.finish_reason = content, calls, "tool_calls"
-    return gen
-
-
-def _partial_call(text: str, names: list[str]):
-    """The call a forced tool call cut short was writing: its name and the arguments text so
-    far (every family writes the name first, then the arguments)."""
-    import re
-
-    from workbench.records import ToolCall
-
-    m = re.search(r'"name":\s*"([^"]+)",\s*"(?:arguments|parameters)":\s*', text) or \
-        re.search(r"\[TOOL_CALLS\]([A-Za-z0-9_.\-]+)\[ARGS\]", text)
-    if m is None or m.group(1) not in names:
-        return None
-    return ToolCall.make(m.group(1), text[m.end():])
 
 
 class _AnyEvent:
@@ -889,14 +546,7 @@ def _eos_ids(model, tok) -> set[int]:
     return {i for i in [*ids, tok.eos_token_id] if i is not None}
 
 
-def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
-    cut = len(text)
-    for s in stops:
-        k = text.find(s)
-        if k != -1:
-            cut = min(cut, k)
-    return text[:cut], cut < len(text)
-
+_with_tool_calls = with_tool_calls  # its old name: benchmarks/constrained_decoding.py uses it
 
 with contextlib.suppress(Exception):
     logging.getLogger("transformers").setLevel(logging.ERROR)

@@ -1,0 +1,92 @@
+"""One server's shared state (the model and its name, the limits, the admission gate, the
+batcher, the stop flag) and what every route asks of the model through it: the model named,
+a prompt's tokens, a length that fits, and generation (batched when it can be)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.models.base import Capabilities, ChatModel, Generation
+from workbench.serve.batching import ApiGone, Batcher
+from workbench.serve.limits import Gate, ServerLimits
+from workbench.serve.replies import ApiError
+
+
+@dataclass
+class ServerState:
+    model: ChatModel
+    served_name: str
+    limits: ServerLimits
+    caps: Capabilities
+    gate: Gate
+    batcher: Batcher | None
+    stopping: threading.Event  # set by `serve` on SIGTERM / SIGINT
+    created: int
+
+    @classmethod
+    def start(cls, model: ChatModel, served_name: str, limits: ServerLimits) -> ServerState:
+        batcher = Batcher(model, limits.batch_window_ms / 1000) if limits.batch_window_ms \
+            else None
+        return cls(model=model, served_name=served_name, limits=limits,
+                   caps=model.capabilities, gate=Gate(1 + limits.max_queue), batcher=batcher,
+                   stopping=threading.Event(), created=int(time.time()))
+
+    def check_model(self, name: str | None) -> None:
+        if name not in (None, "", self.served_name):
+            raise ApiError(404, f"model {name!r} is not served here (serving "
+                                f"{self.served_name!r})", "model", kind="not_found_error")
+
+    def fit_length(self, n_prompt: int, max_tokens: int, explicit: bool, param: str) -> int:
+        """`max_tokens` that fits the model's positions after a prompt of `n_prompt` tokens:
+        an explicit one that does not fit is refused, the default is cut to what fits."""
+        limit = self.model.max_positions
+        if limit is None:
+            return max_tokens
+        if n_prompt >= limit or (explicit and n_prompt + max_tokens > limit):
+            raise ApiError(400, f"the prompt has {n_prompt} tokens and max_tokens is "
+                                f"{max_tokens}: together {n_prompt + max_tokens} exceed the "
+                                f"model's {limit} positions; shorten the prompt or lower "
+                                "max_tokens", param)
+        return min(max_tokens, limit - n_prompt)
+
+    def prompt_tokens(self, prompt, **kw) -> int | None:
+        """Tokens of a prompt (text or conversation), when the backend can count them."""
+        if not self.caps.tokenize or self.model.max_positions is None:
+            return None
+        from jinja2 import TemplateError
+
+        try:
+            return len(self.model.tokenize(prompt, **kw))
+        except TemplateError as e:
+            raise ApiError(400, f"the chat template refused the conversation: {e}",
+                           "messages") from None
+        except WorkbenchError as e:
+            raise ApiError(400, str(e)) from None
+
+    def generate(self, convs, params, **tools: Any) -> list[Generation]:
+        from jinja2 import TemplateError
+
+        batcher, model = self.batcher, self.model
+        try:
+            if batcher is not None and len(convs) == 1 and batcher.batchable(params):
+                try:
+                    gens = [batcher.generate(convs[0], params, tools)]
+                except ApiGone:
+                    raise ApiError(499, "the client closed the request",
+                                   kind="client_closed") from None
+            else:
+                gens = model.generate(convs, params, **tools) if tools else \
+                    model.generate(convs, params)
+        except TemplateError as e:
+            raise ApiError(400, f"the chat template refused the conversation: {e}",
+                           "messages") from None
+        except WorkbenchError as e:
+            raise ApiError(400, str(e)) from None
+        for g in gens:
+            if g.error:
+                raise ApiError(500, g.error, kind="server_error")
+        return gens
