@@ -77,6 +77,21 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def fsync_tree(folder: str | os.PathLike) -> None:
+    """Flush every file under `folder` (and the folders), so the rename that publishes the
+    folder never reaches the disk before its contents (checkpoints, model conversions)."""
+    folder = Path(folder)
+    for p in [folder, *folder.rglob("*")]:
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        elif p.is_dir():
+            fsync_dir(p)
+
+
 def atomic_savefig(fig, path: str | os.PathLike, **kwargs) -> None:
     """Save a matplotlib figure through a temporary file and one rename."""
     path = Path(path)

@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from workbench.io import fsync_dir, recover_dir, replace_dir
+from workbench.io import fsync_tree, recover_dir, replace_dir
 
 
 def publish_once(target: Path, write: Callable[[Path], None], *,
@@ -77,17 +77,3 @@ def _tidy(target: Path) -> None:
     recover_dir(target)
     for p in target.parent.glob(f".{target.name}.tmp-*"):
         shutil.rmtree(p, ignore_errors=True)
-
-
-def fsync_tree(folder: Path) -> None:
-    """Flush every file under `folder` (and the folders), so the rename that publishes the
-    folder never reaches the disk before its contents."""
-    for p in [folder, *folder.rglob("*")]:
-        if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        elif p.is_dir():
-            fsync_dir(p)

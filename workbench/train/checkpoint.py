@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workbench.io import fsync_dir, recover_dir, replace_dir
+from workbench.io import fsync_dir, fsync_tree, recover_dir, replace_dir
 
 MARKER = "COMPLETE"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
@@ -69,23 +69,10 @@ def save_checkpoint(folder: Path, step: int, *, model, optimizer, state: dict[st
     (tmp / "trainer_state.json").write_text(json.dumps(full_state))
     fault("state")
     (tmp / MARKER).write_text("ok")
-    _fsync_tree(tmp)
+    fsync_tree(tmp)
     replace_dir(tmp, final, ours=True)  # a previous checkpoint-N goes only once this one is in
     fault("renamed")
     return final
-
-
-def _fsync_tree(folder: Path) -> None:
-    """Flush every file of `folder` and the folder itself, so the rename that publishes it
-    never reaches the disk before its contents."""
-    for p in folder.iterdir():
-        if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    fsync_dir(folder)
 
 
 def _jsonable(obj):
