@@ -89,38 +89,13 @@ class DistillResult:
 def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
                 default_model: AgentModel | None = None, sections: list[Section] | None = None,
                 cache: bool = True, progress=lambda msg: None) -> DistillResult:
-    from workbench.corpus import load_sections
-
     t_start = time.perf_counter()
     run_dir = Path(run_dir)
-    if not cfg.corpus or not cfg.domain:
-        raise WorkbenchError("distill.corpus and distill.domain must be set (the experiment's "
-                             "`corpus` and `domain` fill them in)")
-    pack = load_pack(cfg.domain)
-    perspectives = cfg.perspectives or [p.id for p in pack.perspectives]
-    for pid in perspectives:
-        pack.perspective(pid)  # unknown ids fail before any model call
-    check_breadth(cfg, pack, perspectives)
+    pack, perspectives = _pack(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     stats = Stats()
-    ingest_report = None
-    if sections is None:
-        sections, ingest_report = load_sections(cfg.corpus)
-    corpus_sections = sections  # a document's vocabulary is all of it (foreign_words gate)
-    if cfg.max_sections:
-        sections = sections[:cfg.max_sections]
-    if not sections:
-        raise WorkbenchError(f"{cfg.corpus}: the corpus has no sections")
-    stats.stages["sections"] = len(sections)
-    train_secs, bench_secs, removed = split_sections(
-        sections, benchmark_fraction=cfg.benchmark_fraction, seed=seed)
-    split_of = {s.id: "train" for s in train_secs} | {s.id: "benchmark" for s in bench_secs}
-    spans = [sp for sp in make_spans(sections, cfg, stats) if sp.section.id in split_of]
-    for sp in spans:
-        sp.split = split_of[sp.section.id]
-    stats.stages["spans"] = len(spans)
-    progress(f"{len(sections)} sections ({len(bench_secs)} benchmark, {len(train_secs)} train,"
-             f" {removed} removed as repeats), {len(spans)} spans")
+    sections, corpus_sections, ingest_report = _sections(cfg, sections, stats)
+    spans, removed = _spans(sections, cfg, seed, stats, progress)
     tasks = make_tasks(spans, perspectives, cfg, seed)
     stats.stages["tasks"] = len(tasks)
     agents = Agents(cfg, default_model or AgentModel(), run_dir / "calls.sqlite" if cache
@@ -128,21 +103,7 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     progress(f"{len(tasks)} tasks; writing ({cfg.mode} mode)")
     (write_single if cfg.mode == "single" else write_composed)(tasks, pack, agents, cfg, seed,
                                                                stats)
-    live = [t for t in tasks if t.reject is None]
-    stats.stages["parsed_and_answered"] = len(live)
-    # validate references and stems once more on the final fields
-    for t in live:
-        try:
-            t.question = parse.check_question(t.question)
-            parse.check_grounded(t.question, t.span.text)
-        except Reject as r:
-            t.fail(r.reason)
-            continue
-        for attr in ("thinking", "solution"):
-            text, changed = parse.rewrite_numbered_refs(getattr(t, attr))
-            if changed:
-                setattr(t, attr, text)
-                t.flags.append("rewrote_references")
+    _recheck_final_fields(tasks, stats)
     gate_rows = apply_gates(tasks, corpus_sections, pack, cfg, stats)
     if gate_rows:
         progress(f"quality gates: {stats.stages['gates_removed']} of "
@@ -151,24 +112,8 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     if cfg.verifier.enabled and mc:
         progress(f"verifying {len(mc)} multiple-choice items")
         verify(tasks, pack, agents, cfg, stats)
-    live = [t for t in tasks if t.reject is None]
-    stats.stages["validated"] = len(live)
-    # dedup across the corpus (which covers duplicates within a section)
-    drop = set(near_duplicates([t.question for t in live], threshold=cfg.dedup.threshold,
-                               method=cfg.dedup.method,
-                               embedder=_embedder(cfg) if cfg.dedup.method == "embedding"
-                               else None, seed=seed))
-    for i in drop:
-        live[i].fail("duplicate_question")
-    stats.stages["dedup_removed"] = len(drop)
-    accepted = [t for t in tasks if t.reject is None]
-    stats.stages["accepted"] = len(accepted)
-    for t in tasks:
-        if t.reject:
-            stats.rejects[t.reject] += 1
-    rejected = [t.reject for t in tasks if t.reject]
-    stats.rejects_format = sum(r in shapes.FORMAT_REASONS for r in rejected)
-    stats.rejects_content = len(rejected) - stats.rejects_format
+    _dedup(tasks, cfg, seed, stats)
+    accepted = _tally(tasks, stats)
     samples = [_to_sample(t, pack, agents) for t in accepted]
     bench = [MCItem(id=s.id, question=s.question, options=s.options, answer=s.answer,
                     difficulty=s.difficulty, provenance=s.provenance)
@@ -181,6 +126,98 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     _write_outputs(run_dir, cfg, samples, bench, report, seed, sections)
     write_jsonl(run_dir / "gates.jsonl", gate_rows)
     return DistillResult(run_dir, report, samples, bench)
+
+
+def _pack(cfg: DistillConfig) -> tuple[DomainPack, list[str]]:
+    """The domain pack and the perspectives to write from; every problem with them fails
+    here, before any model call."""
+    if not cfg.corpus or not cfg.domain:
+        raise WorkbenchError("distill.corpus and distill.domain must be set (the experiment's "
+                             "`corpus` and `domain` fill them in)")
+    pack = load_pack(cfg.domain)
+    perspectives = cfg.perspectives or [p.id for p in pack.perspectives]
+    for pid in perspectives:
+        pack.perspective(pid)
+    check_breadth(cfg, pack, perspectives)
+    return pack, perspectives
+
+
+def _sections(cfg: DistillConfig, sections: list[Section] | None, stats: Stats):
+    """(the sections to distil, the whole corpus's sections, the ingest report or None)."""
+    from workbench.corpus import load_sections
+
+    ingest_report = None
+    if sections is None:
+        sections, ingest_report = load_sections(cfg.corpus)
+    corpus_sections = sections  # a document's vocabulary is all of it (foreign_words gate)
+    if cfg.max_sections:
+        sections = sections[:cfg.max_sections]
+    if not sections:
+        raise WorkbenchError(f"{cfg.corpus}: the corpus has no sections")
+    stats.stages["sections"] = len(sections)
+    return sections, corpus_sections, ingest_report
+
+
+def _spans(sections: list[Section], cfg: DistillConfig, seed: int, stats: Stats,
+           progress) -> tuple[list[Span], int]:
+    """(the spans to write from, each marked train or benchmark, how many sections were
+    removed as repeats of a benchmark section)."""
+    train_secs, bench_secs, removed = split_sections(
+        sections, benchmark_fraction=cfg.benchmark_fraction, seed=seed)
+    split_of = {s.id: "train" for s in train_secs} | {s.id: "benchmark" for s in bench_secs}
+    spans = [sp for sp in make_spans(sections, cfg, stats) if sp.section.id in split_of]
+    for sp in spans:
+        sp.split = split_of[sp.section.id]
+    stats.stages["spans"] = len(spans)
+    progress(f"{len(sections)} sections ({len(bench_secs)} benchmark, {len(train_secs)} train,"
+             f" {removed} removed as repeats), {len(spans)} spans")
+    return spans, removed
+
+
+def _recheck_final_fields(tasks: list[Task], stats: Stats) -> None:
+    """Validate references and stems once more on the final fields."""
+    live = [t for t in tasks if t.reject is None]
+    stats.stages["parsed_and_answered"] = len(live)
+    for t in live:
+        try:
+            t.question = parse.check_question(t.question)
+            parse.check_grounded(t.question, t.span.text)
+        except Reject as r:
+            t.fail(r.reason)
+            continue
+        for attr in ("thinking", "solution"):
+            text, changed = parse.rewrite_numbered_refs(getattr(t, attr))
+            if changed:
+                setattr(t, attr, text)
+                t.flags.append("rewrote_references")
+
+
+def _dedup(tasks: list[Task], cfg: DistillConfig, seed: int, stats: Stats) -> None:
+    """Fail near-duplicate questions across the corpus (which covers duplicates within a
+    section)."""
+    live = [t for t in tasks if t.reject is None]
+    stats.stages["validated"] = len(live)
+    drop = set(near_duplicates([t.question for t in live], threshold=cfg.dedup.threshold,
+                               method=cfg.dedup.method,
+                               embedder=_embedder(cfg) if cfg.dedup.method == "embedding"
+                               else None, seed=seed))
+    for i in drop:
+        live[i].fail("duplicate_question")
+    stats.stages["dedup_removed"] = len(drop)
+
+
+def _tally(tasks: list[Task], stats: Stats) -> list[Task]:
+    """Count the accepted tasks and the rejects by reason (format vs content); returns the
+    accepted ones."""
+    accepted = [t for t in tasks if t.reject is None]
+    stats.stages["accepted"] = len(accepted)
+    for t in tasks:
+        if t.reject:
+            stats.rejects[t.reject] += 1
+    rejected = [t.reject for t in tasks if t.reject]
+    stats.rejects_format = sum(r in shapes.FORMAT_REASONS for r in rejected)
+    stats.rejects_content = len(rejected) - stats.rejects_format
+    return accepted
 
 
 # --- stage 3b: quality gates ------------------------------------------------------------------

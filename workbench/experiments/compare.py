@@ -13,6 +13,8 @@ not change, and the model calls of a re-run distillation come from the call cach
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -82,8 +84,6 @@ class CompareReport(BaseModel):
 
 def read_report(run) -> CompareReport:
     """The report of a compare run folder (or report.json path)."""
-    from pathlib import Path
-
     from workbench.errors import DataError
 
     p = Path(run)
@@ -98,12 +98,48 @@ def read_report(run) -> CompareReport:
                         "re-run the experiment", path=str(p), code="old_schema") from None
 
 
-def run(cfg, ctx: RunContext) -> PipelineResult:
-    from workbench.models.factory import open_chat_model
+@dataclass
+class _Job:
+    """What the stages of one compare run share. The RAG providers are opened at most once,
+    and only when an evaluation has to run (an up-to-date re-run opens nothing)."""
 
-    lay = ctx.layout
+    cfg: Any
+    ctx: RunContext
+    bench_path: Path
+    index_dir: Path
+    items: list
+    stages: Any
+    providers: dict | None = None
+
+    @property
+    def lay(self):
+        return self.ctx.layout
+
+    def contexts(self, conditions) -> dict[str, Any]:
+        if self.providers is None:
+            self.providers = services.contexts()(self.index_dir, RAG)
+        return {c: self.providers[c] for c in conditions if c != "none"}
+
+
+def run(cfg, ctx: RunContext) -> PipelineResult:
     t_all = time.perf_counter()
-    # 1-2. the pipelines, each with its own hashed stage
+    job = _distil_and_index(cfg, ctx)  # 1-2. the pipelines, each with its own hashed stage
+    base_inputs = _evaluate_base(job)  # 3. the base model under every condition
+    base = _summary(job.lay, "eval_base", cfg.eval.bootstrap_seed)
+    _train_sft(job)  # 4. LoRA SFT on the training split (the train pipeline)
+    best = _best_rag(base)  # 5. the SFT model without RAG and with the base's best RAG
+    _evaluate_sft(job, best, base_inputs)
+    sft = _summary(job.lay, "eval_sft", cfg.eval.bootstrap_seed)
+    report = build_report(cfg, job.lay, base, sft, best, time.perf_counter() - t_all)  # 6.
+    job.stages.mark("report", file_hash(job.lay.artifact("compare", "report")) or "", 0.0)
+    ctx.log(f"== report: {job.lay.artifact('compare', 'report_md')}")
+    return _pipeline_result(job.lay, report)
+
+
+def _distil_and_index(cfg, ctx: RunContext) -> _Job:
+    """Distil, index the distilled sections, and read the benchmark items (none: evaluation
+    is skipped, with a warning)."""
+    lay = ctx.layout
     run_pipeline("distill", cfg, ctx)
     bench_path = lay.artifact("distill", "benchmark")
     run_pipeline("rag", cfg.model_copy(update={"corpus": str(lay.artifact("distill",
@@ -113,43 +149,48 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
         if bench_path.exists() and bench_path.stat().st_size else []
     if not items:
         ctx.log("warning: the distillation produced no benchmark items; evaluation is skipped")
-    stages = ctx.stages("compare")
-    providers = None
+    return _Job(cfg, ctx, bench_path, index_dir, items, ctx.stages("compare"))
 
-    def contexts(conditions):
-        nonlocal providers
-        if providers is None:
-            providers = services.contexts()(index_dir, RAG)
-        return {c: providers[c] for c in conditions if c != "none"}
 
-    # 3. the base model under every condition
+def _evaluate_base(job: _Job) -> tuple:
+    """The base model under no RAG and every retriever, with the retrievers' own metrics;
+    returns the stage's inputs (the SFT stage's key includes them)."""
+    from workbench.models.factory import open_chat_model
+
+    cfg, lay = job.cfg, job.lay
     ec = cfg.eval.model_copy(update={"conditions": ["none", *RAG]})
-    base_inputs = (cfg.models.chat.model_dump(), cfg.seed, file_hash(bench_path),
+    base_inputs = (cfg.models.chat.model_dump(), cfg.seed, file_hash(job.bench_path),
                    file_hash(lay.artifact("rag", "manifest")), ec.model_dump(),
                    cfg.compare.eval_items)
-    base_name = f"base ({cfg.models.chat.spec})"
 
     def eval_base():
         model = open_chat_model(cfg.models.chat, cfg)
-        results, summary = evaluate_conditions(model, items, ec, contexts=contexts(
-            ec.conditions), model_name=base_name, log=ctx.log)
+        results, summary = evaluate_conditions(
+            model, job.items, ec, contexts=job.contexts(ec.conditions),
+            model_name=f"base ({cfg.models.chat.spec})", log=job.ctx.log)
         retrieval = services.benchmark_retrieval_metrics()(
-            providers["hybrid"].index if providers else index_dir, items)
+            job.providers["hybrid"].index if job.providers else job.index_dir, job.items)
         summary = summary.model_copy(update={"retrieval": retrieval})
         write_eval(lay.artifact("compare", "eval_base").parent, results, summary)
 
-    if items:
-        stages.run("eval_base", base_inputs, eval_base)
-    base = _summary(lay, "eval_base", cfg.eval.bootstrap_seed)
+    if job.items:
+        job.stages.run("eval_base", base_inputs, eval_base)
+    return base_inputs
 
-    # 4. LoRA SFT on the training split (the train pipeline)
+
+def _train_sft(job: _Job) -> None:
+    cfg, lay = job.cfg, job.lay
     tc = cfg.train.model_copy(update={"data": str(lay.artifact("distill", "sft")),
                                       "output": None}, deep=True)
-    tc.domain_eval.benchmark = str(bench_path) if items else None
-    run_pipeline("train", cfg.model_copy(update={"train": tc}), ctx)
+    tc.domain_eval.benchmark = str(job.bench_path) if job.items else None
+    run_pipeline("train", cfg.model_copy(update={"train": tc}), job.ctx)
 
-    # 5. the SFT model without RAG and with the base model's best RAG
-    best = _best_rag(base)
+
+def _evaluate_sft(job: _Job, best: str | None, base_inputs: tuple) -> None:
+    """The SFT model without RAG and with the base model's best retriever (or with all)."""
+    from workbench.models.factory import open_chat_model
+
+    cfg, lay = job.cfg, job.lay
     conds = ["none", *RAG] if cfg.compare.sft_conditions == "all" \
         else ["none"] + ([best] if best else [])
     ec_sft = cfg.eval.model_copy(update={"conditions": conds, "hit_vs_miss": False})
@@ -161,18 +202,17 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
         mc = cfg.models.chat.model_copy(update={"options": {
             **cfg.models.chat.options, "adapter": str(adapter), "merge_adapter": True}})
         model = open_chat_model(mc, cfg)
-        results, summary = evaluate_conditions(model, items, ec_sft, contexts=contexts(conds),
-                                               model_name="SFT (LoRA)", log=ctx.log)
+        results, summary = evaluate_conditions(model, job.items, ec_sft,
+                                               contexts=job.contexts(conds),
+                                               model_name="SFT (LoRA)", log=job.ctx.log)
         write_eval(lay.artifact("compare", "eval_sft").parent, results, summary)
 
-    if items:
-        stages.run("eval_sft", sft_inputs, eval_sft)
-    sft = _summary(lay, "eval_sft", cfg.eval.bootstrap_seed)
+    if job.items:
+        job.stages.run("eval_sft", sft_inputs, eval_sft)
 
-    # 6. report
-    report = build_report(cfg, lay, base, sft, best, time.perf_counter() - t_all)
-    stages.mark("report", file_hash(lay.artifact("compare", "report")) or "", 0.0)
-    ctx.log(f"== report: {lay.artifact('compare', 'report_md')}")
+
+def _pipeline_result(lay, report: CompareReport) -> PipelineResult:
+    """The headline accuracies, one line per configuration."""
     lines = [f"{r.name:<28} " + "  ".join(
         f"{k} {_acc(r.scorings[k])}" for k in ("letter", "cloze_norm", "generate")
         if k in r.scorings) for r in report.rows]
@@ -288,6 +328,13 @@ def _fmt(v, pct: bool = False) -> str:
 
 
 def report_markdown(r: CompareReport) -> str:
+    return "\n".join([*_comparison_table(r), *_rules(r), *_prediction_table(r),
+                      *_significance(r), *_hit_vs_miss(r), *_retrieval(r), *_data(r),
+                      *_training(r), *_stage_times(r)]) + "\n"
+
+
+def _comparison_table(r: CompareReport) -> list[str]:
+    """The title and RF-Agent's table: every configuration under every scoring."""
     scorings = [k for k in ("letter", "cloze_norm", "cloze", "generate")
                 if any(k in row.scorings for row in r.rows)]
     lines = [f"# {r.name}: base vs RAG vs SFT", "",
@@ -307,6 +354,13 @@ def report_markdown(r: CompareReport) -> str:
             cells.append(f"**{cell}**" if k == row.headline else cell)
         lines.append(f"| {row.name} | {row.n} | " + " | ".join(cells)
                      + f" | {_fmt(row.seconds_per_item)} |")
+    return lines
+
+
+def _rules(r: CompareReport) -> list[str]:
+    """How the intervals treat clustered items, chance, the headline and degenerate rules,
+    and the scorings flagged degenerate."""
+    lines = []
     clustered = [(row.n, row.headline_accuracy.clusters) for row in r.rows
                  if row.headline_accuracy and row.headline_accuracy.clusters]
     if clustered:
@@ -324,53 +378,79 @@ def report_markdown(r: CompareReport) -> str:
     if flagged:
         lines += ["Flagged: " + "; ".join(f"{n} / {SCORING_LABELS[k]}: {why}"
                                           for n, k, why in flagged), ""]
-    lines += ["## Prediction distributions (how often each letter was predicted)", "",
-              "| configuration | scoring | " + " | ".join("ABCD") + " |",
-              "|---|---|" + "---|" * 4]
+    return lines
+
+
+def _prediction_table(r: CompareReport) -> list[str]:
+    lines = ["## Prediction distributions (how often each letter was predicted)", "",
+             "| configuration | scoring | " + " | ".join("ABCD") + " |",
+             "|---|---|" + "---|" * 4]
     for row in r.rows:
         for k, dist in row.predictions.items():
             lines.append(f"| {row.name} | {SCORING_LABELS.get(k, k)} | "
                          + " | ".join(str(dist.get(x, 0)) for x in "ABCD") + " |")
-    if r.comparisons:
-        sig = [c for c in r.comparisons if c.significant]
-        lines += ["", "## Which differences are real (paired, same items)", "",
-                  comparisons_markdown(r.comparisons), "", r.comparison_rule, "",
-                  f"{len(sig)} of {len(r.comparisons)} differences are significant at 5% "
-                  "after Holm's correction" + (": " + "; ".join(
-                      f"{c.b} vs {c.a} ({100 * c.difference:+.1f} points)" for c in sig)
-                      if sig else ".")]
-    if r.hit_vs_miss:
-        lines += ["", "## Does retrieval quality matter? (contexts from the top ranks vs the "
-                  "ranks just below, letter scoring)", "",
-                  "| retriever | top ranks | ranks below |", "|---|---|---|"]
-        lines += [f"| {k} | {_acc(v['top'])} | {_acc(v['below'])} |"
-                  for k, v in r.hit_vs_miss.items()]
-    if r.retrieval:
-        lines += ["", "## Retrieval (each benchmark question's source section is its relevant "
-                  "document)", "", "| retriever | Hit@1 | Hit@3 | Hit@10 | MRR | nDCG@10 |",
-                  "|---|---|---|---|---|---|"]
-        for k, m in r.retrieval.items():
-            lines.append(f"| {k} | {_fmt(m.get('hit@1'))} | {_fmt(m.get('hit@3'))} | "
-                         f"{_fmt(m.get('hit@10'))} | {_fmt(m.get('mrr'))} | "
-                         f"{_fmt(m.get('ndcg@10'))} |")
-    d = r.distill
-    if d.get("accepted"):
-        a = d["accepted"]
-        lines += ["", "## Data", "", f"- distilled samples: {a['total']} ({a['mc']} multiple-"
-                  f"choice, {a['nd']} open), {a['train']} for training, "
-                  f"{a['benchmark_items']} benchmark items from held-out sections",
-                  "- details: [distill/report.md](distill/report.md)"]
+    return lines
+
+
+def _significance(r: CompareReport) -> list[str]:
+    """The paired comparisons, and which survive Holm's correction."""
+    if not r.comparisons:
+        return []
+    sig = [c for c in r.comparisons if c.significant]
+    return ["", "## Which differences are real (paired, same items)", "",
+            comparisons_markdown(r.comparisons), "", r.comparison_rule, "",
+            f"{len(sig)} of {len(r.comparisons)} differences are significant at 5% "
+            "after Holm's correction" + (": " + "; ".join(
+                f"{c.b} vs {c.a} ({100 * c.difference:+.1f} points)" for c in sig)
+                if sig else ".")]
+
+
+def _hit_vs_miss(r: CompareReport) -> list[str]:
+    if not r.hit_vs_miss:
+        return []
+    return ["", "## Does retrieval quality matter? (contexts from the top ranks vs the "
+            "ranks just below, letter scoring)", "",
+            "| retriever | top ranks | ranks below |", "|---|---|---|",
+            *(f"| {k} | {_acc(v['top'])} | {_acc(v['below'])} |"
+              for k, v in r.hit_vs_miss.items())]
+
+
+def _retrieval(r: CompareReport) -> list[str]:
+    if not r.retrieval:
+        return []
+    return ["", "## Retrieval (each benchmark question's source section is its relevant "
+            "document)", "", "| retriever | Hit@1 | Hit@3 | Hit@10 | MRR | nDCG@10 |",
+            "|---|---|---|---|---|---|",
+            *(f"| {k} | {_fmt(m.get('hit@1'))} | {_fmt(m.get('hit@3'))} | "
+              f"{_fmt(m.get('hit@10'))} | {_fmt(m.get('mrr'))} | {_fmt(m.get('ndcg@10'))} |"
+              for k, m in r.retrieval.items())]
+
+
+def _data(r: CompareReport) -> list[str]:
+    if not r.distill.get("accepted"):
+        return []
+    a = r.distill["accepted"]
+    return ["", "## Data", "", f"- distilled samples: {a['total']} ({a['mc']} multiple-"
+            f"choice, {a['nd']} open), {a['train']} for training, "
+            f"{a['benchmark_items']} benchmark items from held-out sections",
+            "- details: [distill/report.md](distill/report.md)"]
+
+
+def _training(r: CompareReport) -> list[str]:
     t = r.train
-    if t:
-        fin = t.get("final", {})
-        lines += ["", "## Training", "", f"- {t.get('steps')} steps on "
-                  f"{t.get('train_examples')} examples, {t.get('device')} {t.get('dtype')}, "
-                  f"{_fmt(t.get('tokens_per_s'))} tokens/s, padding share "
-                  f"{_fmt(t.get('padding_share'), True)}",
-                  f"- final loss {_fmt(fin.get('loss'))}, eval loss "
-                  f"{_fmt(fin.get('eval_loss'))}, domain accuracy "
-                  f"{_fmt(fin.get('domain_accuracy'), True)}",
-                  "- curves: ![training](adapter/training_curves.png)"]
-    lines += ["", "## Stage times (s)", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in r.stage_seconds.items()]
-    return "\n".join(lines) + "\n"
+    if not t:
+        return []
+    fin = t.get("final", {})
+    return ["", "## Training", "", f"- {t.get('steps')} steps on "
+            f"{t.get('train_examples')} examples, {t.get('device')} {t.get('dtype')}, "
+            f"{_fmt(t.get('tokens_per_s'))} tokens/s, padding share "
+            f"{_fmt(t.get('padding_share'), True)}",
+            f"- final loss {_fmt(fin.get('loss'))}, eval loss "
+            f"{_fmt(fin.get('eval_loss'))}, domain accuracy "
+            f"{_fmt(fin.get('domain_accuracy'), True)}",
+            "- curves: ![training](adapter/training_curves.png)"]
+
+
+def _stage_times(r: CompareReport) -> list[str]:
+    return ["", "## Stage times (s)", "", "| stage | seconds |", "|---|---|",
+            *(f"| {k} | {v} |" for k, v in r.stage_seconds.items())]

@@ -4,8 +4,10 @@ global adapter, bytes, time, failures), what left the sites, and a plot."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +60,21 @@ def condition_table(rows: list[dict]) -> list[dict[str, Any]]:
 
 def write_report(out: Path, fc: FederatedConfig, sites, rows: list[dict], summary: dict, *,
                  seconds: float) -> dict[str, Any]:
-    rounds = read_rounds(out / "federated")
-    train_rounds = [r for r in rounds if r["kind"] == "train"]
+    train_rounds = [r for r in read_rounds(out / "federated") if r["kind"] == "train"]
     table = condition_table(rows)
     by = {t["condition"]: t for t in table}
     wire = summary.get("wire", {})
-    figures = {
+    names = [s.name for s in sites]
+    figures = _lora_figures(fc, sites, by, train_rounds, wire, seconds)
+    lines = [*_lora_setup(fc, sites, seconds), *_lora_conditions(table, names),
+             *_lora_rounds(train_rounds, names), *_lora_wire(wire, sites)]
+    _plot(out / "rounds.png", train_rounds, by, names)
+    return _write(out, lines, "loss by round", figures, table, _lora_headline(by))
+
+
+def _lora_figures(fc: FederatedConfig, sites, by: dict, train_rounds: list[dict], wire: dict,
+                  seconds: float) -> dict[str, Any]:
+    return {
         "sites": len(sites), "rounds": fc.rounds,
         "eval_loss": {c: (round(t["eval_loss"], 4) if t["eval_loss"] is not None else None)
                       for c, t in by.items()},
@@ -75,10 +86,17 @@ def write_report(out: Path, fc: FederatedConfig, sites, rows: list[dict], summar
         "canary_leaks": wire.get("canary_leaks"),
         "seconds": round(seconds, 1),
     }
+
+
+def _lora_headline(by: dict) -> str:
     fed_loss, loc_loss = by.get("federated", {}).get("eval_loss"), \
         by.get("local", {}).get("eval_loss")
-    headline = (f"held-out loss federated {_fmt(fed_loss)} vs local-only {_fmt(loc_loss)} vs "
-                f"centralised {_fmt(by.get('central', {}).get('eval_loss'))}")
+    return (f"held-out loss federated {_fmt(fed_loss)} vs local-only {_fmt(loc_loss)} vs "
+            f"centralised {_fmt(by.get('central', {}).get('eval_loss'))}")
+
+
+def _lora_setup(fc: FederatedConfig, sites, seconds: float) -> list[str]:
+    """The title, how the run was set up, and the sites' data."""
     lines = [f"# Federated LoRA: {len(sites)} sites x {fc.rounds} rounds "
              f"({fc.aggregation})", "",
              f"Model `{fc.model}`; each site trains {fc.local.steps} steps per round "
@@ -88,17 +106,20 @@ def write_report(out: Path, fc: FederatedConfig, sites, rows: list[dict], summar
              f"{fc.rounds * fc.local.steps * len(sites)} on the pooled rows. Wall time "
              f"{seconds:.0f} s.", "",
              "## Sites", "", "| site | train rows | eval rows | MC items |", "|---|---|---|---|"]
-    lines += [f"| {s.name} | {len(s.train)} | {len(s.eval)} | {len(s.benchmark)} |"
-              for s in sites]
-    names = [s.name for s in sites]
-    lines += ["", "## Conditions", "",
-              "Held-out loss is per labelled token on each site's own eval rows (pooled: "
-              "weighted by rows). MC accuracy is cloze (length-normalised log-likelihood) over "
-              "every site's benchmark items; the interval is Wilson 95%, p is the exact "
-              "McNemar test against the federated adapter on the same items.", "",
-              "| condition | pooled loss | " + " | ".join(f"loss {n}" for n in names)
-              + " | MC acc [95% CI] | predictions A/B/C/D | p vs federated |",
-              "|---|---|" + "---|" * len(names) + "---|---|---|"]
+    return lines + [f"| {s.name} | {len(s.train)} | {len(s.eval)} | {len(s.benchmark)} |"
+                    for s in sites]
+
+
+def _lora_conditions(table: list[dict], names: list[str]) -> list[str]:
+    """The table of conditions (loss per site, MC accuracy, predictions, paired test)."""
+    lines = ["", "## Conditions", "",
+             "Held-out loss is per labelled token on each site's own eval rows (pooled: "
+             "weighted by rows). MC accuracy is cloze (length-normalised log-likelihood) over "
+             "every site's benchmark items; the interval is Wilson 95%, p is the exact "
+             "McNemar test against the federated adapter on the same items.", "",
+             "| condition | pooled loss | " + " | ".join(f"loss {n}" for n in names)
+             + " | MC acc [95% CI] | predictions A/B/C/D | p vs federated |",
+             "|---|---|" + "---|" * len(names) + "---|---|---|"]
     for t in table:
         ci = t["mc_ci95"]
         acc = (f"{t['mc_correct']}/{t['mc_n']} = {t['mc_accuracy']:.2f} "
@@ -114,13 +135,18 @@ def write_report(out: Path, fc: FederatedConfig, sites, rows: list[dict], summar
         lines += ["", f"With {n_items} MC items an interval is about ±{(hi - lo) / 2:.2f}: "
                       "accuracy differences smaller than that are not results; the held-out "
                       "loss is the finer measure here."]
-    lines += ["", "## Rounds", "",
-              "Loss before = the global adapter of the previous round on the site's eval "
-              "rows (what the site received); bytes are adapter tensors, down + up.", "",
-              "| round | status | replies used | " + " | ".join(f"loss before {n}"
-                                                              for n in names)
-              + " | MB down | MB up | seconds | product gap |",
-              "|---|---|---|" + "---|" * len(names) + "---|---|---|---|"]
+    return lines
+
+
+def _lora_rounds(train_rounds: list[dict], names: list[str]) -> list[str]:
+    """The table of training rounds: what each site received, bytes, time, product gap."""
+    lines = ["", "## Rounds", "",
+             "Loss before = the global adapter of the previous round on the site's eval "
+             "rows (what the site received); bytes are adapter tensors, down + up.", "",
+             "| round | status | replies used | " + " | ".join(f"loss before {n}"
+                                                             for n in names)
+             + " | MB down | MB up | seconds | product gap |",
+             "|---|---|---|" + "---|" * len(names) + "---|---|---|---|"]
     for r in train_rounds:
         gap = r.get("product_gap")
         lines.append(f"| {r['round']} | {r['status']} | {r['used']}/{r['sent']} | "
@@ -128,17 +154,19 @@ def write_report(out: Path, fc: FederatedConfig, sites, rows: list[dict], summar
                                   for n in names)
                      + f" | {r['bytes_down'] / 1e6:.2f} | {r['bytes_up'] / 1e6:.2f} | "
                        f"{r['seconds']:.1f} | {_fmt(gap, 4) if gap is not None else '–'} |")
-    lines += ["", "Product gap: max over LoRA modules of ‖B̄Ā − mean(BᵢAᵢ)‖/‖mean(BᵢAᵢ)‖, how far "
-                  "averaging A and B separately lands from averaging the updates (0 with "
-                  "aggregation=ffa).", "",
-              "## What left the sites", "",
-              f"- replies: {wire.get('replies')}, {wire.get('bytes', 0) / 1e6:.2f} MB in all; "
-              f"record names {', '.join(wire.get('record_names', []))}",
-              f"- planted canaries found in replies: {wire.get('canary_leaks')} "
-              f"(of {sum(len(s.canaries) for s in sites)} planted)",
-              f"- strings longer than 64 characters: {wire.get('long_strings')}"]
-    _plot(out / "rounds.png", train_rounds, by, names)
-    return _write(out, lines, "loss by round", figures, table, headline)
+    return lines + ["", "Product gap: max over LoRA modules of ‖B̄Ā − mean(BᵢAᵢ)‖/‖mean(BᵢAᵢ)‖, "
+                        "how far averaging A and B separately lands from averaging the updates "
+                        "(0 with aggregation=ffa)."]
+
+
+def _lora_wire(wire: dict, sites) -> list[str]:
+    """What left the sites: replies, bytes, record names, canaries, long strings."""
+    return ["", "## What left the sites", "",
+            f"- replies: {wire.get('replies')}, {wire.get('bytes', 0) / 1e6:.2f} MB in all; "
+            f"record names {', '.join(wire.get('record_names', []))}",
+            f"- planted canaries found in replies: {wire.get('canary_leaks')} "
+            f"(of {sum(len(s.canaries) for s in sites)} planted)",
+            f"- strings longer than 64 characters: {wire.get('long_strings')}"]
 
 
 def _write(out: Path, lines: list[str], plot_title: str, figures: dict, table: list,
@@ -197,20 +225,65 @@ def _rate(rows: list[dict], key: str = "eval") -> dict[str, list[tuple[int, floa
     return out
 
 
+@dataclass
+class _KnowledgeRun:
+    """What the knowledge report is made of, read once."""
+
+    fc: FederatedConfig
+    sites: list[str]
+    meta: dict[str, dict]  # site -> one of its eval rows (scaffold, contributes, poison)
+    by: dict[str, dict[str, dict]]  # condition -> site -> eval row
+    fed_rounds: list[dict]
+    fed_rate: dict[str, list[tuple[int, float]]]  # site -> (round, eval success)
+    local_rate: dict[str, dict[int, float]]  # site -> round -> eval success, local-only
+    wire: dict
+
+
+@dataclass
+class _Poison:
+    """The adversary's workflow over the rounds' knowledge bases."""
+
+    active: int = 0  # (round, unit) pairs in which it was active
+    most_for: int = 0
+    most_against: int = 0
+
+
 def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], summary: dict, *,
                            adapter_bytes: int | None, seconds: float) -> dict[str, Any]:
-    import json as _json
+    run = _read_knowledge_run(out, fc, rows, summary)
+    table = _knowledge_table(run)
+    transfer = _transfer(run)
+    poison = _poison(out / "federated" / "kb")
+    lora_round = 2 * len(run.sites) * adapter_bytes if adapter_bytes else None
+    figures = _knowledge_figures(run, table, transfer, poison, lora_round,
+                                 len(summary.get("active", [])), seconds)
+    how, budget, unit = _agent_description(fc.knowledge)
+    lines = [*_knowledge_setup(run, how, budget, seconds),
+             *_knowledge_final(run, table, unit), *_knowledge_transfer(transfer),
+             *_knowledge_by_round(run), *_knowledge_active(summary.get("active", [])),
+             *_knowledge_wire(run, figures, lora_round, poison)]
+    _plot_knowledge(out / "rounds.png", run.fed_rate, run.local_rate, run.sites)
+    return _write(out, lines, "success by round", figures, table, _knowledge_headline(table))
 
-    from workbench.evaluate.stats import mcnemar_exact, wilson_interval
 
-    ks = fc.knowledge
+def _read_knowledge_run(out: Path, fc: FederatedConfig, rows: list[dict],
+                        summary: dict) -> _KnowledgeRun:
     fed_rounds = read_rounds(out / "federated")
     sites = sorted({r["site"] for r in rows})
-    meta = {r["site"]: r for r in rows}
-    local_rounds = {s: read_rounds(out / "local" / s) for s in sites}
-    by = defaultdict(dict)
+    by: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in rows:
         by[r["condition"]][r["site"]] = r
+    local_rate = {s: dict(_rate(read_rounds(out / "local" / s)).get(s, [])) for s in sites}
+    return _KnowledgeRun(fc=fc, sites=sites, meta={r["site"]: r for r in rows}, by=by,
+                         fed_rounds=fed_rounds, fed_rate=_rate(fed_rounds),
+                         local_rate=local_rate, wire=summary.get("wire", {}))
+
+
+def _knowledge_table(run: _KnowledgeRun) -> list[dict[str, Any]]:
+    """Per condition: tasks verified with its interval, per site, and the paired test."""
+    from workbench.evaluate.stats import mcnemar_exact, wilson_interval
+
+    by, sites = run.by, run.sites
     table = []
     for cond in [c for c in KCONDS if c in by]:
         ver = [v for s in sites for v in by[cond][s]["verified"]]
@@ -224,40 +297,60 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
             row["mcnemar_p_vs_federated"] = mcnemar_exact(
                 ver, [v for s in sites for v in by["federated"][s]["verified"]])
         table.append(row)
-    listener = next((s for s in sites if not meta[s]["contributes"]), None)
-    transfer = None
-    if listener and "none" in by and "federated" in by:
-        a, b = by["none"][listener]["verified"], by["federated"][listener]["verified"]
-        transfer = {"site": listener, "scaffold": meta[listener]["scaffold"],
-                    "none": [sum(a), len(a)], "federated": [sum(b), len(b)],
-                    "mcnemar_p": mcnemar_exact(a, b)}
-    # poisoning: was the adversary's workflow ever active?
+    return table
+
+
+def _transfer(run: _KnowledgeRun) -> dict[str, Any] | None:
+    """The listener (a site that contributes nothing) with and without the federated units."""
+    from workbench.evaluate.stats import mcnemar_exact
+
+    listener = next((s for s in run.sites if not run.meta[s]["contributes"]), None)
+    if not (listener and "none" in run.by and "federated" in run.by):
+        return None
+    a, b = run.by["none"][listener]["verified"], run.by["federated"][listener]["verified"]
+    return {"site": listener, "scaffold": run.meta[listener]["scaffold"],
+            "none": [sum(a), len(a)], "federated": [sum(b), len(b)],
+            "mcnemar_p": mcnemar_exact(a, b)}
+
+
+def _poison(kb_dir: Path) -> _Poison:
+    """Was the adversary's workflow ever active, and how many sites voted for and against."""
     from workbench.federated.knowledge import Unit, votes
 
-    poison_active, poison_sites, poison_against = 0, 0, 0
-    for p in sorted((out / "federated" / "kb").glob("round-*.json")):
-        kb = _json.loads(p.read_text())
+    p = _Poison()
+    for path in sorted(kb_dir.glob("round-*.json")):
+        kb = json.loads(path.read_text())
         for u in kb["units"].values():
             if (u["family"], u["steps"]) == POISON_FLOW:
                 pro, con = votes(Unit.model_validate(u))
-                poison_sites, poison_against = max(poison_sites, pro), max(poison_against, con)
-                poison_active += u["status"] == "active"
-    k_rounds = [r for r in fed_rounds]
-    kbytes = [r["bytes_down"] + r["bytes_up"] for r in k_rounds]
-    lora_round = 2 * len(sites) * adapter_bytes if adapter_bytes else None
-    wire = summary.get("wire", {})
+                p.most_for, p.most_against = max(p.most_for, pro), max(p.most_against, con)
+                p.active += u["status"] == "active"
+    return p
+
+
+def _knowledge_figures(run: _KnowledgeRun, table: list[dict], transfer: dict | None,
+                       poison: _Poison, lora_round: int | None, active_units: int,
+                       seconds: float) -> dict[str, Any]:
+    kbytes = [r["bytes_down"] + r["bytes_up"] for r in run.fed_rounds]
+    return {"sites": len(run.sites), "rounds": run.fc.rounds,
+            "rate": {t["condition"]: t["rate"] for t in table},
+            "active_units": active_units,
+            "knowledge_bytes_per_round": sum(kbytes) / max(len(kbytes), 1),
+            "lora_bytes_per_round": lora_round,
+            "canary_leaks": run.wire.get("canary_leaks"), "poison_active_rounds": poison.active,
+            "poison_sites_against": poison.most_against,
+            "transfer": transfer, "seconds": round(seconds, 1)}
+
+
+def _knowledge_headline(table: list[dict]) -> str:
     fed_t = next((t for t in table if t["condition"] == "federated"), None)
     none_t = next((t for t in table if t["condition"] == "none"), None)
-    headline = (f"eval success {fed_t['verified']}/{fed_t['n']} with federated units vs "
-                f"{none_t['verified']}/{none_t['n']} without" if fed_t and none_t else "")
-    figures = {"sites": len(sites), "rounds": fc.rounds,
-               "rate": {t["condition"]: t["rate"] for t in table},
-               "active_units": len(summary.get("active", [])),
-               "knowledge_bytes_per_round": sum(kbytes) / max(len(kbytes), 1),
-               "lora_bytes_per_round": lora_round,
-               "canary_leaks": wire.get("canary_leaks"), "poison_active_rounds": poison_active,
-               "poison_sites_against": poison_against,
-               "transfer": transfer, "seconds": round(seconds, 1)}
+    return (f"eval success {fed_t['verified']}/{fed_t['n']} with federated units vs "
+            f"{none_t['verified']}/{none_t['n']} without" if fed_t and none_t else "")
+
+
+def _agent_description(ks) -> tuple[str, str, str]:
+    """(how a site works its tasks, the eval budget, the unit the budget is counted in)."""
     if ks.agent == "prompted":
         from workbench import services
 
@@ -266,28 +359,38 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
                f"(ReAct, plan-then-execute or Reflexion with {agent.trials} trials) with the "
                f"tools run_sql and answer, choosing among {agent.candidates} grammar plans by "
                f"log-likelihood, with the units of the question's family in its system prompt")
-        budget, unit = f"{agent.max_steps} model turns per trial", "model turns"
-    else:
-        how = (f"its scaffold as a search strategy over the query grammar "
-               f"({ks.learn_iterations} iterations per task), units reweighting its prior")
-        budget, unit = f"{ks.eval_iterations} iterations", "iterations"
-    lines = [f"# Federated knowledge units: {len(sites)} data-agent sites x {fc.rounds} rounds",
-             "", f"Each site works its learning tasks with {how}, and the units in its view; "
-             f"it proposes operations "
+        return how, f"{agent.max_steps} model turns per trial", "model turns"
+    how = (f"its scaffold as a search strategy over the query grammar "
+           f"({ks.learn_iterations} iterations per task), units reweighting its prior")
+    return how, f"{ks.eval_iterations} iterations", "iterations"
+
+
+def _knowledge_setup(run: _KnowledgeRun, how: str, budget: str, seconds: float) -> list[str]:
+    """The title, what a site does in a round, and the sites."""
+    fc, ks, meta = run.fc, run.fc.knowledge, run.meta
+    lines = [f"# Federated knowledge units: {len(run.sites)} data-agent sites x {fc.rounds} "
+             f"rounds", "", f"Each site works its learning tasks with {how}, and the units in "
+             f"its view; it proposes operations "
              f"(a workflow needs {ks.min_support} verified plan(s)), filters them (privacy), gates "
              f"them (A/B on a gate slice: {'on' if ks.gate else 'off'}) and sends operations "
              f"and counts. A unit is active when {ks.k_min} sites support it. Success is the "
              f"share of a held-back slice of each site's tasks verified within "
              f"{budget}. Wall time {seconds:.0f} s.", "",
              "## Sites", "", "| site | scaffold | contributes | adversary |", "|---|---|---|---|"]
-    lines += [f"| {s} | {meta[s]['scaffold']} | {'yes' if meta[s]['contributes'] else 'no'} | "
-              f"{'yes' if meta[s]['poison'] else ''} |" for s in sites]
-    lines += ["", "## Final evaluation", "",
-              "Wilson 95% intervals; p: exact McNemar against federated units on the same "
-              "tasks.", "",
-              "| units | verified [95% CI] | " + " | ".join(sites)
-              + f" | {unit} | p vs federated |",
-              "|---|---|" + "---|" * len(sites) + "---|---|"]
+    return lines + [f"| {s} | {meta[s]['scaffold']} | "
+                    f"{'yes' if meta[s]['contributes'] else 'no'} | "
+                    f"{'yes' if meta[s]['poison'] else ''} |" for s in run.sites]
+
+
+def _knowledge_final(run: _KnowledgeRun, table: list[dict], unit: str) -> list[str]:
+    """The final evaluation: each condition's units on every site's eval slice."""
+    sites = run.sites
+    lines = ["", "## Final evaluation", "",
+             "Wilson 95% intervals; p: exact McNemar against federated units on the same "
+             "tasks.", "",
+             "| units | verified [95% CI] | " + " | ".join(sites)
+             + f" | {unit} | p vs federated |",
+             "|---|---|" + "---|" * len(sites) + "---|---|"]
     for t in table:
         lo, hi = t["ci95"] or (0, 0)
         p = t.get("mcnemar_p_vs_federated")
@@ -295,47 +398,64 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
                      f"[{lo:.2f}, {hi:.2f}] | "
                      + " | ".join(f"{a}/{b}" for a, b in (t["by_site"][s] for s in sites))
                      + f" | {t['iterations']} | {_fmt(p, 3) if p is not None else '–'} |")
-    if transfer:
-        lines += ["", "## Cross-scaffold transfer", "",
-                  f"{transfer['site']} ({transfer['scaffold']}) contributed nothing: with the "
-                  f"units the other sites' scaffolds evolved it verified "
-                  f"{transfer['federated'][0]}/{transfer['federated'][1]} vs "
-                  f"{transfer['none'][0]}/{transfer['none'][1]} without (McNemar p "
-                  f"{transfer['mcnemar_p']:.3f})."]
-    lines += ["", "## By round", "", "Each site's eval success with the view it received "
-              "(round 1: no units yet); federated vs local-only.", "",
-              "| round | " + " | ".join(f"{s} fed | {s} local" for s in sites) + " | active "
-              "units | ops | KB down | KB up |",
-              "|---|" + "---|---|" * len(sites) + "---|---|---|---|"]
-    fr = _rate(fed_rounds)
-    lr = {s: dict(_rate(local_rounds[s]).get(s, [])) for s in sites}
-    for r in fed_rounds:
+    return lines
+
+
+def _knowledge_transfer(transfer: dict | None) -> list[str]:
+    if not transfer:
+        return []
+    return ["", "## Cross-scaffold transfer", "",
+            f"{transfer['site']} ({transfer['scaffold']}) contributed nothing: with the "
+            f"units the other sites' scaffolds evolved it verified "
+            f"{transfer['federated'][0]}/{transfer['federated'][1]} vs "
+            f"{transfer['none'][0]}/{transfer['none'][1]} without (McNemar p "
+            f"{transfer['mcnemar_p']:.3f})."]
+
+
+def _knowledge_by_round(run: _KnowledgeRun) -> list[str]:
+    """Each round: every site's eval success, federated and local-only, and the wire."""
+    sites, lr = run.sites, run.local_rate
+    lines = ["", "## By round", "", "Each site's eval success with the view it received "
+             "(round 1: no units yet); federated vs local-only.", "",
+             "| round | " + " | ".join(f"{s} fed | {s} local" for s in sites) + " | active "
+             "units | ops | KB down | KB up |",
+             "|---|" + "---|---|" * len(sites) + "---|---|---|---|"]
+    for r in run.fed_rounds:
         cells = []
         for s in sites:
-            f = dict(fr.get(s, [])).get(r["round"])
+            f = dict(run.fed_rate.get(s, [])).get(r["round"])
             cells += [_fmt(f, 2) if f is not None else "–",
                       _fmt(lr[s].get(r["round"]), 2) if lr[s].get(r["round"]) is not None
                       else "–"]
         ops = ", ".join(f"{k} {v}" for k, v in r["ops"].items() if v)
         lines.append(f"| {r['round']} | " + " | ".join(cells) + f" | {r['active']} | "
                      f"{ops or '–'} | {r['bytes_down'] / 1e3:.1f} | {r['bytes_up'] / 1e3:.1f} |")
-    lines += ["", "## Active units", "", "| family | unit (workflow or insight) | sites for | against | "
-              "support (counts) |", "|---|---|---|---|---|"]
-    lines += [f"| {u['family']} | {u['text']} | {u['sites']} | {u['against']} | "
-              f"{u['support']} |" for u in summary.get("active", [])]
-    lines += ["", "## What left the sites", "",
-              f"- bytes per round: knowledge {figures['knowledge_bytes_per_round'] / 1e3:.1f} "
-              f"kB" + (f" vs {lora_round / 1e6:.1f} MB for the LoRA adapters of `{fc.model}` "
-                       f"({lora_round / max(figures['knowledge_bytes_per_round'], 1):,.0f}x)"
-                       if lora_round else ""),
-              f"- planted canaries found in replies: {wire.get('canary_leaks')} (of "
-              f"{wire.get('canaries')} planted in the sites' data)",
-              f"- record names: {', '.join(wire.get('record_names', []))}",
-              f"- adversary's workflow (`{' -> '.join(POISON_FLOW[1])}` for lookups) active in "
-              f"{poison_active} of {len(k_rounds)} rounds; most sites for it: "
-              f"{poison_sites}, against it: {poison_against} (k_min {ks.k_min})"]
-    _plot_knowledge(out / "rounds.png", fr, lr, sites)
-    return _write(out, lines, "success by round", figures, table, headline)
+    return lines
+
+
+def _knowledge_active(active: list[dict]) -> list[str]:
+    return ["", "## Active units", "",
+            "| family | unit (workflow or insight) | sites for | against | support (counts) |",
+            "|---|---|---|---|---|",
+            *(f"| {u['family']} | {u['text']} | {u['sites']} | {u['against']} | "
+              f"{u['support']} |" for u in active)]
+
+
+def _knowledge_wire(run: _KnowledgeRun, figures: dict, lora_round: int | None,
+                    poison: _Poison) -> list[str]:
+    """What left the sites: bytes against LoRA's, canaries, record names, the adversary."""
+    kb_round, wire = figures["knowledge_bytes_per_round"], run.wire
+    lora = (f" vs {lora_round / 1e6:.1f} MB for the LoRA adapters of `{run.fc.model}` "
+            f"({lora_round / max(kb_round, 1):,.0f}x)" if lora_round else "")
+    return ["", "## What left the sites", "",
+            f"- bytes per round: knowledge {kb_round / 1e3:.1f} kB" + lora,
+            f"- planted canaries found in replies: {wire.get('canary_leaks')} (of "
+            f"{wire.get('canaries')} planted in the sites' data)",
+            f"- record names: {', '.join(wire.get('record_names', []))}",
+            f"- adversary's workflow (`{' -> '.join(POISON_FLOW[1])}` for lookups) active in "
+            f"{poison.active} of {len(run.fed_rounds)} rounds; most sites for it: "
+            f"{poison.most_for}, against it: {poison.most_against} "
+            f"(k_min {run.fc.knowledge.k_min})"]
 
 
 def _plot_knowledge(path: Path, fr, lr, sites) -> None:

@@ -13,6 +13,7 @@ import random
 import re
 import secrets
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,21 @@ def load_site(folder: str | Path) -> SiteData:
                     canaries=list(meta.get("canaries", [])))
 
 
+@dataclass
+class _Split:
+    """One split in progress: where the rows came from, how they are dealt, and the one
+    random stream every step draws from (in a fixed order, so a seed gives the same sites)."""
+
+    src: Path
+    by: str
+    sites: int
+    eval_fraction: float
+    canaries: int
+    rng: random.Random
+    to_chat: Callable[[QTSASample], ChatExample]
+    owner: dict[str, int] = field(default_factory=dict)  # document -> site (by chapter)
+
+
 def split_sites(source: str | Path, out: str | Path, *, sites: int, by: str = "chapter",
                 eval_fraction: float = 0.2, canaries: int = 2, seed: int = 0) -> list[Path]:
     """Deal a distillation run's QTSA rows (and benchmark items) out to `sites` folders.
@@ -76,6 +92,17 @@ def split_sites(source: str | Path, out: str | Path, *, sites: int, by: str = "c
     src = Path(source)
     if not src.exists() and not src.is_absolute() and (REPO / src).exists():
         src = REPO / src  # the shipped sample, from any working folder
+    rows, bench = _read_source(src)
+    sp = _Split(src, by, sites, eval_fraction, canaries, random.Random(seed), to_chat)
+    buckets = _deal(sp, rows)
+    out = Path(out)
+    _remove_extra_sites(out, sites)
+    return [_write_site(sp, out / f"site-{i}", i, bucket, bench)
+            for i, bucket in enumerate(buckets)]
+
+
+def _read_source(src: Path) -> tuple[list[QTSASample], list[MCItem]]:
+    """The run's training rows (benchmark rows left out) and its benchmark items."""
     rows: list[QTSASample] = []
     for name in ("mcQTSA.jsonl", "ndQTSA.jsonl"):
         for p in (src / name, src / "distill" / name):
@@ -87,64 +114,77 @@ def split_sites(source: str | Path, out: str | Path, *, sites: int, by: str = "c
         raise WorkbenchError(f"{src}: no mcQTSA.jsonl / ndQTSA.jsonl rows to split")
     bench_path = next((p for p in (src / "benchmark.jsonl", src / "distill" / "benchmark.jsonl")
                        if p.exists()), None)
-    bench = read_jsonl(bench_path, MCItem.model_validate) if bench_path else []
-    rng = random.Random(seed)
-    owner: dict[str, int] = {}
-    buckets: list[list[QTSASample]] = [[] for _ in range(sites)]
-    if by == "chapter":
+    return rows, read_jsonl(bench_path, MCItem.model_validate) if bench_path else []
+
+
+def _deal(sp: _Split, rows: list[QTSASample]) -> list[list[QTSASample]]:
+    """The rows of each site, by whole documents or at random."""
+    buckets: list[list[QTSASample]] = [[] for _ in range(sp.sites)]
+    if sp.by == "chapter":
         docs: dict[str, list[QTSASample]] = {}
         for s in rows:
             docs.setdefault(s.provenance.doc_id or s.provenance.section_id, []).append(s)
-        if len(docs) < sites:
-            raise WorkbenchError(f"{src}: {len(docs)} documents cannot make {sites} sites "
-                                 f"by chapter; use split.by=random or fewer sites")
+        if len(docs) < sp.sites:
+            raise WorkbenchError(f"{sp.src}: {len(docs)} documents cannot make {sp.sites} "
+                                 f"sites by chapter; use split.by=random or fewer sites")
         for doc, items in sorted(docs.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-            i = min(range(sites), key=lambda j: (len(buckets[j]), j))
+            i = min(range(sp.sites), key=lambda j: (len(buckets[j]), j))
             buckets[i] += items
-            owner[doc] = i
-    elif by == "random":
+            sp.owner[doc] = i
+    elif sp.by == "random":
         shuffled = rows[:]
-        rng.shuffle(shuffled)
+        sp.rng.shuffle(shuffled)
         for k, s in enumerate(shuffled):
-            buckets[k % sites].append(s)
+            buckets[k % sp.sites].append(s)
     else:
-        raise WorkbenchError(f"split.by={by!r}: use chapter or random")
-    out = Path(out)
-    for old in out.glob("site-*"):  # a previous split into more sites
+        raise WorkbenchError(f"split.by={sp.by!r}: use chapter or random")
+    return buckets
+
+
+def _remove_extra_sites(out: Path, sites: int) -> None:
+    """Site folders of a previous split into more sites."""
+    for old in out.glob("site-*"):
         if old.name.split("-")[-1].isdigit() and int(old.name.split("-")[-1]) >= sites \
                 and (old / "site.json").exists():
             shutil.rmtree(old)
-    folders = []
-    for i, bucket in enumerate(buckets):
-        d = out / f"site-{i}"
-        d.mkdir(parents=True, exist_ok=True)
-        bucket = sorted(bucket, key=lambda s: s.id)
-        rng.shuffle(bucket)
-        n_eval = max(1, round(len(bucket) * eval_fraction))
-        ev, tr = bucket[:n_eval], bucket[n_eval:]
-        if not tr:
-            raise WorkbenchError(f"site-{i} got {len(bucket)} rows: too few to train on")
-        train = [to_chat(s) for s in tr]
-        planted = []
-        for k in range(min(canaries, len(train))):
-            token = f"CANARY-{secrets.token_hex(6)}"
-            planted.append(token)
-            msg = train[k].messages[-1]
-            train[k].messages[-1] = msg.model_copy(
-                update={"content": f"{msg.content}\n(site record {token})"})
-        write_dataset(d / "train.jsonl", train, "messages")
-        write_dataset(d / "eval.jsonl", [to_chat(s) for s in ev], "messages")
-        site_bench = [b for b in bench
-                      if owner.get(b.provenance.doc_id if b.provenance else "", -1) == i] \
-            if by == "chapter" else bench[i::sites]
-        write_jsonl(d / "benchmark.jsonl", site_bench)
-        atomic_write_json(d / "site.json", {
-            "name": f"site-{i}", "source": str(src), "by": by,
-            "documents": sorted(k for k, v in owner.items() if v == i),
-            "rows": {"train": len(tr), "eval": len(ev), "benchmark": len(site_bench)},
-            "canaries": planted})
-        folders.append(d)
-    return folders
+
+
+def _write_site(sp: _Split, d: Path, i: int, bucket: list[QTSASample],
+                bench: list[MCItem]) -> Path:
+    """Site `i`'s folder: its train rows (canaries planted), eval rows, benchmark items."""
+    d.mkdir(parents=True, exist_ok=True)
+    bucket = sorted(bucket, key=lambda s: s.id)
+    sp.rng.shuffle(bucket)
+    n_eval = max(1, round(len(bucket) * sp.eval_fraction))
+    ev, tr = bucket[:n_eval], bucket[n_eval:]
+    if not tr:
+        raise WorkbenchError(f"site-{i} got {len(bucket)} rows: too few to train on")
+    train = [sp.to_chat(s) for s in tr]
+    planted = _plant_canaries(train, sp.canaries)
+    write_dataset(d / "train.jsonl", train, "messages")
+    write_dataset(d / "eval.jsonl", [sp.to_chat(s) for s in ev], "messages")
+    site_bench = [b for b in bench
+                  if sp.owner.get(b.provenance.doc_id if b.provenance else "", -1) == i] \
+        if sp.by == "chapter" else bench[i::sp.sites]
+    write_jsonl(d / "benchmark.jsonl", site_bench)
+    atomic_write_json(d / "site.json", {
+        "name": f"site-{i}", "source": str(sp.src), "by": sp.by,
+        "documents": sorted(k for k, v in sp.owner.items() if v == i),
+        "rows": {"train": len(tr), "eval": len(ev), "benchmark": len(site_bench)},
+        "canaries": planted})
+    return d
+
+
+def _plant_canaries(train: list[ChatExample], n: int) -> list[str]:
+    """Append a unique secret string to the last message of the first `n` rows."""
+    planted = []
+    for k in range(min(n, len(train))):
+        token = f"CANARY-{secrets.token_hex(6)}"
+        planted.append(token)
+        msg = train[k].messages[-1]
+        train[k].messages[-1] = msg.model_copy(
+            update={"content": f"{msg.content}\n(site record {token})"})
+    return planted
 
 
 def site_folders(sites_dir: str | Path) -> list[Path]:

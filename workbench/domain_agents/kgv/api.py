@@ -8,6 +8,7 @@ import random
 import re
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -215,14 +216,64 @@ def _open(cfg, spec_model=None, adapter: Path | None = None):
     return open_chat_model(mc, cfg)
 
 
+@dataclass
+class _Evaluation:
+    """What the stages of one `evaluate` share: the folder, the claims, the agent, the parts
+    of every stage's key, and the base model, opened at most once and only when a stage has
+    to run (an up-to-date re-run loads no model)."""
+
+    cfg: Any
+    ctx: Any
+    out: Path
+    dev: list[KGClaim]
+    train: list[KGClaim]
+    agent: KgvAgent
+    stages: Any
+    pack_key: tuple
+    data_key: tuple
+    model_key: dict
+    model: Any = None
+
+    @property
+    def ac(self):
+        return self.cfg.agent
+
+    def base_model(self):
+        self.model = self.model or _open(self.cfg)
+        return self.model
+
+    def agent_settings(self) -> dict[str, Any]:
+        """The agent's settings that change its runs (part of the stage keys)."""
+        return self.ac.model_dump(mode="json", include={"policy", "scaffold", "budget",
+                                                         "errors"})
+
+    def run_claims(self, model, claims: list[KGClaim], setup: AgentSetup, path: Path, *,
+                   desc: str, key: Any) -> list[AgentTrajectory]:
+        return run_condition(model, claims, self.agent, setup, path, chunk=self.ac.chunk,
+                             log=self.ctx.log, desc=desc, key=key)
+
+
 def evaluate(cfg, ctx):
-    from workbench.corpus import corpus_hash
     from workbench.domain_agents.api import conditions
-    from workbench.registry import PipelineResult
-    from workbench.runs import file_hash
+    from workbench.domain_agents.kgv.report import write_report
+
+    wanted = conditions(cfg.agent, CONDITIONS)
+    ev = _start(cfg, ctx)
+    results = _run_baselines(ev, wanted)
+    teacher_info: dict[str, Any] = {}
+    if "agent_sft" in wanted:
+        teacher_info, results["agent_sft"] = _run_agent_sft(ev)
+    report = write_report(ev.out, results, teacher_info, dev=len(ev.dev), train=len(ev.train),
+                          model=cfg.models.chat.spec, searches=ev.agent.searches)
+    return _pipeline_result(ev, report, results)
+
+
+def _start(cfg, ctx) -> _Evaluation:
+    """The agent folder (emptied with --fresh), the labelled dev and train claims, the agent,
+    and the parts of the stage keys that every condition shares."""
+    from workbench.corpus import corpus_hash
 
     ac = cfg.agent
-    wanted = conditions(ac, CONDITIONS)
     out = ctx.layout.folder("agent")
     if getattr(ctx, "fresh", False):  # --fresh: no claim is kept from an earlier run
         import shutil
@@ -240,105 +291,106 @@ def evaluate(cfg, ctx):
     if not dev:
         raise WorkbenchError(f"{ac.data}: no claims with part 'dev' to evaluate")
     agent = make_agent(cfg, out, log=ctx.log)
-    pack_key = (agent.pack.prompt_version, agent.pack.agent.model_dump(mode="json"))
-    data_key = (corpus_hash(ac.data), ac.retriever, ac.search_k)
-    model_key = cfg.models.chat.model_dump(mode="json")
-    stages = ctx.stages("agent")
+    return _Evaluation(
+        cfg=cfg, ctx=ctx, out=out, dev=dev, train=train, agent=agent,
+        pack_key=(agent.pack.prompt_version, agent.pack.agent.model_dump(mode="json")),
+        data_key=(corpus_hash(ac.data), ac.retriever, ac.search_k),
+        model_key=cfg.models.chat.model_dump(mode="json"), stages=ctx.stages("agent"))
+
+
+def _run_baselines(ev: _Evaluation, wanted) -> dict[str, list[AgentTrajectory]]:
+    """Closed-book, RAG and the agent on the dev claims, each its own stage."""
+    ac = ev.ac
     results: dict[str, list[AgentTrajectory]] = {}
-    model = None
-
-    def base_model():
-        nonlocal model
-        model = model or _open(cfg)
-        return model
-
     for cond in (c for c in BASELINES if c in wanted):
-        path = out / "trajectories" / f"{cond}.jsonl"
-        setup = make_setup(agent, ac, cond)
-        key = (data_key, pack_key, model_key, [c.id for c in dev], cond, ac.calibrate,
-               ac.chunk, ac.model_dump(mode="json", include={"policy", "scaffold", "budget",
-                                                             "errors"})
-               if cond == "agent" else ac.errors.model_dump())
-        stages.run(cond, key, lambda p=path, s=setup, c=cond, k=key: {"n": len(run_condition(
-            base_model(), dev, agent, s, p, chunk=ac.chunk, log=ctx.log, desc=c, key=k))})
+        path = ev.out / "trajectories" / f"{cond}.jsonl"
+        setup = make_setup(ev.agent, ac, cond)
+        key = (ev.data_key, ev.pack_key, ev.model_key, [c.id for c in ev.dev], cond,
+               ac.calibrate, ac.chunk,
+               ev.agent_settings() if cond == "agent" else ac.errors.model_dump())
+        ev.stages.run(cond, key, lambda p=path, s=setup, c=cond, k=key: {"n": len(ev.run_claims(
+            ev.base_model(), ev.dev, s, p, desc=c, key=k))})
         results[cond] = read_jsonl(path, AgentTrajectory.model_validate)
+    return results
 
-    teacher_info: dict[str, Any] = {}
-    if "agent_sft" in wanted:
-        t = ac.teacher
-        tpath, spath = out / "teacher.jsonl", out / "sft.messages.jsonl"
 
-        teach_key = (data_key, pack_key, model_key, [c.id for c in train],
-                     t.model_dump(mode="json"), ac.calibrate, ac.chunk,
-                     ac.model_dump(mode="json", include={"policy", "scaffold", "budget",
-                                                         "errors"}))
+def _run_agent_sft(ev: _Evaluation) -> tuple[dict[str, Any], list[AgentTrajectory]]:
+    """The teacher's runs on the train claims, the LoRA student trained on the kept ones, and
+    the student as the agent on the dev claims: (teacher and student info, its runs)."""
+    from workbench.runs import file_hash
 
-        def teach() -> dict[str, Any]:
-            tmodel = _open(cfg, t.model) if t.model else base_model()
-            allruns: list[AgentTrajectory] = []
-            for i in range(t.samples):
-                setup = make_setup(agent, ac, "agent", policy=t.policy,
-                                   temperature=t.temperature, seed=cfg.seed + i)
-                runs = run_condition(tmodel, train, agent, setup,
-                                     out / "trajectories" / f"teacher.{i}.jsonl",
-                                     chunk=ac.chunk, log=ctx.log, desc=f"teacher {i + 1}",
-                                     key=(teach_key, i))
-                allruns += [r.model_copy(update={"id": f"{r.id}:s{i}"}) for r in runs]
-            write_jsonl(tpath, allruns)
-            kept = choose_teacher(allruns, t.max_route_share)
-            examples = sft_examples(kept)
-            if not examples:
-                raise WorkbenchError("the teacher got no training claim right: nothing to "
-                                     "train the student on (more samples, or a stronger "
-                                     "teacher in agent.teacher.model)")
-            write_jsonl(spath, examples)
-            return {"runs": len(allruns), "kept": len(examples),
-                    "routes": {r: sum(route(k) == r for k in kept)
-                               for r in ("parametric", "search")}}
+    ac = ev.ac
+    spath, adapter = ev.out / "sft.messages.jsonl", ev.out / "student"
+    teach_key = (ev.data_key, ev.pack_key, ev.model_key, [c.id for c in ev.train],
+                 ac.teacher.model_dump(mode="json"), ac.calibrate, ac.chunk, ev.agent_settings())
+    rec, _ = ev.stages.run("teacher", teach_key, lambda: _teach(ev, teach_key, spath))
+    teacher_info = dict(rec.info or {})
+    rec, _ = ev.stages.run("student", (file_hash(spath), ac.student.model_dump(mode="json"),
+                                       ev.model_key, ev.cfg.seed),
+                           lambda: _train_student(ev, spath, adapter))
+    teacher_info["student"] = dict(rec.info or {})
+    path = ev.out / "trajectories" / "agent_sft.jsonl"
+    sft_key = (ev.data_key, ev.pack_key, ev.model_key, [c.id for c in ev.dev],
+               file_hash(adapter / "adapter_model.safetensors"), ac.calibrate, ac.chunk,
+               ev.agent_settings())
+    ev.stages.run("agent_sft", sft_key, lambda: {"n": len(ev.run_claims(
+        _open(ev.cfg, adapter=adapter), ev.dev, make_setup(ev.agent, ac, "agent"), path,
+        desc="agent_sft", key=sft_key))})
+    return teacher_info, read_jsonl(path, AgentTrajectory.model_validate)
 
-        rec, _ = stages.run("teacher", teach_key, teach)
-        teacher_info = dict(rec.info or {})
-        adapter = out / "student"
 
-        def student() -> dict[str, Any]:
-            from workbench.train.config import TrainConfig
-            from workbench.train.recipe import train as train_lora
+def _teach(ev: _Evaluation, teach_key: tuple, spath: Path) -> dict[str, Any]:
+    """The teacher's sampled runs (teacher.jsonl) and the SFT examples of the runs kept."""
+    t = ev.ac.teacher
+    tmodel = _open(ev.cfg, t.model) if t.model else ev.base_model()
+    allruns: list[AgentTrajectory] = []
+    for i in range(t.samples):
+        setup = make_setup(ev.agent, ev.ac, "agent", policy=t.policy,
+                           temperature=t.temperature, seed=ev.cfg.seed + i)
+        runs = ev.run_claims(tmodel, ev.train, setup,
+                             ev.out / "trajectories" / f"teacher.{i}.jsonl",
+                             desc=f"teacher {i + 1}", key=(teach_key, i))
+        allruns += [r.model_copy(update={"id": f"{r.id}:s{i}"}) for r in runs]
+    write_jsonl(ev.out / "teacher.jsonl", allruns)
+    kept = choose_teacher(allruns, t.max_route_share)
+    examples = sft_examples(kept)
+    if not examples:
+        raise WorkbenchError("the teacher got no training claim right: nothing to "
+                             "train the student on (more samples, or a stronger "
+                             "teacher in agent.teacher.model)")
+    write_jsonl(spath, examples)
+    return {"runs": len(allruns), "kept": len(examples),
+            "routes": {r: sum(route(k) == r for k in kept)
+                       for r in ("parametric", "search")}}
 
-            s = ac.student
-            tc = TrainConfig(data=str(spath), max_steps=s.max_steps, batch_size=s.batch_size,
-                             learning_rate=s.learning_rate, max_length=s.max_length,
-                             lora=s.lora, eval_fraction=0.0)
-            r = train_lora(tc, model_spec=cfg.models.chat.spec, output=adapter,
-                           seed=cfg.seed, log=ctx.log)
-            losses = [m["loss"] for m in r.metrics if "loss" in m]
-            return {"steps": r.steps, "first_loss": losses[0] if losses else None,
-                    "last_loss": losses[-1] if losses else None}
 
-        rec, _ = stages.run("student", (file_hash(spath), ac.student.model_dump(mode="json"),
-                                        model_key, cfg.seed), student)
-        teacher_info["student"] = dict(rec.info or {})
-        path = out / "trajectories" / "agent_sft.jsonl"
-        sft_key = (data_key, pack_key, model_key, [c.id for c in dev],
-                   file_hash(adapter / "adapter_model.safetensors"), ac.calibrate, ac.chunk,
-                   ac.model_dump(mode="json", include={"policy", "scaffold", "budget",
-                                                       "errors"}))
-        stages.run("agent_sft", sft_key, lambda: {"n": len(run_condition(
-            _open(cfg, adapter=adapter), dev, agent, make_setup(agent, ac, "agent"), path,
-            chunk=ac.chunk, log=ctx.log, desc="agent_sft", key=sft_key))})
-        results["agent_sft"] = read_jsonl(path, AgentTrajectory.model_validate)
+def _train_student(ev: _Evaluation, spath: Path, adapter: Path) -> dict[str, Any]:
+    from workbench.train.config import TrainConfig
+    from workbench.train.recipe import train as train_lora
 
-    from workbench.domain_agents.kgv.report import write_report
+    s = ev.ac.student
+    tc = TrainConfig(data=str(spath), max_steps=s.max_steps, batch_size=s.batch_size,
+                     learning_rate=s.learning_rate, max_length=s.max_length,
+                     lora=s.lora, eval_fraction=0.0)
+    r = train_lora(tc, model_spec=ev.cfg.models.chat.spec, output=adapter,
+                   seed=ev.cfg.seed, log=ev.ctx.log)
+    losses = [m["loss"] for m in r.metrics if "loss" in m]
+    return {"steps": r.steps, "first_loss": losses[0] if losses else None,
+            "last_loss": losses[-1] if losses else None}
 
-    report = write_report(out, results, teacher_info, dev=len(dev), train=len(train),
-                          model=cfg.models.chat.spec, searches=agent.searches)
+
+def _pipeline_result(ev: _Evaluation, report: dict, results: dict[str, Any]):
+    from workbench.registry import PipelineResult
+
+    out = ev.out
     best = {c: r["all"]["macro_f1"] for c, r in report["conditions"].items()}
     line = ", ".join(f"{c} {100 * v:.0f}" for c, v in best.items())
     return PipelineResult(
-        pipeline="agent", run_dir=str(ctx.layout.root),
+        pipeline="agent", run_dir=str(ev.ctx.layout.root),
         outputs={"report": str(out / "report.md"), "report_json": str(out / "report.json"),
                  **{c: str(out / "trajectories" / f"{c}.jsonl") for c in results}},
         figures={f"{c}_macro_f1": round(v, 4) for c, v in best.items()},
-        message=f"{out / 'report.md'}: macro-F1 on {len(dev)} dev claims: {line}")
+        message=f"{out / 'report.md'}: macro-F1 on {len(ev.dev)} dev claims: {line}")
 
 
 def read_claim(text: str, agent: KgvAgent) -> tuple[str, str, str] | None:

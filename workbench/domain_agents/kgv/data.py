@@ -7,9 +7,10 @@ kind of dog.") or from the object's side ("Kinds of dog include the dachshund.")
 an alias, so a verifier must find the right entry and sometimes expand aliases.
 
 Claims: positives are graph facts; negatives are type-consistent object swaps from the same
-predicate (the new object has the true object's lexicographer type where one exists, is an object of that predicate elsewhere, never an ancestor of the
-subject, so the claim is false in WordNet). Frequent predicates are "seen" (their train part
-feeds distillation); rare predicates form the held-out "longtail" split.
+predicate (the new object has the true object's lexicographer type where one exists, is an
+object of that predicate elsewhere, never an ancestor of the subject, so the claim is false in
+WordNet). Frequent predicates are "seen" (their train part feeds distillation); rare predicates
+form the held-out "longtail" split.
 
 `build(wordnet_dir, out)` writes `documents.jsonl` (Section records), `claims.jsonl`
 (KGClaim records) and `summary.json`. The shipped `datasets/kgv/` was built with
@@ -157,51 +158,81 @@ def build(wordnet_dir: str | Path, out: str | Path, *, per_seen: int = 60,
           per_longtail: int = 14, seed: int = 13) -> dict:
     """Sample claims per predicate (half true, half swapped), write the documents that state
     the true facts, and return the summary."""
-    from workbench.io import atomic_write_text, write_jsonl
-    from workbench.records import Section
-
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # one stream, drawn in this order: claims, documents, parts
     synsets = load_wordnet(wordnet_dir)
-    facts = graph_facts(synsets)
+    claims, stated = _sample_claims(synsets, graph_facts(synsets), rng, per_seen, per_longtail)
+    docs, fact_doc = _documents(synsets, claims, stated, rng)
+    records = _claim_records(synsets, claims, fact_doc)
+    by_pred = _assign_parts(records, rng)
+    return _write(Path(out), docs, records, by_pred, seed)
+
+
+def _sample_claims(synsets: dict[str, Synset], facts: dict[str, list[tuple[str, str]]],
+                   rng: random.Random, per_seen: int, per_longtail: int
+                   ) -> tuple[list[dict], list[tuple[str, str, str]]]:
+    """(claims, the facts the documents state): per predicate, facts with distinct subjects,
+    every other one kept true and the rest refuted by a swapped object."""
     truth = {(p, s, o) for p, fs in facts.items() for s, o in fs}
     claims: list[dict] = []
-    stated: list[tuple[str, str, str]] = []  # facts the documents state
+    stated: list[tuple[str, str, str]] = []
     for pred, split, _ in PREDICATES.values():
         pool = [(s, o) for s, o in facts.get(pred, ()) if _usable(synsets[s])
-                and _usable(synsets[o]) and synsets[s].label.lower() != synsets[o].label.lower()]
+                and _usable(synsets[o])
+                and synsets[s].label.lower() != synsets[o].label.lower()]
         rng.shuffle(pool)
-        want = per_seen if split == "seen" else per_longtail
         objects = sorted({o for _, o in pool})
         by_type: dict[str, list[str]] = defaultdict(list)
         for o in objects:
             by_type[synsets[o].lexfile].append(o)
-        used_subjects: set[str] = set()
-        picked = []
-        for s, o in pool:
-            if s in used_subjects:
-                continue
-            used_subjects.add(s)
-            picked.append((s, o))
-            if len(picked) == want:
-                break
+        picked = _distinct_subjects(pool, per_seen if split == "seen" else per_longtail)
         for i, (s, o) in enumerate(picked):
             stated.append((pred, s, o))
             if i % 2 == 0:
                 claims.append({"s": s, "p": pred, "o": o, "label": "SUPPORTED", "split": split,
                                "gold": [s, o]})
                 continue
-            anc = _ancestors(s, synsets) | {s}
-            same_type = by_type[synsets[o].lexfile]
-            for attempt in range(60):  # same semantic type first: a plausible swap
-                o2 = rng.choice(same_type if attempt < 40 and len(same_type) > 1 else objects)
-                if (pred, s, o2) not in truth and o2 not in anc and o2 != o and \
-                        synsets[o2].label.lower() != synsets[o].label.lower():
-                    break
-            else:
-                continue
-            claims.append({"s": s, "p": pred, "o": o2, "label": "REFUTED", "split": split,
-                           "gold": [s, o], "true_object": o})
-    # documents: every entity of a claim; facts stated from one side, under a random name
+            o2 = _swap_object(synsets, truth, rng, pred, s, o, by_type[synsets[o].lexfile],
+                              objects)
+            if o2 is not None:
+                claims.append({"s": s, "p": pred, "o": o2, "label": "REFUTED", "split": split,
+                               "gold": [s, o], "true_object": o})
+    return claims, stated
+
+
+def _distinct_subjects(pool: list[tuple[str, str]], want: int) -> list[tuple[str, str]]:
+    """The first `want` facts of the pool, one per subject."""
+    used_subjects: set[str] = set()
+    picked = []
+    for s, o in pool:
+        if s in used_subjects:
+            continue
+        used_subjects.add(s)
+        picked.append((s, o))
+        if len(picked) == want:
+            break
+    return picked
+
+
+def _swap_object(synsets: dict[str, Synset], truth: set[tuple[str, str, str]],
+                 rng: random.Random, pred: str, s: str, o: str, same_type: list[str],
+                 objects: list[str]) -> str | None:
+    """An object that makes (s, pred, object) false in WordNet, or None after 60 tries."""
+    anc = _ancestors(s, synsets) | {s}
+    for attempt in range(60):  # same semantic type first: a plausible swap
+        o2 = rng.choice(same_type if attempt < 40 and len(same_type) > 1 else objects)
+        if (pred, s, o2) not in truth and o2 not in anc and o2 != o and \
+                synsets[o2].label.lower() != synsets[o].label.lower():
+            return o2
+    return None
+
+
+def _documents(synsets: dict[str, Synset], claims: list[dict],
+               stated: list[tuple[str, str, str]], rng: random.Random
+               ) -> tuple[list, dict[tuple[str, str, str], str]]:
+    """(one Section per entity of a claim, fact -> the entity whose entry states it): each
+    fact stated from one side, the subject under a random one of its names."""
+    from workbench.records import Section
+
     entities = sorted({c["s"] for c in claims} | {c["o"] for c in claims} |
                       {c.get("true_object") for c in claims if c.get("true_object")})
     sentences: dict[str, list[str]] = defaultdict(list)
@@ -223,6 +254,12 @@ def build(wordnet_dir: str | Path, out: str | Path, *, per_seen: int = 60,
                             heading_path=[syn.label], text=text.strip(),
                             content_hash=_hash(text), order=order,
                             metadata={"pos": syn.pos, "aliases": syn.lemmas[1:]}))
+    return docs, fact_doc
+
+
+def _claim_records(synsets: dict[str, Synset], claims: list[dict],
+                   fact_doc: dict[tuple[str, str, str], str]) -> list[dict]:
+    """Claims as KGClaim records; the evidence is the entry that states the true fact."""
     records = []
     for i, c in enumerate(claims):
         s, o = synsets[c["s"]], synsets[c["o"]]
@@ -234,7 +271,12 @@ def build(wordnet_dir: str | Path, out: str | Path, *, per_seen: int = 60,
                                             "aliases": o.lemmas[1:]},
             "label": c["label"], "split": c["split"],
             "evidence": [f"wn-{fact_doc[gold_fact]}"]})
-    # train/dev: half of each seen predicate's claims train the student; long-tail is dev only
+    return records
+
+
+def _assign_parts(records: list[dict], rng: random.Random) -> dict[str, list[dict]]:
+    """Set each record's part: half of each seen predicate's claims train the student;
+    long-tail claims are dev only. Returns the records by predicate."""
     by_pred: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_pred[r["predicate"]].append(r)
@@ -242,7 +284,14 @@ def build(wordnet_dir: str | Path, out: str | Path, *, per_seen: int = 60,
         rng.shuffle(rs)
         for j, r in enumerate(rs):
             r["part"] = "train" if r["split"] == "seen" and j % 2 == 0 else "dev"
-    out = Path(out)
+    return by_pred
+
+
+def _write(out: Path, docs: list, records: list[dict], by_pred: dict[str, list[dict]],
+           seed: int) -> dict:
+    """documents.jsonl, claims.jsonl and summary.json; returns the summary."""
+    from workbench.io import atomic_write_text, write_jsonl
+
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "documents.jsonl", docs)
     atomic_write_text(out / "claims.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n"

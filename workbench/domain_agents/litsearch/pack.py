@@ -114,107 +114,120 @@ class Library:
         return [(h.doc_id, float(h.score)) for h in searcher([query], k)[0]]
 
     def ops(self) -> dict[str, Any]:
-        P = self.papers
-
-        def first(inputs):
-            return inputs[0]
-
-        def graph(inputs, per_paper, edges):
-            out, seen = [], set()
-            for rank, (pid, _) in enumerate(first(inputs)[:20]):
-                for other in edges(pid)[:per_paper]:
-                    if other not in seen:
-                        seen.add(other)
-                        out.append((other, 1.0 / (rank + 1)))
-            return out
-
-        def seed(inputs, pmids):
-            bad = [p for p in pmids if p not in P]
-            if bad:
-                raise ValueError(f"unknown PMID(s) {', '.join(bad[:3])}")
-            return [(p, 1.0) for p in pmids]
-
-        def filter_terms(inputs, terms, field="any", mode="include"):
-            low = [t.lower() for t in terms]
-
-            def has(pid):
-                p = P[pid]
-                hay = {"mesh": " ".join(p.mesh), "title": p.title}.get(
-                    field, f"{p.title} {p.abstract} {' '.join(p.mesh)}").lower()
-                return any(t in hay for t in low)
-
-            return [(pid, s) for pid, s in first(inputs) if has(pid) == (mode == "include")]
-
-        def filter_model(inputs, criterion, keep=20):
-            if self.model is None:
-                raise ValueError("no model to judge the criterion")
-            from workbench.models.base import ScoreRequest
-
-            cands = first(inputs)[:60]
-            reqs = [ScoreRequest(f"Paper: {P[pid].title}\nIs this paper about {criterion}? "
-                                 "Answer:", [" yes", " no"]) for pid, _ in cands]
-            rows = self.model.score(reqs)
-            judged = sorted(zip(cands, rows, strict=True),
-                            key=lambda x: -(x[1][0].logprob - x[1][1].logprob))
-            return [c for c, _ in judged[:keep]]
-
-        def rerank(inputs, query):
-            sims = dict(self._search(self.semantic, query, len(P)))
-            return sorted(first(inputs), key=lambda x: -sims.get(x[0], -1e9))
-
-        def fuse(inputs, k=60):
-            score: Counter = Counter()
-            for ranked in inputs:
-                for rank, (pid, _) in enumerate(ranked):
-                    score[pid] += 1.0 / (k + rank + 1)
-            return sorted(score.items(), key=lambda x: (-x[1], x[0]))
-
-        def union(inputs):
-            best: dict[str, float] = {}
-            for ranked in inputs:
-                for rank, (pid, _) in enumerate(ranked):
-                    best[pid] = max(best.get(pid, 0.0), 1.0 / (rank + 1))
-            return sorted(best.items(), key=lambda x: (-x[1], x[0]))
-
-        def dedup(inputs):
-            seen, out = set(), []
-            for pid, s in first(inputs):
-                t = re.sub(r"\W+", " ", P[pid].title.lower()).strip()
-                if t not in seen:
-                    seen.add(t)
-                    out.append((pid, s))
-            return out
-
-        def evidence(inputs, query):
-            words = set(re.findall(r"\w+", query.lower()))
-            ev = {}
-            for pid, _ in first(inputs)[:20]:
-                sents = re.split(r"(?<=[.!?])\s+", P[pid].abstract or P[pid].title)
-                ev[pid] = max(sents, key=lambda s: len(words & set(re.findall(r"\w+",
-                                                                              s.lower()))))
-            return {"papers": first(inputs), "evidence": ev}
-
+        """Operator name -> function(inputs, **params), each input a ranked list."""
         return {
             "keyword_search": lambda inputs, query, k=50: self._search(self.keyword, query, k),
             "semantic_search": lambda inputs, query, k=50: self._search(self.semantic, query,
                                                                          k),
-            "seed": seed,
-            "cite_backward": lambda inputs, per_paper=20: graph(
-                inputs, per_paper, lambda pid: [r for r in P[pid].refs if r in P]),
-            "cite_forward": lambda inputs, per_paper=20: graph(
+            "seed": self._seed,
+            "cite_backward": lambda inputs, per_paper=20: self._graph(
+                inputs, per_paper, lambda pid: [r for r in self.papers[pid].refs
+                                                if r in self.papers]),
+            "cite_forward": lambda inputs, per_paper=20: self._graph(
                 inputs, per_paper, lambda pid: self.cited_by.get(pid, [])),
-            "filter_year": lambda inputs, min=None, max=None: [
-                (pid, s) for pid, s in first(inputs) if P[pid].year is None or
-                ((min is None or P[pid].year >= min) and (max is None or P[pid].year <= max))],
-            "filter_venue": lambda inputs, journals, mode="include": [
-                (pid, s) for pid, s in first(inputs)
-                if (P[pid].journal in journals) == (mode == "include")],
-            "filter_terms": filter_terms,
-            "exclude": lambda inputs, pmids: [(pid, s) for pid, s in first(inputs)
+            "filter_year": self._filter_year, "filter_venue": self._filter_venue,
+            "filter_terms": self._filter_terms,
+            "exclude": lambda inputs, pmids: [(pid, s) for pid, s in _first(inputs)
                                               if pid not in set(pmids)],
-            "filter_model": filter_model, "rerank": rerank, "fuse": fuse, "union": union,
-            "dedup": dedup, "evidence": evidence,
+            "filter_model": self._filter_model, "rerank": self._rerank, "fuse": _fuse,
+            "union": _union, "dedup": self._dedup, "evidence": self._evidence,
         }
+
+    def _graph(self, inputs, per_paper, edges) -> D.Ranked:
+        """Papers one citation step from the top 20, scored by their source's rank."""
+        out, seen = [], set()
+        for rank, (pid, _) in enumerate(_first(inputs)[:20]):
+            for other in edges(pid)[:per_paper]:
+                if other not in seen:
+                    seen.add(other)
+                    out.append((other, 1.0 / (rank + 1)))
+        return out
+
+    def _seed(self, inputs, pmids) -> D.Ranked:
+        bad = [p for p in pmids if p not in self.papers]
+        if bad:
+            raise ValueError(f"unknown PMID(s) {', '.join(bad[:3])}")
+        return [(p, 1.0) for p in pmids]
+
+    def _filter_year(self, inputs, min=None, max=None) -> D.Ranked:
+        P = self.papers
+        return [(pid, s) for pid, s in _first(inputs) if P[pid].year is None or
+                ((min is None or P[pid].year >= min) and (max is None or P[pid].year <= max))]
+
+    def _filter_venue(self, inputs, journals, mode="include") -> D.Ranked:
+        return [(pid, s) for pid, s in _first(inputs)
+                if (self.papers[pid].journal in journals) == (mode == "include")]
+
+    def _filter_terms(self, inputs, terms, field="any", mode="include") -> D.Ranked:
+        low = [t.lower() for t in terms]
+
+        def has(pid):
+            p = self.papers[pid]
+            hay = {"mesh": " ".join(p.mesh), "title": p.title}.get(
+                field, f"{p.title} {p.abstract} {' '.join(p.mesh)}").lower()
+            return any(t in hay for t in low)
+
+        return [(pid, s) for pid, s in _first(inputs) if has(pid) == (mode == "include")]
+
+    def _filter_model(self, inputs, criterion, keep=20) -> D.Ranked:
+        """The top 60 reordered by the model's yes-vs-no log-odds on the criterion."""
+        if self.model is None:
+            raise ValueError("no model to judge the criterion")
+        from workbench.models.base import ScoreRequest
+
+        cands = _first(inputs)[:60]
+        reqs = [ScoreRequest(f"Paper: {self.papers[pid].title}\nIs this paper about "
+                             f"{criterion}? Answer:", [" yes", " no"]) for pid, _ in cands]
+        rows = self.model.score(reqs)
+        judged = sorted(zip(cands, rows, strict=True),
+                        key=lambda x: -(x[1][0].logprob - x[1][1].logprob))
+        return [c for c, _ in judged[:keep]]
+
+    def _rerank(self, inputs, query) -> D.Ranked:
+        sims = dict(self._search(self.semantic, query, len(self.papers)))
+        return sorted(_first(inputs), key=lambda x: -sims.get(x[0], -1e9))
+
+    def _dedup(self, inputs) -> D.Ranked:
+        """The first paper of each title (compared without case and punctuation)."""
+        seen, out = set(), []
+        for pid, s in _first(inputs):
+            t = re.sub(r"\W+", " ", self.papers[pid].title.lower()).strip()
+            if t not in seen:
+                seen.add(t)
+                out.append((pid, s))
+        return out
+
+    def _evidence(self, inputs, query) -> dict[str, Any]:
+        """The ranking, with the abstract sentence of each top-20 paper that shares the most
+        words with the query."""
+        words = set(re.findall(r"\w+", query.lower()))
+        ev = {}
+        for pid, _ in _first(inputs)[:20]:
+            sents = re.split(r"(?<=[.!?])\s+", self.papers[pid].abstract or self.papers[pid].title)
+            ev[pid] = max(sents, key=lambda s: len(words & set(re.findall(r"\w+", s.lower()))))
+        return {"papers": _first(inputs), "evidence": ev}
+
+
+def _first(inputs):
+    return inputs[0]
+
+
+def _fuse(inputs, k=60) -> D.Ranked:
+    """Reciprocal-rank fusion."""
+    score: Counter = Counter()
+    for ranked in inputs:
+        for rank, (pid, _) in enumerate(ranked):
+            score[pid] += 1.0 / (k + rank + 1)
+    return sorted(score.items(), key=lambda x: (-x[1], x[0]))
+
+
+def _union(inputs) -> D.Ranked:
+    """Every paper of any input, at its best reciprocal rank."""
+    best: dict[str, float] = {}
+    for ranked in inputs:
+        for rank, (pid, _) in enumerate(ranked):
+            best[pid] = max(best.get(pid, 0.0), 1.0 / (rank + 1))
+    return sorted(best.items(), key=lambda x: (-x[1], x[0]))
 
 
 def ranking(value: Any) -> list[str]:
