@@ -182,6 +182,28 @@ def test_gates_off_keep_everything_and_a_gate_can_be_turned_off(tmp_path):
     assert "What is the biological basis of a bipolar transistor?" in kept
 
 
+SEEN: list[str] = []
+
+
+def counting_reply(conv) -> str:
+    """`gated_reply`, keeping every prompt it was asked."""
+    SEEN.append(conv[-1]["content"])
+    return fake_teacher.gated_reply(conv)
+
+
+def test_no_rationale_call_is_spent_on_a_question_the_gates_remove(tmp_path):
+    SEEN.clear()
+    teacher = AgentModel(spec="fake", options={"script": "test_distill_gates:counting_reply"})
+    res = run_distill(cfg(), tmp_path / "run", default_model=teacher, sections=sections(),
+                      cache=False)
+    rationale = [p for p in SEEN if "The correct answer is:" in p]
+    bad = [q for _, _, q, gate in fake_teacher.GATED if gate not in (None, "strip")]
+    assert bad and not [q for q in bad for p in rationale if f"Question: {q}" in p]
+    # one rationale call for each kept question, the stripped one with its prefix gone
+    assert len(rationale) == len(res.samples) == len(fake_teacher.GATED) - len(bad)
+    assert res.report.gates.removed == len(bad)
+
+
 # --- full tier: a real manual and the bundled teacher ------------------------------------------
 
 def test_on_a_real_manual_no_accepted_question_names_what_its_section_lacks(tmp_path,

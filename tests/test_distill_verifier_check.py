@@ -207,15 +207,23 @@ def test_the_verifier_decisions_show_what_it_saw_and_hide_its_verdict(flag_run, 
     assert sum(i.machine for i in c.sample) == 6 and c.mode == "kappa"
     assert [i.key for i in verifier_check(flag_run / "distill", n=12).check.sample] == \
         [i.key for i in c.sample]
-    # under on_disagree=reject the rejections are not kept: the yeses only, precision
+    # under on_disagree=reject the rejections are kept in verifier.jsonl: yes and no, kappa
     r = verifier_decisions(reject_run)
-    assert r.not_kept > 0 and all(i.machine for i in r.items)
-    assert verifier_check(reject_run).check.mode == "precision"
+    rejected = [i for i in r.items if not i.machine]
+    assert r.not_kept == 0 and rejected and any(i.machine for i in r.items)
+    assert len(rejected) == r.checked - sum(i.machine for i in r.items)
+    assert verifier_check(reject_run).check.mode == "kappa"
+    shown = {f.label: f.text for f in rejected[0].shown}
+    assert list(shown) == ["section", "text", "question", "options", "keyed answer"]
+    assert shown["keyed answer"] and not any("verifier" in t for t in shown.values())
     # a long section was cut into spans: the text shown is the span the verifier read
     rs = {s.id: s for s in load_samples(reject_run, reviewed=False)}
-    texts = {i.key: next(f.text for f in i.shown if f.label == "text") for i in r.items}
+    texts = {i.key: next(f.text for f in i.shown if f.label == "text") for i in r.items
+             if i.machine}
     cut = [k for k, t in texts.items() if sha256_text(t)[:16] == rs[k].provenance.span_hash]
     assert cut and all(len(texts[k]) <= 700 for k in cut)
+    assert all(len(next(f.text for f in i.shown if f.label == "text")) <= 700
+               for i in rejected)
 
 
 def test_rating_in_a_run_appends_and_the_last_counts(run_copy):
@@ -263,6 +271,7 @@ def test_cli_rates_with_the_verdict_hidden_and_reports(run_copy, cli):
 def test_cli_precision_when_the_run_keeps_only_yeses(reject_run, tmp_path, cli):
     run = tmp_path / "run"
     shutil.copytree(reject_run, run)
+    (run / "distill" / "verifier.jsonl").unlink()  # a run made before it was written
     r = cli("distill", "verifier-check", str(run), "--rate", "--by", "ana",
             stdin="y\n" * 3 + "n\nq\n", env=ENV)
     assert r.returncode == 0, r.stderr

@@ -76,6 +76,18 @@ def verify(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConf
     stats.stages["verifier_agreed"] = agree
 
 
+def _verifier_rejects(tasks: list[Task], agents: Agents, cfg: DistillConfig) -> list[dict]:
+    """What a person needs to check the verifier's rejections (`distill verifier-check`):
+    the text it read, the question, the options, the keyed and the verifier's letter. Kept
+    samples carry the rest in mcQTSA.jsonl."""
+    who = f"{agents.identities()['verifier']} ({cfg.verifier.method})"
+    return [{"task": t.id, "section_id": t.span.section.id, "section": t.span.section.title,
+             "span_hash": t.span.hash, "text": t.span.text, "question": t.question,
+             "options": list(t.options or []), "gold": t.gold, "verifier": t.verifier_pred,
+             "decider": who}
+            for t in tasks if t.reject == "verifier_disagrees"]
+
+
 # --- the run ----------------------------------------------------------------------------------
 
 @dataclass
@@ -101,19 +113,31 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     agents = Agents(cfg, default_model or AgentModel(), run_dir / "calls.sqlite" if cache
                     else None)
     progress(f"{len(tasks)} tasks; writing ({cfg.mode} mode)")
-    (write_single if cfg.mode == "single" else write_composed)(tasks, pack, agents, cfg, seed,
-                                                               stats)
-    _recheck_final_fields(tasks, stats)
-    gate_rows = apply_gates(tasks, corpus_sections, pack, cfg, stats)
-    if gate_rows:
-        progress(f"quality gates: {stats.stages['gates_removed']} of "
-                 f"{stats.stages['gates_checked']} questions removed")
+    gate_rows: list[dict] = []
+
+    def check_questions(ts: list[Task]) -> None:
+        """The final questions' checks and the quality gates: in composed mode before the
+        rationale calls (none is spent on a question they remove), in single mode (one call
+        writes everything) after writing."""
+        _recheck_questions(ts, stats)
+        gate_rows.extend(apply_gates(ts, corpus_sections, pack, cfg, stats))
+        if gate_rows:
+            progress(f"quality gates: {stats.stages['gates_removed']} of "
+                     f"{stats.stages['gates_checked']} questions removed")
+
+    if cfg.mode == "single":
+        write_single(tasks, pack, agents, cfg, seed, stats)
+        check_questions(tasks)
+    else:
+        write_composed(tasks, pack, agents, cfg, seed, stats, before_rationales=check_questions)
+    _rewrite_references(tasks)
     mc = [t for t in tasks if t.reject is None and t.kind == "mc"]
     if cfg.verifier.enabled and mc:
         progress(f"verifying {len(mc)} multiple-choice items")
         verify(tasks, pack, agents, cfg, stats)
     _dedup(tasks, cfg, seed, stats)
     accepted = _tally(tasks, stats)
+    write_jsonl(run_dir / "verifier.jsonl", _verifier_rejects(tasks, agents, cfg))
     samples = [_to_sample(t, pack, agents) for t in accepted]
     bench = [MCItem(id=s.id, question=s.question, options=s.options, answer=s.answer,
                     difficulty=s.difficulty, provenance=s.provenance)
@@ -174,8 +198,8 @@ def _spans(sections: list[Section], cfg: DistillConfig, seed: int, stats: Stats,
     return spans, removed
 
 
-def _recheck_final_fields(tasks: list[Task], stats: Stats) -> None:
-    """Validate references and stems once more on the final fields."""
+def _recheck_questions(tasks: list[Task], stats: Stats) -> None:
+    """Validate the final questions once more (stem, grounding in the span)."""
     live = [t for t in tasks if t.reject is None]
     stats.stages["parsed_and_answered"] = len(live)
     for t in live:
@@ -184,6 +208,12 @@ def _recheck_final_fields(tasks: list[Task], stats: Stats) -> None:
             parse.check_grounded(t.question, t.span.text)
         except Reject as r:
             t.fail(r.reason)
+
+
+def _rewrite_references(tasks: list[Task]) -> None:
+    """Numbered references ("step 2", "(3)") in rationales rewritten to plain words."""
+    for t in tasks:
+        if t.reject is not None:
             continue
         for attr in ("thinking", "solution"):
             text, changed = parse.rewrite_numbered_refs(getattr(t, attr))

@@ -13,10 +13,11 @@ and the items it rejected. Format rejections, gate removals and answerer disagre
 decided before the verifier by other checks (the parsers' and the gates' rules, which a
 reader checks in report.md and gates.jsonl); open-ended (nd) samples are never verified.
 
-A run keeps no options or keyed answer of an item the verifier rejected (gates.jsonl has its
-question and final reason, not its options), so under `on_disagree: reject` only the kept
-samples can be shown: their ratings give the precision of the verifier's yeses with a Wilson
-interval, and kappa needs a run made with `on_disagree: flag` (its "no"s are kept, flagged).
+A run keeps what a person needs to see of each item the verifier rejected in
+`verifier.jsonl` (the text it read, question, options, keyed and verifier letters), so its
+"no"s are rated beside its "yes"s and the check gives kappa. A run made before that file
+existed keeps no options of its rejections: only its kept samples can be shown, and their
+ratings give the precision of the verifier's yeses with a Wilson interval.
 Ratings live in `<run>/distill/verifier_ratings.jsonl`, append-only (the last one of an item
 counts); a sample's id hashes its task and question, so a re-distillation that changes an
 item leaves its old ratings uncounted.
@@ -129,7 +130,9 @@ def verifier_decisions(run: str | Path) -> VerifierDecisions:
                    Shown(label="text", text=text), Shown(label="question", text=s.question),
                    Shown(label="options", text=format_options(s.options)),
                    Shown(label="keyed answer", text=keyed)]))
-    not_kept = report.rejects.get("verifier_disagrees", 0)
+    rejected = _rejected(folder)
+    items += rejected
+    not_kept = report.rejects.get("verifier_disagrees", 0) - len(rejected)
     if not items:
         raise WorkbenchError(
             f"{folder}: none of the verifier's {v.checked} decisions can be shown: it "
@@ -139,6 +142,34 @@ def verifier_decisions(run: str | Path) -> VerifierDecisions:
     return VerifierDecisions(folder=folder, items=items, verifier=verifier,
                              on_disagree=v.on_disagree, checked=v.checked, not_kept=not_kept,
                              seed=report.seed)
+
+
+def _rejected(folder: Path) -> list[Decision]:
+    """The items the verifier rejected, from `verifier.jsonl` (runs made before it was
+    written have none: their check rates the kept samples only)."""
+    import hashlib
+
+    from workbench.distill.parse import format_options
+    from workbench.io import read_jsonl
+
+    path = folder / "verifier.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for row in read_jsonl(path):
+        gold = row.get("gold") or ""
+        opts = row.get("options") or []
+        keyed = "; ".join(f"{x}) {opts['ABCD'.index(x)]}" for x in gold if x in "ABCD"
+                          and "ABCD".index(x) < len(opts))
+        h = hashlib.sha256(f"{row['task']}\n{row['question']}".encode()).hexdigest()[:12]
+        out.append(Decision(
+            key=f"rejected-{h}", machine=False, decider=row.get("decider", ""),
+            shown=[Shown(label="section", text=row.get("section") or row["section_id"]),
+                   Shown(label="text", text=row["text"]),
+                   Shown(label="question", text=row["question"]),
+                   Shown(label="options", text=format_options(opts)),
+                   Shown(label="keyed answer", text=keyed)]))
+    return out
 
 
 def _span_texts(folder: Path, sections: list) -> dict[tuple[str, str], str]:

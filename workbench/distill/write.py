@@ -406,10 +406,13 @@ def write_from_facts(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: D
 
 
 def write_composed(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,
-                   seed: int, stats: Stats) -> None:
+                   seed: int, stats: Stats, before_rationales=None) -> None:
+    """Questions, reference answers, options, then rationales. `before_rationales(tasks)`
+    runs once the questions and options are final and before any rationale call (the
+    quality gates, so no call is spent on a question they remove)."""
     if cfg.answer_source == "text":
         write_from_facts(tasks, pack, agents, cfg, seed, stats)
-        _rationales(tasks, pack, agents, cfg, seed, stats)
+        _rationales(tasks, pack, agents, cfg, seed, stats, before_rationales)
         return
     wp = GenerationParams(max_tokens=min(cfg.writer_max_tokens, 96),
                           temperature=cfg.writer_temperature, seed=seed)
@@ -430,15 +433,18 @@ def write_composed(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: Dis
         text=t.span.text, question=t.question, domain=pack.title)) for t in live]
     _ask(agents.answerer, live, convs, ap, stats,
          lambda t, text: setattr(t, "reference", parse.parse_sentence(text)))
-    _rationales(tasks, pack, agents, cfg, seed, stats)
+    _rationales(tasks, pack, agents, cfg, seed, stats, before_rationales)
 
 
 def _rationales(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConfig,
-                seed: int, stats: Stats) -> None:
-    """Options for MC items, then the model explains each known answer step by step."""
+                seed: int, stats: Stats, before=None) -> None:
+    """Options for MC items, then (after `before`, e.g. the gates) the model explains each
+    known answer step by step."""
     live = [t for t in tasks if t.reject is None]
     _assemble_options(live, seed)
     _balance(live, seed)
+    if before is not None:
+        before(tasks)
     live = [t for t in live if t.reject is None]
     if not cfg.benchmark_rationales:  # held-out items are scored, never trained on
         for t in live:
