@@ -377,16 +377,7 @@ class CT2ChatModel(TokenizerChatModel):
         four; the options of a cloze item cost one pass each."""
         if self.scoring == "transformers":
             return self._transformers_scorer().score(requests)
-        flat: list[tuple[int, list[int], list[int], int]] = []
-        for ri, req in enumerate(requests):
-            prompt = req.prompt if isinstance(req.prompt, str) else self.render(req.prompt)
-            for cont in req.continuations:
-                ctx, cont_ids = self._encode_pair(prompt, cont)
-                if not cont_ids:
-                    raise BackendError(f"continuation {cont!r} encodes to no tokens")
-                if not ctx:  # score from the BOS/EOS token like lm-eval does
-                    ctx = [self._start_id()]
-                flat.append((ri, ctx, cont_ids, len(cont)))
+        flat = self._flat_pairs(requests, self._start_id())
         needed = [tuple(ctx + cont[:-1]) for _, ctx, cont, _ in flat]
         rows = _covering_rows(needed)
         row_of = [rows.index_of(r) for r in needed]

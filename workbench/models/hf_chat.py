@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from workbench.errors import WorkbenchError
+from workbench.errors import BackendError, WorkbenchError
 from workbench.models.base import ChatModel, Conversation, Tools
 from workbench.models.messages import ToolChoice, ToolSpec, plain_conversation
 from workbench.models.resolve import ModelSource
@@ -104,3 +104,17 @@ class TokenizerChatModel(ChatModel):
         if bad := [i for i in ids if not 0 <= i < size]:
             raise WorkbenchError(f"token ids must be in 0..{size - 1}; got {bad[0]}")
         return self.tokenizer.decode(list(ids))
+
+    def _flat_pairs(self, requests, start_id: int) -> list[tuple[int, list[int], list[int], int]]:
+        """(request index, context ids, continuation ids, continuation length) for every
+        continuation of every scoring request; an empty context scores from `start_id`
+        (the BOS or EOS token, as lm-eval does)."""
+        flat: list[tuple[int, list[int], list[int], int]] = []
+        for ri, req in enumerate(requests):
+            prompt = req.prompt if isinstance(req.prompt, str) else self.render(req.prompt)
+            for cont in req.continuations:
+                ctx, cont_ids = self._encode_pair(prompt, cont)
+                if not cont_ids:
+                    raise BackendError(f"continuation {cont!r} encodes to no tokens")
+                flat.append((ri, ctx or [start_id], cont_ids, len(cont)))
+        return flat

@@ -9,7 +9,6 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from workbench.errors import BackendError
 from workbench.models.base import ContinuationScore, ScoreRequest
 from workbench.progress import progress
 
@@ -147,16 +146,8 @@ class CachedScoring:
     def _score_batched(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
         import torch
 
-        flat: list[tuple[int, list[int], list[int], int]] = []
-        for ri, req in enumerate(requests):
-            prompt = req.prompt if isinstance(req.prompt, str) else self.render(req.prompt)
-            for cont in req.continuations:
-                ctx, cont_ids = self._encode_pair(prompt, cont)
-                if not cont_ids:
-                    raise BackendError(f"continuation {cont!r} encodes to no tokens")
-                if not ctx:  # score from the BOS/EOS token like lm-eval does
-                    ctx = [self.tokenizer.bos_token_id or self.tokenizer.eos_token_id]
-                flat.append((ri, ctx, cont_ids, len(cont)))
+        flat = self._flat_pairs(requests,
+                                self.tokenizer.bos_token_id or self.tokenizer.eos_token_id)
         results: list[ContinuationScore] = []
         bs = self.opts.batch_size
         pad = self.tokenizer.pad_token_id
