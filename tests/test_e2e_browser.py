@@ -240,9 +240,16 @@ def test_approve_a_loop_plan_in_a_browser(tmp_path):
             page.locator(".st-key-lp-reason input").press("Tab")
             page.locator(".st-key-lp-keep button").click()
             page.get_by_text("Decision: keep").wait_for(timeout=30000)
+            # Check the judge: rate the next sampled decision, its verdict hidden
+            page.locator(".st-key-lp-judge-by input").fill("Dr. Ana")
+            page.locator(".st-key-lp-judge-yes button").click()
+            page.get_by_text("rated items; observed agreement").wait_for(timeout=30000)
             page.screenshot(path=str(ARTIFACTS / "loop-decided.png"), full_page=True)
             browser.close()
         assert loop.round(1).decision.by == "Dr. Ana"
+        from workbench.loop.agreement import read_ratings
+
+        assert [(r.verdict, r.by) for r in read_ratings(loop).values()] == [(True, "Dr. Ana")]
 
 
 def test_trajectory_tree_browser_in_a_browser(app):

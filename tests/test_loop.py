@@ -639,3 +639,27 @@ def test_a_person_checks_the_judge_and_the_guard_says_whether_to_trust_the_rubri
     assert "guard: " in res.stdout
     rated = read_ratings(loop)
     assert len(rated) == 10 and {r.by for r in rated.values()} == {"ana", "bo"}
+    # a skip is kept (appended, as every rating): the item leaves the sample, another takes
+    # its place, and kappa does not count it
+    before = judge_check(loop)
+    item = before.next
+    after = rate_item(loop, item.key, None, by="cy")
+    assert item.key not in [i.key for i in after.sample] and len(after.sample) == 12
+    assert after.rated[item.key].verdict is None and after.agreement.n == before.agreement.n
+    assert after.decisions.progress == (10, 12)
+    reading = after.reading(cfg.loop.guards)  # the guard's limits, in one line
+    assert reading.trusted is judge_guard(after, cfg.loop.guards).passed, reading.text
+    assert reading.text.startswith("the judge can"), reading.text
+    assert len((loop.root / "judge_ratings.jsonl").read_text().splitlines()) == 8 + 8 + 2 + 1
+    # a ratings file the judge check wrote before it was generic (the verdict named `met`)
+    (loop.root / "judge_ratings.jsonl").write_text(json.dumps(
+        {"key": item.key, "met": False, "by": "ana", "at": "2025-01-01T00:00:00+00:00"}) + "\n")
+    assert read_ratings(loop)[item.key].verdict is False
+    assert judge_check(loop).agreement.n == 1
+    # the CLI keeps a skip too: the item does not come back in the next session
+    nxt = judge_check(loop).next
+    res = cli("loop", "judge-check", cfg_file, *sets, "--rate", "--by", "dee",
+              stdin="s\nq\n", env={"PYTHONPATH": TESTS})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert read_ratings(loop)[nxt.key].verdict is None
+    assert judge_check(loop).next.key != nxt.key

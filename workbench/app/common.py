@@ -240,3 +240,66 @@ def pick_run(label: str, infos: list[RunInfo], key: str) -> RunInfo:
     by_name = {r.name: r for r in infos}
     names = list(by_name)
     return by_name[st.selectbox(label, names, index=len(names) - 1, key=key)]
+
+
+def rate_decisions(key: str, c, reading, rate: Callable[[str, bool | None, str], Any], *,
+                   question: str, machine: str, answers: tuple[str, str],
+                   verdicts: tuple[str, str]) -> None:
+    """A person checks a machine's yes/no decisions (`workbench.evaluate.agreement.Check`
+    `c` and its `reading`): the next sampled item as the machine saw it, its verdict hidden,
+    the buttons `answers` (yes, no) and Skip, a "Rated by" name (kept for the session), and
+    the agreement so far. `rate(item key, verdict or None for a skip, name)` keeps a rating
+    through the library; the page then reruns. `machine` names the machine ("judge") and
+    `verdicts` its yes and no ("met", "not met") in the confusion table."""
+    done, size = c.progress
+    st.caption(f"{done} of {size} sampled decisions rated ({c.n_rated} rated in all; skips "
+               "are replaced and not counted).")
+    item = c.next
+    if item is None:
+        st.caption("Every sampled decision is rated.")
+    else:
+        by_key = f"{key}-by"
+        if by_key not in st.session_state:  # the name given on any page of this session
+            st.session_state[by_key] = st.session_state.get("rated-by", "")
+        with st.form(f"{key}-form"):
+            for s in item.shown:
+                st.markdown(f"**{s.label[:1].upper() + s.label[1:]}**")
+                st.text(s.text)
+            st.markdown(f"**{question}**")
+            by = st.text_input("Rated by", key=by_key,
+                               help="Your name, recorded with every rating.")
+            cols = st.columns(3)
+            said = {v: cols[n].form_submit_button(label, key=f"{key}-{k}")
+                    for n, (v, label, k) in enumerate(((True, answers[0], "yes"),
+                                                       (False, answers[1], "no"),
+                                                       (None, "Skip", "skip")))}
+        clicked = [v for v, hit in said.items() if hit]
+        if clicked:
+            try:
+                rate(item.key, clicked[0], by)
+            except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+                show_error(e)
+            else:
+                st.session_state["rated-by"] = by.strip()
+                st.rerun()
+    if c.mode == "precision":
+        p = c.precision
+        if p is not None:
+            st.markdown(f"Precision **{p.share:.0%}** [{p.ci_low:.0%}, {p.ci_high:.0%}] (95% "
+                        f"Wilson interval): {p.agreed} of the {p.n} rated items the {machine} "
+                        f"said yes to are right for the person.")
+        st.caption(f"Only the {machine}'s yeses can be shown (the run keeps too little of its "
+                   "rejections): their precision is measured, not kappa.")
+    elif (a := c.agreement) is not None:
+        k = ("undefined (no variation)" if a.kappa is None
+             else f"{a.kappa:.2f} [{a.ci_low:.2f}, {a.ci_high:.2f}]")
+        st.markdown(f"Cohen's kappa **{k}** (95% bootstrap interval) over **{a.n}** rated "
+                    f"items; observed agreement {a.observed:.0%}, by chance {a.expected:.0%}.")
+        import pandas as pd
+
+        cf, (yes, no) = a.confusion, verdicts
+        st.table(pd.DataFrame([[cf["yes/yes"], cf["yes/no"]], [cf["no/yes"], cf["no/no"]]],
+                              index=[f"{machine}: {yes}", f"{machine}: {no}"],
+                              columns=[f"person: {yes}", f"person: {no}"]))
+    (st.info if reading.trusted is None else st.success if reading.trusted
+     else st.warning)(f"Reading: {reading.text}")

@@ -6,29 +6,35 @@ criterion) pairs without seeing the judge's verdict; Cohen's kappa with a bootst
 and the confusion table say how far the judge can be trusted, and a guard says when it
 cannot: the delta of the open questions is then not evidence.
 
-The sample is drawn from every answer the loop's evaluations judged (all adapters, the open
-suites), half from items the judge said were met and half from the others where there are
-enough (a judge that says "no" to nearly everything would otherwise be rated only on its
-"no"s), in a seeded order, so the person rates the same items in the same order after a
-reload. Ratings live in `<loop run>/judge_ratings.jsonl` (the last rating of an item counts).
+The judge's decisions are drawn from every answer the loop's evaluations judged (all
+adapters, the open suites); the sample, the ratings file and the agreement are the generic
+ones of `workbench.evaluate.agreement` (half the judge's "met"s and half its others where
+there are enough, in a seeded order that survives a reload; a skip is kept and another item
+takes its place). Ratings live in `<loop run>/judge_ratings.jsonl`, append-only (the last
+rating of an item counts); a file written before, whose rows name the verdict `met`, reads
+the same.
 """
 
 from __future__ import annotations
 
 import hashlib
-import random
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.errors import DataError, WorkbenchError
-from workbench.evaluate.stats import Agreement, cohens_kappa
+from workbench.errors import WorkbenchError
+from workbench.evaluate import agreement as generic
+from workbench.evaluate.agreement import Check, Decision, Rating, Reading, Shown
+from workbench.evaluate.stats import Agreement
 from workbench.loop.records import Guard, GuardResult
 
 RATINGS = "judge_ratings.jsonl"
 OPEN_SUITES = ("open", "open_dev")
+QUESTION = "Does the answer meet the criterion?"
+WHAT = "the judge"
+
+PersonRating = Rating  # the name this module gave a rating; a row's `met` is its `verdict`
 
 
 class JudgedItem(BaseModel):
@@ -45,27 +51,43 @@ class JudgedItem(BaseModel):
     judge_met: bool
     judge: str
 
-
-class PersonRating(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    key: str
-    met: bool
-    by: str = Field(min_length=1)
-    at: str
+    def decision(self) -> Decision:
+        """The same decision as `workbench.evaluate.agreement` rates it (what a person sees:
+        the question, the answer and the criterion; never the judge's verdict)."""
+        return Decision(key=self.key, machine=self.judge_met, decider=self.judge, shown=[
+            Shown(label="question", text=self.question),
+            Shown(label="answer", text=self.answer),
+            Shown(label=f"criterion ({self.points:+g} points)", text=self.criterion)])
 
 
 class JudgeCheck(BaseModel):
     """Where the check stands: the sample, what is rated, and the agreement so far."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
-    sample: list[JudgedItem]
-    rated: dict[str, PersonRating]
+    sample: list[JudgedItem] = Field(description="The items to rate, in order: the seeded "
+                                                 "sample less the ones the person skipped "
+                                                 "(others take their place).")
+    rated: dict[str, Rating] = Field(description="Ratings (skips included) of the judge's "
+                                                 "decisions, by key.")
     agreement: Agreement | None
     judge: str
+    decisions: Check = Field(description="The same check in workbench.evaluate.agreement's "
+                                         "terms (its sample keeps the skipped items).")
 
     @property
     def next(self) -> JudgedItem | None:
         return next((i for i in self.sample if i.key not in self.rated), None)
+
+    @property
+    def n_rated(self) -> int:
+        """Rated items that count (skips do not)."""
+        return self.decisions.n_rated
+
+    def reading(self, settings) -> Reading:
+        """What the ratings say of the judge, in one line, by the guard's limits
+        (`loop.guards.judge_kappa_min`, `judge_min_items`)."""
+        return generic.reading(self.decisions, what=WHAT, kappa_min=settings.judge_kappa_min,
+                              min_rated=settings.judge_min_items)
 
 
 def judged_items(loop) -> list[JudgedItem]:
@@ -100,75 +122,48 @@ def _questions(loop) -> dict:
 
 
 def sample_items(items: Sequence[JudgedItem], n: int, seed: int = 0) -> list[JudgedItem]:
-    """`n` items in a seeded order, half judged met and half not where there are enough."""
-    rng = random.Random(seed)
-    met = [i for i in items if i.judge_met]
-    unmet = [i for i in items if not i.judge_met]
-    rng.shuffle(met)
-    rng.shuffle(unmet)
-    half = n // 2
-    take_met = min(len(met), max(half, n - len(unmet)))
-    chosen = met[:take_met] + unmet[:n - take_met]
-    rng.shuffle(chosen)
-    return chosen
+    """`n` items in a seeded order, half judged met and half not where there are enough
+    (`workbench.evaluate.agreement.stratified_sample`)."""
+    by_key = {i.key: i for i in items}
+    chosen = generic.stratified_sample([i.decision() for i in items], n, seed)
+    return [by_key[d.key] for d in chosen]
 
 
 def _ratings_path(loop) -> Path:
     return loop.root / RATINGS
 
 
-def read_ratings(loop) -> dict[str, PersonRating]:
-    """The person's ratings by item key (the last rating of an item counts)."""
-    import os
-    import stat
-
-    from workbench.io import describe_validation_error, iter_jsonl_raw
-
-    path = _ratings_path(loop)
-    if not path.exists():
-        return {}
-    if not stat.S_ISREG(os.lstat(path).st_mode):
-        raise DataError("is not a regular file; not read", path=str(path), code="not_a_file")
-    out = {}
-    for lineno, obj in iter_jsonl_raw(path, torn_tail=lambda _e: None):
-        try:
-            r = PersonRating.model_validate(obj)
-        except ValueError as e:
-            raise DataError(describe_validation_error(e), path=str(path), line=lineno,
-                            code="bad_rating") from None
-        out[r.key] = r
-    return out
+def read_ratings(loop) -> dict[str, Rating]:
+    """The person's ratings by item key (the last rating of an item counts; a skip is a
+    rating whose verdict is None)."""
+    return generic.read_ratings(_ratings_path(loop))
 
 
 def judge_check(loop, *, n: int | None = None, seed: int | None = None) -> JudgeCheck:
-    """The sample to rate (`loop.guards.judge_sample` items), the ratings and the agreement
-    of the rated ones."""
-    g = loop.lc.guards
+    """The sample to rate (`loop.guards.judge_sample` items besides the skipped ones), the
+    ratings and the agreement of the rated ones."""
     items = judged_items(loop)
-    sample = sample_items(items, n or g.judge_sample, loop.cfg.seed if seed is None else seed)
-    rated = read_ratings(loop)
     by_key = {i.key: i for i in items}
-    pairs = [(by_key[k].judge_met, r.met) for k, r in rated.items() if k in by_key]
-    agreement = cohens_kappa(*zip(*pairs, strict=True), seed=loop.cfg.seed) if pairs else None
+    c = generic.check([i.decision() for i in items], read_ratings(loop),
+                      n or loop.lc.guards.judge_sample,
+                      seed=loop.cfg.seed if seed is None else seed)
+    if c.mode != "kappa":  # every decision of the judge can be shown: kappa, never precision
+        c = c.model_copy(update={"mode": "kappa"})
+    sample = [by_key[d.key] for d in c.sample
+              if d.key not in c.rated or c.rated[d.key].verdict is not None]
     judge = next((i.judge for i in items if i.judge), "")
-    return JudgeCheck(sample=sample, rated={k: v for k, v in rated.items() if k in by_key},
-                      agreement=agreement, judge=judge)
+    return JudgeCheck(sample=sample, rated=c.rated, agreement=c.agreement, judge=judge,
+                      decisions=c)
 
 
-def rate_item(loop, key: str, met: bool, *, by: str) -> JudgeCheck:
-    """Keep a person's verdict on one judged item; returns the check with it counted."""
-    from workbench.io import atomic_write_text
-
-    by = (by or "").strip()
-    if not by:
+def rate_item(loop, key: str, met: bool | None, *, by: str) -> JudgeCheck:
+    """Keep a person's verdict on one judged item (None: skipped, the person could not
+    tell), appended to the ratings file; returns the check with it counted."""
+    if not (by or "").strip():
         raise WorkbenchError("a rating needs the name of the person who gives it")
     if key not in {i.key for i in judged_items(loop)}:
         raise WorkbenchError(f"{key!r}: not an item the judge decided in this loop")
-    rows = read_ratings(loop)
-    rows[key] = PersonRating(key=key, met=bool(met), by=by,
-                             at=datetime.now(UTC).isoformat(timespec="seconds"))
-    atomic_write_text(_ratings_path(loop), "".join(r.model_dump_json() + "\n"
-                                                   for r in rows.values()))
+    generic.append_rating(_ratings_path(loop), key, None if met is None else bool(met), by=by)
     return judge_check(loop)
 
 

@@ -177,13 +177,11 @@ def register(group: typer.Typer) -> None:
                 got = typer.prompt("meets it? [y/n/s/q]", default="s").strip().lower()
                 if got.startswith("q"):
                     break
-                if got.startswith("s"):
-                    check.sample.remove(item)
+                if not got.startswith(("y", "n", "s")):
                     continue
-                if not got.startswith(("y", "n")):
-                    continue
-                with _locked(loop, "judge-check"):
-                    check = rate_item(loop, item.key, got.startswith("y"), by=by)
+                with _locked(loop, "judge-check"):  # a skip is kept: another item replaces it
+                    check = rate_item(loop, item.key, None if got.startswith("s")
+                                      else got.startswith("y"), by=by)
             with _locked(loop, "judge-check"):
                 refresh_round_guard(loop)
         a = check.agreement

@@ -6,6 +6,7 @@ from workbench.app.common import (
     not_ready,
     options_html,
     pick_run,
+    rate_decisions,
     runs,
     sections_of,
     show_error,
@@ -165,3 +166,29 @@ else:
         else:
             st.success(f"Wrote {n} examples to {out}")
             st.download_button("Download", data, file_name=out.name, key="d-dl")
+
+    # --- the verifier checked against a person
+    st.subheader("Check the verifier")
+    st.caption("The verifier answers each multiple-choice item from its text and rejects (or "
+               "flags) the ones whose answer is not the keyed one. Rate a seeded sample of its "
+               "decisions (half it accepted where there are enough) without seeing its "
+               "verdict: Cohen's kappa between the verifier and you, with its 95% interval, "
+               "says how far its accept/reject can be trusted.")
+    from workbench.distill.verifier_check import QUESTION, WHAT, verifier_check
+    from workbench.errors import DataError, WorkbenchError
+
+    try:
+        vc = verifier_check(run)
+    except DataError as e:  # a file a job is still writing, or a bad line (named)
+        not_ready("the verifier's decisions", e)
+    except WorkbenchError as e:  # the verifier was off, or decided nothing that can be shown
+        st.caption(f"Nothing to check: {str(e).splitlines()[0]}")
+    except Exception as e:  # noqa: BLE001 - never a traceback in the page
+        not_ready("the verifier's decisions", e)
+    else:
+        st.caption(f"Verifier {vc.decisions.verifier}: the run keeps "
+                   f"{len(vc.decisions.items)} of its {vc.decisions.checked} decisions.")
+        rate_decisions("d-vc", vc.check, vc.reading,
+                       lambda key, verdict, by: vc.decisions.rate(key, verdict, by=by),
+                       question=QUESTION, machine=WHAT.removeprefix("the "),
+                       answers=("Correct", "Not correct"), verdicts=("correct", "not correct"))

@@ -8,6 +8,7 @@ from workbench.app.common import (
     base_config,
     job_panel,
     jsonl_rows,
+    rate_decisions,
     read_or_none,
     show_error,
     show_image,
@@ -250,6 +251,39 @@ elif r.status in ("planned", "approved", "running"):
                 st.rerun()
             except Exception as e:  # noqa: BLE001
                 show_error(e)
+
+# --- the rubric judge checked against a person
+st.subheader("Check the judge")
+st.caption("The rubric judge decides, item by item, whether an open answer meets a criterion; "
+           "the open questions' rubric delta is only as good as those decisions. Rate a "
+           "seeded sample of them (half the judge called met) without seeing the judge's "
+           "verdict: Cohen's kappa between the judge and you, with its 95% interval, says how "
+           "far it can be trusted, and the guard judge-person agreement flags a round when "
+           "it cannot.")
+from workbench.loop.agreement import (
+    QUESTION,
+    judge_check,
+    judge_guard,
+    rate_item,
+    refresh_round_guard,
+)
+
+jc = read_or_none("the judge's decisions", lambda: judge_check(loop))
+if jc is not None and not jc.decisions.sample:
+    st.caption("No judged open answers yet.")
+elif jc is not None:
+    def rate_judged(key: str, verdict: bool | None, by: str) -> None:
+        with locked("judge-check"):
+            rate_item(loop, key, verdict, by=by)
+            refresh_round_guard(loop)  # the round awaiting a decision, as the ratings stand
+
+    guards = loop.lc.guards
+    rate_decisions("lp-judge", jc.decisions, jc.reading(guards), rate_judged,
+                   question=QUESTION, machine="judge",
+                   answers=("Meets it", "Does not"), verdicts=("met", "not met"))
+    g = judge_guard(jc, guards)
+    st.markdown(f"**Guard {g.guard.name}:** {'passed' if g.passed else 'FLAGGED'}: "
+                f"{g.detail}")
 
 # --- history
 if any(x.decision for x in rounds):
