@@ -726,6 +726,44 @@ def test_agents_page_shows_a_litsearch_evaluation_and_its_workflow(ws, tmp_path)
     assert list(turns["turn"]) == [1, 2]
 
 
+def test_agents_page_shows_an_rf_report_and_names_a_broken_one(ws):
+    """An RF design report (written by the pack's writer): its accuracy table with intervals
+    and families renders through the reader; the same report broken renders a note naming
+    the file, never a traceback."""
+    from workbench.agents.records import AgentTrajectory
+    from workbench.domain_agents.rf.api import rf_report
+    from workbench.domain_agents.rf.bench import DesignItem
+    from workbench.io import write_jsonl
+
+    out = ws / "runs" / "rfrun" / "agent"
+    out.mkdir(parents=True)
+    items = [DesignItem(id=f"i{k}", question="q", answer=10.0, quantity="x", tool="t",
+                        family="f") for k in range(2)]
+    traj = AgentTrajectory(id="i0", task_id="i0", messages=[
+        {"role": "system", "content": "s"}, {"role": "user", "content": "q"}], stop="final")
+    rows = {"alone": [{"id": "i0", "family": "f", "prediction": 10.0, "tool_calls": 0,
+                       "errors": 0}, {"id": "i1", "family": "f", "prediction": None,
+                                      "tool_calls": 0, "errors": 0}],
+            "tools": [{"id": f"i{k}", "family": "f", "prediction": 10.0, "tool_calls": 1,
+                       "errors": 0, "tool": "t", "trajectory": traj.model_dump(mode="json")}
+                      for k in range(2)]}
+    write_jsonl(out / "rf_tools.jsonl", rows["tools"])
+    rf_report(out, items, rows, {}, model="m")
+    at = page("agents").run()
+    assert not at.exception, at.exception
+    table = next(d.value for d in at.dataframe if "accuracy" in d.value.columns)
+    assert list(table["condition"]) == ["alone", "tools"]
+    assert list(table["accuracy"]) == ["50.0 [9, 91]", "100.0 [34, 100]"]
+    assert list(table["f"]) == ["1/2", "2/2"] and list(table["answered"]) == ["1/2", "2/2"]
+    assert any("stop: final" in c.value for c in at.caption)  # the tools run's steps
+
+    (out / "rf_report.json").write_text('{"items": 2,')
+    at = page("agents").run()
+    assert not at.exception, at.exception
+    note = [c.value for c in at.caption if "rf_report.json: not ready yet" in c.value]
+    assert note and str(out / "rf_report.json") in note[0] and "bad JSON" in note[0]
+
+
 def _loop_round(ws, **loop):
     """An improvement loop in the workspace, made outside the app with the scripted model
     and trainer (tests/loop_scripted.py): round 1 run up to its decision."""
@@ -807,3 +845,97 @@ def _ids(loop, r):
 
     return [_json.loads(x)["id"] for x in
             (loop.folder(r.index) / "accepted.jsonl").read_text().splitlines()]
+
+
+def test_loop_page_checks_the_judge_with_a_person(ws):
+    """Check the judge: the next sampled decision shown without the judge's verdict, a
+    name required, two ratings kept through the library (the ratings file) and the
+    agreement, reading and guard shown as they stand."""
+    from workbench.loop.agreement import judge_check, read_ratings
+
+    loop = _loop_round(ws)
+    r = loop.plan()
+    loop.approve(r.index, by="ana")
+    loop.run_round(r.index)
+    at = page("loop").run()
+    assert not at.exception, at.exception
+    assert "Check the judge" in [s.value for s in at.subheader]
+    first = judge_check(loop).next
+    body = texts(at)
+    assert first.question in body and first.criterion in body
+    assert {"Meets it", "Does not", "Skip"} <= {b.label for b in at.button}
+    at.button(key="lp-judge-yes").click().run()  # no name: refused, nothing kept
+    assert not at.exception and any("name of the person" in e.value for e in at.error)
+    assert read_ratings(loop) == {}
+    at.text_input(key="lp-judge-by").input("ana")
+    at.button(key="lp-judge-yes").click().run()
+    assert not at.exception, at.exception
+    second = judge_check(loop).next
+    assert second.key != first.key and second.criterion in texts(at)
+    at.button(key="lp-judge-no").click().run()  # the name is remembered
+    assert not at.exception, at.exception
+    rated = read_ratings(loop)
+    assert {k: (x.verdict, x.by) for k, x in rated.items()} == {
+        first.key: (True, "ana"), second.key: (False, "ana")}
+    assert at.session_state["rated-by"] == "ana"
+    body = texts(at)
+    assert "2 of " in body and "over **2** rated items" in body
+    (table,) = [t.value for t in at.table]
+    assert list(table.columns) == ["person: met", "person: not met"]
+    assert table.to_numpy().sum() == 2
+    def row(item):
+        return "judge: met" if item.judge_met else "judge: not met"
+
+    assert table.loc[row(first), "person: met"] >= 1  # the judge's verdicts, as they were
+    assert table.loc[row(second), "person: not met"] >= 1
+    assert any("Reading: not yet measured: 2 of 20" in i.value for i in at.info)
+    assert "not measured: 2 of 20" in body and "FLAGGED" not in body
+    guard = next(g for g in loop.round(1).guards if g.guard.kind == "judge_agreement")
+    assert guard.detail.startswith("not measured: 2 of 20")  # the round's guard refreshed
+
+
+def test_distill_page_checks_the_verifier_with_a_person(ws):
+    """Check the verifier of a distillation run (a verifier that answers D to everything,
+    its disagreements flagged): the text, question, options and keyed answer shown without
+    its verdict; two ratings kept in distill/verifier_ratings.jsonl and kappa shown."""
+    from workbench.distill.config import AgentModel, DistillConfig
+    from workbench.distill.pipeline import run_distill
+    from workbench.distill.verifier_check import verifier_check
+    from workbench.evaluate.agreement import read_ratings
+
+    run = ws / "runs" / "vrun"
+    run_distill(DistillConfig(
+        mode="single", max_sections=10, benchmark_fraction=0.3, corpus="datasets/rf",
+        domain="rf", verifier={"method": "generate", "on_disagree": "flag"},
+        models={"verifier": {"spec": "fake", "options": {"name": "always-d",
+                                                         "responses": ["D"]}}}),
+        run / "distill", default_model=AgentModel(
+            spec="fake", options={"script": "fake_teacher:reply"}), seed=3)
+    at = page("distill").run()
+    assert not at.exception, at.exception
+    assert "Check the verifier" in [s.value for s in at.subheader]
+    first = verifier_check(run).check.next
+    shown = {s.label: s.text for s in first.shown}
+    assert {"text", "question", "options", "keyed answer"} <= set(shown)
+    assert all(t in [x.value for x in at.text] for t in shown.values())
+    assert {"Correct", "Not correct", "Skip"} <= {b.label for b in at.button}
+    at.text_input(key="d-vc-by").input("bo")
+    at.button(key="d-vc-skip").click().run()  # a skip is kept and the next item shown
+    assert not at.exception, at.exception
+    second = verifier_check(run).check.next
+    at.button(key="d-vc-yes").click().run()
+    assert not at.exception, at.exception
+    third = verifier_check(run).check.next
+    at.button(key="d-vc-no").click().run()
+    assert not at.exception, at.exception
+    rated = read_ratings(run / "distill" / "verifier_ratings.jsonl")
+    assert {k: (x.verdict, x.by) for k, x in rated.items()} == {
+        first.key: (None, "bo"), second.key: (True, "bo"), third.key: (False, "bo")}
+    done, size = verifier_check(run).check.progress
+    body = texts(at)
+    assert done == 2 and f"2 of {size} sampled decisions rated" in body
+    assert "over **2** rated items" in body
+    (table,) = [t.value for t in at.table]
+    assert list(table.index) == ["verifier: correct", "verifier: not correct"]
+    assert table.to_numpy().sum() == 2
+    assert any("Reading: not yet measured: 2 of 20" in i.value for i in at.info)

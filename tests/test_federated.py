@@ -341,10 +341,103 @@ def test_experiment_reports_federated_local_and_central(federated_run, tmp_path,
     assert "| federated |" in md and "Wilson" in md and (out / "rounds.png").stat().st_size
     for t in report["conditions"]:
         assert sum(t["predictions"].values()) == t["mc_n"] > 0
-    # rerun: nothing trains again
+    # rerun: nothing trains again; the result's figures are the report's
     before = {p: p.stat().st_mtime for p in out.rglob("*.safetensors")}
-    run_pipeline("fed", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
+    res = run_pipeline("fed", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
     assert {p: p.stat().st_mtime for p in out.rglob("*.safetensors")} == before
+    assert json.loads(json.dumps(res.figures)) == \
+        json.loads((out / "report.json").read_text())["figures"]
+
+
+# --- the report as a typed record ------------------------------------------------------------
+
+FED_RUNS = {"federated_run": ("LoraReport", {
+                "sites", "rounds", "eval_loss", "mc_accuracy", "bytes_per_round",
+                "round_seconds", "failed_rounds", "canary_leaks", "seconds"}),
+            "knowledge_run": ("KnowledgeReport", {
+                "sites", "rounds", "rate", "active_units", "knowledge_bytes_per_round",
+                "lora_bytes_per_round", "canary_leaks", "poison_active_rounds",
+                "poison_sites_against", "transfer", "seconds"})}
+
+
+@pytest.mark.parametrize("fixture", FED_RUNS)
+def test_every_federated_report_is_its_typed_record(fixture, request):
+    """Both tracks' report.json validate against their model, hold exactly the keys the
+    writer always wrote (plus schema_version), and round-trip model -> JSON -> model; the run
+    folder, its layout, the fed folder and the report's path all find the same report."""
+    from workbench.federated.report import FedFiles, read_report
+    from workbench.runs import RunLayout
+
+    run = request.getfixturevalue(fixture)
+    model, figure_keys = FED_RUNS[fixture]
+    out = run.report_dir
+    raw = json.loads((out / "report.json").read_text())
+    assert set(raw) == {"schema_version", "figures", "conditions", "headline"}
+    assert raw["schema_version"] == 1 and set(raw["figures"]) == figure_keys
+    report, md = read_report(out)
+    assert type(report).__name__ == model and md == (out / "report.md").read_text()
+    assert json.loads(json.dumps(report.model_dump())) == raw  # what is read is what was written
+    again = type(report).model_validate(json.loads(json.dumps(report.model_dump())))
+    assert again == report
+    assert report.figures.canary_leaks == 0 and report.headline
+    lay = RunLayout.of(run.cfg)
+    assert FedFiles.of(lay).root == FedFiles.of(lay.root).root == out
+    for where in (lay, lay.root, out / "report.json"):
+        assert read_report(where) == (report, md)
+
+
+@pytest.mark.parametrize("fixture", FED_RUNS)
+def test_a_report_written_before_schema_version_reads_as_version_1(fixture, request,
+                                                                   tmp_path):
+    from workbench.federated.report import read_report
+
+    out = request.getfixturevalue(fixture).report_dir
+    raw = json.loads((out / "report.json").read_text())
+    del raw["schema_version"]
+    (tmp_path / "report.json").write_text(json.dumps(raw, indent=2))
+    shutil.copy(out / "report.md", tmp_path / "report.md")
+    old, md = read_report(tmp_path)
+    assert old == read_report(out)[0] and old.schema_version == 1
+    assert md == (out / "report.md").read_text()
+
+
+def test_a_broken_report_is_refused_in_one_line_naming_the_file(federated_run, tmp_path):
+    from workbench.errors import DataError
+    from workbench.federated.report import read_report
+
+    good = json.loads((federated_run.report_dir / "report.json").read_text())
+    md = (federated_run.report_dir / "report.md").read_text()
+    no_sites = json.loads(json.dumps(good))
+    del no_sites["figures"]["sites"]
+    extra = json.loads(json.dumps(good))
+    extra["conditions"][0]["surprise"] = 1
+    cases = {"bad-json": ("{not json", "bad JSON"), "a-list": ("[]", "JSON list"),
+             "missing": (json.dumps(no_sites), "figures.sites: missing field"),
+             "extra": (json.dumps(extra), "conditions.0.surprise"),
+             "version": (json.dumps({**good, "schema_version": 2}), "schema_version 2"),
+             "no-report": (None, "no report here")}
+    for name, (text, said) in cases.items():
+        d = tmp_path / name
+        d.mkdir()
+        if text is not None:
+            (d / "report.json").write_text(text)
+        (d / "report.md").write_text(md)
+        with pytest.raises(DataError) as e:
+            read_report(d)
+        msg = str(e.value)
+        assert msg.startswith(f"{d / 'report.json'}: ") and said in msg, (name, msg)
+        assert "\n" not in msg
+    link = tmp_path / "link"
+    link.mkdir()
+    (link / "report.json").symlink_to(federated_run.report_dir / "report.json")
+    with pytest.raises(DataError, match="is a link"):
+        read_report(link)
+    no_md = tmp_path / "no-md"
+    no_md.mkdir()
+    (no_md / "report.json").write_text(json.dumps(good))
+    with pytest.raises(DataError) as e:
+        read_report(no_md)
+    assert str(e.value).startswith(f"{no_md / 'report.md'}: ")
 
 
 def test_check_reply_refuses_missing_or_odd_tensors():

@@ -312,9 +312,14 @@ def test_kgv_job_with_teacher_and_student_on_a_tiny_model(tmp_path, tiny_model):
         "name=tiny"])
     logs = []
     res = run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=logs.append))
-    rep = json.loads((tmp_path / "tiny" / "agent" / "report.json").read_text())
-    assert set(rep["conditions"]) == {"closed_book", "rag", "agent", "agent_sft"}
-    assert rep["teacher"]["kept"] >= 1 and rep["teacher"]["student"]["steps"] == 2
+    from workbench.domain_agents.kgv.report import read_report
+    from workbench.domain_agents.reports import report_json
+
+    rep = read_report(tmp_path / "tiny")  # the typed record; it dumps to the same bytes
+    assert report_json(rep) == (tmp_path / "tiny" / "agent" / "report.json").read_text()
+    assert set(rep.conditions) == {"closed_book", "rag", "agent", "agent_sft"}
+    assert rep.teacher.kept >= 1 and rep.teacher.student.steps == 2
+    assert res.figures == {f"{c}_macro_f1": round(v, 4) for c, v in rep.macro_f1().items()}
     assert (tmp_path / "tiny" / "agent" / "student" / "adapter_model.safetensors").exists()
     assert (tmp_path / "tiny" / "agent" / "report.png").exists()
     sft = (tmp_path / "tiny" / "agent" / "sft.messages.jsonl").read_text().splitlines()

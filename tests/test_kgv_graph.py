@@ -126,9 +126,13 @@ def test_the_job_on_a_graph_reports_each_claim_form(tmp_path, tiny_model):
         f"output_dir={tmp_path / 'runs'}", "name=kg"])
     run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
     out = tmp_path / "runs" / "kg" / "agent"
-    rep = json.loads((out / "report.json").read_text())
-    forms = rep["conditions"]["rag"]
-    assert forms["wording"]["n"] + forms["sentence"]["n"] == rep["dev_claims"] == 4
+    from workbench.domain_agents.kgv.report import read_report
+    from workbench.domain_agents.reports import report_json
+
+    rep = read_report(out / "report.json")
+    assert report_json(rep) == (out / "report.json").read_text()
+    forms = rep.conditions["rag"]
+    assert forms["wording"].n + forms["sentence"].n == rep.dev_claims == 4
     md = (out / "report.md").read_text()
     assert "## sentences verified as a whole" in md and "## sentences read as triples" in md
     rag = [json.loads(x) for x in (out / "trajectories" / "rag.jsonl").read_text().splitlines()]

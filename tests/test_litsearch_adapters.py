@@ -4,8 +4,6 @@ differences on the same intents. A tiny random-init Llama and random adapters: p
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from workbench.errors import WorkbenchError
@@ -42,9 +40,13 @@ def test_adapter_conditions_beside_the_agent_with_paired_differences(tmp_path, t
         f"output_dir={tmp_path / 'runs'}", "name=ls"])
     run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
     out = tmp_path / "runs" / "ls"
-    report = json.loads(next(out.rglob("litsearch_report.json")).read_text())
-    assert list(report["conditions"]) == ["agent", "agent+sft", "agent+sft_dpo"]
-    assert all(v["dialogues"] == 2 for v in report["conditions"].values())
+    from workbench.domain_agents.litsearch.report import read_report
+    from workbench.domain_agents.reports import report_json
+
+    report = read_report(out)
+    assert report_json(report) == (out / "agent" / "litsearch_report.json").read_text()
+    assert list(report.conditions) == ["agent", "agent+sft", "agent+sft_dpo"]
+    assert all(v.dialogues == 2 for v in report.conditions.values())
     md = next(out.rglob("litsearch_report.md")).read_text()
     assert "| agent+sft vs agent |" in md and "| agent+sft_dpo vs agent+sft |" in md
     assert "McNemar p" in md

@@ -181,13 +181,18 @@ def test_the_agent_evaluates_on_a_bibtex_library_with_citations_off(tmp_path):
     res = run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=lines.append))
     assert any("has no citations" in line and "cite_backward" in line for line in lines)
     out = tmp_path / "runs" / "bib" / "agent"
-    report = json.loads((out / "litsearch_report.json").read_text())
-    assert set(report["conditions"]) == {"query_only", "fixed", "oracle"}
-    assert report["citations"] is False and report["intents"] > 0
+    from workbench.domain_agents.litsearch.report import read_report
+    from workbench.domain_agents.reports import report_json
+
+    report = read_report(tmp_path / "runs" / "bib")
+    assert report_json(report) == (out / "litsearch_report.json").read_text()
+    assert set(report.conditions) == {"query_only", "fixed", "oracle"}
+    assert report.citations is False and report.intents > 0
     assert "no citations" in (out / "litsearch_report.md").read_text()
-    assert all("citations" not in c for v in report["conditions"].values()
-               for c in v["choices"])
+    assert all("citations" not in c for v in report.conditions.values()
+               for c in v.choices)
     assert res.pipeline == "agent"
+    assert res.figures == {f"{c}_ndcg10": round(v, 4) for c, v in report.ndcg10().items()}
 
 
 def test_the_bundled_model_searches_an_openalex_library(tmp_path, bundled_model, cli):

@@ -10,6 +10,8 @@ import pytest
 from workbench.agents.loop import AgentSetup, AgentTask, Budget, FreePolicy, run_agents
 from workbench.agents.tools import ToolError
 from workbench.domain_agents.rf import tools as T
+from workbench.domain_agents.reports import report_json
+from workbench.domain_agents.rf.report import read_report
 from workbench.domain_agents.rf.api import bindings, parse_number, quantities, rf_report, \
     toolbox
 from workbench.domain_agents.rf.bench import DesignItem, correct
@@ -104,11 +106,13 @@ def test_numbers_and_report(tmp_path):
             "tools": [{"id": f"i{k}", "family": "f", "prediction": 10.0, "tool_calls": 1,
                        "errors": 0, "tool": "t"} for k in range(4)]}
     rep = rf_report(tmp_path, items, rows, {"alone": 4.0, "tools": 8.0}, model="m")
-    assert rep["conditions"]["alone"]["accuracy"] == 0.25  # 10.1 within 2%, 9.0 not
-    assert rep["conditions"]["tools"]["accuracy"] == 1.0
-    assert rep["conditions"]["tools"]["right_tool"] == 4
-    assert rep["paired"]["tools vs alone"]["p"] == 0.25  # 3 discordant, all one way
+    assert rep.conditions["alone"].accuracy == 0.25  # 10.1 within 2%, 9.0 not
+    assert rep.conditions["tools"].accuracy == 1.0
+    assert rep.conditions["tools"].right_tool == 4
+    assert rep.paired["tools vs alone"].p == 0.25  # 3 discordant, all one way
     assert "| tools | 100.0" in (tmp_path / "rf_report.md").read_text()
+    assert report_json(read_report(tmp_path / "rf_report.json")) == \
+        (tmp_path / "rf_report.json").read_text() == report_json(rep)
 
 
 def test_passive_loads_only_and_free_text_units():

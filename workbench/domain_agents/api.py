@@ -4,16 +4,26 @@ Packs plug in here by name (`PACKS`, or the entry-point group `workbench.agent_p
 pack module offers `evaluate(cfg, ctx) -> PipelineResult` (the registered job: baselines,
 teacher, student, report) and `run_inputs(cfg, inputs, log) -> list[AgentTrajectory]` (run
 the agent on a few inputs and show its steps).
+
+Each pack's report is a typed record with one reader: `read_report(run, pack)` dispatches to
+the pack's report module (`REPORTS`; a plugin pack module offers `read_report(run)` and
+`REPORT_JSON` itself), and `report_packs(run)` says which packs' reports a run holds.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
 
 PACKS = {"kgv": "workbench.domain_agents.kgv.api", "rf": "workbench.domain_agents.rf.api",
          "litsearch": "workbench.domain_agents.litsearch.api"}
+# the module holding each pack's report record, its file name and its reader; in the order a
+# run folder holding more than one is shown by the app
+REPORTS = {"kgv": "workbench.domain_agents.kgv.report",
+           "litsearch": "workbench.domain_agents.litsearch.report",
+           "rf": "workbench.domain_agents.rf.report"}
 
 
 def conditions(ac, known: tuple[str, ...]) -> list[str]:
@@ -53,3 +63,42 @@ def run(cfg, ctx):
 
 def run_inputs(cfg, inputs: list[str], log=print):
     return pack_module(cfg.agent.pack).run_inputs(cfg, inputs, log=log)
+
+
+def report_module(pack: str) -> Any:
+    """The module with a pack's `REPORT_JSON` and `read_report(run)`."""
+    import importlib
+
+    if pack in REPORTS:
+        return importlib.import_module(REPORTS[pack])
+    mod = pack_module(pack)
+    if not hasattr(mod, "read_report") or not hasattr(mod, "REPORT_JSON"):
+        raise WorkbenchError(f"agent pack {pack!r} has no report reader (its module offers "
+                             "no read_report and REPORT_JSON)")
+    return mod
+
+
+def report_path(run, pack: str) -> Path:
+    """Where a pack's report JSON lies in a run (a run folder or its `RunLayout`)."""
+    from workbench.domain_agents.reports import agent_folder
+
+    return agent_folder(run) / report_module(pack).REPORT_JSON
+
+
+def read_report(run, pack: str) -> Any:
+    """A pack's report of a run (a run folder, its `RunLayout`, or the report file) as the
+    pack's typed record (`KgvReport`, `RfReport`, `LitsearchReport`). A missing, broken or
+    foreign file is a DataError of one line naming it."""
+    return report_module(pack).read_report(run)
+
+
+def report_packs(run) -> list[str]:
+    """The packs whose report the run's agent folder holds (by file name, not yet read: a
+    broken one is listed, and its reader says what is wrong); built-in packs only."""
+    import os
+
+    from workbench.domain_agents.reports import agent_folder
+
+    folder = agent_folder(run)
+    return [p for p in REPORTS
+            if os.path.lexists(folder / report_module(p).REPORT_JSON)]

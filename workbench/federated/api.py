@@ -236,7 +236,7 @@ def evaluate_knowledge(fc: FederatedConfig, folders: list[Path], views: dict[str
 def run_knowledge(fc: FederatedConfig, ctx, out: Path):
     """Track B experiment: federated rounds, each site alone (local-only, k_min=1), final
     evaluation of no units / local-only / federated units on every site's eval slice."""
-    from workbench.federated.report import write_knowledge_report
+    from workbench.federated.report import FedFiles, write_knowledge_report
     from workbench.registry import PipelineResult
 
     t0 = time.perf_counter()
@@ -264,17 +264,18 @@ def run_knowledge(fc: FederatedConfig, ctx, out: Path):
             adapter_bytes = None
     report = write_knowledge_report(out, fc, rows, fed, adapter_bytes=adapter_bytes,
                                     seconds=time.perf_counter() - t0)
+    files = FedFiles(out)
     return PipelineResult(
         pipeline="fed", run_dir=str(ctx.layout.root),
-        outputs={"report": str(out / "report.md"), "kb": str(out / "federated" / "kb")},
-        figures=report["figures"], message=f"{len(folders)} sites x {fc.rounds} rounds "
-                                           f"(knowledge): {report['headline']}; report "
-                                           f"{out / 'report.md'}")
+        outputs={"report": str(files.report_md), "kb": str(files.federated / "kb")},
+        figures=report.figures.model_dump(),
+        message=f"{len(folders)} sites x {fc.rounds} rounds (knowledge): {report.headline}; "
+                f"report {files.report_md}")
 
 
 def run(cfg, ctx):
     """The registered pipeline (`workbench fed sim -c CONFIG`)."""
-    from workbench.federated.report import write_report
+    from workbench.federated.report import FedFiles, write_report
     from workbench.registry import PipelineResult
 
     fc: FederatedConfig = cfg.federated
@@ -305,10 +306,11 @@ def run(cfg, ctx):
     rows = evaluate_all(fc, sites, adapters, out, log=ctx.log)
     report = write_report(out, fc, sites, rows, summary,
                           seconds=time.perf_counter() - t0)
+    files = FedFiles(out)
     return PipelineResult(
         pipeline="fed", run_dir=str(ctx.layout.root),
-        outputs={"report": str(out / "report.md"), "global": str(out / "federated" / "global"),
-                 "rounds": str(out / "federated" / "rounds.jsonl")},
-        figures=report["figures"],
-        message=f"{len(sites)} sites x {fc.rounds} rounds: {report['headline']}; "
-                f"report {out / 'report.md'}")
+        outputs={"report": str(files.report_md), "global": str(files.federated / "global"),
+                 "rounds": str(files.rounds)},
+        figures=report.figures.model_dump(),
+        message=f"{len(sites)} sites x {fc.rounds} rounds: {report.headline}; "
+                f"report {files.report_md}")

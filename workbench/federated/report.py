@@ -1,6 +1,9 @@
 """The federated report: conditions x sites (held-out loss, MC accuracy with intervals,
 prediction distributions, paired tests against the federation), rounds (per-site loss of the
-global adapter, bytes, time, failures), what left the sites, and a plot."""
+global adapter, bytes, time, failures), what left the sites, and a plot.
+
+`report.json` is a typed record (`federated.records`): the writers here build it and dump it;
+`read_report` is its one reader."""
 
 from __future__ import annotations
 
@@ -9,16 +12,34 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from workbench.federated.config import FederatedConfig
+from workbench.federated.records import (
+    FedFiles,
+    FedReport,
+    KnowledgeCondition,
+    KnowledgeFigures,
+    KnowledgeReport,
+    LoraCondition,
+    LoraFigures,
+    LoraReport,
+    Transfer,
+    read_report,
+)
 from workbench.federated.server import read_rounds
 from workbench.io import atomic_write_json, atomic_write_text
+
+__all__ = ["FedFiles", "FedReport", "KnowledgeReport", "LoraReport", "read_report",
+           "write_knowledge_report", "write_report"]
 
 ORDER = ["initial", "local", "federated", "central"]
 LABELS = {"initial": "no training", "local": "local-only", "federated": "federated",
           "central": "centralised"}
+R = TypeVar("R", LoraReport, KnowledgeReport)
 
+
+# --- track A ------------------------------------------------------------------------------------
 
 def _mean_loss(rows: list[dict]) -> float | None:
     num = sum(r["eval_loss"] * r["n_eval"] for r in rows if r.get("eval_loss") is not None)
@@ -30,7 +51,7 @@ def _fmt(x: float | None, nd: int = 3) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
-def condition_table(rows: list[dict]) -> list[dict[str, Any]]:
+def condition_table(rows: list[dict]) -> list[LoraCondition]:
     from workbench.evaluate.stats import mcnemar_exact, prediction_counts, wilson_interval
 
     by_cond: dict[str, list[dict]] = defaultdict(list)
@@ -43,56 +64,62 @@ def condition_table(rows: list[dict]) -> list[dict[str, Any]]:
         correct = [c for r in rs for c in r["mc_correct"]]
         preds = [p for r in rs for p in r["mc_predictions"]]
         k, n = sum(correct), len(correct)
-        row: dict[str, Any] = {"condition": cond, "label": LABELS[cond],
-                               "eval_loss": _mean_loss(rs),
-                               "eval_loss_by_site": {r["site"]: r["eval_loss"] for r in rs},
-                               "mc_correct": k, "mc_n": n,
-                               "mc_accuracy": k / n if n else None,
-                               "mc_ci95": wilson_interval(k, n) if n else None,
-                               "predictions": prediction_counts(preds, "ABCD")}
+        p = None
         if cond != "federated" and fed and all(r["site"] in fed for r in rs):
             base = [c for r in rs for c in fed[r["site"]]["mc_correct"]]
             if len(base) == len(correct) and n:
-                row["mcnemar_p_vs_federated"] = mcnemar_exact(correct, base)
-        table.append(row)
+                p = mcnemar_exact(correct, base)
+        table.append(LoraCondition(
+            condition=cond, label=LABELS[cond], eval_loss=_mean_loss(rs),
+            eval_loss_by_site={r["site"]: r["eval_loss"] for r in rs}, mc_correct=k, mc_n=n,
+            mc_accuracy=k / n if n else None, mc_ci95=wilson_interval(k, n) if n else None,
+            predictions=prediction_counts(preds, "ABCD"), mcnemar_p_vs_federated=p))
     return table
 
 
 def write_report(out: Path, fc: FederatedConfig, sites, rows: list[dict], summary: dict, *,
-                 seconds: float) -> dict[str, Any]:
-    train_rounds = [r for r in read_rounds(out / "federated") if r["kind"] == "train"]
+                 seconds: float) -> LoraReport:
+    files = FedFiles(out)
+    train_rounds = [r for r in read_rounds(files.federated) if r["kind"] == "train"]
     table = condition_table(rows)
-    by = {t["condition"]: t for t in table}
+    by = {t.condition: t for t in table}
     wire = summary.get("wire", {})
     names = [s.name for s in sites]
     figures = _lora_figures(fc, sites, by, train_rounds, wire, seconds)
     lines = [*_lora_setup(fc, sites, seconds), *_lora_conditions(table, names),
              *_lora_rounds(train_rounds, names), *_lora_wire(wire, sites)]
-    _plot(out / "rounds.png", train_rounds, by, names)
-    return _write(out, lines, "loss by round", figures, table, _lora_headline(by))
+    _plot(files.plot, train_rounds, by, names)
+    report = LoraReport(figures=figures, conditions=table, headline=_lora_headline(by))
+    return _write(files, lines, "loss by round", report)
 
 
-def _lora_figures(fc: FederatedConfig, sites, by: dict, train_rounds: list[dict], wire: dict,
-                  seconds: float) -> dict[str, Any]:
-    return {
-        "sites": len(sites), "rounds": fc.rounds,
-        "eval_loss": {c: (round(t["eval_loss"], 4) if t["eval_loss"] is not None else None)
-                      for c, t in by.items()},
-        "mc_accuracy": {c: t["mc_accuracy"] for c, t in by.items()},
-        "bytes_per_round": (sum(r["bytes_down"] + r["bytes_up"] for r in train_rounds)
-                            / max(len(train_rounds), 1)),
-        "round_seconds": (sum(r["seconds"] for r in train_rounds) / max(len(train_rounds), 1)),
-        "failed_rounds": sum(r["status"] == "failed" for r in train_rounds),
-        "canary_leaks": wire.get("canary_leaks"),
-        "seconds": round(seconds, 1),
-    }
+def _lora_figures(fc: FederatedConfig, sites, by: dict[str, LoraCondition],
+                  train_rounds: list[dict], wire: dict, seconds: float) -> LoraFigures:
+    return LoraFigures(
+        sites=len(sites), rounds=fc.rounds,
+        eval_loss={c: (round(t.eval_loss, 4) if t.eval_loss is not None else None)
+                   for c, t in by.items()},
+        mc_accuracy={c: t.mc_accuracy for c, t in by.items()},
+        bytes_per_round=(sum(r["bytes_down"] + r["bytes_up"] for r in train_rounds)
+                         / max(len(train_rounds), 1)),
+        round_seconds=(sum(r["seconds"] for r in train_rounds) / max(len(train_rounds), 1)),
+        failed_rounds=sum(r["status"] == "failed" for r in train_rounds),
+        canary_leaks=wire.get("canary_leaks"),
+        seconds=round(seconds, 1),
+    )
 
 
-def _lora_headline(by: dict) -> str:
-    fed_loss, loc_loss = by.get("federated", {}).get("eval_loss"), \
-        by.get("local", {}).get("eval_loss")
-    return (f"held-out loss federated {_fmt(fed_loss)} vs local-only {_fmt(loc_loss)} vs "
-            f"centralised {_fmt(by.get('central', {}).get('eval_loss'))}")
+def _loss(by: dict[str, LoraCondition], cond: str, site: str | None = None) -> float | None:
+    """A condition's pooled held-out loss, or its loss on `site` (None: not evaluated)."""
+    t = by.get(cond)
+    if t is None:
+        return None
+    return t.eval_loss if site is None else t.eval_loss_by_site.get(site)
+
+
+def _lora_headline(by: dict[str, LoraCondition]) -> str:
+    return (f"held-out loss federated {_fmt(_loss(by, 'federated'))} vs local-only "
+            f"{_fmt(_loss(by, 'local'))} vs centralised {_fmt(_loss(by, 'central'))}")
 
 
 def _lora_setup(fc: FederatedConfig, sites, seconds: float) -> list[str]:
@@ -110,7 +137,7 @@ def _lora_setup(fc: FederatedConfig, sites, seconds: float) -> list[str]:
                     for s in sites]
 
 
-def _lora_conditions(table: list[dict], names: list[str]) -> list[str]:
+def _lora_conditions(table: list[LoraCondition], names: list[str]) -> list[str]:
     """The table of conditions (loss per site, MC accuracy, predictions, paired test)."""
     lines = ["", "## Conditions", "",
              "Held-out loss is per labelled token on each site's own eval rows (pooled: "
@@ -121,17 +148,17 @@ def _lora_conditions(table: list[dict], names: list[str]) -> list[str]:
              + " | MC acc [95% CI] | predictions A/B/C/D | p vs federated |",
              "|---|---|" + "---|" * len(names) + "---|---|---|"]
     for t in table:
-        ci = t["mc_ci95"]
-        acc = (f"{t['mc_correct']}/{t['mc_n']} = {t['mc_accuracy']:.2f} "
-               f"[{ci[0]:.2f}, {ci[1]:.2f}]") if t["mc_n"] else "–"
-        pc = "/".join(str(t["predictions"][k]) for k in "ABCD")
-        p = t.get("mcnemar_p_vs_federated")
-        lines.append(f"| {t['label']} | {_fmt(t['eval_loss'])} | "
-                     + " | ".join(_fmt(t["eval_loss_by_site"].get(n)) for n in names)
+        ci = t.mc_ci95
+        acc = (f"{t.mc_correct}/{t.mc_n} = {t.mc_accuracy:.2f} "
+               f"[{ci[0]:.2f}, {ci[1]:.2f}]") if t.mc_n else "–"
+        pc = "/".join(str(t.predictions[k]) for k in "ABCD")
+        p = t.mcnemar_p_vs_federated
+        lines.append(f"| {t.label} | {_fmt(t.eval_loss)} | "
+                     + " | ".join(_fmt(t.eval_loss_by_site.get(n)) for n in names)
                      + f" | {acc} | {pc} | {_fmt(p, 2) if p is not None else '–'} |")
-    n_items = max((t["mc_n"] for t in table), default=0)
+    n_items = max((t.mc_n for t in table), default=0)
     if n_items:
-        lo, hi = table[0]["mc_ci95"]
+        lo, hi = table[0].mc_ci95
         lines += ["", f"With {n_items} MC items an interval is about ±{(hi - lo) / 2:.2f}: "
                       "accuracy differences smaller than that are not results; the held-out "
                       "loss is the finer measure here."]
@@ -169,16 +196,16 @@ def _lora_wire(wire: dict, sites) -> list[str]:
             f"- strings longer than 64 characters: {wire.get('long_strings')}"]
 
 
-def _write(out: Path, lines: list[str], plot_title: str, figures: dict, table: list,
-           headline: str) -> dict[str, Any]:
-    lines = [*lines, "", f"![{plot_title}](rounds.png)"]
-    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
-    report = {"figures": figures, "conditions": table, "headline": headline}
-    atomic_write_json(out / "report.json", report)
+def _write(files: FedFiles, lines: list[str], plot_title: str, report: R) -> R:
+    """report.md, then report.json: the record dumped as the reader reads it."""
+    lines = [*lines, "", f"![{plot_title}]({files.plot.name})"]
+    atomic_write_text(files.report_md, "\n".join(lines) + "\n")
+    atomic_write_json(files.report_json, report.model_dump())
     return report
 
 
-def _plot(path: Path, train_rounds: list[dict], by: dict, names: list[str]) -> None:
+def _plot(path: Path, train_rounds: list[dict], by: dict[str, LoraCondition],
+          names: list[str]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -192,12 +219,12 @@ def _plot(path: Path, train_rounds: list[dict], by: dict, names: list[str]) -> N
               and "eval-loss-before" in r["sites"][n]]
         ys = [r["sites"][n]["eval-loss-before"] for r in train_rounds if n in r["sites"]
               and "eval-loss-before" in r["sites"][n]]
-        fed_final = by.get("federated", {}).get("eval_loss_by_site", {}).get(n)
+        fed_final = _loss(by, "federated", n)
         if fed_final is not None and train_rounds:
             xs, ys = xs + [train_rounds[-1]["round"]], ys + [fed_final]
         line, = ax.plot(xs, ys, marker="o", label=f"{n} (global adapter)")
         for cond, style in (("local", ":"), ("central", "--")):
-            v = by.get(cond, {}).get("eval_loss_by_site", {}).get(n)
+            v = _loss(by, cond, n)
             if v is not None:
                 ax.axhline(v, color=line.get_color(), linestyle=style, linewidth=1,
                            label=f"{n} {LABELS[cond]}" if i == 0 else None)
@@ -249,11 +276,12 @@ class _Poison:
 
 
 def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], summary: dict, *,
-                           adapter_bytes: int | None, seconds: float) -> dict[str, Any]:
+                           adapter_bytes: int | None, seconds: float) -> KnowledgeReport:
+    files = FedFiles(out)
     run = _read_knowledge_run(out, fc, rows, summary)
     table = _knowledge_table(run)
     transfer = _transfer(run)
-    poison = _poison(out / "federated" / "kb")
+    poison = _poison(files.federated / "kb")
     lora_round = 2 * len(run.sites) * adapter_bytes if adapter_bytes else None
     figures = _knowledge_figures(run, table, transfer, poison, lora_round,
                                  len(summary.get("active", [])), seconds)
@@ -262,13 +290,15 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
              *_knowledge_final(run, table, unit), *_knowledge_transfer(transfer),
              *_knowledge_by_round(run), *_knowledge_active(summary.get("active", [])),
              *_knowledge_wire(run, figures, lora_round, poison)]
-    _plot_knowledge(out / "rounds.png", run.fed_rate, run.local_rate, run.sites)
-    return _write(out, lines, "success by round", figures, table, _knowledge_headline(table))
+    _plot_knowledge(files.plot, run.fed_rate, run.local_rate, run.sites)
+    report = KnowledgeReport(figures=figures, conditions=table,
+                             headline=_knowledge_headline(table))
+    return _write(files, lines, "success by round", report)
 
 
 def _read_knowledge_run(out: Path, fc: FederatedConfig, rows: list[dict],
                         summary: dict) -> _KnowledgeRun:
-    fed_rounds = read_rounds(out / "federated")
+    fed_rounds = read_rounds(FedFiles(out).federated)
     sites = sorted({r["site"] for r in rows})
     by: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in rows:
@@ -279,7 +309,7 @@ def _read_knowledge_run(out: Path, fc: FederatedConfig, rows: list[dict],
                          local_rate=local_rate, wire=summary.get("wire", {}))
 
 
-def _knowledge_table(run: _KnowledgeRun) -> list[dict[str, Any]]:
+def _knowledge_table(run: _KnowledgeRun) -> list[KnowledgeCondition]:
     """Per condition: tasks verified with its interval, per site, and the paired test."""
     from workbench.evaluate.stats import mcnemar_exact, wilson_interval
 
@@ -288,19 +318,20 @@ def _knowledge_table(run: _KnowledgeRun) -> list[dict[str, Any]]:
     for cond in [c for c in KCONDS if c in by]:
         ver = [v for s in sites for v in by[cond][s]["verified"]]
         k, n = sum(ver), len(ver)
-        row = {"condition": cond, "label": KCONDS[cond], "verified": k, "n": n,
-               "rate": k / n if n else None, "ci95": wilson_interval(k, n) if n else None,
-               "by_site": {s: (sum(by[cond][s]["verified"]), len(by[cond][s]["verified"]))
-                           for s in sites},
-               "iterations": sum(i for s in sites for i in by[cond][s]["iterations"])}
+        p = None
         if cond != "federated" and "federated" in by:
-            row["mcnemar_p_vs_federated"] = mcnemar_exact(
-                ver, [v for s in sites for v in by["federated"][s]["verified"]])
-        table.append(row)
+            p = mcnemar_exact(ver, [v for s in sites for v in by["federated"][s]["verified"]])
+        table.append(KnowledgeCondition(
+            condition=cond, label=KCONDS[cond], verified=k, n=n, rate=k / n if n else None,
+            ci95=wilson_interval(k, n) if n else None,
+            by_site={s: (sum(by[cond][s]["verified"]), len(by[cond][s]["verified"]))
+                     for s in sites},
+            iterations=sum(i for s in sites for i in by[cond][s]["iterations"]),
+            mcnemar_p_vs_federated=p))
     return table
 
 
-def _transfer(run: _KnowledgeRun) -> dict[str, Any] | None:
+def _transfer(run: _KnowledgeRun) -> Transfer | None:
     """The listener (a site that contributes nothing) with and without the federated units."""
     from workbench.evaluate.stats import mcnemar_exact
 
@@ -308,9 +339,9 @@ def _transfer(run: _KnowledgeRun) -> dict[str, Any] | None:
     if not (listener and "none" in run.by and "federated" in run.by):
         return None
     a, b = run.by["none"][listener]["verified"], run.by["federated"][listener]["verified"]
-    return {"site": listener, "scaffold": run.meta[listener]["scaffold"],
-            "none": [sum(a), len(a)], "federated": [sum(b), len(b)],
-            "mcnemar_p": mcnemar_exact(a, b)}
+    return Transfer(site=listener, scaffold=run.meta[listener]["scaffold"],
+                    none=(sum(a), len(a)), federated=(sum(b), len(b)),
+                    mcnemar_p=mcnemar_exact(a, b))
 
 
 def _poison(kb_dir: Path) -> _Poison:
@@ -328,25 +359,23 @@ def _poison(kb_dir: Path) -> _Poison:
     return p
 
 
-def _knowledge_figures(run: _KnowledgeRun, table: list[dict], transfer: dict | None,
-                       poison: _Poison, lora_round: int | None, active_units: int,
-                       seconds: float) -> dict[str, Any]:
+def _knowledge_figures(run: _KnowledgeRun, table: list[KnowledgeCondition],
+                       transfer: Transfer | None, poison: _Poison, lora_round: int | None,
+                       active_units: int, seconds: float) -> KnowledgeFigures:
     kbytes = [r["bytes_down"] + r["bytes_up"] for r in run.fed_rounds]
-    return {"sites": len(run.sites), "rounds": run.fc.rounds,
-            "rate": {t["condition"]: t["rate"] for t in table},
-            "active_units": active_units,
-            "knowledge_bytes_per_round": sum(kbytes) / max(len(kbytes), 1),
-            "lora_bytes_per_round": lora_round,
-            "canary_leaks": run.wire.get("canary_leaks"), "poison_active_rounds": poison.active,
-            "poison_sites_against": poison.most_against,
-            "transfer": transfer, "seconds": round(seconds, 1)}
+    return KnowledgeFigures(
+        sites=len(run.sites), rounds=run.fc.rounds, rate={t.condition: t.rate for t in table},
+        active_units=active_units, knowledge_bytes_per_round=sum(kbytes) / max(len(kbytes), 1),
+        lora_bytes_per_round=lora_round, canary_leaks=run.wire.get("canary_leaks"),
+        poison_active_rounds=poison.active, poison_sites_against=poison.most_against,
+        transfer=transfer, seconds=round(seconds, 1))
 
 
-def _knowledge_headline(table: list[dict]) -> str:
-    fed_t = next((t for t in table if t["condition"] == "federated"), None)
-    none_t = next((t for t in table if t["condition"] == "none"), None)
-    return (f"eval success {fed_t['verified']}/{fed_t['n']} with federated units vs "
-            f"{none_t['verified']}/{none_t['n']} without" if fed_t and none_t else "")
+def _knowledge_headline(table: list[KnowledgeCondition]) -> str:
+    fed_t = next((t for t in table if t.condition == "federated"), None)
+    none_t = next((t for t in table if t.condition == "none"), None)
+    return (f"eval success {fed_t.verified}/{fed_t.n} with federated units vs "
+            f"{none_t.verified}/{none_t.n} without" if fed_t and none_t else "")
 
 
 def _agent_description(ks) -> tuple[str, str, str]:
@@ -382,7 +411,8 @@ def _knowledge_setup(run: _KnowledgeRun, how: str, budget: str, seconds: float) 
                     f"{'yes' if meta[s]['poison'] else ''} |" for s in run.sites]
 
 
-def _knowledge_final(run: _KnowledgeRun, table: list[dict], unit: str) -> list[str]:
+def _knowledge_final(run: _KnowledgeRun, table: list[KnowledgeCondition], unit: str
+                     ) -> list[str]:
     """The final evaluation: each condition's units on every site's eval slice."""
     sites = run.sites
     lines = ["", "## Final evaluation", "",
@@ -392,24 +422,24 @@ def _knowledge_final(run: _KnowledgeRun, table: list[dict], unit: str) -> list[s
              + f" | {unit} | p vs federated |",
              "|---|---|" + "---|" * len(sites) + "---|---|"]
     for t in table:
-        lo, hi = t["ci95"] or (0, 0)
-        p = t.get("mcnemar_p_vs_federated")
-        lines.append(f"| {t['label']} | {t['verified']}/{t['n']} = {t['rate']:.2f} "
+        lo, hi = t.ci95 or (0, 0)
+        p = t.mcnemar_p_vs_federated
+        lines.append(f"| {t.label} | {t.verified}/{t.n} = {t.rate:.2f} "
                      f"[{lo:.2f}, {hi:.2f}] | "
-                     + " | ".join(f"{a}/{b}" for a, b in (t["by_site"][s] for s in sites))
-                     + f" | {t['iterations']} | {_fmt(p, 3) if p is not None else '–'} |")
+                     + " | ".join(f"{a}/{b}" for a, b in (t.by_site[s] for s in sites))
+                     + f" | {t.iterations} | {_fmt(p, 3) if p is not None else '–'} |")
     return lines
 
 
-def _knowledge_transfer(transfer: dict | None) -> list[str]:
-    if not transfer:
+def _knowledge_transfer(transfer: Transfer | None) -> list[str]:
+    if transfer is None:
         return []
     return ["", "## Cross-scaffold transfer", "",
-            f"{transfer['site']} ({transfer['scaffold']}) contributed nothing: with the "
+            f"{transfer.site} ({transfer.scaffold}) contributed nothing: with the "
             f"units the other sites' scaffolds evolved it verified "
-            f"{transfer['federated'][0]}/{transfer['federated'][1]} vs "
-            f"{transfer['none'][0]}/{transfer['none'][1]} without (McNemar p "
-            f"{transfer['mcnemar_p']:.3f})."]
+            f"{transfer.federated[0]}/{transfer.federated[1]} vs "
+            f"{transfer.none[0]}/{transfer.none[1]} without (McNemar p "
+            f"{transfer.mcnemar_p:.3f})."]
 
 
 def _knowledge_by_round(run: _KnowledgeRun) -> list[str]:
@@ -441,10 +471,10 @@ def _knowledge_active(active: list[dict]) -> list[str]:
               f"{u['support']} |" for u in active)]
 
 
-def _knowledge_wire(run: _KnowledgeRun, figures: dict, lora_round: int | None,
+def _knowledge_wire(run: _KnowledgeRun, figures: KnowledgeFigures, lora_round: int | None,
                     poison: _Poison) -> list[str]:
     """What left the sites: bytes against LoRA's, canaries, record names, the adversary."""
-    kb_round, wire = figures["knowledge_bytes_per_round"], run.wire
+    kb_round, wire = figures.knowledge_bytes_per_round, run.wire
     lora = (f" vs {lora_round / 1e6:.1f} MB for the LoRA adapters of `{run.fc.model}` "
             f"({lora_round / max(kb_round, 1):,.0f}x)" if lora_round else "")
     return ["", "## What left the sites", "",

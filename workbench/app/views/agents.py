@@ -1,5 +1,4 @@
 import json
-from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -144,38 +143,42 @@ with tab_eval:
             show_error(e)
     job_panel("agent", "agent")
 
+    from workbench.domain_agents.api import read_report, report_packs, report_path
+
     runs_dir = ws / "runs"
-    found = sorted({p.parent.parent for pat in ("*/agent/report.json", "*/agent/rf_report.json",
-                                                "*/agent/litsearch_report.json")
-                    for p in runs_dir.glob(pat)}) if runs_dir.is_dir() else []
+    found = sorted(p for p in runs_dir.iterdir() if p.is_dir() and report_packs(p)) \
+        if runs_dir.is_dir() else []
     if not found:
         st.caption("No agent evaluation yet.")
         st.stop()
     run = st.selectbox("Run", found, format_func=lambda p: p.name, key="ag-run")
-    out = Path(run) / "agent"
-    if (out / "report.json").is_file():
-        rep = read_or_none("report.json", lambda: json.loads((out / "report.json").read_text()))
-        if rep is None:
-            st.stop()
+    shown = report_packs(run)[0]  # kgv, then litsearch, then rf
+    rep = read_or_none(report_path(run, shown).name, lambda: read_report(run, shown))
+    if rep is None:
+        st.stop()
+    if shown == "kgv":
+        from workbench.domain_agents.kgv.report import REPORT_PNG, trajectory_files
+        from workbench.domain_agents.reports import agent_folder
+
         split = st.radio("Claims", ["all", "seen", "longtail"], horizontal=True, key="ag-split",
                          help="seen: claims on frequent relations (their training part feeds "
                               "distillation); longtail: rare relations held out of training.")
         rows = []
-        for c, r in rep["conditions"].items():
+        for c, r in rep.conditions.items():
             s = r.get(split)
             if not s:
                 continue
-            lo, hi = s["macro_f1_ci95"]
-            p = s["predictions"]
-            rows.append({"condition": c, "macro-F1": f"{100 * s['macro_f1']:.1f} "
-                                                     f"[{100 * lo:.0f}, {100 * hi:.0f}]",
-                         "Pos-F1 (true)": round(100 * s["pos_f1_true"], 1),
-                         "Pos-F1 (error)": round(100 * s["pos_f1_error"], 1),
-                         "accuracy": round(100 * s["accuracy"], 1),
-                         "searches / claim": round(s["search_calls_mean"], 2),
-                         "parametric route": round(100 * s["routes"]["parametric"]["rate"], 1),
-                         "predicted S/R/none": f"{p['SUPPORTED']}/{p['REFUTED']}/{p['none']}",
-                         "n": s["n"]})
+            p = s.predictions
+            rows.append({"condition": c, "macro-F1": f"{100 * s.macro_f1:.1f} "
+                                                     f"[{100 * s.macro_f1_ci95.low:.0f}, "
+                                                     f"{100 * s.macro_f1_ci95.high:.0f}]",
+                         "Pos-F1 (true)": round(100 * s.pos_f1_true, 1),
+                         "Pos-F1 (error)": round(100 * s.pos_f1_error, 1),
+                         "accuracy": round(100 * s.accuracy, 1),
+                         "searches / claim": round(s.search_calls_mean, 2),
+                         "parametric route": round(100 * s.routes.parametric.rate, 1),
+                         "predicted S/R/none": f"{p.SUPPORTED}/{p.REFUTED}/{p.none}",
+                         "n": s.n})
         st.dataframe(pd.DataFrame(rows), hide_index=True)
         st.caption("Figures in %. Conditions: closed_book answers without searching, rag "
                    "searches once, agent searches as it sees fit. macro-F1: the mean of the "
@@ -184,9 +187,8 @@ with tab_eval:
                    "error as the positive class; parametric route: share of claims answered "
                    "without any search; predicted S/R/none: claims called SUPPORTED, REFUTED "
                    "or left without a verdict; n: claims.")
-        show_image(out / "report.png", "macro-F1 with 95% intervals")
-        trajs = sorted((out / "trajectories").glob("*.jsonl"))
-        trajs = [p for p in trajs if not p.name.startswith("teacher.")]
+        show_image(agent_folder(run) / REPORT_PNG, "macro-F1 with 95% intervals")
+        trajs = trajectory_files(run)
         if trajs:
             f = st.selectbox("Trajectories", trajs, format_func=lambda p: p.stem, key="ag-tf")
             items = jsonl_rows(f)
@@ -195,28 +197,27 @@ with tab_eval:
                                     format_func=lambda i: f"{items[i]['task_id']}: "
                                     f"{items[i]['messages'][1]['content'][:80]}")
                 show_steps(items[pick])
-    elif (out / "litsearch_report.json").is_file():
-        rep = read_or_none("litsearch_report.json", lambda: json.loads(
-            (out / "litsearch_report.json").read_text()))
-        if rep is None:
-            st.stop()
+    elif shown == "litsearch":
+        from workbench.domain_agents.litsearch.report import METRICS, dialogues_file
+
+        def final(v, k: str) -> str:
+            value, ci = v.final(k)
+            return f"{value:.3f} [{ci.low:.2f}, {ci.high:.2f}]"
+
         st.dataframe(pd.DataFrame([
-            {"condition": c, **{f"{k} final": f"{v[k + '_final']:.3f} "
-                                              f"[{v[k + '_final_ci95'][0]:.2f}, "
-                                              f"{v[k + '_final_ci95'][1]:.2f}]"
-                                for k in ("hit5", "mrr", "ndcg10")},
-             "execution errors": f"{100 * v['execution_error_rate']:.0f}%",
-             "memo hits after turn 1": "-" if v["memo_hit_rate_after_turn1"] is None
-             else f"{100 * v['memo_hit_rate_after_turn1']:.0f}%"}
-            for c, v in rep["conditions"].items()]), hide_index=True)
+            {"condition": c, **{f"{k} final": final(v, k) for k in METRICS},
+             "execution errors": f"{100 * v.execution_error_rate:.0f}%",
+             "memo hits after turn 1": "-" if v.memo_hit_rate_after_turn1 is None
+             else f"{100 * v.memo_hit_rate_after_turn1:.0f}%"}
+            for c, v in rep.conditions.items()]), hide_index=True)
         st.caption("At the dialogue's last turn, with 95% intervals: hit5: share of dialogues "
                    "with a relevant paper in the top 5; mrr: mean of 1 / rank of the first "
                    "relevant paper (top 10); "
                    "ndcg10: the top 10 scored by graded relevance, discounted by rank. "
                    "execution errors: workflows that failed to run; memo hits: node outputs "
                    "reused from an earlier turn instead of recomputed.")
-        cond = st.selectbox("Dialogues", list(rep["conditions"]), key="ag-ls")
-        rows = jsonl_rows(out / f"litsearch_{cond}.jsonl")
+        cond = st.selectbox("Dialogues", list(rep.conditions), key="ag-ls")
+        rows = jsonl_rows(dialogues_file(run, cond))
         if rows:
             pick = st.selectbox("Intent", range(len(rows)), key="ag-ls-i",
                                 format_func=lambda i: rows[i]["id"])
@@ -231,18 +232,16 @@ with tab_eval:
                            "operator), arrows from the steps it reads.")
                 draw_workflow(wf)
     else:
-        rep = read_or_none("rf_report.json",
-                           lambda: json.loads((out / "rf_report.json").read_text()))
-        if rep is None:
-            st.stop()
+        from workbench.domain_agents.rf.report import condition_rows
+
         st.dataframe(pd.DataFrame([
-            {"condition": c, "accuracy": f"{100 * s['accuracy']:.1f} "
-                                         f"[{100 * s['accuracy_ci95'][0]:.0f}, "
-                                         f"{100 * s['accuracy_ci95'][1]:.0f}]",
-             "answered": f"{s['answered']}/{s['n']}", "tool calls / item":
-                 round(s["tool_calls_mean"], 2), **s["by_family"]}
-            for c, s in rep["conditions"].items()]), hide_index=True)
-        tools = out / "rf_tools.jsonl"
+            {"condition": c, "accuracy": f"{100 * s.accuracy:.1f} "
+                                         f"[{100 * s.accuracy_ci95.low:.0f}, "
+                                         f"{100 * s.accuracy_ci95.high:.0f}]",
+             "answered": f"{s.answered}/{s.n}", "tool calls / item":
+                 round(s.tool_calls_mean, 2), **s.by_family}
+            for c, s in rep.conditions.items()]), hide_index=True)
+        tools = condition_rows(run, "tools")
         if tools.is_file():
             items = jsonl_rows(tools)
             if items:

@@ -1,6 +1,3 @@
-import json
-from pathlib import Path
-
 import streamlit as st
 
 from workbench.app.common import (
@@ -8,11 +5,13 @@ from workbench.app.common import (
     job_panel,
     jsonl_rows,
     read_or_none,
+    runs,
     show_error,
     show_image,
     workspace,
 )
 from workbench.federated.knowledge import load_latest_kb, votes
+from workbench.federated.records import FedFiles, KnowledgeReport, LoraReport, read_report
 from workbench.jobs import start_job
 
 st.title("Federated rounds")
@@ -74,20 +73,20 @@ job_panel("fed", "fed")
 st.caption("A real deployment (one SuperNode per site) runs from the command line: "
            "`workbench fed up`, `workbench fed run`, `workbench fed down`.")
 
-runs_dir = ws / "runs"
-found = sorted({p.parents[2] for p in runs_dir.glob("*/fed/federated/rounds.jsonl")}) \
-    if runs_dir.is_dir() else []
+found = {r.path: r.layout for r in runs() if FedFiles.of(r.layout).rounds.exists()}
 if not found:
     st.caption("No federated run yet.")
     st.stop()
-run = st.selectbox("Run", found, format_func=lambda p: p.name, key="fed-run")
-out = Path(run) / "fed"
-rounds_log = jsonl_rows(out / "federated" / "rounds.jsonl")
+run = st.selectbox("Run", list(found), format_func=lambda p: p.name, key="fed-run")
+layout = found[run]
+files = FedFiles.of(layout)
+rounds_log = jsonl_rows(files.rounds)
 train = [r for r in rounds_log if r.get("kind") == "train"]
-report = read_or_none("report.json", lambda: json.loads((out / "report.json").read_text())) \
-    if (out / "report.json").exists() else None
+report = read_or_none(files.report_json.name, lambda: read_report(layout)[0]) \
+    if files.report_json.exists() else None
 
 if any(r.get("kind") == "knowledge" for r in rounds_log):
+    report = report if isinstance(report, KnowledgeReport) else None
     st.subheader("Knowledge units")
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Rounds done", len(rounds_log))
@@ -96,7 +95,7 @@ if any(r.get("kind") == "knowledge" for r in rounds_log):
     kb = [(r["bytes_down"] + r["bytes_up"]) / 1e3 for r in rounds_log]
     m3.metric("kB per round", f"{sum(kb) / len(kb):.1f}" if kb else "–",
               help="units and votes sent to the sites plus those sent back")
-    m4.metric("Canaries leaked", report["figures"]["canary_leaks"] if report else "–",
+    m4.metric("Canaries leaked", report.figures.canary_leaks if report else "–",
               help="secret strings planted in sites' data, searched in every reply")
     st.markdown("**Rounds**")
     st.dataframe([{"round": r["round"], "status": r["status"],
@@ -121,7 +120,7 @@ if any(r.get("kind") == "knowledge" for r in rounds_log):
                "on its gate tasks; reviewed: votes it cast on other sites' units; sent-ops: "
                "what it sent. Empty: the site did not do that step (a listener contributes "
                "nothing).")
-    kb = read_or_none("knowledge base", lambda: load_latest_kb(out / "federated"))
+    kb = read_or_none("knowledge base", lambda: load_latest_kb(files.federated))
     if kb and kb.units:
         st.markdown(f"**Knowledge units after round {kb.round}**")
         st.caption("Sites for and against count one vote each; support is the sum of the "
@@ -136,16 +135,18 @@ if any(r.get("kind") == "knowledge" for r in rounds_log):
                      hide_index=True, width="stretch")
     if report:
         st.markdown("**Final evaluation** (every site's held-out tasks)")
-        st.dataframe([{"units": t["label"], "verified": f"{t['verified']}/{t['n']}",
-                       "95% interval": f"{100 * t['ci95'][0]:.0f}–{100 * t['ci95'][1]:.0f}%",
-                       "p vs federated": "-" if t.get("mcnemar_p_vs_federated") is None
-                       else round(t["mcnemar_p_vs_federated"], 3)}
-                      for t in report["conditions"]], hide_index=True)
+        st.dataframe([{"units": t.label, "verified": f"{t.verified}/{t.n}",
+                       "95% interval": f"{100 * t.ci95[0]:.0f}–{100 * t.ci95[1]:.0f}%",
+                       "p vs federated": "-" if t.mcnemar_p_vs_federated is None
+                       else round(t.mcnemar_p_vs_federated, 3)}
+                      for t in report.conditions], hide_index=True)
         st.caption("Tasks verified with no units, with only the site's own units (local-only) "
                    "and with the federated units; p vs federated: exact McNemar test against "
                    "the federated units on the same tasks.")
-        show_image(out / "rounds.png", "Each site's success by round")
+        show_image(files.plot, "Each site's success by round")
     st.stop()
+
+report = report if isinstance(report, LoraReport) else None
 
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Rounds done", len(train))
@@ -153,7 +154,7 @@ m2.metric("Failed rounds", sum(r["status"] == "failed" for r in train))
 mb = [(r["bytes_down"] + r["bytes_up"]) / 1e6 for r in train]
 m3.metric("MB per round", f"{sum(mb) / len(mb):.1f}" if mb else "–",
           help="adapter tensors sent to the sites plus those sent back")
-m4.metric("Canaries leaked", report["figures"]["canary_leaks"] if report else "–",
+m4.metric("Canaries leaked", report.figures.canary_leaks if report else "–",
           help="secret strings planted in sites' rows, searched in every reply")
 
 tab_rounds, tab_sites, tab_cond = st.tabs(["Rounds", "By site", "Conditions"])
@@ -187,18 +188,17 @@ with tab_cond:
     if report is None:
         st.caption("The report is written when the baselines and evaluations finish.")
     else:
-        st.dataframe([{"condition": t["label"],
-                       "held-out loss": round(t["eval_loss"], 4) if t["eval_loss"] else None,
-                       "MC accuracy": None if t["mc_accuracy"] is None
-                       else f"{100 * t['mc_accuracy']:.1f}%",
-                       "95% interval": (f"{100 * t['mc_ci95'][0]:.0f}–"
-                                        f"{100 * t['mc_ci95'][1]:.0f}%"
-                                        if t["mc_ci95"] else ""),
-                       "predictions A/B/C/D": "/".join(str(t["predictions"][k])
-                                                       for k in "ABCD"),
-                       "p vs federated": "-" if t.get("mcnemar_p_vs_federated") is None
-                       else round(t["mcnemar_p_vs_federated"], 3)}
-                      for t in report["conditions"]], hide_index=True,
+        st.dataframe([{"condition": t.label,
+                       "held-out loss": round(t.eval_loss, 4) if t.eval_loss else None,
+                       "MC accuracy": None if t.mc_accuracy is None
+                       else f"{100 * t.mc_accuracy:.1f}%",
+                       "95% interval": (f"{100 * t.mc_ci95[0]:.0f}–"
+                                        f"{100 * t.mc_ci95[1]:.0f}%"
+                                        if t.mc_ci95 else ""),
+                       "predictions A/B/C/D": "/".join(str(t.predictions[k]) for k in "ABCD"),
+                       "p vs federated": "-" if t.mcnemar_p_vs_federated is None
+                       else round(t.mcnemar_p_vs_federated, 3)}
+                      for t in report.conditions], hide_index=True,
                      width="stretch")
         st.caption("no training: the base model; local-only: each site alone on its own "
                    "rows; federated: the shared adapter; centralised: all rows pooled in one "
@@ -208,4 +208,4 @@ with tab_cond:
                    "multiple-choice questions; predictions A/B/C/D: how often each letter "
                    "was picked (one letter picked always means the model is guessing); p vs "
                    "federated: exact McNemar test against the federated condition.")
-        show_image(out / "rounds.png", "Each site's held-out loss by round")
+        show_image(files.plot, "Each site's held-out loss by round")

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.agents.export import sft_examples
 from workbench.agents.loop import (
@@ -28,6 +28,9 @@ from workbench.domain_agents.kgv.pack import KGClaim, KgvAgent, load_claims
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
+
+if TYPE_CHECKING:
+    from workbench.domain_agents.kgv.report import KgvReport
 
 BASELINES = ("closed_book", "rag", "agent")
 CONDITIONS = (*BASELINES, "agent_sft")
@@ -379,18 +382,19 @@ def _train_student(ev: _Evaluation, spath: Path, adapter: Path) -> dict[str, Any
             "last_loss": losses[-1] if losses else None}
 
 
-def _pipeline_result(ev: _Evaluation, report: dict, results: dict[str, Any]):
+def _pipeline_result(ev: _Evaluation, report: KgvReport, results: dict[str, Any]):
+    from workbench.domain_agents.kgv.report import REPORT_JSON, REPORT_MD
     from workbench.registry import PipelineResult
 
     out = ev.out
-    best = {c: r["all"]["macro_f1"] for c, r in report["conditions"].items()}
+    best = report.macro_f1()
     line = ", ".join(f"{c} {100 * v:.0f}" for c, v in best.items())
     return PipelineResult(
         pipeline="agent", run_dir=str(ev.ctx.layout.root),
-        outputs={"report": str(out / "report.md"), "report_json": str(out / "report.json"),
+        outputs={"report": str(out / REPORT_MD), "report_json": str(out / REPORT_JSON),
                  **{c: str(out / "trajectories" / f"{c}.jsonl") for c in results}},
         figures={f"{c}_macro_f1": round(v, 4) for c, v in best.items()},
-        message=f"{out / 'report.md'}: macro-F1 on {len(ev.dev)} dev claims: {line}")
+        message=f"{out / REPORT_MD}: macro-F1 on {len(ev.dev)} dev claims: {line}")
 
 
 def read_claim(text: str, agent: KgvAgent) -> tuple[str, str, str] | None:

@@ -1,6 +1,9 @@
 """The KGV report: every condition side by side, overall and by seen vs long-tail predicates,
 each figure with its 95% interval and the prediction distribution behind it; paired exact
-McNemar tests against single-turn RAG; a plot of macro-F1 with intervals."""
+McNemar tests against single-turn RAG; a plot of macro-F1 with intervals.
+
+`report.json` is a `KgvReport` (schema version 1): `write_report` builds it and writes it,
+`read_report` is its one reader."""
 
 from __future__ import annotations
 
@@ -8,21 +11,159 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import field_serializer, field_validator
+
 from workbench.agents.records import AgentTrajectory
 from workbench.domain_agents.kgv.metrics import FORMS, by_split, prediction
+from workbench.domain_agents.reports import (
+    SCHEMA_VERSION,
+    Interval,
+    ReportPart,
+    read_report_file,
+    report_file,
+    report_json,
+)
 from workbench.evaluate.stats import holm, mcnemar_exact
 from workbench.io import atomic_write_text
 
 NAMES = {"closed_book": "closed book (no search)", "rag": "single-turn RAG",
          "agent": "agent", "agent_sft": "agent after SFT (student)"}
+REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "report.png"
+
+
+class PredictionCounts(ReportPart):
+    """Claims called SUPPORTED, REFUTED, or left without a verdict."""
+
+    SUPPORTED: int
+    REFUTED: int
+    none: int
+
+
+class RouteFigures(ReportPart):
+    n: int
+    rate: float
+    accuracy: float | None
+    accuracy_ci95: Interval
+
+
+class Routes(ReportPart):
+    parametric: RouteFigures
+    search: RouteFigures
+
+
+class EvidenceHit(ReportPart):
+    """Correct SUPPORTED verdicts that cite the entry stating the fact."""
+
+    n: int
+    rate: float | None
+    ci95: Interval
+
+
+class KgvMetrics(ReportPart):
+    """One condition on one group of claims (all, seen, longtail, or a claim form)."""
+
+    n: int
+    accuracy: float
+    accuracy_ci95: Interval
+    macro_f1: float
+    macro_f1_ci95: Interval
+    pos_f1_true: float
+    pos_f1_true_ci95: Interval
+    pos_f1_error: float
+    pos_f1_error_ci95: Interval
+    predictions: PredictionCounts
+    gold: dict[str, int]
+    search_calls_mean: float
+    search_calls_ci95: Interval
+    model_turns_mean: float
+    errors: int
+    stops: dict[str, int]
+    latency_seconds_mean: float
+    routes: Routes
+    evidence_hit: EvidenceHit
+
+
+class PairedTest(ReportPart):
+    """A condition against single-turn RAG on the same claims (exact McNemar)."""
+
+    vs: str
+    n: int
+    delta_accuracy: float
+    only_base: int
+    only_this: int
+    p: float
+    p_holm: float
+
+
+class StudentInfo(ReportPart):
+    steps: int
+    first_loss: float | None
+    last_loss: float | None
+
+
+class TeacherInfo(ReportPart):
+    runs: int
+    kept: int
+    routes: dict[str, int]
+    student: StudentInfo
+
+
+class KgvReport(ReportPart):
+    """report.json of a KGV evaluation."""
+
+    schema_version: int = SCHEMA_VERSION
+    dev_claims: int
+    train_claims: int
+    model: str
+    conditions: dict[str, dict[str, KgvMetrics]]
+    paired_vs_rag: dict[str, PairedTest]
+    teacher: TeacherInfo | None = None  # None (written {}): no teacher, no student
+    seconds_per_claim: dict[str, float]
+
+    @field_validator("conditions")
+    @classmethod
+    def _all_claims(cls, v: dict[str, dict[str, KgvMetrics]]):
+        missing = [c for c, splits in v.items() if "all" not in splits]
+        if missing:
+            raise ValueError(f"condition {missing[0]!r} has no figures for all claims")
+        return v
+
+    @field_validator("teacher", mode="before")
+    @classmethod
+    def _no_teacher(cls, v):
+        return None if v == {} else v
+
+    @field_serializer("teacher", mode="wrap")
+    def _teacher_json(self, v, handler):
+        return {} if v is None else handler(v)
+
+    def macro_f1(self) -> dict[str, float]:
+        """Macro-F1 on all dev claims, per condition (the figures the job returns)."""
+        return {c: r["all"].macro_f1 for c, r in self.conditions.items()}
+
+
+def read_report(run) -> KgvReport:
+    """The report of a KGV evaluation: a run folder, its `RunLayout`, or the report.json
+    path. A broken or foreign file is a DataError of one line naming it."""
+    return read_report_file(report_file(run, REPORT_JSON), KgvReport, "KGV report")
+
+
+def trajectory_files(run) -> list[Path]:
+    """The dev-claim trajectories of each condition the run holds, by name (the layout's
+    outputs of the closed_book, rag, agent and agent_sft stages)."""
+    from workbench.runs import RunLayout
+
+    lay = run if isinstance(run, RunLayout) else RunLayout.at(run)
+    return sorted((lay.artifact("agent", c) for c in NAMES if lay.has("agent", c)),
+                  key=lambda p: p.stem)
 
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
 
 
-def _ci(lo_hi: list[float]) -> str:
-    return f"[{100 * lo_hi[0]:.0f}, {100 * lo_hi[1]:.0f}]"
+def _ci(ci: Interval) -> str:
+    return f"[{100 * ci.low:.0f}, {100 * ci.high:.0f}]"
 
 
 def paired(results: dict[str, list[AgentTrajectory]], base: str = "rag") -> dict[str, Any]:
@@ -49,18 +190,27 @@ def paired(results: dict[str, list[AgentTrajectory]], base: str = "rag") -> dict
 
 def write_report(out: Path, results: dict[str, list[AgentTrajectory]],
                  teacher: dict[str, Any], *, dev: int, train: int, model: str,
-                 searches: int) -> dict[str, Any]:
-    conds = {c: by_split(ts) for c, ts in results.items()}
+                 searches: int) -> KgvReport:
+    """`report.json` (a `KgvReport`), `report.md` and `report.png` in `out`, from the
+    conditions' trajectories; returns the record."""
     timings = {}
     for c in results:
         f = out / "trajectories" / f"{c}.timing.json"
         if f.exists():
             w = json.loads(f.read_text())
             timings[c] = w["seconds"] / max(w["claims"], 1)
-    report = {"dev_claims": dev, "train_claims": train, "model": model,
-              "conditions": conds, "paired_vs_rag": paired(results), "teacher": teacher,
-              "seconds_per_claim": timings}
-    atomic_write_text(out / "report.json", json.dumps(report, indent=1) + "\n")
+    report = KgvReport(dev_claims=dev, train_claims=train, model=model,
+                       conditions={c: by_split(ts) for c, ts in results.items()},
+                       paired_vs_rag=paired(results), teacher=teacher,
+                       seconds_per_claim=timings)
+    atomic_write_text(out / REPORT_JSON, report_json(report))
+    atomic_write_text(out / REPORT_MD, report_markdown(report, searches=searches))
+    _plot(out / REPORT_PNG, report)
+    return report
+
+
+def report_markdown(report: KgvReport, *, searches: int) -> str:
+    dev, model = report.dev_claims, report.model
     lines = [f"# KG fact verification: {dev} dev claims, model `{model}`", "",
              "Figures in % with 95% intervals (Wilson for proportions, bootstrap over claims "
              "for F1). Pos-F1 (true): positive = a true fact; Pos-F1 (error): positive = a "
@@ -68,59 +218,58 @@ def write_report(out: Path, results: dict[str, list[AgentTrajectory]],
     heads = {"triple": "claims given as triples", "wording": "sentences read as triples "
              "(they match a wording)", "sentence": "sentences verified as a whole"}
     for split in ("all", "seen", "longtail", *FORMS):
-        rows = [(c, r[split]) for c, r in conds.items() if split in r]
+        rows = [(c, r[split]) for c, r in report.conditions.items() if split in r]
         if not rows:
             continue
-        n = rows[0][1]["n"]
+        n = rows[0][1].n
         lines += [f"## {heads.get(split, split)} ({n} claims)", "",
                   "| condition | macro-F1 | Pos-F1 (true) | Pos-F1 (error) | accuracy | "
                   "searches / claim | parametric route | acc. parametric | acc. search | "
                   "predicted S / R / none | s / claim (wall) |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for c, s in rows:
-            rp, rs = s["routes"]["parametric"], s["routes"]["search"]
-            pr = s["predictions"]
+            rp, rs = s.routes.parametric, s.routes.search
+            pr = s.predictions
             lines.append(
-                f"| {NAMES.get(c, c)} | {_pct(s['macro_f1'])} {_ci(s['macro_f1_ci95'])} | "
-                f"{_pct(s['pos_f1_true'])} {_ci(s['pos_f1_true_ci95'])} | "
-                f"{_pct(s['pos_f1_error'])} {_ci(s['pos_f1_error_ci95'])} | "
-                f"{_pct(s['accuracy'])} {_ci(s['accuracy_ci95'])} | "
-                f"{s['search_calls_mean']:.2f} | {_pct(rp['rate'])} | "
-                f"{_pct(rp['accuracy'])} (n={rp['n']}) | {_pct(rs['accuracy'])} (n={rs['n']}) "
-                f"| {pr['SUPPORTED']} / {pr['REFUTED']} / {pr['none']} | "
-                f"{timings.get(c, float('nan')):.2f} |")
+                f"| {NAMES.get(c, c)} | {_pct(s.macro_f1)} {_ci(s.macro_f1_ci95)} | "
+                f"{_pct(s.pos_f1_true)} {_ci(s.pos_f1_true_ci95)} | "
+                f"{_pct(s.pos_f1_error)} {_ci(s.pos_f1_error_ci95)} | "
+                f"{_pct(s.accuracy)} {_ci(s.accuracy_ci95)} | "
+                f"{s.search_calls_mean:.2f} | {_pct(rp.rate)} | "
+                f"{_pct(rp.accuracy)} (n={rp.n}) | {_pct(rs.accuracy)} (n={rs.n}) "
+                f"| {pr.SUPPORTED} / {pr.REFUTED} / {pr.none} | "
+                f"{report.seconds_per_claim.get(c, float('nan')):.2f} |")
         lines.append("")
-    if report["paired_vs_rag"]:
+    if report.paired_vs_rag:
         lines += ["## Paired against single-turn RAG (exact McNemar, Holm-adjusted)", "",
                   "| condition | Δ accuracy | only RAG right | only this right | p | p (Holm) |",
                   "|---|---|---|---|---|---|"]
-        for c, p in report["paired_vs_rag"].items():
-            lines.append(f"| {NAMES.get(c, c)} | {100 * p['delta_accuracy']:+.1f} | "
-                         f"{p['only_base']} | {p['only_this']} | {p['p']:.3f} | "
-                         f"{p['p_holm']:.3f} |")
+        for c, p in report.paired_vs_rag.items():
+            lines.append(f"| {NAMES.get(c, c)} | {100 * p.delta_accuracy:+.1f} | "
+                         f"{p.only_base} | {p.only_this} | {p.p:.3f} | "
+                         f"{p.p_holm:.3f} |")
         lines.append("")
-    if teacher:
-        st = teacher.get("student", {})
+    if (t := report.teacher) is not None:
+        st = t.student
         lines += ["## Teacher and student", "",
-                  f"- teacher runs: {teacher.get('runs')} on {train} training claims; kept "
-                  f"{teacher.get('kept')} correct trajectories (routes: "
-                  f"{teacher.get('routes')})",
-                  f"- student LoRA: {st.get('steps')} steps, loss {st.get('first_loss')} -> "
-                  f"{st.get('last_loss')}", ""]
+                  f"- teacher runs: {t.runs} on {report.train_claims} training claims; kept "
+                  f"{t.kept} correct trajectories (routes: "
+                  f"{t.routes})",
+                  f"- student LoRA: {st.steps} steps, loss {st.first_loss} -> "
+                  f"{st.last_loss}", ""]
     lines += [f"Evidence: a correct SUPPORTED verdict cites the entry that states the fact "
               f"(rate per condition in report.json, `evidence_hit`). Search calls made in "
               f"this process: {searches}.", ""]
-    atomic_write_text(out / "report.md", "\n".join(lines))
-    _plot(out / "report.png", conds)
-    return report
+    return "\n".join(lines)
 
 
-def _plot(path: Path, conds: dict[str, Any]) -> None:
+def _plot(path: Path, report: KgvReport) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    conds = report.conditions
     splits = [s for s in ("all", "seen", "longtail") if any(s in r for r in conds.values())]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     width = 0.8 / max(len(conds), 1)
@@ -128,8 +277,8 @@ def _plot(path: Path, conds: dict[str, Any]) -> None:
         xs, ys, lo, hi = [], [], [], []
         for j, s in enumerate(splits):
             if s in r:
-                v = r[s]["macro_f1"]
-                a, b = r[s]["macro_f1_ci95"]
+                v = r[s].macro_f1
+                a, b = r[s].macro_f1_ci95.low, r[s].macro_f1_ci95.high
                 xs.append(j + i * width)
                 ys.append(100 * v)
                 lo.append(100 * max(0.0, v - a))

@@ -23,6 +23,8 @@ from workbench.domain_agents.litsearch.dialogue import (
 )
 from workbench.domain_agents.litsearch.pack import Library, load_corpus, sections, toolbox, \
     workflow_call
+from workbench.domain_agents.litsearch.report import REPORT_JSON, REPORT_MD, LitsearchReport
+from workbench.domain_agents.reports import report_json
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 
@@ -198,21 +200,22 @@ def evaluate(cfg, ctx):
     rec, _ = ctx.stages("agent").run("litsearch_training_data", (key, [i.id for i in train]),
                                      teach)
     exports = dict(rec.info or {})
-    write_report(out, summaries, exports, dev=len(dev), turns=turns,
-                 model=cfg.models.chat.spec, citations=lib.citations)
-    line = ", ".join(f"{c} {v['ndcg10_final']:.2f}" for c, v in summaries.items())
+    report = write_report(out, summaries, exports, dev=len(dev), turns=turns,
+                          model=cfg.models.chat.spec, citations=lib.citations)
+    ndcg = report.ndcg10()
+    line = ", ".join(f"{c} {v:.2f}" for c, v in ndcg.items())
     return PipelineResult(
         pipeline="agent", run_dir=str(ctx.layout.root),
-        outputs={"report": str(out / "litsearch_report.md"),
+        outputs={"report": str(out / REPORT_MD),
                  "sft": str(out / "sft.messages.jsonl"),
                  "preferences": str(out / "preferences.jsonl")},
-        figures={f"{c}_ndcg10": round(v["ndcg10_final"], 4) for c, v in summaries.items()},
-        message=f"{out / 'litsearch_report.md'}: nDCG@10 after {turns} turns on {len(dev)} "
-                f"intents: {line}; {exports.get('sft')} SFT dialogues, "
-                f"{exports.get('preferences')} preference pairs")
+        figures={f"{c}_ndcg10": round(v, 4) for c, v in ndcg.items()},
+        message=f"{out / REPORT_MD}: nDCG@10 after {turns} turns on {len(dev)} "
+                f"intents: {line}; {report.exports.sft} SFT dialogues, "
+                f"{report.exports.preferences} preference pairs")
 
 
-def _paired_lines(out: Path, tuned: list[str], s: dict[str, dict]) -> list[str]:
+def _paired_lines(out: Path, tuned: list[str], s: dict[str, Any]) -> list[str]:
     """Each adapter condition against the plain agent (and the last against the first, e.g.
     SFT then DPO against SFT), on the same intents: the paired difference of final nDCG@10
     with its bootstrap interval, and the execution errors' exact McNemar test over turns."""
@@ -252,13 +255,15 @@ def _with_adapter(cfg, adapter: str):
 
 
 def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turns: int,
-                 model: str, citations: bool = True) -> dict:
-    report = {"intents": dev, "turns": turns, "model": model, "citations": citations,
-              "conditions": s, "exports": exports}
-    atomic_write_text(out / "litsearch_report.json", json.dumps(report, indent=1) + "\n")
+                 model: str, citations: bool = True) -> LitsearchReport:
+    """`litsearch_report.json` (a `LitsearchReport`) and `litsearch_report.md` in `out`, from
+    the conditions' summaries; returns the record."""
+    report = LitsearchReport(intents=dev, turns=turns, model=model, citations=citations,
+                             conditions=s, exports=exports)
+    atomic_write_text(out / REPORT_JSON, report_json(report))
 
     def f(v, ci):
-        return f"{v:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+        return f"{v:.3f} [{ci.low:.2f}, {ci.high:.2f}]"
 
     lines = [f"# Literature search: {dev} intents, {turns} turns, model `{model}`", "",
              "Final turn and mean over turns; 95% bootstrap intervals over intents. Relevant "
@@ -270,21 +275,22 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
              "turns | execution errors | memo hits after turn 1 | s / dialogue (wall) | "
              "choices |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for c, v in s.items():
-        memo = "-" if v["memo_hit_rate_after_turn1"] is None else \
-            f"{100 * v['memo_hit_rate_after_turn1']:.0f}%"
-        lines.append(f"| {c} | {f(v['hit5_final'], v['hit5_final_ci95'])} | "
-                     f"{f(v['mrr_final'], v['mrr_final_ci95'])} | "
-                     f"{f(v['ndcg10_final'], v['ndcg10_final_ci95'])} | "
-                     f"{f(v['ndcg10_avg'], v['ndcg10_avg_ci95'])} | "
-                     f"{100 * v['execution_error_rate']:.0f}% | {memo} | "
-                     f"{v['seconds_per_dialogue']:.2f} | {v['choices']} |")
-    lines += _paired_lines(out, [c for c in s if c.startswith("agent+")], s)
+    for c, v in report.conditions.items():
+        memo = "-" if v.memo_hit_rate_after_turn1 is None else \
+            f"{100 * v.memo_hit_rate_after_turn1:.0f}%"
+        lines.append(f"| {c} | {f(v.hit5_final, v.hit5_final_ci95)} | "
+                     f"{f(v.mrr_final, v.mrr_final_ci95)} | "
+                     f"{f(v.ndcg10_final, v.ndcg10_final_ci95)} | "
+                     f"{f(v.ndcg10_avg, v.ndcg10_avg_ci95)} | "
+                     f"{100 * v.execution_error_rate:.0f}% | {memo} | "
+                     f"{v.seconds_per_dialogue:.2f} | {v.choices} |")
+    lines += _paired_lines(out, [c for c in report.conditions if c.startswith("agent+")],
+                           report.conditions)
     lines += ["", f"Training data from the oracle teacher on the training intents: "
-              f"{exports.get('sft')} SFT dialogues (`sft.messages.jsonl`), "
-              f"{exports.get('preferences')} chosen/rejected pairs (`preferences.jsonl`; "
+              f"{report.exports.sft} SFT dialogues (`sft.messages.jsonl`), "
+              f"{report.exports.preferences} chosen/rejected pairs (`preferences.jsonl`; "
               "corruptions: " + ", ".join((*STRUCTURAL, *FEEDBACK)) + ")."]
-    atomic_write_text(out / "litsearch_report.md", "\n".join(lines) + "\n")
+    atomic_write_text(out / REPORT_MD, "\n".join(lines) + "\n")
     return report
 
 

@@ -30,7 +30,9 @@ from workbench.agents.loop import (
 from workbench.agents.records import AgentTrajectory
 from workbench.agents.tools import Toolbox, ToolError
 from workbench.domain_agents.rf import tools as T
+from workbench.domain_agents.reports import report_json
 from workbench.domain_agents.rf.bench import DesignItem, correct
+from workbench.domain_agents.rf.report import REPORT_JSON, REPORT_MD, RfReport, report_markdown
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
@@ -227,18 +229,21 @@ def evaluate(cfg, ctx):
         seconds[cond] = (rec.info or {}).get("seconds", rec.seconds)
         results[cond] = read_jsonl(path)
     report = rf_report(out, items, results, seconds, model=cfg.models.chat.spec)
-    acc = {c: r["accuracy"] for c, r in report["conditions"].items()}
+    acc = report.accuracy()
+    md = out / REPORT_MD
     return PipelineResult(
         pipeline="agent", run_dir=str(ctx.layout.root),
-        outputs={"report": str(out / "rf_report.md")},
+        outputs={"report": str(md)},
         figures={f"{c}_accuracy": round(v, 4) for c, v in acc.items()},
-        message=f"{out / 'rf_report.md'}: accuracy within {100 * items[0].tolerance:.0f}% on "
+        message=f"{md}: accuracy within {100 * items[0].tolerance:.0f}% on "
                 f"{len(items)} design items: " + ", ".join(f"{c} {100 * v:.0f}%"
                                                           for c, v in acc.items()))
 
 
 def rf_report(out: Path, items: list[DesignItem], results: dict[str, list[dict]],
-              seconds: dict[str, float], *, model: str) -> dict[str, Any]:
+              seconds: dict[str, float], *, model: str) -> RfReport:
+    """The report of the conditions' rows: `rf_report.json` (an `RfReport`) and
+    `rf_report.md` in `out`; returns the record."""
     from workbench.evaluate.stats import mcnemar_exact, wilson_interval
 
     by_id = {i.id: i for i in items}
@@ -265,26 +270,9 @@ def rf_report(out: Path, items: list[DesignItem], results: dict[str, list[dict]]
         if a in ok and b in ok:
             tests[f"{b} vs {a}"] = {"p": mcnemar_exact(ok[a], ok[b]),
                                     "delta": (sum(ok[b]) - sum(ok[a])) / len(items)}
-    report = {"items": len(items), "model": model, "conditions": conds, "paired": tests}
-    atomic_write_text(out / "rf_report.json", json.dumps(report, indent=1) + "\n")
-    lines = [f"# RF design: {len(items)} numeric items, model `{model}`", "",
-             f"Correct = within {100 * items[0].tolerance:.0f}% of the calculated answer; 95% "
-             "Wilson intervals.", "",
-             "| condition | accuracy | answered | tool calls / item | s / item | by family |",
-             "|---|---|---|---|---|---|"]
-    for c, s in conds.items():
-        lo, hi = s["accuracy_ci95"]
-        fam = ", ".join(f"{f} {v}" for f, v in s["by_family"].items())
-        lines.append(f"| {c} | {100 * s['accuracy']:.1f} [{100 * lo:.0f}, {100 * hi:.0f}] | "
-                     f"{s['answered']}/{s['n']} | {s['tool_calls_mean']:.2f} | "
-                     f"{s['seconds_per_item']:.2f} | {fam} |")
-    if "tools" in conds:
-        lines += ["", f"Tools: the right calculator chosen on {conds['tools']['right_tool']}/"
-                  f"{len(items)} items ({conds['tools']['tool_chosen']})."]
-    if tests:
-        lines += ["", "| paired (exact McNemar) | Δ accuracy | p |", "|---|---|---|"]
-        lines += [f"| {k} | {100 * v['delta']:+.1f} | {v['p']:.3f} |" for k, v in tests.items()]
-    atomic_write_text(out / "rf_report.md", "\n".join(lines) + "\n")
+    report = RfReport(items=len(items), model=model, conditions=conds, paired=tests)
+    atomic_write_text(out / REPORT_JSON, report_json(report))
+    atomic_write_text(out / REPORT_MD, report_markdown(report, tolerance=items[0].tolerance))
     return report
 
 

@@ -1,0 +1,96 @@
+"""The RF design report as a typed record: `rf_report.json` is an `RfReport` (schema version
+1), built and written by `rf.api.rf_report`, read by `read_report`; `rf_report.md` is made
+from the same record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import StringConstraints
+
+from workbench.domain_agents.reports import (
+    SCHEMA_VERSION,
+    Interval,
+    ReportPart,
+    condition_file,
+    read_report_file,
+    report_file,
+)
+
+REPORT_JSON, REPORT_MD = "rf_report.json", "rf_report.md"
+Fraction = Annotated[str, StringConstraints(pattern=r"^\d+/\d+$")]  # "right/items"
+
+
+class RfCondition(ReportPart):
+    """One condition (alone, rag, tools) on the design items."""
+
+    omit_none = ("tool_chosen", "right_tool")
+
+    n: int
+    accuracy: float
+    accuracy_ci95: Interval
+    answered: int
+    tool_calls_mean: float
+    errors: int
+    seconds_per_item: float
+    by_family: dict[str, Fraction]
+    # the tools condition only: the calculator each item's first good call used (None: no
+    # call went through, written `null`), and the items where it was the right one
+    tool_chosen: dict[str | None, int] | None = None
+    right_tool: int | None = None
+
+
+class RfPaired(ReportPart):
+    """Exact McNemar test of two conditions on the same items."""
+
+    p: float
+    delta: float
+
+
+class RfReport(ReportPart):
+    """rf_report.json of an RF design evaluation."""
+
+    schema_version: int = SCHEMA_VERSION
+    items: int
+    model: str
+    conditions: dict[str, RfCondition]
+    paired: dict[str, RfPaired]
+
+    def accuracy(self) -> dict[str, float]:
+        """Accuracy per condition (the figures the job returns)."""
+        return {c: r.accuracy for c, r in self.conditions.items()}
+
+
+def read_report(run) -> RfReport:
+    """The report of an RF design evaluation: a run folder, its `RunLayout`, or the
+    rf_report.json path. A broken or foreign file is a DataError of one line naming it."""
+    return read_report_file(report_file(run, REPORT_JSON), RfReport, "RF design report")
+
+
+def condition_rows(run, condition: str) -> Path:
+    """The per-item rows of one condition (`rf_tools.jsonl`: the tools agent's runs)."""
+    return condition_file(run, "rf", condition)
+
+
+def report_markdown(report: RfReport, *, tolerance: float) -> str:
+    conds = report.conditions
+    lines = [f"# RF design: {report.items} numeric items, model `{report.model}`", "",
+             f"Correct = within {100 * tolerance:.0f}% of the calculated answer; 95% "
+             "Wilson intervals.", "",
+             "| condition | accuracy | answered | tool calls / item | s / item | by family |",
+             "|---|---|---|---|---|---|"]
+    for c, s in conds.items():
+        lo, hi = s.accuracy_ci95.low, s.accuracy_ci95.high
+        fam = ", ".join(f"{f} {v}" for f, v in s.by_family.items())
+        lines.append(f"| {c} | {100 * s.accuracy:.1f} [{100 * lo:.0f}, {100 * hi:.0f}] | "
+                     f"{s.answered}/{s.n} | {s.tool_calls_mean:.2f} | "
+                     f"{s.seconds_per_item:.2f} | {fam} |")
+    if "tools" in conds:
+        lines += ["", f"Tools: the right calculator chosen on {conds['tools'].right_tool}/"
+                  f"{report.items} items ({conds['tools'].tool_chosen})."]
+    if report.paired:
+        lines += ["", "| paired (exact McNemar) | Δ accuracy | p |", "|---|---|---|"]
+        lines += [f"| {k} | {100 * v.delta:+.1f} | {v.p:.3f} |"
+                  for k, v in report.paired.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,268 @@
+"""The federated report's `report.json` as typed records (`schema_version` 1): `LoraReport`
+(track A) or `KnowledgeReport` (track B), the names of a federated run's files (`FedFiles`)
+and the one reader, `read_report`. The writers in `federated.report` build these records and
+dump them, so what is written is what is read. Reports written before `schema_version`
+existed hold the same keys and values, and read as version 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+
+from workbench.errors import DataError
+
+SCHEMA_VERSION = 1
+REPORT_JSON, REPORT_MD, PLOT = "report.json", "report.md", "rounds.png"
+ROUNDS_LOG = "rounds.jsonl"  # the federation's round log (federated.server, knowledge.log_round)
+MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; more is not a report
+
+
+# --- the files of a federated run ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FedFiles:
+    """The files of a federated run's folder (the run layout's `fed` folder) that the report
+    and the app read; every name is here, none in the callers."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, run) -> FedFiles:
+        """`run`: a `RunLayout`, a run folder, the `fed` folder itself or its report.json."""
+        from workbench.runs import RunLayout
+
+        if isinstance(run, RunLayout):
+            return cls(run.folder("fed"))
+        p = Path(run)
+        if p.name == REPORT_JSON and not p.is_dir():
+            return cls(p.parent)
+        sub = RunLayout.at(p).folder("fed")
+        return cls(sub if sub.is_dir() else p)
+
+    @property
+    def report_json(self) -> Path:
+        return self.root / REPORT_JSON
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / REPORT_MD
+
+    @property
+    def plot(self) -> Path:
+        return self.root / PLOT
+
+    @property
+    def federated(self) -> Path:
+        """The federation's own folder: round log, summary, global adapters or knowledge
+        bases."""
+        return self.root / "federated"
+
+    @property
+    def rounds(self) -> Path:
+        return self.federated / ROUNDS_LOG
+
+
+# --- report.json as typed records ---------------------------------------------------------------
+
+class ReportPart(BaseModel):
+    """A part of a federated report. Fields named in `omit_none` are left out of the JSON
+    when they are None (keys the writer writes only for some conditions)."""
+
+    model_config = ConfigDict(extra="forbid")
+    omit_none: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit(self, handler) -> dict[str, Any]:
+        data = handler(self)
+        for k in self.omit_none:
+            if data.get(k, 0) is None:
+                del data[k]
+        return data
+
+
+class LoraCondition(ReportPart):
+    """One condition of track A on every site's held-out rows and MC items."""
+
+    omit_none: ClassVar[tuple[str, ...]] = ("mcnemar_p_vs_federated",)
+    condition: Literal["initial", "local", "federated", "central"]
+    label: str
+    eval_loss: float | None = Field(description="Held-out loss per labelled token, pooled "
+                                                "over the sites (weighted by rows).")
+    eval_loss_by_site: dict[str, float | None]
+    mc_correct: int
+    mc_n: int
+    mc_accuracy: float | None
+    mc_ci95: tuple[float, float] | None = Field(description="Wilson 95% interval.")
+    predictions: dict[str, int] = Field(description="How often each letter was picked.")
+    mcnemar_p_vs_federated: float | None = Field(
+        None, description="Exact McNemar p against the federated adapter on the same items "
+                          "(absent for the federated condition itself).")
+
+
+class LoraFigures(ReportPart):
+    sites: int
+    rounds: int
+    eval_loss: dict[str, float | None] = Field(description="Pooled held-out loss by "
+                                                           "condition, 4 decimals.")
+    mc_accuracy: dict[str, float | None]
+    bytes_per_round: float = Field(description="Adapter bytes down + up per training round.")
+    round_seconds: float
+    failed_rounds: int
+    canary_leaks: int | None
+    seconds: float
+
+
+class LoraReport(ReportPart):
+    """report.json of a federated LoRA run (track A)."""
+
+    track: ClassVar[Literal["lora", "knowledge"]] = "lora"
+    schema_version: Literal[1] = SCHEMA_VERSION
+    figures: LoraFigures
+    conditions: list[LoraCondition]
+    headline: str
+
+
+class KnowledgeCondition(ReportPart):
+    """One condition of track B (no units, local-only units, federated units) on every
+    site's eval slice."""
+
+    omit_none: ClassVar[tuple[str, ...]] = ("mcnemar_p_vs_federated",)
+    condition: Literal["none", "local", "federated"]
+    label: str
+    verified: int
+    n: int
+    rate: float | None
+    ci95: tuple[float, float] | None = Field(description="Wilson 95% interval.")
+    by_site: dict[str, tuple[int, int]] = Field(description="Per site: (verified, tasks).")
+    iterations: int = Field(description="Search iterations (or model turns) spent in all.")
+    mcnemar_p_vs_federated: float | None = Field(
+        None, description="Exact McNemar p against the federated units on the same tasks "
+                          "(absent for the federated condition itself).")
+
+
+class Transfer(ReportPart):
+    """The listener (a site that contributes nothing) with and without the federated
+    units."""
+
+    site: str
+    scaffold: str
+    none: tuple[int, int] = Field(description="(verified, tasks) without units.")
+    federated: tuple[int, int] = Field(description="(verified, tasks) with federated units.")
+    mcnemar_p: float
+
+
+class KnowledgeFigures(ReportPart):
+    sites: int
+    rounds: int
+    rate: dict[str, float | None] = Field(description="Share of eval tasks verified, by "
+                                                      "condition.")
+    active_units: int
+    knowledge_bytes_per_round: float
+    lora_bytes_per_round: int | None = Field(description="What a LoRA round of the same "
+                                                         "sites would send (None: no model).")
+    canary_leaks: int | None
+    poison_active_rounds: int
+    poison_sites_against: int
+    transfer: Transfer | None
+    seconds: float
+
+
+class KnowledgeReport(ReportPart):
+    """report.json of a federated knowledge-units run (track B)."""
+
+    track: ClassVar[Literal["lora", "knowledge"]] = "knowledge"
+    schema_version: Literal[1] = SCHEMA_VERSION
+    figures: KnowledgeFigures
+    conditions: list[KnowledgeCondition]
+    headline: str
+
+
+FedReport = LoraReport | KnowledgeReport
+
+
+def read_report(run) -> tuple[LoraReport | KnowledgeReport, str]:
+    """A finished federated run's typed report and its markdown. `run`: a run folder, its
+    `RunLayout`, the `fed` folder or the report.json path. The track is told by the figures
+    (track B's count knowledge bytes). Anything but a report of this version (missing,
+    a link or device, bad JSON, another schema_version, a field that does not fit) is a
+    DataError of one line naming the file; a report without schema_version reads as 1."""
+    from workbench.io import describe_validation_error
+
+    files = FedFiles.of(run)
+    path = files.report_json
+    data = _read_json(path)
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise DataError(f"schema_version {_one_line(json.dumps(version))[:20]} is not "
+                        f"{SCHEMA_VERSION}, the one this workbench reads; use the workbench "
+                        "version that wrote it or re-run the experiment", path=str(path),
+                        code="schema_version")
+    figures = data.get("figures")
+    model: type[LoraReport | KnowledgeReport] = (
+        KnowledgeReport if isinstance(figures, dict) and "knowledge_bytes_per_round" in figures
+        else LoraReport)
+    try:
+        report = model.model_validate(data)
+    except ValueError as e:
+        raise DataError(f"not a federated {model.track} report of this workbench version "
+                        f"({_one_line(describe_validation_error(e))[:300]}); re-run the "
+                        "experiment", path=str(path), code="old_schema") from None
+    md_path = files.report_md
+    try:
+        md = _read_regular(md_path).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"invalid UTF-8 byte at offset {e.start}; not a report",
+                        path=str(md_path), code="bad_encoding") from None
+    return report, md
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(_read_regular(path).decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise DataError(f"invalid UTF-8 byte at offset {e.start}; not a federated report",
+                        path=str(path), code="bad_encoding") from None
+    except json.JSONDecodeError as e:
+        raise DataError(f"bad JSON at line {e.lineno} column {e.colno}: {e.msg}; not a "
+                        "federated report (re-run the experiment)", path=str(path),
+                        code="bad_json") from None
+    if not isinstance(data, dict):
+        raise DataError(f"holds a JSON {type(data).__name__}, not a federated report",
+                        path=str(path), code="wrong_type")
+    return data
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of `path` when it is a regular file (never through a link, never a device,
+    FIFO or folder) of at most MAX_REPORT_BYTES."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise DataError("no report here: the federated run has not finished (`workbench fed "
+                        "sim -c CONFIG`)", path=str(path), code="not_found") from None
+    except OSError as e:
+        what = "is a link; a report is read only as a regular file" if os.path.islink(path) \
+            else f"cannot be read ({e.strerror})"
+        raise DataError(f"{what}; not read", path=str(path), code="not_a_file") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise DataError("is not a regular file (a folder, device or FIFO); not read",
+                            path=str(path), code="not_a_file")
+        if st.st_size > MAX_REPORT_BYTES:
+            raise DataError(f"{st.st_size} bytes, over {MAX_REPORT_BYTES}; not a report",
+                            path=str(path), code="too_large")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(MAX_REPORT_BYTES + 1)
+    finally:
+        os.close(fd)
