@@ -367,6 +367,73 @@ def _error_code(e: Exception) -> str:
     return getattr(e, "code", "invalid")
 
 
+def read_regular_file(path: str | os.PathLike, *, cap: int, what: str = "file",
+                      missing: str = "no such file") -> bytes:
+    """The bytes of `path` when it is a regular file (never through a link, never a device,
+    FIFO or folder) of at most `cap` bytes; anything else is a DataError of one line naming
+    the file (`missing`: what to say when there is none)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise DataError(missing, path=str(path), code="not_found") from None
+    except OSError as e:
+        why = f"is a link; a {what} is read only as a regular file" if os.path.islink(path) \
+            else f"cannot be read ({e.strerror})"
+        raise DataError(f"{why}; not read", path=str(path), code="not_a_file") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise DataError("is not a regular file (a folder, device or FIFO); not read",
+                            path=str(path), code="not_a_file")
+        if st.st_size > cap:
+            raise DataError(f"{st.st_size} bytes, over {cap}; not a {what}", path=str(path),
+                            code="too_large")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(cap + 1)
+    finally:
+        os.close(fd)
+
+
+def read_json_object(path: str | os.PathLike, *, cap: int, what: str, missing: str,
+                     rerun: str) -> dict[str, Any]:
+    """The JSON object in the regular file `path` (`read_regular_file`); bad UTF-8, bad JSON
+    or another JSON type is a DataError of one line naming the file and what to do
+    (`rerun`, e.g. "re-run the evaluation")."""
+    raw = read_regular_file(path, cap=cap, what=what, missing=missing)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise DataError(f"invalid UTF-8 byte at offset {e.start}; not a {what}",
+                        path=str(path), code="bad_encoding") from None
+    except json.JSONDecodeError as e:
+        raise DataError(f"bad JSON at line {e.lineno} column {e.colno}: {e.msg}; not a "
+                        f"{what} ({rerun})", path=str(path), code="bad_json") from None
+    if not isinstance(data, dict):
+        raise DataError(f"holds a JSON {type(data).__name__}, not a {what}", path=str(path),
+                        code="wrong_type")
+    return data
+
+
+def validate_versioned(data: dict[str, Any], model: type[T], path: str | os.PathLike, *,
+                       what: str, rerun: str, version: int = 1) -> T:
+    """`data` (a report's JSON object) as `model`. A file without `schema_version` (written
+    before it existed) reads as `version`; another version, or a field that does not fit, is
+    a DataError of one line naming the file."""
+    got = data.get("schema_version", version)
+    if got != version:
+        raise DataError(f"schema_version {json.dumps(got)[:20]} is not {version}, the one "
+                        f"this workbench reads; use the workbench version that wrote it or "
+                        f"{rerun}", path=str(path), code="schema_version")
+    try:
+        return model.model_validate(data)
+    except ValueError as e:
+        problems = " ".join(describe_validation_error(e).split())  # one line, always
+        raise DataError(f"not a {what} of this workbench version ({problems[:300]}); {rerun}",
+                        path=str(path), code="old_schema") from None
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     import hashlib
 

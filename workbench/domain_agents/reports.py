@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, RootModel, model_serializer
 
-from workbench.errors import DataError
 
 SCHEMA_VERSION = 1
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; more is not a report
@@ -85,61 +83,15 @@ def condition_file(run, artifact: str, condition: str) -> Path:
     return agent_folder(run) / path.replace("{value}", condition)
 
 
-def _read_regular(path: Path) -> bytes:
-    """The bytes of `path` when it is a regular file (never through a link, never a device,
-    FIFO or folder) of at most MAX_REPORT_BYTES."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise DataError("no report here: run `workbench agent eval PACK CONFIG` first",
-                        path=str(path), code="not_found") from None
-    except OSError as e:
-        what = "is a link; a report is read only as a regular file" if os.path.islink(path) \
-            else f"cannot be read ({e.strerror})"
-        raise DataError(f"{what}; not read", path=str(path), code="not_a_file") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise DataError("is not a regular file (a folder, device or FIFO); not read",
-                            path=str(path), code="not_a_file")
-        if st.st_size > MAX_REPORT_BYTES:
-            raise DataError(f"{st.st_size} bytes, over {MAX_REPORT_BYTES}; not a report",
-                            path=str(path), code="too_large")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read(MAX_REPORT_BYTES + 1)
-    finally:
-        os.close(fd)
-
-
 def read_report_file(path: str | os.PathLike, model: type[R], what: str) -> R:
     """The report at `path` as a `model`; anything else (missing, a link or device, bad
     JSON, another schema_version, a field that does not fit) is a DataError of one line
     naming the file. A report without schema_version (written before it existed) reads as
     version 1."""
-    from workbench.io import describe_validation_error
+    from workbench.io import read_json_object, validate_versioned
 
-    path = Path(path)
-    raw = _read_regular(path)
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise DataError(f"invalid UTF-8 byte at offset {e.start}; not a {what}",
-                        path=str(path), code="bad_encoding") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"bad JSON at line {e.lineno} column {e.colno}: {e.msg}; not a "
-                        f"{what} (re-run the evaluation)", path=str(path),
-                        code="bad_json") from None
-    if not isinstance(data, dict):
-        raise DataError(f"holds a JSON {type(data).__name__}, not a {what}", path=str(path),
-                        code="wrong_type")
-    version = data.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        raise DataError(f"schema_version {json.dumps(version)[:20]} is not {SCHEMA_VERSION}, "
-                        f"the one this workbench reads; use the workbench version that wrote "
-                        f"it or re-run the evaluation", path=str(path), code="schema_version")
-    try:
-        return model.model_validate(data)
-    except ValueError as e:
-        problems = " ".join(describe_validation_error(e).split())  # one line, always
-        raise DataError(f"not a {what} of this workbench version ({problems[:300]}); re-run "
-                        "the evaluation", path=str(path), code="old_schema") from None
+    data = read_json_object(path, cap=MAX_REPORT_BYTES, what=what, rerun="re-run the evaluation",
+                            missing="no report here: run `workbench agent eval PACK CONFIG` "
+                                    "first")
+    return validate_versioned(data, model, path, what=what, rerun="re-run the evaluation",
+                              version=SCHEMA_VERSION)

@@ -6,9 +6,6 @@ existed hold the same keys and values, and read as version 1."""
 
 from __future__ import annotations
 
-import json
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -192,77 +189,27 @@ def read_report(run) -> tuple[LoraReport | KnowledgeReport, str]:
     (track B's count knowledge bytes). Anything but a report of this version (missing,
     a link or device, bad JSON, another schema_version, a field that does not fit) is a
     DataError of one line naming the file; a report without schema_version reads as 1."""
-    from workbench.io import describe_validation_error
+    from workbench.io import read_json_object, read_regular_file, validate_versioned
 
     files = FedFiles.of(run)
     path = files.report_json
-    data = _read_json(path)
-    version = data.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        raise DataError(f"schema_version {_one_line(json.dumps(version))[:20]} is not "
-                        f"{SCHEMA_VERSION}, the one this workbench reads; use the workbench "
-                        "version that wrote it or re-run the experiment", path=str(path),
-                        code="schema_version")
+    rerun = "re-run the experiment"
+    data = read_json_object(path, cap=MAX_REPORT_BYTES, what="federated report", rerun=rerun,
+                            missing=MISSING)
     figures = data.get("figures")
     model: type[LoraReport | KnowledgeReport] = (
         KnowledgeReport if isinstance(figures, dict) and "knowledge_bytes_per_round" in figures
         else LoraReport)
-    try:
-        report = model.model_validate(data)
-    except ValueError as e:
-        raise DataError(f"not a federated {model.track} report of this workbench version "
-                        f"({_one_line(describe_validation_error(e))[:300]}); re-run the "
-                        "experiment", path=str(path), code="old_schema") from None
+    report = validate_versioned(data, model, path, what=f"federated {model.track} report",
+                                rerun=rerun, version=SCHEMA_VERSION)
     md_path = files.report_md
     try:
-        md = _read_regular(md_path).decode("utf-8")
+        md = read_regular_file(md_path, cap=MAX_REPORT_BYTES, what="report",
+                               missing=MISSING).decode("utf-8")
     except UnicodeDecodeError as e:
         raise DataError(f"invalid UTF-8 byte at offset {e.start}; not a report",
                         path=str(md_path), code="bad_encoding") from None
     return report, md
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(_read_regular(path).decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise DataError(f"invalid UTF-8 byte at offset {e.start}; not a federated report",
-                        path=str(path), code="bad_encoding") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"bad JSON at line {e.lineno} column {e.colno}: {e.msg}; not a "
-                        "federated report (re-run the experiment)", path=str(path),
-                        code="bad_json") from None
-    if not isinstance(data, dict):
-        raise DataError(f"holds a JSON {type(data).__name__}, not a federated report",
-                        path=str(path), code="wrong_type")
-    return data
-
-
-def _read_regular(path: Path) -> bytes:
-    """The bytes of `path` when it is a regular file (never through a link, never a device,
-    FIFO or folder) of at most MAX_REPORT_BYTES."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise DataError("no report here: the federated run has not finished (`workbench fed "
-                        "sim -c CONFIG`)", path=str(path), code="not_found") from None
-    except OSError as e:
-        what = "is a link; a report is read only as a regular file" if os.path.islink(path) \
-            else f"cannot be read ({e.strerror})"
-        raise DataError(f"{what}; not read", path=str(path), code="not_a_file") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise DataError("is not a regular file (a folder, device or FIFO); not read",
-                            path=str(path), code="not_a_file")
-        if st.st_size > MAX_REPORT_BYTES:
-            raise DataError(f"{st.st_size} bytes, over {MAX_REPORT_BYTES}; not a report",
-                            path=str(path), code="too_large")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read(MAX_REPORT_BYTES + 1)
-    finally:
-        os.close(fd)
+MISSING = "no report here: the federated run has not finished (`workbench fed sim -c CONFIG`)"
