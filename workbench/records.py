@@ -11,10 +11,10 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
-from pydantic import field_validator, model_validator
+from pydantic import field_validator, model_serializer, model_validator
 
 from workbench.io import read_jsonl, sha256_text, write_jsonl
 
@@ -363,6 +363,24 @@ class EvalResult(Record):
     latency_s: float | None = None
     error: StrictStr | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+
+
+# --- reports ----------------------------------------------------------------------------------
+
+class ReportPart(BaseModel):
+    """A part of a pipeline's report.json. Fields named in `omit_none` are left out of the
+    JSON when they are None (keys a writer writes only for some conditions)."""
+
+    model_config = ConfigDict(extra="forbid")
+    omit_none: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit(self, handler) -> dict[str, Any]:
+        data = handler(self)
+        for k in self.omit_none:
+            if data.get(k, 0) is None:
+                del data[k]
+        return data
 
 
 # --- runs -----------------------------------------------------------------------------------

@@ -12,31 +12,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, RootModel, model_serializer
+from pydantic import BaseModel, RootModel
 
+from workbench.records import ReportPart
 
 SCHEMA_VERSION = 1
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; more is not a report
 
 R = TypeVar("R", bound="ReportPart")
-
-
-class ReportPart(BaseModel):
-    """A part of a pack's report. Fields named in `omit_none` are left out of the JSON when
-    they are None (keys the writer only writes for some conditions)."""
-
-    model_config = ConfigDict(extra="forbid")
-    omit_none: ClassVar[tuple[str, ...]] = ()
-
-    @model_serializer(mode="wrap")
-    def _omit(self, handler) -> dict[str, Any]:
-        data = handler(self)
-        for k in self.omit_none:
-            if data.get(k, 0) is None:
-                del data[k]
-        return data
 
 
 class Interval(RootModel[tuple[float, float]]):

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import Field
 
+from workbench.records import ReportPart
 from workbench.errors import DataError
 
 SCHEMA_VERSION = 1
@@ -66,22 +67,6 @@ class FedFiles:
 
 
 # --- report.json as typed records ---------------------------------------------------------------
-
-class ReportPart(BaseModel):
-    """A part of a federated report. Fields named in `omit_none` are left out of the JSON
-    when they are None (keys the writer writes only for some conditions)."""
-
-    model_config = ConfigDict(extra="forbid")
-    omit_none: ClassVar[tuple[str, ...]] = ()
-
-    @model_serializer(mode="wrap")
-    def _omit(self, handler) -> dict[str, Any]:
-        data = handler(self)
-        for k in self.omit_none:
-            if data.get(k, 0) is None:
-                del data[k]
-        return data
-
 
 class LoraCondition(ReportPart):
     """One condition of track A on every site's held-out rows and MC items."""
