@@ -12,6 +12,7 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
+from workbench.federated.records import FedFiles, FederationFiles
 from workbench.federated.sites import SiteData, load_site, site_folders, split_sites
 from workbench.federated.weights import GlobalStore, State, state_hash
 from workbench.io import atomic_path, atomic_write_json, write_jsonl
@@ -86,10 +87,10 @@ def run_federated(fc: FederatedConfig, folders: list[Path], out: Path, *, log=pr
     from workbench.federated.inprocess import InProcessGrid, client_app, site_node_configs
     from workbench.federated.server import FedServer
 
-    done = out / "summary.json"
-    if done.exists():
-        prev = json.loads(done.read_text())
-        latest = GlobalStore(out / "global").latest()
+    files = FederationFiles(out)
+    if files.summary.exists():
+        prev = json.loads(files.summary.read_text())
+        latest = GlobalStore(files.global_store).latest()
         if prev.get("rounds") == fc.rounds and latest and latest[0] == fc.rounds \
                 and prev.get("sha256") == latest[2]["sha256"] and "wire" in prev:
             return prev
@@ -100,7 +101,7 @@ def run_federated(fc: FederatedConfig, folders: list[Path], out: Path, *, log=pr
     summary["wire"] = {"replies": audit.replies, "bytes": audit.bytes,
                        "canary_leaks": audit.leaks, "long_strings": audit.long_strings,
                        "record_names": sorted(audit.keys)}
-    atomic_write_json(out / "summary.json", summary)
+    atomic_write_json(files.summary, summary)
     return summary
 
 
@@ -114,7 +115,7 @@ def train_baselines(fc: FederatedConfig, sites: list[SiteData], initial: State, 
     steps = fc.rounds * fc.local.steps
     paths = {}
     for s in sites:
-        p = out / "local" / f"{s.name}.safetensors"
+        p = FedFiles(out).local / f"{s.name}.safetensors"
         if not p.exists():
             t0 = time.perf_counter()
             res = local_train(s, initial, model=fc.model, local=fc.local,
@@ -123,7 +124,7 @@ def train_baselines(fc: FederatedConfig, sites: list[SiteData], initial: State, 
             _save(p, res.state)
             log(f"local-only {s.name}: {steps} steps in {time.perf_counter() - t0:.0f} s")
         paths[f"local:{s.name}"] = p
-    p = out / "central.safetensors"
+    p = FedFiles(out).central
     if not p.exists():
         t0 = time.perf_counter()
         res = local_train(pooled(sites), initial, model=fc.model, local=fc.local,
@@ -141,7 +142,7 @@ def evaluate_all(fc: FederatedConfig, sites: list[SiteData], adapters: dict[str,
     `out/eval.jsonl` by condition and adapter hash)."""
     from workbench.federated.task import evaluate
 
-    cache_path = out / "eval.jsonl"
+    cache_path = FedFiles(out).eval_rows
     cache = {}
     if cache_path.exists():
         for line in cache_path.read_text().splitlines():
@@ -176,7 +177,7 @@ def knowledge_sites(fc: FederatedConfig, out: Path) -> list[Path]:
     ks = fc.knowledge
     if fc.sites_dir:
         return sorted(p for p in Path(fc.sites_dir).iterdir() if (p / "site.json").exists())
-    folders = services.knowledge_sites()(out / "sites", chinook_parts=ks.chinook_parts,
+    folders = services.knowledge_sites()(FedFiles(out).sites, chinook_parts=ks.chinook_parts,
                                           extra=ks.extra, scaffolds=ks.scaffolds,
                                           poison=ks.poison, seed=fc.seed)
     for i, d in enumerate(folders):
@@ -199,7 +200,7 @@ def run_knowledge_rounds(fc: FederatedConfig, folders: list[Path], out: Path, *,
     summary["wire"] = {"replies": audit.replies, "bytes": audit.bytes,
                        "canary_leaks": audit.leaks, "long_strings": audit.long_strings,
                        "record_names": sorted(audit.keys), "canaries": len(canaries)}
-    atomic_write_json(out / "summary.json", summary)
+    atomic_write_json(FederationFiles(out).summary, summary)
     return summary
 
 
@@ -229,28 +230,29 @@ def evaluate_knowledge(fc: FederatedConfig, folders: list[Path], views: dict[str
                          "poison": site.poison, "units": len(units),
                          "verified": [o.verified for o in res],
                          "iterations": [o.iterations for o in res]})
-    write_jsonl(out / "eval.jsonl", rows)
+    write_jsonl(FedFiles(out).eval_rows, rows)
     return rows
 
 
 def run_knowledge(fc: FederatedConfig, ctx, out: Path):
     """Track B experiment: federated rounds, each site alone (local-only, k_min=1), final
     evaluation of no units / local-only / federated units on every site's eval slice."""
-    from workbench.federated.report import FedFiles, write_knowledge_report
+    from workbench.federated.report import write_knowledge_report
     from workbench.registry import PipelineResult
 
     t0 = time.perf_counter()
+    files = FedFiles(out)
     folders = knowledge_sites(fc, out)
-    fed = run_knowledge_rounds(fc, folders, out / "federated", log=ctx.log)
+    fed = run_knowledge_rounds(fc, folders, files.federated, log=ctx.log)
     local_views = {}
     solo = fc.model_copy(update={
         "knowledge": fc.knowledge.model_copy(update={"k_min": 1}),
         "guards": fc.guards.model_copy(update={"min_nodes": 1, "min_replies": 1})})
     for d in folders:
         name = json.loads((d / "site.json").read_text())["name"]
-        run_knowledge_rounds(solo, [d], out / "local" / name, log=ctx.log)
-        local_views[name] = final_views(out / "local" / name)
-    fed_view = final_views(out / "federated")
+        run_knowledge_rounds(solo, [d], files.local / name, log=ctx.log)
+        local_views[name] = final_views(files.local / name)
+    fed_view = final_views(files.federated)
     rows = evaluate_knowledge(fc, folders, {"none": [], "local": lambda n: local_views[n],
                                             "federated": fed_view}, out)
     adapter_bytes = None
@@ -264,10 +266,9 @@ def run_knowledge(fc: FederatedConfig, ctx, out: Path):
             adapter_bytes = None
     report = write_knowledge_report(out, fc, rows, fed, adapter_bytes=adapter_bytes,
                                     seconds=time.perf_counter() - t0)
-    files = FedFiles(out)
     return PipelineResult(
         pipeline="fed", run_dir=str(ctx.layout.root),
-        outputs={"report": str(files.report_md), "kb": str(files.federated / "kb")},
+        outputs={"report": str(files.report_md), "kb": str(files.federation.kb)},
         figures=report.figures.model_dump(),
         message=f"{len(folders)} sites x {fc.rounds} rounds (knowledge): {report.headline}; "
                 f"report {files.report_md}")
@@ -275,11 +276,12 @@ def run_knowledge(fc: FederatedConfig, ctx, out: Path):
 
 def run(cfg, ctx):
     """The registered pipeline (`workbench fed sim -c CONFIG`)."""
-    from workbench.federated.report import FedFiles, write_report
+    from workbench.federated.report import write_report
     from workbench.registry import PipelineResult
 
     fc: FederatedConfig = cfg.federated
     out = ctx.layout.folder("fed")
+    files = FedFiles(out)
     if fc.track == "knowledge":
         return run_knowledge(fc, ctx, out)
     t0 = time.perf_counter()
@@ -288,15 +290,15 @@ def run(cfg, ctx):
     else:
         sp = fc.split
         ctx.stages("fed").run("sites", (sp.model_dump(), fc.seed), lambda: {
-            "sites": len(split_sites(sp.source, out / "sites", sites=sp.sites, by=sp.by,
+            "sites": len(split_sites(sp.source, files.sites, sites=sp.sites, by=sp.by,
                                      eval_fraction=sp.eval_fraction, canaries=sp.canaries,
                                      seed=fc.seed))})
-        folders = site_folders(out / "sites")
+        folders = site_folders(files.sites)
     sites = [load_site(f) for f in folders]
     if len({s.name for s in sites}) != len(sites):
         raise WorkbenchError(f"site names repeat in {[str(f) for f in folders]}")
-    summary = run_federated(fc, folders, out / "federated", log=ctx.log)
-    store = GlobalStore(out / "federated" / "global")
+    summary = run_federated(fc, folders, files.federated, log=ctx.log)
+    store = GlobalStore(files.federation.global_store)
     initial = store.load(0)
     final = store.latest()[1]
     adapters = {"initial": initial, "federated": final}
@@ -306,10 +308,9 @@ def run(cfg, ctx):
     rows = evaluate_all(fc, sites, adapters, out, log=ctx.log)
     report = write_report(out, fc, sites, rows, summary,
                           seconds=time.perf_counter() - t0)
-    files = FedFiles(out)
     return PipelineResult(
         pipeline="fed", run_dir=str(ctx.layout.root),
-        outputs={"report": str(files.report_md), "global": str(files.federated / "global"),
+        outputs={"report": str(files.report_md), "global": str(files.federation.global_store),
                  "rounds": str(files.rounds)},
         figures=report.figures.model_dump(),
         message=f"{len(sites)} sites x {fc.rounds} rounds: {report.headline}; "

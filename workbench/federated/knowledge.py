@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbench.federated.records import FederationFiles
 from workbench.io import append_line, atomic_write_json
 
 OP_KINDS = ("ADD", "AGREE", "EDIT", "REMOVE")
@@ -302,16 +303,16 @@ def apply_round(kb: KnowledgeBase, updates: Sequence[tuple[str, list[Op]]], *, k
 
 
 def kb_path(out: Path, rnd: int) -> Path:
-    return out / "kb" / f"round-{rnd:04d}.json"
+    return FederationFiles(out).kb / f"round-{rnd:04d}.json"
 
 
 def save_kb(out: Path, kb: KnowledgeBase) -> None:
     atomic_write_json(kb_path(out, kb.round), kb.model_dump(mode="json"))
-    atomic_write_json(out / "kb" / "state.json", {"round": kb.round})
+    atomic_write_json(FederationFiles(out).kb / "state.json", {"round": kb.round})
 
 
 def load_latest_kb(out: Path) -> KnowledgeBase | None:
-    d = out / "kb"
+    d = FederationFiles(out).kb
     for p in sorted(d.glob("round-*.json"), reverse=True) if d.is_dir() else []:
         try:
             return KnowledgeBase.model_validate_json(p.read_text())
@@ -321,7 +322,7 @@ def load_latest_kb(out: Path) -> KnowledgeBase | None:
 
 
 def log_round(out: Path, row) -> None:
-    append_line(out / "rounds.jsonl", json.dumps(asdict(row)))
+    append_line(FederationFiles(out).rounds, json.dumps(asdict(row)))
 
 
 def record_bytes(rec: dict) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
+from workbench.federated.records import FederationFiles
 from workbench.federated.deploy import Deployment, DeployError, Security
 
 
@@ -92,7 +93,7 @@ def run_rounds(fc: FederatedConfig, d: Deployment, out: Path | None = None, *,
 
 def check_outcome(run: DeployedRun, d: Deployment) -> None:
     """Raise `RunFailed` for a run the server aborted (abort.json) or that did not finish."""
-    abort = run.out / "abort.json"
+    abort = FederationFiles(run.out).abort
     if abort.exists():
         info = json.loads(abort.read_text())
         raise RunFailed(info["message"], int(info.get("exit_code", 1)))

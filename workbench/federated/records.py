@@ -16,17 +16,65 @@ from workbench.records import ReportPart
 from workbench.errors import DataError
 
 SCHEMA_VERSION = 1
-REPORT_JSON, REPORT_MD, PLOT = "report.json", "report.md", "rounds.png"
-ROUNDS_LOG = "rounds.jsonl"  # the federation's round log (federated.server, knowledge.log_round)
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; more is not a report
 
 
 # --- the files of a federated run ---------------------------------------------------------------
 
+def _declared(name: str) -> Path:
+    """An artifact's path in the `fed` folder, as the pipeline's spec declares it."""
+    from workbench.federated.spec import PIPELINE
+
+    return Path(PIPELINE.artifact(name).path)
+
+
+@dataclass(frozen=True)
+class FederationFiles:
+    """The files of one federation's folder: a run's `fed/federated`, or the server folder of
+    a deployment (`workbench fed run --out`). The names come from the spec's declared
+    artifacts, so the server, the sites' report and the app agree on them."""
+
+    root: Path
+
+    def _file(self, name: str) -> Path:
+        return self.root / _declared(name).relative_to(_declared("federation"))
+
+    @property
+    def rounds(self) -> Path:
+        """The round log: one JSON line per round (a crash mid-append tears only the last)."""
+        return self._file("rounds")
+
+    @property
+    def summary(self) -> Path:
+        return self._file("summary")
+
+    @property
+    def global_store(self) -> Path:
+        """The global adapter of every round (LoRA track)."""
+        return self._file("global")
+
+    @property
+    def kb(self) -> Path:
+        """The shared knowledge base of every round (knowledge track)."""
+        return self._file("kb")
+
+    @property
+    def replies(self) -> Path:
+        return self._file("replies")
+
+    @property
+    def server_log(self) -> Path:
+        return self._file("server_log")
+
+    @property
+    def abort(self) -> Path:
+        return self._file("abort")
+
+
 @dataclass(frozen=True)
 class FedFiles:
-    """The files of a federated run's folder (the run layout's `fed` folder) that the report
-    and the app read; every name is here, none in the callers."""
+    """The files of a federated run's folder (the run layout's `fed` folder): the names are
+    the spec's declared artifacts (`federated.spec`), none are in the callers."""
 
     root: Path
 
@@ -38,32 +86,58 @@ class FedFiles:
         if isinstance(run, RunLayout):
             return cls(run.folder("fed"))
         p = Path(run)
-        if p.name == REPORT_JSON and not p.is_dir():
+        if p.name == _declared("report").name and not p.is_dir():
             return cls(p.parent)
         sub = RunLayout.at(p).folder("fed")
         return cls(sub if sub.is_dir() else p)
 
+    def _file(self, name: str) -> Path:
+        return self.root / _declared(name)
+
     @property
     def report_json(self) -> Path:
-        return self.root / REPORT_JSON
+        return self._file("report")
 
     @property
     def report_md(self) -> Path:
-        return self.root / REPORT_MD
+        return self._file("report_md")
 
     @property
     def plot(self) -> Path:
-        return self.root / PLOT
+        return self._file("plot")
+
+    @property
+    def sites(self) -> Path:
+        return self._file("sites")
+
+    @property
+    def local(self) -> Path:
+        """Each site alone: `<site>.safetensors` (LoRA) or a federation folder per site
+        (knowledge)."""
+        return self._file("local")
+
+    @property
+    def central(self) -> Path:
+        return self._file("central")
+
+    @property
+    def eval_rows(self) -> Path:
+        """The evaluation's rows (a cache by condition and adapter for the LoRA track)."""
+        return self._file("eval")
 
     @property
     def federated(self) -> Path:
         """The federation's own folder: round log, summary, global adapters or knowledge
-        bases."""
-        return self.root / "federated"
+        bases (`federation`)."""
+        return self._file("federation")
+
+    @property
+    def federation(self) -> FederationFiles:
+        return FederationFiles(self.federated)
 
     @property
     def rounds(self) -> Path:
-        return self.federated / ROUNDS_LOG
+        return self.federation.rounds
 
 
 # --- report.json as typed records ---------------------------------------------------------------

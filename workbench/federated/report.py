@@ -281,7 +281,7 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
     run = _read_knowledge_run(out, fc, rows, summary)
     table = _knowledge_table(run)
     transfer = _transfer(run)
-    poison = _poison(files.federated / "kb")
+    poison = _poison(files.federation.kb)
     lora_round = 2 * len(run.sites) * adapter_bytes if adapter_bytes else None
     figures = _knowledge_figures(run, table, transfer, poison, lora_round,
                                  len(summary.get("active", [])), seconds)
@@ -303,7 +303,7 @@ def _read_knowledge_run(out: Path, fc: FederatedConfig, rows: list[dict],
     by: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in rows:
         by[r["condition"]][r["site"]] = r
-    local_rate = {s: dict(_rate(read_rounds(out / "local" / s)).get(s, [])) for s in sites}
+    local_rate = {s: dict(_rate(read_rounds(FedFiles(out).local / s)).get(s, [])) for s in sites}
     return _KnowledgeRun(fc=fc, sites=sites, meta={r["site"]: r for r in rows}, by=by,
                          fed_rounds=fed_rounds, fed_rate=_rate(fed_rounds),
                          local_rate=local_rate, wire=summary.get("wire", {}))

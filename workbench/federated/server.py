@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
+from workbench.federated.records import FederationFiles
 from workbench.federated.sites import SITE_NAME
 from workbench.federated.weights import (
     GlobalStore,
@@ -193,7 +194,8 @@ class FedServer:
                  on_round: Callable[[int], None] | None = None,
                  poll_s: float = 0.5):
         self.cfg, self.out, self.log = cfg, Path(out), log
-        self.store = GlobalStore(self.out / "global")
+        self.files = FederationFiles(self.out)
+        self.store = GlobalStore(self.files.global_store)
         self.on_round = on_round
         self.poll_s = poll_s
 
@@ -246,7 +248,7 @@ class FedServer:
 
         from workbench.io import atomic_path
 
-        d = self.out / "replies" / f"round-{rnd:04d}"
+        d = self.files.replies / f"round-{rnd:04d}"
         d.mkdir(parents=True, exist_ok=True)
         for name, st, m in good:
             with atomic_path(d / f"{name}.safetensors") as tmp:
@@ -294,7 +296,7 @@ class FedServer:
                          f"({log.num_examples:.0f} examples) in {log.seconds:.1f} s")
             log.sha256 = self.store.save(rnd, state, {"status": log.status,
                                                       "failed_streak": streak})
-            append_line(self.out / "rounds.jsonl", json.dumps(asdict(log)))
+            append_line(self.files.rounds, json.dumps(asdict(log)))
             if self.on_round:
                 self.on_round(rnd)
             if streak >= g.max_failed_rounds:
@@ -305,11 +307,11 @@ class FedServer:
         nodes = self.wait_for_nodes(grid)
         ev, _ = self._exchange(grid, nodes, "evaluate", cfg.rounds, state)
         ev.sha256 = state_hash(state)
-        append_line(self.out / "rounds.jsonl", json.dumps(asdict(ev)))
+        append_line(self.files.rounds, json.dumps(asdict(ev)))
         summary = {"rounds": cfg.rounds, "sha256": state_hash(state),
                    "seconds": time.monotonic() - t_run, "final": ev.sites,
                    "aggregation": cfg.aggregation}
-        atomic_write_json(self.out / "summary.json", summary)
+        atomic_write_json(self.files.summary, summary)
         return summary
 
 
@@ -418,13 +420,13 @@ class KnowledgeServer(FedServer):
         summary = {"rounds": cfg.rounds, "track": "knowledge",
                    "active": [u.public() for u in kb.active()],
                    "units": len(kb.units)}
-        atomic_write_json(self.out / "summary.json", summary)
+        atomic_write_json(self.files.summary, summary)
         return summary
 
 
 def read_rounds(out: str | Path) -> list[dict]:
     """The round log; a torn last line (a crash mid-append) is skipped."""
-    p = Path(out) / "rounds.jsonl"
+    p = FederationFiles(Path(out)).rounds
     rows = []
     for line in p.read_text().splitlines() if p.exists() else []:
         try:
@@ -445,18 +447,19 @@ def serve(grid: Grid, config_file: str, out_dir: str) -> dict[str, Any]:
     cfg = FederatedConfig.model_validate_json(Path(config_file).read_text())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "abort.json").unlink(missing_ok=True)  # a resumed run starts without the old one
+    files = FederationFiles(out)
+    files.abort.unlink(missing_ok=True)  # a resumed run starts without the old one
     logger = logging.getLogger("workbench.federated")
 
     def log(line: str) -> None:
         logger.info(line)
-        append_line(out / "server.log", f"{time.strftime('%H:%M:%S')} {line}")
+        append_line(files.server_log, f"{time.strftime('%H:%M:%S')} {line}")
 
     server = KnowledgeServer if cfg.track == "knowledge" else FedServer
     try:
         return server(cfg, out, log=log).run(grid)
     except FedAbort as e:
-        atomic_write_json(out / "abort.json", {"message": str(e), "exit_code": e.exit_code,
+        atomic_write_json(files.abort, {"message": str(e), "exit_code": e.exit_code,
                                                **e.details})
         log(f"abort: {e}")
         raise
