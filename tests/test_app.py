@@ -268,8 +268,9 @@ def test_chat_page_answers_side_by_side_with_sources_and_keeps_ratings(finished,
     assert not at.exception, at.exception
     body = texts(at)
     assert body.count("What does a quarter-wave transformer match?") == 1
-    assert "**base**" in [m.value for m in at.markdown]
-    assert "**tiny-llama + adapter tiny + hybrid k=3**" in [m.value for m in at.markdown]
+    assert "**Setup 1: base, no retrieval**" in [m.value for m in at.markdown]
+    assert "**Setup 2: tiny-llama + adapter tiny + hybrid k=3 (index tiny)**" in [
+        m.value for m in at.markdown]
     assert [e.label for e in at.expander if "passages" in e.label] == ["3 passages"]
     session = at.session_state["c-session"]
     first, second = session.answers

@@ -27,6 +27,10 @@ one, on a terminal too (the bars are drawn as before). A background job writes
 
 (`done`, `total`, `rate`, `elapsed`, `eta`: the outermost counted level that has moved, as in
 the log lines; `levels: []` once no work is in flight.)
+
+`where_it_stood()` is the snapshot of the moment an error or a stop request left the work
+(noted as it unwinds through the loops and stages); a job keeps it in `job.json` when it
+ends unfinished, so a stopped job can say how far it got.
 """
 
 from __future__ import annotations
@@ -147,9 +151,20 @@ class _Ticker:
         self.stacks: dict[int, list[_Work]] = {}
         self.thread: threading.Thread | None = None
         self.wake = threading.Event()
+        self.unwound: dict[str, Any] | None = None  # where work stood when an error left it
+
+    def note_unwound(self) -> None:
+        """An exception is leaving a piece of work: keep the snapshot of where the work stood
+        (the innermost level notes first, the levels it passes through keep that one)."""
+        if self.unwound is None:
+            snap = self.snapshot()
+            with self.lock:
+                if self.unwound is None and snap["levels"]:
+                    self.unwound = snap
 
     def push(self, w: _Work) -> None:
         with self.lock:
+            self.unwound = None  # work goes on: an earlier error was handled
             self.stacks.setdefault(threading.get_ident(), []).append(w)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="wb-progress",
@@ -264,6 +279,17 @@ def write_progress_file() -> bool:
     return _ticker.write_file()
 
 
+def where_it_stood() -> dict[str, Any] | None:
+    """Where the work stood when an exception (an error, a stop request) last left it, as a
+    snapshot (the format above, rate and time left included as they were then); else the
+    work in flight now; None when there is neither. A job records this when it ends
+    unfinished, so a stopped job can say how far it got."""
+    if _ticker.unwound is not None:
+        return _ticker.unwound
+    snap = _ticker.snapshot()
+    return snap if snap["levels"] else None
+
+
 def progress(items: Iterable[T], desc: str = "", total: int | None = None,
              unit: str = "it", *, delay: float = 0.0) -> Iterator[T]:
     """Iterate `items` with a bar on a terminal (shown after `delay` seconds) or progress
@@ -286,6 +312,11 @@ def progress(items: Iterable[T], desc: str = "", total: int | None = None,
         for x in items:
             yield x
             w.done += 1
+    except BaseException:
+        # an error or a stop request in the loop's body reaches a generator as GeneratorExit
+        # when the unwinding lets it go (as does a `break`; work that goes on forgets it)
+        _ticker.note_unwound()
+        raise
     finally:
         _ticker.pop(w)
         if bars:
@@ -303,6 +334,9 @@ def stage(desc: str) -> Iterator[None]:
     _ticker.push(w)
     try:
         yield
+    except BaseException:
+        _ticker.note_unwound()  # work without a counted loop inside, or one that was not
+        raise
     finally:
         _ticker.pop(w)
 

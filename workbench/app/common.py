@@ -151,11 +151,50 @@ STATUS_ICONS = {"running": ":material/hourglass_top:", "queued": ":material/sche
                 "stopped": ":material/stop_circle:", "unreadable": ":material/broken_image:"}
 
 
+RUN_AGAIN_HELP = ("Start a new job with this job's config: it finishes the rest of the run "
+                  "(finished stages and cached model calls are skipped).")
+
+
+def job_progress_bar(row) -> None:
+    """A task-centre row's progress: the work in flight of a running job (done/total, rate,
+    time left), or where a stopped or failed job's work stood when it ended."""
+    if row.progress is not None and row.progress.levels:
+        label = (f"{row.progress.label}: {row.progress_text()}, {row.rate_text()}, "
+                 f"ETA {row.eta_text()}")
+        frac = row.fraction
+    elif row.last_progress is not None:
+        label, frac = f"{row.state} at {row.last_progress_text()}", row.last_fraction
+    else:
+        return
+    if frac is not None:
+        st.progress(frac, text=label)
+    else:
+        st.caption(f"{label} (not counted)" if row.state == "running" else label)
+
+
+def run_again_button(job, key: str) -> None:
+    """The "Run again" button of a stopped or failed job (as the Task centre's): a new job
+    of its kind and config that finishes its run; the page then shows the new job."""
+    from workbench.jobs import run_again
+
+    if st.button("Run again", key=f"{key}-again", help=RUN_AGAIN_HELP):
+        try:
+            new = run_again(job)
+        except Exception as e:  # noqa: BLE001 - e.g. another job writes the same run
+            show_error(e)
+        else:
+            st.session_state[f"{key}-said"] = f"Run again: started job {new.id}"
+            st.rerun()
+
+
 def job_panel(kind: str, key: str) -> None:
-    """Status, progress and log of the newest job of a kind; survives reloads (on disk).
-    Every job of every kind: the Task centre page."""
+    """Status, progress and log of the newest job of a kind; survives reloads (on disk):
+    Stop while it runs, Run again once it stopped or failed. Every job of every kind: the
+    Task centre page."""
     from workbench.jobs import job_row, list_jobs, stop_job
 
+    if said := st.session_state.pop(f"{key}-said", None):
+        st.success(said)
     jobs = read_or_none(f"{kind} jobs", lambda: list_jobs(workspace(), kind=kind))
     if not jobs:
         st.caption(f"No {kind} job started from the app yet.")
@@ -165,11 +204,10 @@ def job_panel(kind: str, key: str) -> None:
     if job.progress:
         st.caption(job.progress[-1])
     row = read_or_none("the job's progress", lambda: job_row(job, log_lines=0))
-    if row is not None and row.progress is not None and row.fraction is not None:
-        st.progress(row.fraction, text=f"{row.progress.label}: {row.progress_text()}, "
-                                       f"{row.rate_text()}, ETA {row.eta_text()}")
+    if row is not None:
+        job_progress_bar(row)
     if job.error:
-        st.error(job.error)
+        (st.warning if job.status == "stopped" else st.error)(job.error)
     cols = st.columns(3)
     if job.status == "running":
         if cols[0].button("Stop", key=f"{key}-stop"):
@@ -180,6 +218,9 @@ def job_panel(kind: str, key: str) -> None:
             else:
                 st.rerun()
         cols[1].button("Refresh", key=f"{key}-refresh")
+    elif row is not None and row.can_run_again:
+        with cols[0]:
+            run_again_button(job, key)
     with st.expander("log"):
         st.code(read_or_none("the job log", lambda: job.log_text(80)) or "(empty)")
 

@@ -23,9 +23,9 @@ from pydantic import ValidationError
 from workbench import registry
 from workbench.errors import TrainingInterrupted, WorkbenchError
 from workbench.io import atomic_write_text
-from workbench.jobs.state import (ACTIVE, PROGRESS_FILE, Job, _read_job_json, check_job_id,
-                                  is_job_process, kinds, list_jobs, load_job, process_start,
-                                  run_root)
+from workbench.jobs.state import (ACTIVE, PROGRESS_FILE, Job, ProgressSnapshot, _read_job_json,
+                                  check_job_id, is_job_process, kinds, list_jobs, load_job,
+                                  process_start, run_root)
 
 def start_job(workspace: str | Path, kind: str, config: dict[str, Any], *,
               job_id: str | None = None) -> Job:
@@ -172,7 +172,8 @@ def _worker(folder: str) -> int:
     """The job's work, in the process its supervisor (`main`) started and waits on."""
     import faulthandler
 
-    from workbench.progress import quiet_libraries, set_progress_file, write_progress_file
+    from workbench.progress import (quiet_libraries, set_progress_file, where_it_stood,
+                                    write_progress_file)
 
     faulthandler.enable()  # a crash in native code leaves its Python stack in log.txt
     quiet_libraries()  # library warnings stay out of the job's log
@@ -188,8 +189,13 @@ def _worker(folder: str) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        job.result = _execute(job)
-        job.status = "completed"
+        try:
+            job.result = _execute(job)
+            job.status = "completed"
+        except BaseException:
+            stood = where_it_stood()  # before the loops' generators are let go
+            job.last_progress = ProgressSnapshot.model_validate(stood) if stood else None
+            raise
     except (KeyboardInterrupt, TrainingInterrupted):
         job.status, job.error = "stopped", "stopped by request; start it again to resume"
     except WorkbenchError as e:

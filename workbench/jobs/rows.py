@@ -10,6 +10,9 @@ from pydantic import BaseModel, Field
 
 from workbench.jobs.state import Job, ProgressSnapshot, job_progress, list_jobs, run_root
 
+ENDED_UNFINISHED = ("stopped", "failed")  # ended with work left: where it stood is shown
+
+
 class JobRow(BaseModel):
     """One line of the task centre: a job, its progress and the end of its log."""
 
@@ -25,6 +28,8 @@ class JobRow(BaseModel):
     error: str | None = None
     message: str | None = None  # the pipeline's last progress message
     progress: ProgressSnapshot | None = None  # the work in flight (running jobs only)
+    # stopped or failed: where its work stood when it ended (`last_progress`)
+    last_progress: ProgressSnapshot | None = None
     log_tail: list[str] = Field(default_factory=list)
     can_stop: bool = False
     can_run_again: bool = False  # stopped or failed: there is work left to finish
@@ -47,6 +52,29 @@ class JobRow(BaseModel):
         if not self.progress or not self.progress.total or self.progress.done is None:
             return None
         return min(1.0, max(0.0, self.progress.done / self.progress.total))
+
+    @property
+    def last_fraction(self) -> float | None:
+        """done/total in [0, 1] of where a stopped or failed job's work stood, None when it
+        recorded no counted progress."""
+        p = self.last_progress
+        if not p or not p.total or p.done is None:
+            return None
+        return min(1.0, max(0.0, p.done / p.total))
+
+    def last_done_text(self) -> str:
+        """Where a stopped or failed job stood as "3/12 chunk" ("-" when not counted)."""
+        p = self.last_progress
+        return f"{p.done}/{p.total} {p.unit}".rstrip() if p and p.total else "-"
+
+    def last_progress_text(self) -> str:
+        """Where a stopped or failed job stood as "model calls: 3/12 chunk" (the work's
+        label alone when it was not counted, "-" when the job recorded nothing)."""
+        p = self.last_progress
+        if p is None:
+            return "-"
+        label = p.label or "working"
+        return f"{label}: {self.last_done_text()}" if p.total else f"{label} (not counted)"
 
     @property
     def eta(self) -> float | None:
@@ -91,15 +119,31 @@ def job_row(job: Job, *, log_lines: int = 10) -> JobRow:
             now if job.status == "running" else None)
         elapsed = max(0.0, end - job.started) if end is not None else None
     running = job.status == "running"
+    ended = job.status in ENDED_UNFINISHED
     log = job.log_text(log_lines, max_bytes=64 * 1024) if log_lines > 0 else ""
     return JobRow(id=job.id, kind=job.kind, state=job.status, run=str(run or "-"),
                   run_dir=str(root) if root else None, created=job.created,
                   started=job.started, finished=job.finished, elapsed=elapsed,
                   error=job.error, message=(job.progress or [None])[-1],
                   progress=job_progress(job) if running else None,
+                  last_progress=last_progress(job) if ended else None,
                   log_tail=log.splitlines() if log else [],
                   can_stop=running, can_run_again=job.status in ("stopped", "failed"),
                   peak_rss_mb=job.peak_rss_mb)
+
+
+def last_progress(job: Job) -> ProgressSnapshot | None:
+    """Where a stopped or failed job's work stood when it ended: what its worker recorded
+    when the error or the stop request left the work (`Job.last_progress`), else, for a
+    worker killed before it could record anything, its last progress snapshot (at most
+    `WB_PROGRESS_FILE_SECONDS` old); None when it recorded neither (it ended before any
+    progress). Rate and time left are dropped: nothing is in flight any more."""
+    snap = job.last_progress
+    if snap is None or not snap.levels:
+        snap = job_progress(job)
+    if snap is None or not snap.levels:
+        return None
+    return snap.model_copy(update={"rate": None, "eta": None})
 
 
 def job_rows(workspace: str | Path, *, kinds: list[str] | tuple[str, ...] | None = None,

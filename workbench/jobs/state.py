@@ -55,6 +55,8 @@ class Job(BaseModel):
     progress: list[str] = Field(default_factory=list)
     result: dict[str, Any] = Field(default_factory=dict)
     peak_rss_mb: float | None = None  # the work's peak memory, recorded when it ends
+    # stopped or failed: where its work stood when it ended (`workbench.progress`)
+    last_progress: ProgressSnapshot | None = None
 
     @property
     def folder(self) -> Path:

@@ -45,6 +45,15 @@ def loader(spec: str, **opts):
     return load_model(spec, adapter, tuple(sorted(opts.items())))
 
 
+def setup_label(i: int, s: ChatSetup, index: str) -> str:
+    """The label of setup `i` on its answers and in the ratings, SFT rows and preference pairs
+    it leaves: its number, then the setup's own label (model, adapter, retriever and k) and
+    its index's name, or "no retrieval", so two setups of one model never share a label."""
+    if s.index is None:
+        return f"Setup {i + 1}: {s.label}, no retrieval"
+    return f"Setup {i + 1}: {s.label} (index {index.removesuffix(' (index)')})"
+
+
 top = st.columns(3)
 n = top[0].number_input("Setups side by side", 1, MAX_SETUPS, 2 if adapters or indexes else 1,
                         key="c-n")
@@ -79,10 +88,11 @@ for i, col in enumerate(cols):
             st.caption("Give the endpoint's URL.")
             continue
         try:
-            setups.append(ChatSetup(model=spec, adapter=adapter, options=opts, retriever=retriever,
-                                    model_label="base" if kind == BASE else "",
-                                    max_tokens=int(longest), temperature=float(temperature),
-                                    k=int(k), index=str(indexes[idx]) if idx != "none" else None))
+            s = ChatSetup(model=spec, adapter=adapter, options=opts, retriever=retriever,
+                          model_label="base" if kind == BASE else "",
+                          max_tokens=int(longest), temperature=float(temperature),
+                          k=int(k), index=str(indexes[idx]) if idx != "none" else None)
+            setups.append(s.model_copy(update={"name": setup_label(i, s, idx)}))
         except ValueError as e:
             show_error(e)
 

@@ -23,6 +23,31 @@ FLAGS = {"verifier_disagrees": "a second reading by the model picked another opt
          "rewrote_references": "numbered figure or equation references were rewritten",
          "stripped_prefix": "an echo of the instructions was cut from the question"}
 
+VERDICT_FLAGS = {"verifier_disagrees"}  # the verifier's verdict, which a rater must not see
+
+
+def verifier_check_of(run):
+    """(the run's verifier check, None) or (None, the error that says why there is none)."""
+    from workbench.distill.verifier_check import verifier_check
+
+    try:
+        return verifier_check(run), None
+    except Exception as e:  # noqa: BLE001 - said in the page, never a traceback
+        return None, e
+
+
+def verdict_hidden(s, vc) -> bool:
+    """Whether the sample browser hides the verifier's verdict on sample `s`: an item the
+    verifier decided that no one has rated yet, while the check has items left to rate (a
+    skip brings in a replacement from outside the current sample, so any unrated item may
+    still be asked). Hidden too when the check cannot be read now."""
+    if s.kind != "mc" or not s.provenance.models.get("verifier"):
+        return False  # the verifier never saw it: there is no verdict to hide
+    if vc is None:
+        return True  # unreadable now (a job still writing): hide rather than guess
+    return vc.check.next is not None and s.id not in vc.check.rated
+
+
 st.title("Distill QTSA data")
 st.caption("A teacher model reads each section of the corpus and writes training samples in "
            "four parts: **Q**uestion, **T**hinking (its reasoning), **S**olution and "
@@ -103,18 +128,25 @@ else:
     except Exception as e:  # noqa: BLE001 - a file a job is still writing
         not_ready("the samples of this run", e)
         st.stop()
+    vc, vc_error = verifier_check_of(run)
     if samples:
         i = st.number_input("Sample", 0, len(samples) - 1, 0, key="d-sample",
                             help=f"{len(samples)} samples, numbered from 0.")
         s = samples[int(i)]
         left, right = st.columns(2)
         with left:
+            blind = verdict_hidden(s, vc)
+            flags = [f for f in s.flags if not (blind and f in VERDICT_FLAGS)]
             st.markdown(f"**{s.kind.upper()}** · {s.provenance.perspective} · difficulty "
                         f"{s.difficulty} · review: "
                         f"{review.get(s.id, {}).get('action', 'not yet')}"
-                        + (f" · flags: {', '.join(s.flags)}" if s.flags else ""))
-            if known := [f"{f}: {FLAGS[f]}" for f in s.flags if f in FLAGS]:
+                        + (f" · flags: {', '.join(flags)}" if flags else ""))
+            if known := [f"{f}: {FLAGS[f]}" for f in flags if f in FLAGS]:
                 st.caption("; ".join(known))
+            if blind:  # said of every such item, flagged or not: the note itself tells nothing
+                st.caption(":material/visibility_off: The verifier's verdict on this item is "
+                           "hidden until it is rated under Check the verifier below, so the "
+                           "rating is not swayed by it.")
             st.markdown(f"#### {s.question}")
             if s.options:
                 st.markdown(options_html(s.options, s.answer), unsafe_allow_html=True)
@@ -174,17 +206,14 @@ else:
                "decisions (half it accepted where there are enough) without seeing its "
                "verdict: Cohen's kappa between the verifier and you, with its 95% interval, "
                "says how far its accept/reject can be trusted.")
-    from workbench.distill.verifier_check import QUESTION, WHAT, verifier_check
+    from workbench.distill.verifier_check import QUESTION, WHAT
     from workbench.errors import DataError, WorkbenchError
 
-    try:
-        vc = verifier_check(run)
-    except DataError as e:  # a file a job is still writing, or a bad line (named)
-        not_ready("the verifier's decisions", e)
-    except WorkbenchError as e:  # the verifier was off, or decided nothing that can be shown
-        st.caption(f"Nothing to check: {str(e).splitlines()[0]}")
-    except Exception as e:  # noqa: BLE001 - never a traceback in the page
-        not_ready("the verifier's decisions", e)
+    if isinstance(vc_error, WorkbenchError) and not isinstance(vc_error, DataError):
+        # the verifier was off, or decided nothing that can be shown
+        st.caption(f"Nothing to check: {str(vc_error).splitlines()[0]}")
+    elif vc_error is not None:  # a file a job is still writing, or a bad line (named)
+        not_ready("the verifier's decisions", vc_error)
     else:
         st.caption(f"Verifier {vc.decisions.verifier}: the run keeps "
                    f"{len(vc.decisions.items)} of its {vc.decisions.checked} decisions.")

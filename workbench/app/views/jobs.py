@@ -3,7 +3,14 @@
 
 import streamlit as st
 
-from workbench.app.common import STATUS_ICONS, read_or_none, show_error, workspace
+from workbench.app.common import (
+    RUN_AGAIN_HELP,
+    STATUS_ICONS,
+    job_progress_bar,
+    read_or_none,
+    show_error,
+    workspace,
+)
 from workbench.jobs import (
     STATUSES,
     job_folder,
@@ -62,8 +69,11 @@ def centre() -> None:
         return
     running = sum(r.state == "running" for r in rows)
     st.markdown(f"**{len(rows)} job(s), {running} running**")
+    # a stopped or failed job: where its work stood when it ended
     st.dataframe([{"state": f"{r.state}", "pipeline": r.kind, "run": r.run,
-                   "progress": r.fraction, "done/total": r.progress_text(),
+                   "progress": r.fraction if r.last_progress is None else r.last_fraction,
+                   "done/total": r.progress_text() if r.last_progress is None
+                   else r.last_done_text(),
                    "rate": r.rate_text(), "ETA": r.eta_text(), "elapsed": r.elapsed_text(),
                    "id": r.id} for r in rows], hide_index=True, key="tc-table",
                  column_config={"progress": st.column_config.ProgressColumn(
@@ -73,13 +83,7 @@ def centre() -> None:
         # left it across refreshes
         head = f"{STATUS_ICONS.get(r.state, '')} **{r.kind}** · {r.run} · {r.state} · `{r.id}`"
         with st.expander(head, expanded=r.state == "running"):
-            if r.progress is not None and r.progress.levels:
-                label = (f"{r.progress.label}: {r.progress_text()}, {r.rate_text()}, "
-                         f"ETA {r.eta_text()}")
-                if r.fraction is not None:
-                    st.progress(r.fraction, text=label)
-                else:
-                    st.caption(f"{label} (not counted)")
+            job_progress_bar(r)  # in flight, or where a stopped or failed job stood
             st.caption(f"elapsed {r.elapsed_text()} · run folder `{r.run_dir or '-'}`"
                        + (f" · peak memory {r.peak_rss_mb / 1024:.2f} GiB"
                           if r.peak_rss_mb is not None else "")
@@ -93,9 +97,7 @@ def centre() -> None:
                 act("Stop", lambda r=r: "requested" if stop_job(load_job(job_folder(
                     ws, r.id))) else "the job was not running")
             if r.can_run_again and b[0].button(
-                    "Run again", key=f"tc-again-{r.id}",
-                    help="Start a new job with this job's config: it finishes the rest of "
-                         "the run."):
+                    "Run again", key=f"tc-again-{r.id}", help=RUN_AGAIN_HELP):
                 act("Run again", lambda r=r: "started job "
                     + run_again(load_job(job_folder(ws, r.id))).id)
             st.code("\n".join(r.log_tail) or "(the log is empty)", language=None)
