@@ -45,6 +45,14 @@ class SectionIndex(Protocol):
     def __call__(self, sections: Iterable[Any], out: str | Path, log: Log = print) -> Any: ...
 
 
+class OpenIndex(Protocol):
+    """A `Search` over a built index folder, opened once (its files checked, the embedder
+    loaded for semantic or hybrid retrieval) and queried in batches; a missing or damaged
+    folder raises when it is opened."""
+
+    def __call__(self, index_dir: str | Path, retriever: str = "hybrid") -> Search: ...
+
+
 class QueryIndex(Protocol):
     """The hits of one query against a built index folder."""
 
@@ -131,6 +139,7 @@ class QtsaChat(Protocol):
 
 SERVICES: dict[str, type] = {
     "contexts": Contexts, "section_index": SectionIndex, "query_index": QueryIndex,
+    "open_index": OpenIndex,
     "searcher": SearcherFactory, "benchmark_retrieval_metrics": BenchmarkRetrievalMetrics,
     "knowledge_site": KnowledgeSiteFactory, "knowledge_sites": KnowledgeSites,
     "knowledge_agent_settings": KnowledgeAgentSettings, "qtsa_chat": QtsaChat,
@@ -236,6 +245,10 @@ def section_index() -> SectionIndex:
 
 def query_index() -> QueryIndex:
     return resolve("query_index")
+
+
+def open_index() -> OpenIndex:
+    return resolve("open_index")
 
 
 def searcher() -> SearcherFactory:

@@ -51,17 +51,26 @@ def pack_module(name: str) -> Any:
     return importlib.import_module(found[name])
 
 
+def _check_pack_options(ac) -> None:
+    """Options that only some packs read, refused for the others in one line."""
+    from workbench.errors import ConfigError
+
+    if ac.adapters and ac.pack != "litsearch":
+        raise ConfigError([f"agent.adapters: pack {ac.pack!r} has no adapter "
+                           "conditions (litsearch has; kgv trains its own: agent_sft)"])
+    if ac.index is not None and ac.pack != "kgv":
+        raise ConfigError([f"agent.index: pack {ac.pack!r} searches its own data; a "
+                           "prebuilt index is evidence for kgv only"])
+
+
 def run(cfg, ctx):
     """The registered job: evaluate the configured pack end to end."""
-    if cfg.agent.adapters and cfg.agent.pack != "litsearch":
-        from workbench.errors import ConfigError
-
-        raise ConfigError([f"agent.adapters: pack {cfg.agent.pack!r} has no adapter "
-                           "conditions (litsearch has; kgv trains its own: agent_sft)"])
+    _check_pack_options(cfg.agent)
     return pack_module(cfg.agent.pack).evaluate(cfg, ctx)
 
 
 def run_inputs(cfg, inputs: list[str], log=print):
+    _check_pack_options(cfg.agent)
     return pack_module(cfg.agent.pack).run_inputs(cfg, inputs, log=log)
 
 

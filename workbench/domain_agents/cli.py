@@ -1,8 +1,10 @@
 """`workbench agent run|eval PACK CONFIG`: run a domain agent on a few inputs and watch its
-steps, or evaluate it against its baselines (a registered job: `workbench jobs start agent`)."""
+steps, or evaluate it against its baselines (a registered job: `workbench jobs start agent`);
+`workbench agent verdict-check RUN`: a person checks a KGV evaluation's verdicts."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -11,8 +13,15 @@ import typer
 from workbench.cli_options import ConfigArg, SetOpt, load
 
 PackArg = Annotated[str, typer.Argument(help="The agent pack: kgv, rf or litsearch.")]
-def _cfg(pack: str, config, set_):
-    return load(config, None, set_, f"agent.pack={pack}")
+IndexOpt = Annotated[Path | None, typer.Option(
+    "--index", help="kgv: search this index made by `workbench rag build` instead of the "
+                    "data folder's documents or graph facts (agent.index; agent.retriever "
+                    "picks keyword, semantic or hybrid).")]
+
+
+def _cfg(pack: str, config, set_, index: Path | None = None):
+    extra = [f"agent.index={json.dumps(str(index))}"] if index is not None else []
+    return load(config, None, set_, f"agent.pack={pack}", *extra)
 
 
 def _show(t) -> str:
@@ -41,6 +50,9 @@ def _show(t) -> str:
     lines.append(f"  -> {verdict} (stop: {t.stop}"
                  + (f"; gold: {gold if not t.task_id.startswith('input-') else 'unknown'}"
                     if gold else "") + f"; {t.tool_calls} tool calls, {t.seconds:.1f} s)")
+    for p in t.metadata.get("cited") or ():  # a KGV verdict's evidence, with its source
+        lines.append(f"     cites [{p['id']}] {p['source'] or p['doc']}: "
+                     f"{' '.join(p['text'].split())[:120]}")
     return "\n".join(lines)
 
 
@@ -53,9 +65,10 @@ def register(group: typer.Typer) -> None:
                                       "(rfd-000) or a question; "
                                       "litsearch: an intent id (ls-001). Repeatable.")] = None,
             out: Annotated[Path | None, typer.Option(
-                help="Also write the trajectories to this JSONL file.")] = None):
+                help="Also write the trajectories to this JSONL file.")] = None,
+            index: IndexOpt = None):
         """Run the agent on a few inputs and print every step (calls, observations, the
-        verdict)."""
+        verdict and, for kgv, the passages it cites and the evidence searched)."""
         from workbench.domain_agents.api import run_inputs
         from workbench.io import write_jsonl
         from workbench.progress import quiet_libraries
@@ -63,8 +76,12 @@ def register(group: typer.Typer) -> None:
         quiet_libraries()
         if not inputs:
             raise typer.BadParameter("give at least one --input", param_hint="--input")
-        trajs = run_inputs(_cfg(pack, config, set_), list(inputs),
+        trajs = run_inputs(_cfg(pack, config, set_, index), list(inputs),
                            log=lambda m: typer.echo(m, err=True))
+        source = next((t.metadata["evidence_source"] for t in trajs
+                       if t.metadata.get("evidence_source")), None)
+        if source:
+            typer.echo(f"evidence: {source}")
         for t in trajs:
             typer.echo(_show(t))
         if out:
@@ -73,7 +90,8 @@ def register(group: typer.Typer) -> None:
 
     @group.command("eval")
     def eval_(pack: PackArg, config: ConfigArg = None, set_: SetOpt = None,
-              fresh: Annotated[bool, typer.Option(help="Ignore finished stages.")] = False):
+              fresh: Annotated[bool, typer.Option(help="Ignore finished stages.")] = False,
+              index: IndexOpt = None):
         """Evaluate the pack's agent against its baselines (closed book, single-turn RAG),
         distil teacher trajectories into a LoRA student and report all side by side with
         intervals. Resumable: finished stages and claims are kept."""
@@ -81,6 +99,63 @@ def register(group: typer.Typer) -> None:
         from workbench.progress import quiet_libraries
 
         quiet_libraries()
-        result = run_in_process("agent", _cfg(pack, config, set_),
+        result = run_in_process("agent", _cfg(pack, config, set_, index),
                                 log=lambda m: typer.echo(m, err=True), fresh=fresh)
         typer.echo(result.message)
+
+    _register_verdict_check(group)
+
+
+def _register_verdict_check(group: typer.Typer) -> None:
+    @group.command("verdict-check")
+    def verdict_check_cmd(
+            run: Annotated[Path, typer.Argument(help="Run folder of a KGV evaluation (or its "
+                                                     "agent/).")],
+            condition: Annotated[str, typer.Option(
+                help="Whose verdicts: agent, rag, closed_book or agent_sft.")] = "agent",
+            rate: Annotated[bool, typer.Option(
+                help="Rate the next sampled verdicts here (y: the claim is true, n: it is "
+                     "false, s: skip, q: stop).")] = False,
+            by: Annotated[str, typer.Option("--by", help="Who rates (recorded).")] = "",
+            sample: Annotated[int, typer.Option(
+                "--sample", min=2, max=1000, help="Verdicts to sample (half SUPPORTED where "
+                                                  "there are enough).")] = 30):
+        """The KGV agent's verdicts checked against a person: Cohen's kappa with its 95%
+        interval and the confusion table on a sample of its SUPPORTED/REFUTED verdicts, and
+        whether they can be trusted. With --rate, show the next unrated claims with the
+        passages the verdict cites (the agent's verdict hidden) and keep your verdicts in
+        RUN/agent/verdict_ratings.jsonl."""
+        from workbench.domain_agents.kgv.verdict_check import (
+            QUESTION,
+            WHAT,
+            VerdictCheck,
+            summary_lines,
+            verdict_decisions,
+        )
+        from workbench.evaluate.agreement import reading
+
+        if rate and not by.strip():
+            raise typer.BadParameter("--rate needs --by NAME (recorded)", param_hint="--by")
+        d = verdict_decisions(run, condition)
+        check = d.check(sample)
+        while rate and (item := check.next) is not None:
+            done, size = check.progress
+            typer.echo(f"\n[{done + 1}/{size}]")
+            for f in item.shown:
+                typer.echo(f"{f.label}:\n{f.text}\n" if "\n" in f.text
+                           or f.label.startswith("evidence") else f"{f.label}: {f.text}\n")
+            try:
+                got = typer.prompt(f"{QUESTION} [y/n/s/q]").strip().lower()
+            except typer.Abort:  # the input ended
+                break
+            if got.startswith("q"):
+                break
+            if not got.startswith(("y", "n", "s")):
+                continue
+            d.rate(item.key, None if got.startswith("s") else got.startswith("y"), by=by)
+            check = d.check(sample)
+        if rate:
+            typer.echo("")
+        vc = VerdictCheck(decisions=d, check=check, reading=reading(check, what=WHAT))
+        for line in summary_lines(vc):
+            typer.echo(line)

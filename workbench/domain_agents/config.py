@@ -36,6 +36,10 @@ class AgentConfig(Section):
     pack: str = Field("kgv", description="The agent pack: kgv, rf or litsearch.")
     data: str = Field("datasets/kgv", description="The pack's data folder (kgv: claims.jsonl "
                                                   "and documents.jsonl).")
+    index: str | None = Field(None, description=(
+        "kgv: a retrieval index made by `workbench rag build` (keyword, semantic or hybrid) "
+        "to search instead of the data folder's documents or graph facts; agent.data still "
+        "gives the claims. Verdicts cite its passages with their source documents."))
     retriever: Literal["keyword", "semantic", "hybrid"] = "hybrid"
     search_k: int = Field(3, ge=1, le=5, description="Entries per search.")
     scaffold: str = Field("react", description="react or plan_execute.")

@@ -6,7 +6,8 @@ _T = "trajectories/{}.jsonl"
 
 PIPELINE = Pipeline(
     name="agent",
-    requires=("searcher",),
+    # searcher: the agents' entries indexed in the run; open_index: a prebuilt index (kgv)
+    requires=("searcher", "open_index"),
     help="Domain agents on one loop (KG fact verification, RF design tools, literature "
          "search): baselines, the agent, teacher trajectories, a LoRA student, one report "
          "with intervals.",

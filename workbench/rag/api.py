@@ -35,6 +35,23 @@ def query_index(index_dir: str | Path, text: str, *, retriever: str = "hybrid", 
     return r.retrieve(text, k, Filters(tuple(documents), tuple(heading_prefix)))
 
 
+class IndexSearch:
+    """A built index folder opened once and searched in batches: `search(queries, k)`; the
+    registry's `open_index` service (`open_index(index_dir, retriever)`)."""
+
+    def __init__(self, index_dir: str | Path, retriever: str = "hybrid"):
+        self.index = RagIndex.load(index_dir, semantic=retriever != "keyword")
+        self.name = retriever
+        self.retriever = self.index.retriever(retriever)
+
+    def __call__(self, queries: list[str], k: int = 5) -> list[list[RetrievalHit]]:
+        return self.retriever.retrieve_batch(list(queries), k)
+
+
+def open_index(index_dir: str | Path, retriever: str = "hybrid") -> IndexSearch:
+    return IndexSearch(index_dir, retriever)
+
+
 class Searcher:
     """Search an index of ready-made sections from another pipeline (an agent's `search`
     tool); the registry's `searcher` service. The index is built once in `folder` and reused

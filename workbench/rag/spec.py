@@ -18,6 +18,7 @@ PIPELINE = Pipeline(
     provides=(("contexts", "workbench.rag.api:context_providers"),
               ("section_index", "workbench.rag.api:index_sections"),
               ("query_index", "workbench.rag.api:query_index"),
+              ("open_index", "workbench.rag.api:open_index"),
               ("searcher", "workbench.rag.api:Searcher"),
               ("benchmark_retrieval_metrics",
                "workbench.rag.evaluate:benchmark_retrieval_metrics")),

@@ -7,6 +7,8 @@ from workbench.app.common import (
     base_config,
     job_panel,
     jsonl_rows,
+    not_ready,
+    rate_decisions,
     read_or_none,
     show_error,
     show_image,
@@ -30,6 +32,31 @@ pack = st.radio("Pack", list(PACKS), horizontal=True, key="ag-pack",
                      "papers a researcher means, as a search workflow. Both tabs use it.")
 data, hint = PACKS[pack]
 
+
+def evidence_fields(key: str) -> dict:
+    """kgv: the evidence to search, the data folder's own entries or an index of this
+    workspace made by the Retrieval page or `workbench rag build` (agent.index), and the
+    retriever; the other packs search their own entries."""
+    if pack != "kgv":
+        return {}
+    from workbench.chat import workspace_choices
+
+    found = read_or_none("the indexes of this workspace", lambda: workspace_choices(ws))
+    indexes = found.indexes if found else {}
+    c1, c2 = st.columns(2)
+    own = "the data folder's entries"
+    pick = c1.selectbox("Evidence", [own, *indexes], key=f"{key}-index",
+                        help="Search the WordNet entries that come with the pack, or a "
+                             "retrieval index built in this workspace (its passages are "
+                             "cited with their sources).")
+    retriever = c2.selectbox("Retrieval", ["hybrid", "keyword", "semantic"],
+                             key=f"{key}-retriever")
+    out = {"retriever": retriever}
+    if pick != own:
+        out["index"] = str(indexes[pick])
+    return out
+
+
 tab_run, tab_eval = st.tabs(["Run one input", "Evaluate"])
 with tab_run:
     with st.form("ag-run"):
@@ -38,6 +65,7 @@ with tab_run:
                               help="guided: the model's log-likelihood picks among the calls "
                                    "the pack proposes (small models); free: the model writes "
                                    "its own tool calls")
+        run_evidence = evidence_fields("ag-run")
         go = st.form_submit_button("Run", help="Runs the agent on this one input with the "
                                                "app's chat model and shows every step.")
     if go:
@@ -48,7 +76,8 @@ with tab_run:
             from workbench.domain_agents.api import run_inputs
 
             cfg = experiment_config_model().model_validate(base_config(
-                "agent-playground", agent={"pack": pack, "data": data, "policy": policy}))
+                "agent-playground", agent={"pack": pack, "data": data, "policy": policy,
+                                           **run_evidence}))
             with st.spinner("running the agent"):
                 st.session_state["ag-traj"] = [t.model_dump(mode="json") for t in
                                                run_inputs(cfg, [text.strip()],
@@ -107,14 +136,61 @@ def show_steps(t: dict) -> None:
             st.info(s["content"])
         elif s["kind"] == "error":
             st.error(f"{s['turn']}. {s['error']}")
+    for p in (t.get("metadata") or {}).get("cited") or ():  # a KGV verdict's passages
+        st.caption(f"cites [{p.get('id')}] {p.get('source') or p.get('doc')}")
     gold = (t.get("metadata") or {}).get("claim", {}).get("label")
     st.caption(f"stop: {t['stop']} · {t['tool_calls']} tool calls · {t['model_turns']} model "
                f"turns · {t['seconds']:.1f} s" + (f" · gold: {gold}" if gold and not
                                                   t["task_id"].startswith("input") else ""))
 
 
+def check_verdicts(run) -> None:
+    """A person checks a KGV evaluation's verdicts: the claim and the passages a verdict
+    cites, its verdict hidden; kappa, the confusion table and the reading so far."""
+    from workbench.domain_agents.kgv.verdict_check import (
+        QUESTION,
+        WHAT,
+        conditions_in,
+        verdict_check,
+    )
+    from workbench.errors import DataError, WorkbenchError
+
+    st.subheader("Check the verdicts")
+    st.caption("Each SUPPORTED or REFUTED verdict rests on the claim and the passages it "
+               "cites. Rate a seeded sample of one condition's verdicts (half SUPPORTED where "
+               "there are enough) without seeing the verdict: is the claim true? Cohen's kappa "
+               "between the agent and you, with its 95% interval, says how far its verdicts "
+               "can be trusted. Ratings go to agent/verdict_ratings.jsonl, as `workbench "
+               "agent verdict-check RUN --rate` keeps them.")
+    conds = read_or_none("the verdicts", lambda: conditions_in(run)) or []
+    if not conds:
+        st.caption("No verdicts to check in this run.")
+        return
+    cond = st.selectbox("Verdicts of", conds, key="ag-vc-cond",
+                        help="agent: searches as it sees fit; rag: one search; closed_book: "
+                             "no search; agent_sft: the student after SFT.")
+    try:
+        vc = verdict_check(run, condition=cond)
+    except DataError as e:  # a file a job is still writing, or a bad line (named)
+        not_ready("the verdicts", e)
+    except WorkbenchError as e:  # no run gave a verdict
+        st.caption(f"Nothing to check: {str(e).splitlines()[0]}")
+    except Exception as e:  # noqa: BLE001 - never a traceback in the page
+        not_ready("the verdicts", e)
+    else:
+        d = vc.decisions
+        st.caption(f"{len(d.items)} {cond} verdicts of {d.decider}"
+                   + (f"; evidence searched: {d.evidence}" if d.evidence else "") + ".")
+        rate_decisions("ag-vc", vc.check, vc.reading,
+                       lambda key, verdict, by: d.rate(key, verdict, by=by),
+                       question=QUESTION, machine=WHAT.removeprefix("the "),
+                       answers=("True", "False"), verdicts=("SUPPORTED", "REFUTED"))
+
+
 with tab_run:
     for t in st.session_state.get("ag-traj", []):
+        if src := (t.get("metadata") or {}).get("evidence_source"):
+            st.caption(f"Evidence searched: {src}")
         show_steps(t)
         if (wf := last_workflow(t)) is not None:
             st.caption("The last workflow submitted")
@@ -128,13 +204,15 @@ with tab_eval:
                               help="kgv: closed_book, rag, agent, agent_sft · rf: alone, rag, "
                                    "tools")
         name = c3.text_input("Run name", value=f"agent-{pack}", key="ag-name")
+        eval_evidence = evidence_fields("ag-eval")
         start = st.form_submit_button("Start evaluation",
                                       help="Starts a background job: every condition on the "
                                            "pack's dev items, with 95% intervals; progress "
                                            "shows below and in the Task centre.")
     if start:
         try:
-            section = {"pack": pack, "data": data, "dev_limit": int(limit) or None}
+            section = {"pack": pack, "data": data, "dev_limit": int(limit) or None,
+                       **eval_evidence}
             if conds.strip():
                 section["conditions"] = [c.strip() for c in conds.split(",") if c.strip()]
             job = start_job(ws, "agent", base_config(name, agent=section))
@@ -187,6 +265,8 @@ with tab_eval:
                    "error as the positive class; parametric route: share of claims answered "
                    "without any search; predicted S/R/none: claims called SUPPORTED, REFUTED "
                    "or left without a verdict; n: claims.")
+        if rep.evidence:
+            st.caption(f"Evidence searched: {rep.evidence}.")
         show_image(agent_folder(run) / REPORT_PNG, "macro-F1 with 95% intervals")
         trajs = trajectory_files(run)
         if trajs:
@@ -197,6 +277,7 @@ with tab_eval:
                                     format_func=lambda i: f"{items[i]['task_id']}: "
                                     f"{items[i]['messages'][1]['content'][:80]}")
                 show_steps(items[pick])
+        check_verdicts(run)
     elif shown == "litsearch":
         from workbench.domain_agents.litsearch.report import METRICS, dialogues_file
 

@@ -23,6 +23,7 @@ from workbench.agents.loop import (
     scaffold,
 )
 from workbench.agents.records import AgentTrajectory
+from workbench.domain_agents.kgv.evidence import Evidence
 from workbench.domain_agents.kgv.metrics import prediction, route
 from workbench.domain_agents.kgv.pack import KGClaim, KgvAgent, load_claims
 from workbench.errors import WorkbenchError
@@ -43,14 +44,30 @@ def load_data(folder: str | Path, pack: str = "kgv") -> tuple[list[KGClaim], lis
     return claims, docs
 
 
-def load_kg(folder: str | Path, pack: str = "kgv"
+def load_kg(folder: str | Path, pack: str = "kgv", index: str | Path | None = None
             ) -> tuple[list[KGClaim], list[Any], dict[str, Any]]:
-    """(claims, evidence entries, wordings of the graph's own predicates)."""
-    from workbench.corpus import ingest
+    """(claims, evidence entries (none for a prebuilt index), wordings of the graph's own
+    predicates)."""
+    kg = read_kg(folder, pack, index)
+    return kg.claims, kg.evidence.docs or [], kg.extra
+
+
+@dataclass
+class KG:
+    """A KGV data folder read: its claims, its evidence, the graph's own wordings."""
+
+    claims: list[KGClaim]
+    evidence: Evidence
+    extra: dict[str, Any]
+
+
+def read_kg(folder: str | Path, pack: str = "kgv", index: str | Path | None = None) -> KG:
+    """The claims of a KGV data folder, and its evidence: the built index `index` when
+    given, else what the folder holds (`evidence.py`)."""
     from workbench.domain_agents.kgv import graph as G
+    from workbench.domain_agents.kgv.evidence import folder_evidence, index_evidence
     from workbench.domain_agents.kgv.pack import settings
     from workbench.domains import load_pack
-    from workbench.records import Section
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -60,11 +77,12 @@ def load_kg(folder: str | Path, pack: str = "kgv"
     if linked:  # only regular files inside the folder the user named are opened
         raise WorkbenchError(f"{folder}: {', '.join(sorted(linked)[:3])} is a link; copy "
                              "the file into the folder instead (links are not followed)")
+    built = index_evidence(index) if index is not None else None
     gfile = G.graph_file(folder)
     if gfile is None and (folder / "claims.jsonl").is_file() and \
             (folder / "documents.jsonl").is_file():  # the pack's own shape
-        return load_claims(folder / "claims.jsonl"), read_jsonl(
-            folder / "documents.jsonl", Section.model_validate), {}
+        return KG(load_claims(folder / "claims.jsonl"),
+                  built or folder_evidence(folder, None, {}), {})
     cfile = next((folder / n for n in ("claims.tsv", "claims.txt", "claims.jsonl")
                   if (folder / n).is_file()), None)
     if cfile is None:
@@ -75,20 +93,7 @@ def load_kg(folder: str | Path, pack: str = "kgv"
     extra = G.graph_wordings(graph, pack_words) if graph else {}
     words = SimpleNamespace(settings=SimpleNamespace(predicates={**extra, **pack_words}))
     claims = G.read_claims(cfile, graph, lambda text: read_claim(text, words))
-    if (folder / "documents.jsonl").is_file():
-        docs = read_jsonl(folder / "documents.jsonl", Section.model_validate)
-    elif (folder / "documents").is_dir():
-        rep = ingest(folder / "documents")
-        docs = rep.sections
-        if not docs:
-            raise WorkbenchError(f"{folder / 'documents'}: no readable document "
-                                 f"({rep.summary()})")
-    elif graph is not None:
-        docs = G.entity_documents(graph, {**extra, **pack_words})
-    else:
-        raise WorkbenchError(f"{folder}: no evidence: add a graph (.nt, .ttl, .tsv), a "
-                             "documents/ folder or documents.jsonl")
-    return claims, docs, extra
+    return KG(claims, built or folder_evidence(folder, graph, {**extra, **pack_words}), extra)
 
 
 def select(claims: list[KGClaim], part: str, limit: int | None, seed: int) -> list[KGClaim]:
@@ -109,15 +114,19 @@ def select(claims: list[KGClaim], part: str, limit: int | None, seed: int) -> li
     return out
 
 
-def make_agent(cfg, folder: Path, log=print) -> KgvAgent:
-    from workbench import services
+def make_agent(cfg, folder: Path, log=print, kg: KG | None = None) -> KgvAgent:
+    """The agent over the configured evidence (`kg`: the data folder already read)."""
+    from workbench.domain_agents.kgv.evidence import searcher
     from workbench.domains import load_pack
 
     ac = cfg.agent
-    _, docs, extra = load_kg(ac.data, ac.pack)
-    searcher = services.searcher()(docs, folder / "index", ac.retriever, log=log)
-    return KgvAgent(load_pack(ac.pack), searcher, k=ac.search_k,
-                    entry_ids={d.id for d in docs}, wordings=extra)
+    kg = kg or read_kg(ac.data, ac.pack, ac.index)
+    ev = kg.evidence
+    search = searcher(ev, folder / "index", ac.retriever, log=log)
+    return KgvAgent(load_pack(ac.pack), search, k=ac.search_k,
+                    entry_ids=None if ev.docs is None else {i for d in ev.docs
+                                                               for i in (d.id, d.doc_id)},
+                    wordings=kg.extra, cites=ev.cites, source=ev.describe(ac.retriever))
 
 
 def make_setup(agent: KgvAgent, ac, condition: str, *, policy: str | None = None,
@@ -173,7 +182,7 @@ def run_condition(model, claims: list[KGClaim], agent: KgvAgent, setup: AgentSet
         part = todo[lo:lo + chunk]
         t0 = time.perf_counter()
         for t in run_agents(model, [agent.task(c) for c in part], setup, desc=desc):
-            done[t.task_id] = t
+            done[t.task_id] = agent.annotate(t)
         write_jsonl(path, [done[c.id] for c in claims if c.id in done])
         wall = {"seconds": round(wall["seconds"] + time.perf_counter() - t0, 2),
                 "claims": wall["claims"] + len(part)}
@@ -267,7 +276,8 @@ def evaluate(cfg, ctx):
     if "agent_sft" in wanted:
         teacher_info, results["agent_sft"] = _run_agent_sft(ev)
     report = write_report(ev.out, results, teacher_info, dev=len(ev.dev), train=len(ev.train),
-                          model=cfg.models.chat.spec, searches=ev.agent.searches)
+                          model=cfg.models.chat.spec, searches=ev.agent.searches,
+                          evidence=ev.agent.source)
     return _pipeline_result(ev, report, results)
 
 
@@ -275,6 +285,7 @@ def _start(cfg, ctx) -> _Evaluation:
     """The agent folder (emptied with --fresh), the labelled dev and train claims, the agent,
     and the parts of the stage keys that every condition shares."""
     from workbench.corpus import corpus_hash
+    from workbench.domain_agents.kgv.evidence import index_key
 
     ac = cfg.agent
     out = ctx.layout.folder("agent")
@@ -282,8 +293,8 @@ def _start(cfg, ctx) -> _Evaluation:
         import shutil
 
         shutil.rmtree(out / "trajectories", ignore_errors=True)
-    (out / "trajectories").mkdir(parents=True, exist_ok=True)
-    claims, _ = load_data(ac.data, ac.pack)
+    kg = read_kg(ac.data, ac.pack, ac.index)
+    claims = kg.claims
     unlabelled = [c.id for c in claims if c.label is None]
     if unlabelled:
         raise WorkbenchError(f"{ac.data}: {len(unlabelled)} claims have no label (first: "
@@ -293,11 +304,15 @@ def _start(cfg, ctx) -> _Evaluation:
     train = select(claims, "train", ac.train_limit, cfg.seed)
     if not dev:
         raise WorkbenchError(f"{ac.data}: no claims with part 'dev' to evaluate")
-    agent = make_agent(cfg, out, log=ctx.log)
+    agent = make_agent(cfg, out, log=ctx.log, kg=kg)  # a bad index stops here, before runs
+    (out / "trajectories").mkdir(parents=True, exist_ok=True)
+    data_key = (corpus_hash(ac.data), ac.retriever, ac.search_k)
+    if ac.index is not None:  # a run made without an index keeps its key
+        data_key += (index_key(kg.evidence),)
     return _Evaluation(
         cfg=cfg, ctx=ctx, out=out, dev=dev, train=train, agent=agent,
         pack_key=(agent.pack.prompt_version, agent.pack.agent.model_dump(mode="json")),
-        data_key=(corpus_hash(ac.data), ac.retriever, ac.search_k),
+        data_key=data_key,
         model_key=cfg.models.chat.model_dump(mode="json"), stages=ctx.stages("agent"))
 
 
@@ -394,7 +409,8 @@ def _pipeline_result(ev: _Evaluation, report: KgvReport, results: dict[str, Any]
         outputs={"report": str(out / REPORT_MD), "report_json": str(out / REPORT_JSON),
                  **{c: str(out / "trajectories" / f"{c}.jsonl") for c in results}},
         figures={f"{c}_macro_f1": round(v, 4) for c, v in best.items()},
-        message=f"{out / REPORT_MD}: macro-F1 on {len(ev.dev)} dev claims: {line}")
+        message=f"{out / REPORT_MD}: macro-F1 on {len(ev.dev)} dev claims: {line} "
+                f"(evidence: {ev.agent.source})")
 
 
 def read_claim(text: str, agent: KgvAgent) -> tuple[str, str, str] | None:
@@ -444,14 +460,14 @@ def run_inputs(cfg, inputs: list[str], log=print) -> list[AgentTrajectory]:
     from workbench.domains import load_pack
     from workbench.runs import RunLayout
 
-    claims, _, extra = load_kg(cfg.agent.data, cfg.agent.pack)
-    by_id = {c.id: c for c in claims}
+    kg = read_kg(cfg.agent.data, cfg.agent.pack, cfg.agent.index)
+    by_id = {c.id: c for c in kg.claims}
     # every input is read before the index is built: a bad one writes nothing
     pack_words = settings(load_pack(cfg.agent.pack)).predicates
-    wordings = SimpleNamespace(settings=SimpleNamespace(predicates={**extra, **pack_words}))
+    wordings = SimpleNamespace(settings=SimpleNamespace(predicates={**kg.extra, **pack_words}))
     todo = [parse_input(x, by_id, wordings) for x in inputs]  # type: ignore[arg-type]
     folder = RunLayout.of(cfg).folder("agent")
-    agent = make_agent(cfg, folder, log=log)
-    return run_agents(_open(cfg), [agent.task(c) for c in todo],
-                      make_setup(agent, cfg.agent, "agent"))
+    agent = make_agent(cfg, folder, log=log, kg=kg)
+    return [agent.annotate(t) for t in run_agents(_open(cfg), [agent.task(c) for c in todo],
+                                                  make_setup(agent, cfg.agent, "agent"))]
 

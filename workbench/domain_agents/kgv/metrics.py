@@ -40,6 +40,14 @@ def prediction(t: AgentTrajectory) -> str | None:
     return (t.final or {}).get("label")
 
 
+def cited_ids(t: AgentTrajectory) -> set[str]:
+    """What a verdict cites: its evidence ids, and the documents of the passages among them
+    (a prebuilt index's chunk ids count for the entry that holds them)."""
+    ids = {i for i in (t.final or {}).get("evidence") or () if isinstance(i, str)}
+    return ids | {p["doc"] for p in t.metadata.get("cited") or ()
+                  if isinstance(p, dict) and isinstance(p.get("doc"), str)}
+
+
 def summarise(trajs: Sequence[AgentTrajectory]) -> dict[str, Any]:
     golds = [t.metadata["claim"]["label"] for t in trajs]
     preds = [prediction(t) for t in trajs]
@@ -78,8 +86,7 @@ def summarise(trajs: Sequence[AgentTrajectory]) -> dict[str, Any]:
                      "accuracy_ci95": list(wilson_interval(sum(sel), len(sel)))}
     out["routes"] = routes
     cited = [t for t in trajs if prediction(t) == t.metadata["claim"]["label"] == TRUE]
-    hit = sum(bool(set((t.final or {}).get("evidence") or ()) &
-                   set(t.metadata["claim"]["evidence"])) for t in cited)
+    hit = sum(bool(cited_ids(t) & set(t.metadata["claim"]["evidence"])) for t in cited)
     out["evidence_hit"] = {"n": len(cited), "rate": hit / len(cited) if cited else None,
                            "ci95": list(wilson_interval(hit, len(cited)))}
     return out

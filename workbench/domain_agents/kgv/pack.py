@@ -115,17 +115,25 @@ def _mentions(text: str, names: list[str]) -> bool:
 
 class KgvAgent:
     """Tools, tasks and proposals for one pack over one searcher (the registry's `searcher`
-    service: `searcher(queries, k) -> hits`)."""
+    service, or a prebuilt index through `open_index`: `searcher(queries, k) -> hits`).
+
+    `cites`: what a verdict cites, the entries' ids ("entry": a hit's document) or an index's
+    passages ("passage": a hit's chunk id, shown with its source document). Every passage a
+    search returned is kept (`passages`), so a verdict's citations carry their source and
+    text into the trajectory (`annotate`); `source` names the evidence in every task."""
 
     def __init__(self, pack: DomainPack, searcher: Callable[..., list[list[Any]]], *,
                  k: int = 3, snippet_chars: int = 260, proposals: int = 2,
-                 entry_ids: set[str] | None = None, wordings: dict[str, Wording] | None = None):
+                 entry_ids: set[str] | None = None, wordings: dict[str, Wording] | None = None,
+                 cites: Literal["entry", "passage"] = "entry", source: str = ""):
         self.pack, self.searcher, self.k = pack, searcher, k
-        self.entry_ids = entry_ids  # evidence must cite these (None: not checked)
+        self.entry_ids = entry_ids  # evidence must cite these (None: what searches showed)
         self.settings = settings(pack)
         # the pack's wordings, then those of a graph's own predicates ("{s} <label> {o}")
         self.wordings = {**(wordings or {}), **self.settings.predicates}
         self.snippet_chars, self.proposals = snippet_chars, proposals
+        self.cites, self.source = cites, source
+        self.passages: dict[str, dict[str, str]] = {}
         self.searches = 0
 
     # --- tools ------------------------------------------------------------------------------
@@ -133,12 +141,39 @@ class KgvAgent:
     def _search(self, query: str, k: int | None = None) -> dict[str, Any]:
         self.searches += 1
         hits = self.searcher([query], min(k or self.k, 5))[0]
-        return {"hits": [{"id": h.doc_id, "text": h.text} for h in hits]}
+        out = []
+        for h in hits:
+            hid = h.chunk_id if self.cites == "passage" else h.doc_id
+            where = " > ".join(x for x in (h.source, *h.heading_path) if x)
+            seen = self.passages.setdefault(hid, {"id": hid, "doc": h.doc_id,
+                                                  "source": where, "text": ""})
+            if h.text not in seen["text"]:  # an entry's other chunks join its text
+                seen["text"] = " ... ".join(x for x in (seen["text"], h.text) if x)
+            out.append({"id": hid, "text": h.text, "source": where})
+        return {"hits": out}
 
     def format_hits(self, value: dict[str, Any]) -> str:
-        lines = [f"[{h['id']}] {' '.join(h['text'].split())[:self.snippet_chars]}"
-                 for h in value["hits"]]
+        lines = [f"[{h['id']}] " + (f"({h['source']}) " if self.cites == "passage"
+                                    and h.get("source") else "")
+                 + " ".join(h["text"].split())[:self.snippet_chars] for h in value["hits"]]
         return "\n".join(lines) or "(no entries found)"
+
+    def known(self, ids) -> list[str]:
+        """The ids a verdict may cite among `ids`: the entries', or (an index) the passages
+        searches have shown."""
+        allowed = self.entry_ids if self.entry_ids is not None else (
+            set(self.passages) if self.cites == "passage" else None)
+        return [i for i in ids if allowed is None or i in allowed]
+
+    def annotate(self, t: Any) -> Any:
+        """The trajectory with its cited passages (id, document, source, text) and the
+        evidence searched in its metadata."""
+        ids = (t.final or {}).get("evidence") or []
+        cited = [self.passages[i] for i in ids if isinstance(i, str) and i in self.passages]
+        meta = {**t.metadata, "cited": cited}
+        if self.source:
+            meta["evidence_source"] = self.source
+        return t.model_copy(update={"metadata": meta})
 
     def toolbox(self) -> Toolbox:
         decl = self.pack.agent
@@ -149,8 +184,8 @@ class KgvAgent:
             return _Hits(self._search(query, k), self)
 
         def answer(label: str, evidence: list[str] | None = None) -> dict[str, Any]:
-            unknown = [e for e in evidence or () if self.entry_ids is not None
-                       and e not in self.entry_ids]
+            ok = set(self.known(evidence or ()))
+            unknown = [e for e in evidence or () if e not in ok]
             if unknown:  # output validation: only real entry ids leave the agent
                 raise ToolError(f"unknown entry id(s) {', '.join(map(repr, unknown[:3]))}; "
                                 "cite ids shown in search results")
@@ -178,9 +213,11 @@ class KgvAgent:
 
     def task(self, claim: KGClaim) -> AgentTask:
         text = self.statement(claim)
+        meta = {"claim": claim.model_dump(mode="json"), "verbal": text, "form": claim.form}
+        if self.source:
+            meta["evidence_source"] = self.source
         return AgentTask(id=claim.id, prompt=self.settings.claim_prompt.format(claim=text),
-                         metadata={"claim": claim.model_dump(mode="json"), "verbal": text,
-                                   "form": claim.form})
+                         metadata=meta)
 
     def queries(self, claim: KGClaim) -> list[str]:
         """The rewrites in the order they are offered. A sentence claim: the sentence, then
@@ -258,10 +295,9 @@ class KgvAgent:
         ids it names."""
         found = {lab for lab in LABELS if re.search(rf"\b{lab}\b", text.upper())}
         if len(found) == 1:
-            ids = re.findall(r"\b(?:wn-[nv]\d{8}|kg-[0-9a-f]{12}|sec-[0-9a-f]{16})\b", text)
-            if self.entry_ids is not None:
-                ids = [i for i in ids if i in self.entry_ids]
-            return {"label": found.pop(), "evidence": ids[:3]}
+            ids = re.findall(r"\b(?:wn-[nv]\d{8}|kg-[0-9a-f]{12}|sec-[0-9a-f]{16}|"
+                             r"doc-[0-9a-f]{12}|chk-[0-9a-f]{16})\b", text)
+            return {"label": found.pop(), "evidence": self.known(ids)[:3]}
         return None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import field_serializer, field_validator
 
@@ -119,6 +119,10 @@ class KgvReport(ReportPart):
     paired_vs_rag: dict[str, PairedTest]
     teacher: TeacherInfo | None = None  # None (written {}): no teacher, no student
     seconds_per_claim: dict[str, float]
+    # what the agent searched, in words (a prebuilt index, documents, the graph's facts);
+    # reports written before it was recorded have none
+    evidence: str | None = None
+    omit_none: ClassVar[tuple[str, ...]] = ("evidence",)
 
     @field_validator("conditions")
     @classmethod
@@ -190,7 +194,7 @@ def paired(results: dict[str, list[AgentTrajectory]], base: str = "rag") -> dict
 
 def write_report(out: Path, results: dict[str, list[AgentTrajectory]],
                  teacher: dict[str, Any], *, dev: int, train: int, model: str,
-                 searches: int) -> KgvReport:
+                 searches: int, evidence: str | None = None) -> KgvReport:
     """`report.json` (a `KgvReport`), `report.md` and `report.png` in `out`, from the
     conditions' trajectories; returns the record."""
     timings = {}
@@ -202,7 +206,7 @@ def write_report(out: Path, results: dict[str, list[AgentTrajectory]],
     report = KgvReport(dev_claims=dev, train_claims=train, model=model,
                        conditions={c: by_split(ts) for c, ts in results.items()},
                        paired_vs_rag=paired(results), teacher=teacher,
-                       seconds_per_claim=timings)
+                       seconds_per_claim=timings, evidence=evidence or None)
     atomic_write_text(out / REPORT_JSON, report_json(report))
     atomic_write_text(out / REPORT_MD, report_markdown(report, searches=searches))
     _plot(out / REPORT_PNG, report)
@@ -215,6 +219,8 @@ def report_markdown(report: KgvReport, *, searches: int) -> str:
              "Figures in % with 95% intervals (Wilson for proportions, bootstrap over claims "
              "for F1). Pos-F1 (true): positive = a true fact; Pos-F1 (error): positive = a "
              "detected error. Route: parametric = answered without searching.", ""]
+    if report.evidence:
+        lines += [f"Evidence searched: {report.evidence}.", ""]
     heads = {"triple": "claims given as triples", "wording": "sentences read as triples "
              "(they match a wording)", "sentence": "sentences verified as a whole"}
     for split in ("all", "seen", "longtail", *FORMS):
