@@ -5,9 +5,9 @@ stages (each with the records it writes) and a `run(cfg, ctx)` entry. The experi
 `workbench jobs start KIND`, the CLI groups and the app's pages are all built from this
 registry, so adding a pipeline touches no core file:
 
-- built-in pipelines are modules `workbench.<package>.spec` holding `PIPELINE` (or
-  `PIPELINES`), found by scanning the package;
-- installed plugins declare an entry point in the group `workbench.pipelines`;
+- built-in pipelines and installed plugins alike are entry points of the group
+  `workbench.pipelines` (`workbench.plugins`: the built-ins' are in the workbench's own
+  pyproject.toml), each naming a `Pipeline` or a list of them;
 - `WB_PLUGINS=pkg.module,other.module` imports more modules (tests, local experiments);
 - `register(pipeline)` adds one from code.
 
@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -178,17 +176,16 @@ def _ensure_loaded() -> None:
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    import workbench
+    _loaded = True  # before registering: `register` reads the registry
+    from workbench import plugins
 
-    root = Path(workbench.__file__).parent
-    for info in pkgutil.iter_modules([str(root)]):
-        if info.ispkg and (root / info.name / "spec.py").exists():
-            _register_module(f"workbench.{info.name}.spec")
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group="workbench.pipelines"):
-        obj = ep.load()
+    try:
+        found = plugins.entries(plugins.PIPELINES)
+    except WorkbenchError:
+        _loaded = False
+        raise
+    for name, ref in found.items():
+        obj = plugins.load(ref, what=f"pipeline entry {name!r}")
         for p in obj if isinstance(obj, list | tuple) else [obj]:
             register(p, replace=True)
     for module in filter(None, (m.strip() for m in os.environ.get("WB_PLUGINS", "").split(

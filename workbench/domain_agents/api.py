@@ -1,6 +1,7 @@
 """Entry points of the domain-agent pipeline: one call per CLI command or job.
 
-Packs plug in here by name (`PACKS`, or the entry-point group `workbench.agent_packs`): a
+Packs plug in by name through the entry-point group `workbench.agent_packs`
+(`workbench.plugins`; the built-ins kgv, rf and litsearch are entries of the workbench's own): a
 pack module offers `evaluate(cfg, ctx) -> PipelineResult` (the registered job: baselines,
 teacher, student, report) and `run_inputs(cfg, inputs, log) -> list[AgentTrajectory]` (run
 the agent on a few inputs and show its steps).
@@ -17,8 +18,6 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 
-PACKS = {"kgv": "workbench.domain_agents.kgv.api", "rf": "workbench.domain_agents.rf.api",
-         "litsearch": "workbench.domain_agents.litsearch.api"}
 # the module holding each pack's report record, its file name and its reader; in the order a
 # run folder holding more than one is shown by the app
 REPORTS = {"kgv": "workbench.domain_agents.kgv.report",
@@ -38,17 +37,20 @@ def conditions(ac, known: tuple[str, ...]) -> list[str]:
     return wanted
 
 
-def pack_module(name: str) -> Any:
-    import importlib
-    from importlib.metadata import entry_points
+def pack_names() -> list[str]:
+    from workbench import plugins
 
-    found = dict(PACKS)
-    for ep in entry_points(group="workbench.agent_packs"):
-        found.setdefault(ep.name, ep.value)
+    return sorted(plugins.entries(plugins.AGENT_PACKS))
+
+
+def pack_module(name: str) -> Any:
+    from workbench import plugins
+
+    found = plugins.entries(plugins.AGENT_PACKS)
     if name not in found:
         raise WorkbenchError(f"unknown agent pack {name!r} (available: "
                              f"{', '.join(sorted(found))})")
-    return importlib.import_module(found[name])
+    return plugins.load(found[name], what=f"agent pack {name!r}")
 
 
 def _check_pack_options(ac) -> None:

@@ -1,22 +1,17 @@
-"""One registry for every backend; the built-in ones register like a plugin would."""
+"""One registry for every backend. Backends are entries of the entry-point group
+`workbench.backends` (`workbench.plugins`; the built-ins are the workbench's own entries),
+each naming a `ChatModel` class, imported on first use so that `import workbench.models` does
+not pull torch; `@register_backend(name)` registers one from code (tests, notebooks)."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.models.base import ChatModel
 
-_BACKENDS: dict[str, Callable[..., ChatModel]] = {}
-# Built-ins are imported on first use so that `import workbench.models` does not pull torch.
-_BUILTIN = {
-    "local": "workbench.models.local",
-    "openai": "workbench.models.openai_compat",
-    "fake": "workbench.models.fake",
-    "ctranslate2": "workbench.models.ct2",
-}
+_BACKENDS: dict[str, Callable[..., ChatModel]] = {}  # registered from code, or loaded
 # Other names a config may use: `-s models.chat.backend=transformers|ctranslate2`.
 _ALIASES = {"transformers": "local", "ct2": "ctranslate2"}
 
@@ -33,9 +28,12 @@ def register_backend(name: str):
 
 
 def _backend(name: str) -> Callable[..., ChatModel]:
+    from workbench import plugins
+
     name = _ALIASES.get(name, name)
-    if name not in _BACKENDS and name in _BUILTIN:
-        importlib.import_module(_BUILTIN[name])
+    if name not in _BACKENDS and (ref := plugins.entries(plugins.BACKENDS).get(name)):
+        cls = plugins.load(ref, what=f"model backend {name!r}")
+        _BACKENDS.setdefault(name, cls)
     if name not in _BACKENDS:
         raise WorkbenchError(f"unknown model backend {name!r}; available: "
                              f"{', '.join(available_backends())}")
@@ -43,7 +41,9 @@ def _backend(name: str) -> Callable[..., ChatModel]:
 
 
 def available_backends() -> list[str]:
-    return sorted(set(_BACKENDS) | set(_BUILTIN) | set(_ALIASES))
+    from workbench import plugins
+
+    return sorted(set(_BACKENDS) | set(plugins.entries(plugins.BACKENDS)) | set(_ALIASES))
 
 
 def backend_uses(spec: str = "default", backend: str | None = None,
