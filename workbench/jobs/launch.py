@@ -262,7 +262,7 @@ def main(folder: str) -> int:
     try:
         job = Job.model_validate_json(_read_job_json(job.folder / "job.json")).model_copy(
             update={"id": job.id, "workspace": job.workspace})
-    except (ValidationError, ValueError, OSError):
+    except (ValidationError, ValueError, OSError, WorkbenchError):
         return 1
     job.peak_rss_mb = round(peak_mb, 1)
     if job.status in ACTIVE:

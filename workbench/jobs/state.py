@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workbench import registry
-from workbench.errors import WorkbenchError
-from workbench.io import atomic_write_json, pid_alive
+from workbench.errors import DataError, WorkbenchError
+from workbench.io import atomic_write_json, pid_alive, read_regular_file
 
 JOB_SCHEMA = 1
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -133,36 +133,19 @@ class ProgressSnapshot(BaseModel):
 MAX_JOB_JSON = 8 * 1024 * 1024  # a job's state is kilobytes; more is not a job.json
 
 
-def _read_regular(f: Path, cap: int) -> bytes:
-    """The bytes of a file that is a regular file (never through a link, never a device or
-    FIFO), at most `cap` of them."""
-    import stat
-
-    fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
-        if st.st_size > cap:
-            raise ValueError(f"{st.st_size} bytes, over {cap}")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read(cap + 1)
-    finally:
-        os.close(fd)
-
-
 def _read_job_json(f: Path) -> bytes:
-    """The bytes of a job.json that is a regular file, at most MAX_JOB_JSON of them."""
-    return _read_regular(f, MAX_JOB_JSON)
+    """The bytes of a job.json that is a regular file (never through a link, never a device
+    or FIFO), at most MAX_JOB_JSON of them; else a DataError naming it (`io`'s reader)."""
+    return read_regular_file(f, cap=MAX_JOB_JSON, what="job state", missing="no such job")
 
 
 def job_progress(job: Job) -> ProgressSnapshot | None:
     """The job's progress snapshot (`<job folder>/progress.json`), or None when there is none
     or it cannot be read: missing, half-written, a link, a device, too large. Read-only."""
     try:
-        return ProgressSnapshot.model_validate_json(
-            _read_regular(job.folder / PROGRESS_FILE, MAX_PROGRESS_JSON))
-    except (ValidationError, ValueError, OSError):
+        return ProgressSnapshot.model_validate_json(read_regular_file(
+            job.folder / PROGRESS_FILE, cap=MAX_PROGRESS_JSON, what="progress snapshot"))
+    except (ValidationError, ValueError, OSError, DataError):
         return None
 
 
@@ -176,10 +159,15 @@ def load_job(folder: str | Path) -> Job:
     ident = {"id": folder.name, "workspace": str(folder.parent.parent)}
     try:
         job = Job.model_validate_json(_read_job_json(f)).model_copy(update=ident)
-    except FileNotFoundError:
-        raise WorkbenchError(f"{folder}: no such job") from None
+    except DataError as e:
+        if e.code == "not_found":
+            raise WorkbenchError(f"{folder}: no such job") from None
+        first = str(e).removeprefix(f"{f}: ")[:200]
     except (ValidationError, ValueError, OSError) as e:
         first = (str(e).splitlines() or [type(e).__name__])[0][:200]
+    else:
+        first = None
+    if first is not None:
         with contextlib.suppress(OSError):
             created = f.lstat().st_mtime
         return Job(**ident, kind="?", config={}, status="unreadable",
