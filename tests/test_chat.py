@@ -221,7 +221,12 @@ class Terminal:
         self.master, slave = pty.openpty()
 
         def controlling_terminal():  # in the child, after setsid: Ctrl-C reaches it as SIGINT
+            import signal
+
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            # started as a shell script's background job would start it: SIGINT ignored (it
+            # is inherited through exec; the REPL must take Ctrl-C all the same)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
         self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd,
                                      env=env, start_new_session=True, close_fds=True,

@@ -75,7 +75,7 @@ def chat_cmd(
     WORKSPACE/chat/sft.jsonl (messages rows) and WORKSPACE/chat/pairs.jsonl (preference
     pairs: `workbench train run ... -s train.method=dpo -s train.data=...`). /help lists the
     commands. With --question, or with questions piped on stdin, it answers and exits."""
-    from workbench.chat import DEFAULT_SYSTEM, ChatSession, ChatSetup
+    from workbench.chat import DEFAULT_SYSTEM, ChatSession
     from workbench.progress import quiet_libraries
 
     quiet_libraries()
@@ -152,6 +152,11 @@ def _repl(session, workspace: Path, out, *, interactive: bool) -> None:
                   + "\n/help for commands, /quit to leave\n")
     last: list = []
     prompt = "you> " if interactive else ""
+    # Ctrl-C at the prompt gives a fresh line even when SIGINT came in ignored (a shell
+    # script's background job, some launchers): the disposition is inherited through exec
+    old_int = None
+    if interactive and threading.current_thread() is threading.main_thread():
+        old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         while True:
             try:
@@ -184,6 +189,8 @@ def _repl(session, workspace: Path, out, *, interactive: bool) -> None:
             else:
                 last = _answer_interruptibly(session, line, out)
     finally:
+        if old_int is not None:
+            signal.signal(signal.SIGINT, old_int)
         if history is not None:
             import contextlib
             import readline
