@@ -22,6 +22,10 @@ def test_an_undeclared_stage_is_refused_before_it_runs(tmp_path):
         runner.run("teacher", (1,), lambda: ran.append(1), part="x")
     with pytest.raises(WorkbenchError, match="declares no stage"):
         runner.mark("nope", "h", 0.0)
+    # a value that would record the per-value stage under a plain stage's key
+    with pytest.raises(WorkbenchError, match="share its record with the stage "
+                                             "litsearch_training_data"):
+        runner.run("litsearch", (1,), lambda: ran.append(1), part="training_data")
     assert ran == [] and not (tmp_path / "run").exists()
 
 

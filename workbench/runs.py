@@ -143,6 +143,10 @@ class StageRunner:
             raise WorkbenchError(f"stage {self.pipeline}/{stage}: " + (
                 f"runs once per {found.per}; name the {found.per}" if part is None else
                 f"is not declared per value, got {part!r}"))
+        if part is not None and any(s.name == f"{stage}_{part}" for s in spec.stages):
+            # both would be recorded as `<pipeline>/<stage>_<part>` in stages.json
+            raise WorkbenchError(f"stage {self.pipeline}/{stage} for {found.per} {part!r} "
+                                 f"would share its record with the stage {stage}_{part}")
         return found
 
     def key(self, stage: str, part: str | None = None) -> str:

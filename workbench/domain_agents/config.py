@@ -55,7 +55,11 @@ class AgentConfig(Section):
     errors: ErrorPolicy = Field(default_factory=ErrorPolicy)
     conditions: list[str] | None = Field(None, description=(
         "What to compare; default: all the pack has (kgv: closed_book, rag, agent, "
-        "agent_sft; rf: alone, rag, tools; litsearch: query_only, fixed, agent, oracle)."))
+        "agent_sft; rf: alone, rag, tools; litsearch: query_only, fixed, agent, oracle). "
+        "litsearch also trains on request: agent+sft (LoRA SFT on the teacher's dialogues, "
+        "agent.student's settings) and agent+sft_dpo (then DPO from that adapter on the "
+        "corruption pairs), each compared on the same intents with paired tests; both are "
+        "off by default (tens of minutes to hours on 2 cores)."))
     adapters: dict[str, str] = Field(default_factory=dict, description=(
         "litsearch: more agent conditions, the agent with each adapter ({name: adapter "
         "folder}, e.g. {sft: A, sft_dpo: B}), reported as agent+NAME beside agent."))

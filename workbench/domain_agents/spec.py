@@ -33,13 +33,20 @@ PIPELINE = Pipeline(
               outputs=(Artifact("rf", "rf_{value}.jsonl"),)),
         Stage("litsearch", per="condition",
               help="literature search: the dev dialogues under one condition (query_only, "
-                   "fixed, agent, oracle, agent+ADAPTER)",
+                   "fixed, agent, oracle, agent+sft, agent+sft_dpo, agent+ADAPTER)",
               outputs=(Artifact("litsearch", "litsearch_{value}.jsonl"),)),
         Stage("litsearch_training_data", help="litsearch: gold dialogues as SFT, and "
                                               "chosen/rejected pairs per turn against "
                                               "controlled corruptions",
               outputs=(Artifact("preferences", "preferences.jsonl", "PreferencePair",
                                 required=False),)),
+        Stage("litsearch_sft", help="litsearch: LoRA SFT on the teacher's dialogues (the "
+                                    "agent+sft condition's adapter)",
+              outputs=(Artifact("litsearch_sft", "litsearch_sft/adapter_model.safetensors"),)),
+        Stage("litsearch_dpo", help="litsearch: DPO from the SFT adapter (also the "
+                                    "reference) on the corruption pairs (agent+sft_dpo)",
+              outputs=(Artifact("litsearch_sft_dpo",
+                                "litsearch_sft_dpo/adapter_model.safetensors"),)),
     ),
     cli="workbench.domain_agents.cli:register",
     page="agents.py", page_title="Domain agents", page_icon=":material/smart_toy:",

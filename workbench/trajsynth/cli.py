@@ -90,12 +90,15 @@ def register(group: typer.Typer) -> None:
                sft_steps: Annotated[int, typer.Option(help="sft: LoRA steps.")] = 60,
                dpo_steps: Annotated[int, typer.Option(
                    help="sft_dpo: DPO steps after SFT, on OUT/preferences.jsonl.")] = 30,
+               dpo_pairs: Annotated[str, typer.Option(
+                   help="sft_dpo's pairs: preferences (OUT/preferences.jsonl) or steps "
+                        "(step-level pairs from OUT/sft.messages.jsonl).")] = "preferences",
                model: Annotated[str, typer.Option(help="The agent's model spec.")] = "default"):
         """The downstream check on the held-out tasks of OUT/tasks.jsonl: execution accuracy
         of a one-step SQL agent zero-shot, with k retrieved ICL demonstrations, and after LoRA
         SFT on OUT/sft.messages.jsonl, and (sft_dpo) after DPO from that adapter on
         OUT/preferences.jsonl; intervals, outcomes, McNemar vs zero-shot (and sft_dpo vs
-        sft)."""
+        sft). Each adapter and condition is a stage: a re-run skips what is done."""
         from workbench.progress import quiet_libraries
         from workbench.trajsynth.api import open_env
         from workbench.trajsynth.downstream import (
@@ -106,10 +109,10 @@ def register(group: typer.Typer) -> None:
         from workbench.trajsynth.poolfiles import load_pool
 
         quiet_libraries()
+        cfg = DownstreamConfig.checked(
+            conditions=[c.strip() for c in conditions.split(",") if c.strip()], k=k,
+            max_tasks=max_tasks, sft_steps=sft_steps, dpo_steps=dpo_steps, dpo_pairs=dpo_pairs)
         pool = load_pool(out / "tasks.jsonl")
-        cfg = DownstreamConfig(conditions=[c.strip() for c in conditions.split(",") if c.strip()],
-                               k=k, max_tasks=max_tasks, sft_steps=sft_steps,
-                               dpo_steps=dpo_steps)
         res = run_downstream(open_env(env), pool.split("held_out"), out, cfg, model_spec=model,
                              log=lambda m: typer.echo(m, err=True))
         typer.echo(format_downstream(res))

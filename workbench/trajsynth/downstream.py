@@ -2,38 +2,58 @@
 
 On held-out tasks (unseen templates or tables), a one-step agent gets the schema digest and
 the question, may call `run_sql` once, and is scored on execution accuracy (the statement's
-result passes the task's answer check). Three conditions, same model, same tasks:
+result passes the task's answer check). Four conditions, same model, same tasks:
 
 - `zero_shot`: the bundled model as it is;
 - `icl`: k demonstrations retrieved from the ICL bank's index by the question;
 - `sft`: the model after LoRA SFT on the exported trajectories (through the train library);
-- `sft_dpo`: that SFT adapter then trained by DPO on the exported preference pairs (a verified
-  path's call against its failed sibling's), the SFT adapter as the reference.
+- `sft_dpo`: that SFT adapter then trained by DPO, the SFT adapter as the reference, on the
+  run's pairs: the exported `preferences.jsonl` (a verified path's call against its failed
+  sibling's) or step-level pairs made from the SFT trajectories (`dpo_pairs: steps`).
 
 Each accuracy goes out with its Wilson interval, the outcome distribution behind it (a
 verified result, a wrong result, an SQL error, no statement at all) and McNemar's exact test
-of every condition against zero-shot (and of `sft_dpo` against `sft`).
+of every condition against zero-shot (and of `sft_dpo` against `sft`), in `downstream.json`
+(a `DownstreamReport`).
+
+Every step is a stage of the trajsynth pipeline (`StageRunner`, declared in its spec): the
+SFT adapter (`sft_adapter`), the DPO adapter (`dpo_adapter`), each condition's scored
+rows (`downstream` per condition) and the report; a re-run skips what is done and unchanged.
+The stages are recorded in the run's stages.json when the folder is `<run>/trajsynth`, else in
+the folder's own.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workbench.records import ChatExample
+from workbench.runs import RunLayout, StageRunner
+from workbench.trajsynth.downstream_report import DownstreamReport
 from workbench.trajsynth.env import DataEnvironment
 from workbench.trajsynth.export import RUN_SQL_TOOL, SYSTEM
 from workbench.trajsynth.generators import extract_sql
 from workbench.trajsynth.pool import Task
 
+CONDITIONS = ("zero_shot", "icl", "sft", "sft_dpo")
+
 
 class DownstreamConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    conditions: list[str] = Field(default_factory=lambda: ["zero_shot", "icl", "sft"])
+    conditions: list[str] = Field(
+        default_factory=lambda: ["zero_shot", "icl", "sft"], description=(
+            "What to score: zero_shot, icl, sft, sft_dpo. sft_dpo (the SFT adapter, then DPO "
+            "on the run's pairs, scored on the same tasks and compared with sft by McNemar's "
+            "exact test) is off by default: its reference pass and DPO steps over "
+            "trajectory pairs of up to sft_max_length tokens a side add about as much CPU "
+            "time as the SFT itself (tens of minutes with the bundled model on 2 cores); "
+            "name it to run it."))
     k: int = Field(3, ge=1, description="icl: demonstrations per question.")
     max_tokens: int = Field(160, ge=16)
     max_tasks: int | None = Field(None, ge=1)
@@ -44,7 +64,35 @@ class DownstreamConfig(BaseModel):
     dpo_steps: int = Field(30, ge=1, description="sft_dpo: DPO optimizer steps after SFT.")
     dpo_learning_rate: float = Field(5e-5, gt=0)
     dpo_beta: float = Field(0.1, gt=0)
+    dpo_pairs: Literal["preferences", "steps"] = Field("preferences", description=(
+        "sft_dpo's pairs: preferences: the run's preferences.jsonl (a verified path's call "
+        "against its failed sibling's); steps: step-level pairs made from its SFT "
+        "trajectories (workbench.train.steppairs: at each run_sql call, a wrong call that "
+        "still fits the tool's schema), written to step_pairs.jsonl."))
     seed: int = 0
+
+    @field_validator("conditions")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        bad = [c for c in v if c not in CONDITIONS]
+        if bad:
+            raise ValueError(f"unknown condition(s) {', '.join(map(repr, bad))} (known: "
+                             f"{', '.join(CONDITIONS)})")
+        return v
+
+    @classmethod
+    def checked(cls, **settings) -> DownstreamConfig:
+        """The config from `settings`; what does not fit is one ConfigError naming each
+        setting (the CLI's options)."""
+        from pydantic import ValidationError
+
+        from workbench.errors import ConfigError
+
+        try:
+            return cls(**settings)
+        except ValidationError as e:
+            raise ConfigError([f"{'.'.join(map(str, x['loc']))}: {x['msg']}"
+                               for x in e.errors()]) from None
 
 
 def _messages(digest: str, question: str, demos: list[str]) -> list[dict[str, Any]]:
@@ -107,9 +155,20 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "outcomes": dict(Counter(r["outcome"] for r in rows))}
 
 
+def _info(method: str, out: Path, n: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the report says of a trained adapter (`DownstreamAdapter`)."""
+    info = {"method": method, "adapter": out.name, "examples": n, "steps": len(rows),
+            "first_loss": rows[0]["loss"] if rows else None,
+            "last_loss": rows[-1]["loss"] if rows else None}
+    if method == "dpo" and rows:
+        info |= {k: rows[-1].get(k) for k in ("reward_accuracy", "reward_margin")}
+    return info
+
+
 def sft_adapter(examples: list[ChatExample], out: Path, cfg: DownstreamConfig,
-                model_spec: str = "default", log=print) -> Path:
-    """LoRA SFT on the exported conversations through the train library; the adapter folder."""
+                model_spec: str = "default", log=print) -> dict[str, Any]:
+    """LoRA SFT on the exported conversations through the train library into the adapter
+    folder `out`; what the report says of it."""
     from workbench.train.config import TrainConfig
     from workbench.train.session import export, setup, train_steps
 
@@ -125,12 +184,14 @@ def sft_adapter(examples: list[ChatExample], out: Path, cfg: DownstreamConfig,
     log(f"sft: {session.total} steps on {len(examples)} trajectories, loss "
         f"{rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
     export(session, out)
-    return out
+    return _info("sft", out, len(examples), rows)
 
 
 def dpo_adapter(pairs: list, init: Path, out: Path, cfg: DownstreamConfig,
-                model_spec: str = "default", log=print) -> Path:
-    """DPO from the SFT adapter `init` (also the reference) on the exported pairs."""
+                model_spec: str = "default", log=print) -> dict[str, Any]:
+    """DPO from the SFT adapter `init` (also the reference) on `pairs` into the adapter
+    folder `out`; what the report says of it. The reference log-probabilities are cached
+    next to `out` (dpo_reference_cache.jsonl, keyed by the reference's weights)."""
     from workbench.train.config import TrainConfig
     from workbench.train.session import export, setup, train_steps
 
@@ -145,57 +206,166 @@ def dpo_adapter(pairs: list, init: Path, out: Path, cfg: DownstreamConfig,
     log(f"sft_dpo: {session.total} DPO steps on {len(pairs)} pairs, loss "
         f"{rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
     export(session, out)
-    return out
+    return {**_info("dpo", out, len(pairs), rows), "init_adapter": init.name,
+            "source": cfg.dpo_pairs}
+
+
+@dataclass(frozen=True)
+class _OwnFolder(RunLayout):
+    """The layout of a trajsynth folder outside a run folder: the folder is the pipeline's
+    folder and holds its own stages.json."""
+
+    def folder(self, pipeline: str) -> Path:
+        return self.root
+
+
+def downstream_stages(out: str | Path, *, log=print, fresh: bool = False) -> StageRunner:
+    """The stage runner of the downstream check in the trajsynth folder `out`: the run's
+    (stages.json of `<run>`) when `out` is `<run>/trajsynth`, else `out`'s own."""
+    from workbench import registry
+
+    out = Path(out)
+    layout = RunLayout.at(out.parent) if out.name == registry.get("trajsynth").subfolder \
+        else _OwnFolder(out)
+    return StageRunner(layout, "trajsynth", log=log, fresh=fresh)
+
+
+class _Models:
+    """The base model, loaded once and only when a condition is scored."""
+
+    def __init__(self, spec: str):
+        self.spec, self._base = spec, None
+
+    def base(self):
+        from workbench.models import load_model
+
+        if self._base is None:
+            self._base = load_model(self.spec)
+        return self._base
+
+    def tuned(self, adapter: Path):
+        from workbench.models import load_model
+
+        return load_model(self.spec, adapter=str(adapter))
+
+
+def _pairs(out: Path, cfg: DownstreamConfig) -> tuple[list, str | None, str | None]:
+    """sft_dpo's pairs, the hash of the file they come from, and a note when there are
+    none: the exported preferences, or step-level pairs from the SFT trajectories."""
+    from workbench.runs import file_hash
+
+    if cfg.dpo_pairs == "preferences":
+        from workbench.formats import read_preferences
+
+        path = out / "preferences.jsonl"
+        pairs = read_preferences(path) if path.is_file() and path.stat().st_size else []
+        return pairs, file_hash(path), None if pairs else \
+            "no preference pairs were exported: not run"
+    from workbench.io import read_jsonl
+    from workbench.train.steppairs import step_pairs
+
+    path = out / "sft.messages.jsonl"
+    examples = read_jsonl(path, ChatExample.model_validate) if path.is_file() else []
+    pairs, _ = step_pairs(examples, seed=cfg.seed)
+    return pairs, file_hash(path), None if pairs else \
+        "no step-level pairs could be made from sft.messages.jsonl: not run"
+
+
+def _adapters(out: Path, cfg: DownstreamConfig, model_spec: str, stages: StageRunner,
+              log) -> tuple[dict[str, Path], dict[str, dict], dict[str, str]]:
+    """The adapters the conditions need, each trained as its stage (skipped when done):
+    ({condition: adapter folder}, {condition: training info}, {condition: note})."""
+    from workbench.io import read_jsonl, write_jsonl
+    from workbench.runs import file_hash
+
+    wanted = set(cfg.conditions)
+    notes: dict[str, str] = {}
+    pairs, source = [], None
+    if "sft_dpo" in wanted:
+        pairs, source, note = _pairs(out, cfg)
+        if note:
+            notes["sft_dpo"] = note
+            log(f"sft_dpo: {note}")
+        elif "sft" not in wanted:
+            log("sft_dpo without sft in the conditions: no McNemar test against sft")
+    if "sft" not in wanted and not pairs:
+        return {}, {}, notes  # nothing needs the SFT adapter
+    data, sft = out / "sft.messages.jsonl", out / "sft_adapter"
+    sft_settings = (cfg.sft_steps, cfg.sft_learning_rate, cfg.sft_rank, cfg.sft_max_length,
+                    cfg.seed, model_spec)
+    rec, _ = stages.run("sft_adapter", (file_hash(data), sft_settings), lambda: sft_adapter(
+        read_jsonl(data, ChatExample.model_validate), sft, cfg, model_spec, log=log))
+    folders, infos = {"sft": sft}, {"sft": dict(rec.info)}
+    if pairs:
+        dpo = out / "sft_dpo_adapter"
+
+        def train() -> dict[str, Any]:
+            if cfg.dpo_pairs == "steps":
+                write_jsonl(out / "step_pairs.jsonl", pairs)
+            return dpo_adapter(pairs, sft, dpo, cfg, model_spec, log=log)
+
+        rec, _ = stages.run("dpo_adapter", (
+            cfg.dpo_pairs, source, file_hash(sft / "adapter_model.safetensors"),
+            cfg.dpo_steps, cfg.dpo_learning_rate, cfg.dpo_beta, sft_settings), train)
+        folders["sft_dpo"], infos["sft_dpo"] = dpo, dict(rec.info)
+    return folders, infos, notes
 
 
 def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
-                   cfg: DownstreamConfig, *, model_spec: str = "default", log=print
-                   ) -> dict[str, Any]:
+                   cfg: DownstreamConfig, *, model_spec: str = "default", log=print,
+                   stages: StageRunner | None = None) -> dict[str, Any]:
     """Score the conditions on the held-out tasks; write downstream.json next to the
-    exports (`out` holds sft.messages.jsonl and icl_index/)."""
+    exports (`out` holds sft.messages.jsonl, preferences.jsonl and icl_index/). Each
+    adapter, each condition's rows and the report are stages (`stages`, default
+    `downstream_stages(out)`): a re-run skips what is done. Returns the report as a dict."""
     from workbench import services
-    from workbench.evaluate.stats import mcnemar_exact
-    from workbench.io import atomic_write_json, read_jsonl
-    from workbench.models import load_model
+    from workbench.io import read_jsonl, write_jsonl
+    from workbench.runs import file_hash
 
     out = Path(out)
+    stages = stages or downstream_stages(out, log=log)
     tasks = held_out[:cfg.max_tasks] if cfg.max_tasks else held_out
+    key = (env.profile.content_hash, [(t.id, t.question) for t in tasks], cfg.max_tokens,
+           model_spec)
+    models = _Models(model_spec)
+    folders, infos, notes = _adapters(out, cfg, model_spec, stages, log)
+
+    def icl_demos():
+        query, index = services.query_index(), out / "icl_index"
+        return lambda q: [h.text for h in query(index, q, retriever="hybrid", k=cfg.k)]
+
+    scorers = {
+        "zero_shot": ((), lambda: score(models.base(), env, tasks, max_tokens=cfg.max_tokens)),
+        "icl": ((cfg.k, file_hash(out / "icl_bank.jsonl")), lambda: score(
+            models.base(), env, tasks, demos_for=icl_demos(), max_tokens=cfg.max_tokens))}
+    for name, folder in folders.items():
+        scorers[name] = ((file_hash(folder / "adapter_model.safetensors"),),
+                         lambda folder=folder: score(models.tuned(folder), env, tasks,
+                                                     max_tokens=cfg.max_tokens))
     per: dict[str, list[dict[str, Any]]] = {}
-    base = None
-    if {"zero_shot", "icl"} & set(cfg.conditions):
-        base = load_model(model_spec)
-    if "zero_shot" in cfg.conditions:
-        per["zero_shot"] = score(base, env, tasks, max_tokens=cfg.max_tokens)
-    if "icl" in cfg.conditions:
-        query = services.query_index()
-        index = out / "icl_index"
+    for name in [c for c in CONDITIONS if c in cfg.conditions and c in scorers]:
+        extra, fn = scorers[name]
+        path = out / f"downstream_{name}.jsonl"
 
-        def demos(question: str) -> list[str]:
-            hits = query(index, question, retriever="hybrid", k=cfg.k)
-            return [h.text for h in hits]
+        def go(fn=fn, path=path) -> dict[str, Any]:
+            rows = fn()
+            write_jsonl(path, rows)
+            return {"verified": sum(r["verified"] for r in rows), "n": len(rows)}
 
-        per["icl"] = score(base, env, tasks, demos_for=demos, max_tokens=cfg.max_tokens)
-    notes: dict[str, str] = {}
-    if {"sft", "sft_dpo"} & set(cfg.conditions):
-        examples = read_jsonl(out / "sft.messages.jsonl", ChatExample.model_validate)
-        adapter = sft_adapter(examples, out / "sft_adapter", cfg, model_spec, log=log)
-        if "sft" in cfg.conditions:
-            tuned = load_model(model_spec, adapter=str(adapter))
-            per["sft"] = score(tuned, env, tasks, max_tokens=cfg.max_tokens)
-        if "sft_dpo" in cfg.conditions:
-            from workbench.formats import read_preferences
+        stages.run("downstream", (key, *extra), go, part=name)
+        per[name] = read_jsonl(path)
+    return _report(out, len(tasks), per, infos, notes, stages)
 
-            path = out / "preferences.jsonl"
-            pairs = read_preferences(path) if path.exists() and path.stat().st_size else []
-            if pairs:
-                dpo = dpo_adapter(pairs, adapter, out / "sft_dpo_adapter", cfg, model_spec,
-                                  log=log)
-                per["sft_dpo"] = score(load_model(model_spec, adapter=str(dpo)), env, tasks,
-                                       max_tokens=cfg.max_tokens)
-            else:
-                notes["sft_dpo"] = "no preference pairs were exported: not run"
-                log(f"sft_dpo: {notes['sft_dpo']}")
-    result: dict[str, Any] = {"tasks": len(tasks), "conditions": {}, "notes": notes}
+
+def _report(out: Path, n: int, per: dict[str, list[dict[str, Any]]], infos: dict,
+            notes: dict[str, str], stages: StageRunner) -> dict[str, Any]:
+    """downstream.json (its stage) from the conditions' rows: each summed up, McNemar against
+    zero-shot and (sft_dpo) against sft; returns it as a dict."""
+    from workbench.evaluate.stats import mcnemar_exact
+    from workbench.io import atomic_write_text
+    from workbench.runs import file_hash
+
+    conditions = {}
     for name, rows in per.items():
         s = summary(rows)
         if name != "zero_shot" and "zero_shot" in per:
@@ -204,22 +374,35 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
         if name == "sft_dpo" and "sft" in per:
             s["mcnemar_p_vs_sft"] = mcnemar_exact(
                 [r["verified"] for r in per["sft"]], [r["verified"] for r in rows])
-        s["rows"] = rows
-        result["conditions"][name] = s
-    atomic_write_json(out / "downstream.json", result)
-    return result
+        conditions[name] = s | {"rows": rows}
+    report = DownstreamReport(tasks=n, conditions=conditions, notes=notes,
+                              adapters=infos or None)
+    text = json.dumps(report.model_dump(mode="json"), indent=1) + "\n"
+    inputs = (n, {c: file_hash(out / f"downstream_{c}.jsonl") for c in per}, notes, infos)
+    stages.run("downstream_report", inputs, lambda: atomic_write_text(
+        out / "downstream.json", text))
+    return json.loads(text)
 
 
-def format_downstream(result: dict[str, Any]) -> str:
-    lines = [f"held-out tasks: {result['tasks']}"]
-    for name, s in result["conditions"].items():
-        lo, hi = s["ci95"]
-        p = s.get("mcnemar_p_vs_zero_shot")
-        q = s.get("mcnemar_p_vs_sft")
-        lines.append(f"  {name:9s} {s['verified']}/{s['n']} = {100 * s['accuracy']:.1f}% "
-                     f"[{100 * lo:.1f}, {100 * hi:.1f}]  outcomes {s['outcomes']}"
+def format_downstream(result: dict[str, Any] | DownstreamReport) -> str:
+    """The report in lines: each condition's verified rate with its interval, outcomes and
+    McNemar tests; the adapters trained; the conditions not run."""
+    r = result if isinstance(result, DownstreamReport) else \
+        DownstreamReport.model_validate(result)
+    lines = [f"held-out tasks: {r.tasks}"]
+    for name, s in r.conditions.items():
+        lo, hi = s.ci95
+        p, q = s.mcnemar_p_vs_zero_shot, s.mcnemar_p_vs_sft
+        lines.append(f"  {name:9s} {s.verified}/{s.n} = {100 * s.accuracy:.1f}% "
+                     f"[{100 * lo:.1f}, {100 * hi:.1f}]  outcomes {s.outcomes}"
                      + (f"  McNemar p vs zero-shot {p:.3g}" if p is not None else "")
                      + (f", vs sft {q:.3g}" if q is not None else ""))
-    for name, note in result.get("notes", {}).items():
+    for name, a in (r.adapters or {}).items():
+        start = f" from {a.init_adapter} (its reference)" if a.init_adapter else ""
+        what = f"{a.source} pairs" if a.method == "dpo" else "trajectories"
+        loss = "" if a.first_loss is None else f", loss {a.first_loss:.3f} -> {a.last_loss:.3f}"
+        lines.append(f"  {name:9s} adapter {a.adapter}/: {a.method.upper()}{start}, "
+                     f"{a.steps} steps on {a.examples} {what}{loss}")
+    for name, note in r.notes.items():
         lines.append(f"  {name:9s} {note}")
     return "\n".join(lines)

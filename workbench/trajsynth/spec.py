@@ -22,6 +22,23 @@ PIPELINE = Pipeline(
                        Artifact("preferences", "preferences.jsonl", "PreferencePair",
                                 required=False, help="verified path vs its nearest failed "
                                                      "sibling (DPO: train.method=dpo)"))),
+        # the downstream check (`workbench trajsynth report`, trajsynth.downstream)
+        Stage("sft_adapter", help="downstream check: LoRA SFT on sft.messages.jsonl",
+              outputs=(Artifact("sft_adapter", "sft_adapter/adapter_model.safetensors"),)),
+        Stage("dpo_adapter", help="downstream check: DPO from the SFT adapter (also the "
+                                     "reference) on preferences.jsonl or step-level pairs",
+              outputs=(Artifact("sft_dpo_adapter", "sft_dpo_adapter/adapter_model.safetensors"),
+                       Artifact("dpo_reference_cache", "dpo_reference_cache.jsonl",
+                                required=False, help="the reference's log-probabilities"),
+                       Artifact("step_pairs", "step_pairs.jsonl", "PreferencePair",
+                                required=False, help="dpo_pairs=steps: the pairs trained on"))),
+        Stage("downstream", per="condition",
+              help="downstream check: the held-out tasks under one condition (zero_shot, icl, "
+                   "sft, sft_dpo)",
+              outputs=(Artifact("downstream", "downstream_{value}.jsonl"),)),
+        Stage("downstream_report", help="downstream check: verified rates with Wilson "
+                                        "intervals, McNemar against zero-shot and sft",
+              outputs=(Artifact("downstream_report", "downstream.json", "DownstreamReport"),)),
     ),
     cli="workbench.trajsynth.cli:register",
     # data-agent sites for the federated knowledge track (workflows from verified plans)

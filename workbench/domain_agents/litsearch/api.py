@@ -1,7 +1,10 @@
 """The literature-search job: dialogues on the dev intents under four conditions (a single
 keyword query, a fixed hybrid workflow with rule edits, the agent, the oracle teacher), one
 report with intervals; the teacher's dialogues on training intents exported as SFT and as
-chosen/rejected pairs against controlled corruptions."""
+chosen/rejected pairs against controlled corruptions. Adapter conditions beside the agent:
+`agent.adapters` (folders given) and, when `agent.conditions` names them, agent+sft and
+agent+sft_dpo trained here on those exports (`tuned.py`), with paired comparisons
+(`paired.py`)."""
 
 from __future__ import annotations
 
@@ -147,14 +150,27 @@ def _call_msg(wf: dict[str, Any]) -> dict[str, Any]:
             "tool_calls": [workflow_call(wf).model_dump(mode="json")]}
 
 
-def evaluate(cfg, ctx):
+def _wanted(ac) -> list[str]:
+    """The configured conditions: the pack's four by default; agent+sft and agent+sft_dpo
+    (trained here, `tuned.py`) only when `agent.conditions` names them."""
     from workbench.domain_agents.api import conditions
+    from workbench.domain_agents.litsearch.tuned import TRAINED
+
+    return conditions(ac, (*CONDITIONS, *TRAINED)) if ac.conditions else list(CONDITIONS)
+
+
+def evaluate(cfg, ctx):
+    from workbench.domain_agents.litsearch.tuned import TRAINED, check_names, train_adapters
     from workbench.models.factory import open_chat_model
-    from workbench.registry import PipelineResult
     from workbench.runs import file_hash
 
     ac = cfg.agent
-    wanted = conditions(ac, CONDITIONS)
+    wanted = _wanted(ac)
+    trained = [c for c in TRAINED if c in wanted]
+    check_names(ac, trained)
+    if trained == [TRAINED[1]]:
+        ctx.log(f"{TRAINED[1]} without {TRAINED[0]} in agent.conditions: its adapter starts "
+                "from the SFT adapter, but no paired comparison against SFT is made")
     out = ctx.layout.folder("agent")
     out.mkdir(parents=True, exist_ok=True)
     _, intents = load_corpus(ac.data)
@@ -165,80 +181,86 @@ def evaluate(cfg, ctx):
     model = open_chat_model(cfg.models.chat, cfg) if "agent" in wanted else None
     lib = make_library(cfg, out, model=model, log=ctx.log)
     lib.intents = intents
-    turns = ac.turns
     key = (file_hash(Path(ac.data) / "papers.jsonl"), file_hash(Path(ac.data) /
-                                                                "anchors.jsonl"), turns)
-    summaries, seconds = {}, {}
+                                                                "anchors.jsonl"), ac.turns)
+    # the teacher's training data first: the trained conditions learn from it
+    exports = _training_data(ctx, out, key, train, lib, ac)
     tuned = {f"agent+{name}": _with_adapter(cfg, path) for name, path in ac.adapters.items()}
-    for cond in [*wanted, *tuned]:
-        path = out / f"litsearch_{cond}.jsonl"
-        mc = tuned[cond] if cond in tuned else cfg.models.chat
+    folders, trained_info = train_adapters(cfg, ctx, out, trained)
+    tuned |= {c: _with_adapter(cfg, str(folders[c])) for c in trained}
+    summaries = {}
+    for cond in [*[c for c in wanted if c not in TRAINED], *tuned]:
+        summaries[cond] = _condition(cfg, ctx, out, cond, tuned.get(cond), model, lib, dev,
+                                     key)
+    report = write_report(out, summaries, exports, dev=len(dev), turns=ac.turns,
+                          model=cfg.models.chat.spec, citations=lib.citations,
+                          trained=trained_info or None)
+    return _result(ctx, out, report, len(dev))
 
-        def go(cond=cond, path=path, mc=mc) -> dict[str, Any]:
-            t0 = time.perf_counter()
-            m = open_chat_model(mc, cfg) if cond in tuned else model
-            rows = run_condition("agent" if cond in tuned else cond, dev, lib, m, turns, ac)
-            write_jsonl(path, rows)
-            return {"seconds": round(time.perf_counter() - t0, 2)}
 
-        mk = (mc.model_dump(mode="json") | ({"adapter_sha": file_hash(
-            Path(mc.options["adapter"]) / "adapter_model.safetensors")} if cond in tuned
-            else {})) if cond == "agent" or cond in tuned else None
-        rec, _ = ctx.stages("agent").run("litsearch", (key, cond, [i.id for i in dev], mk,
-                                                       ac.policy), go, part=cond)
-        seconds[cond] = (rec.info or {}).get("seconds")
-        summaries[cond] = summarise(read_jsonl(path))
-        if seconds[cond] is not None:  # wall time, model calls included
-            summaries[cond]["seconds_per_dialogue"] = seconds[cond] / max(len(dev), 1)
+def _condition(cfg, ctx, out: Path, cond: str, mc, model, lib: Library, dev, key
+               ) -> dict[str, Any]:
+    """One condition's dialogues on the dev intents (its stage: skipped when done), summed
+    up; `mc` is the model config of an adapter condition (None: a plain condition)."""
+    from workbench.models.factory import open_chat_model
+    from workbench.runs import file_hash
+
+    ac = cfg.agent
+    path = out / f"litsearch_{cond}.jsonl"
+
+    def go() -> dict[str, Any]:
+        t0 = time.perf_counter()
+        m = open_chat_model(mc, cfg) if mc is not None else model
+        rows = run_condition("agent" if mc is not None else cond, dev, lib, m, ac.turns, ac)
+        write_jsonl(path, rows)
+        return {"seconds": round(time.perf_counter() - t0, 2)}
+
+    mk = None
+    if mc is not None:
+        mk = mc.model_dump(mode="json") | {"adapter_sha": file_hash(
+            Path(mc.options["adapter"]) / "adapter_model.safetensors")}
+    elif cond == "agent":
+        mk = cfg.models.chat.model_dump(mode="json")
+    rec, _ = ctx.stages("agent").run("litsearch", (key, cond, [i.id for i in dev], mk,
+                                                   ac.policy), go, part=cond)
+    seconds = (rec.info or {}).get("seconds")
+    summary = summarise(read_jsonl(path))
+    if seconds is not None:  # wall time, model calls included
+        summary["seconds_per_dialogue"] = seconds / max(len(dev), 1)
+    return summary
+
+
+def _training_data(ctx, out: Path, key, train, lib: Library, ac) -> dict[str, Any]:
+    """The oracle teacher's dialogues on the training intents, exported as SFT dialogues and
+    preference pairs (its stage); the export counts."""
     gold_path = out / "litsearch_teacher_train.jsonl"
 
     def teach() -> dict[str, Any]:
-        rows = run_condition("oracle", train, lib, None, turns, ac)
+        rows = run_condition("oracle", train, lib, None, ac.turns, ac)
         write_jsonl(gold_path, rows)
         return export_training(out, rows, lib)
 
     rec, _ = ctx.stages("agent").run("litsearch_training_data", (key, [i.id for i in train]),
                                      teach)
-    exports = dict(rec.info or {})
-    report = write_report(out, summaries, exports, dev=len(dev), turns=turns,
-                          model=cfg.models.chat.spec, citations=lib.citations)
+    return dict(rec.info or {})
+
+
+def _result(ctx, out: Path, report: LitsearchReport, dev: int):
+    from workbench.domain_agents.litsearch.tuned import adapter_folder
+    from workbench.registry import PipelineResult
+
     ndcg = report.ndcg10()
     line = ", ".join(f"{c} {v:.2f}" for c, v in ndcg.items())
+    outputs = {"report": str(out / REPORT_MD), "sft": str(out / "sft.messages.jsonl"),
+               "preferences": str(out / "preferences.jsonl")}
+    outputs |= {f"adapter_{c.removeprefix('agent+')}": str(adapter_folder(out, c))
+                for c in report.trained or {}}
     return PipelineResult(
-        pipeline="agent", run_dir=str(ctx.layout.root),
-        outputs={"report": str(out / REPORT_MD),
-                 "sft": str(out / "sft.messages.jsonl"),
-                 "preferences": str(out / "preferences.jsonl")},
+        pipeline="agent", run_dir=str(ctx.layout.root), outputs=outputs,
         figures={f"{c}_ndcg10": round(v, 4) for c, v in ndcg.items()},
-        message=f"{out / REPORT_MD}: nDCG@10 after {turns} turns on {len(dev)} "
+        message=f"{out / REPORT_MD}: nDCG@10 after {report.turns} turns on {dev} "
                 f"intents: {line}; {report.exports.sft} SFT dialogues, "
                 f"{report.exports.preferences} preference pairs")
-
-
-def _paired_lines(out: Path, tuned: list[str], s: dict[str, Any]) -> list[str]:
-    """Each adapter condition against the plain agent (and the last against the first, e.g.
-    SFT then DPO against SFT), on the same intents: the paired difference of final nDCG@10
-    with its bootstrap interval, and the execution errors' exact McNemar test over turns."""
-    from workbench.evaluate.stats import bootstrap_interval, mcnemar_exact
-
-    pairs = [(c, "agent") for c in tuned if "agent" in s]
-    if len(tuned) > 1:
-        pairs.append((tuned[-1], tuned[0]))
-    if not pairs:
-        return []
-    rows = {c: read_jsonl(out / f"litsearch_{c}.jsonl") for c in {x for p in pairs for x in p}}
-    lines = ["", "| comparison (same intents) | nDCG@10 final, difference [95% CI] | "
-                 "execution errors (turns) | McNemar p |", "|---|---|---|---|"]
-    for a, b in pairs:
-        da = [r["turns"][-1]["ndcg10"] for r in rows[a]]
-        db = [r["turns"][-1]["ndcg10"] for r in rows[b]]
-        diff = [x - y for x, y in zip(da, db, strict=True)]
-        lo, hi = bootstrap_interval(diff, n_resamples=1000)
-        ea = [t["error"] is not None for r in rows[a] for t in r["turns"]]
-        eb = [t["error"] is not None for r in rows[b] for t in r["turns"]]
-        lines.append(f"| {a} vs {b} | {float(np.mean(diff)):+.3f} [{lo:+.2f}, {hi:+.2f}] | "
-                     f"{sum(ea)} vs {sum(eb)} of {len(ea)} | {mcnemar_exact(eb, ea):.3g} |")
-    return lines
 
 
 def _with_adapter(cfg, adapter: str):
@@ -255,11 +277,16 @@ def _with_adapter(cfg, adapter: str):
 
 
 def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turns: int,
-                 model: str, citations: bool = True) -> LitsearchReport:
+                 model: str, citations: bool = True, trained: dict[str, dict] | None = None
+                 ) -> LitsearchReport:
     """`litsearch_report.json` (a `LitsearchReport`) and `litsearch_report.md` in `out`, from
-    the conditions' summaries; returns the record."""
+    the conditions' summaries (the paired comparisons read from their dialogue files) and
+    the adapters trained here; returns the record."""
+    from workbench.domain_agents.litsearch.paired import paired, paired_lines
+
     report = LitsearchReport(intents=dev, turns=turns, model=model, citations=citations,
-                             conditions=s, exports=exports)
+                             conditions=s, exports=exports, paired=paired(out, list(s)),
+                             trained=trained)
     atomic_write_text(out / REPORT_JSON, report_json(report))
 
     def f(v, ci):
@@ -284,8 +311,7 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
                      f"{f(v.ndcg10_avg, v.ndcg10_avg_ci95)} | "
                      f"{100 * v.execution_error_rate:.0f}% | {memo} | "
                      f"{v.seconds_per_dialogue:.2f} | {v.choices} |")
-    lines += _paired_lines(out, [c for c in report.conditions if c.startswith("agent+")],
-                           report.conditions)
+    lines += paired_lines(report)
     lines += ["", f"Training data from the oracle teacher on the training intents: "
               f"{report.exports.sft} SFT dialogues (`sft.messages.jsonl`), "
               f"{report.exports.preferences} chosen/rejected pairs (`preferences.jsonl`; "

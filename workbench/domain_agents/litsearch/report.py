@@ -1,10 +1,16 @@
 """The literature-search report as a typed record: `litsearch_report.json` is a
 `LitsearchReport` (schema version 1), built and written by `litsearch.api.write_report`,
-read by `read_report`."""
+read by `read_report`.
+
+Issue 27 added two keys, both left out of the JSON when there is nothing to say, so a report
+written before them reads (and dumps) as it was: `paired` (each adapter condition against
+the agent, and agent+sft_dpo against agent+sft, on the same intents) and `trained` (the
+adapters the evaluation trained itself: agent+sft, agent+sft_dpo)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from workbench.domain_agents.reports import (
     SCHEMA_VERSION,
@@ -56,8 +62,46 @@ class LitsearchExports(ReportPart):
     preferences: int | None = None
 
 
+class LitsearchPaired(ReportPart):
+    """One condition against another on the same intents: the difference of final nDCG@10
+    (condition minus against) with its 95% bootstrap interval over intents and the two-sided
+    p of a paired sign-flip test over intents; the execution errors over turns with the exact
+    McNemar test, turns of one intent flipped together (`clustered_sign_flip_p`)."""
+
+    condition: str
+    against: str
+    intents: int
+    ndcg10_final_diff: float
+    ndcg10_final_diff_ci95: Interval
+    ndcg10_final_p: float
+    turns: int
+    errors: int
+    errors_against: int
+    errors_p: float
+
+
+class LitsearchTrained(ReportPart):
+    """An adapter the evaluation trained: agent+sft by LoRA SFT on the teacher's dialogues,
+    agent+sft_dpo by DPO on the corruption pairs from the SFT adapter (`init_adapter`, also
+    DPO's reference). Folders are relative to the agent folder."""
+
+    omit_none = ("init_adapter", "reward_accuracy", "reward_margin")
+
+    method: Literal["sft", "dpo"]
+    adapter: str
+    init_adapter: str | None = None
+    examples: int  # SFT dialogues or preference pairs
+    steps: int
+    first_loss: float | None
+    last_loss: float | None
+    reward_accuracy: float | None = None  # dpo: the last step's
+    reward_margin: float | None = None
+
+
 class LitsearchReport(ReportPart):
     """litsearch_report.json of a literature-search evaluation."""
+
+    omit_none = ("paired", "trained")
 
     schema_version: int = SCHEMA_VERSION
     intents: int
@@ -66,6 +110,13 @@ class LitsearchReport(ReportPart):
     citations: bool = True  # reports written before libraries without citations: on
     conditions: dict[str, LitsearchCondition]
     exports: LitsearchExports
+    paired: list[LitsearchPaired] | None = None  # None: no adapter condition
+    trained: dict[str, LitsearchTrained] | None = None  # None: none trained here
+
+    def paired_with(self, condition: str, against: str) -> LitsearchPaired | None:
+        """The paired comparison of `condition` against `against`, if the report has it."""
+        return next((p for p in self.paired or () if (p.condition, p.against) ==
+                     (condition, against)), None)
 
     def ndcg10(self) -> dict[str, float]:
         """Final nDCG@10 per condition (the figures the job returns)."""
