@@ -198,31 +198,42 @@ def test_the_bundled_model_gives_50_of_50_valid_calls_and_json(bundled_model):
                "properties": {"answer": {"enum": ["yes", "no"]},
                               "confidence": {"type": "integer", "minimum": 0,
                                              "maximum": 100}}}
-    with serving(bundled_model, "smol") as url:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def forced_call(i: int, q: str) -> str | None:
+        choice = "required" if i % 2 else {"type": "function",
+                                           "function": {"name": "get_weather"}}
+        r = c.chat.completions.create(model="smol", messages=[{"role": "user", "content": q}],
+                                      tools=TOOLS, tool_choice=choice, max_tokens=120)
+        ch = r.choices[0]
+        if ch.finish_reason == "tool_calls" and len(ch.message.tool_calls or ()) == 1:
+            f = ch.message.tool_calls[0].function
+            jsonschema.validate(json.loads(f.arguments), SCHEMAS[f.name])
+            return f.name
+        return None
+
+    def strict_json(q: str) -> bool:
+        r = c.chat.completions.create(
+            model="smol", max_tokens=60,
+            messages=[{"role": "user", "content": q + " Answer yes or no, in JSON."}],
+            response_format={"type": "json_schema", "json_schema": {
+                "name": "verdict", "schema": verdict, "strict": True}})
+        if r.choices[0].finish_reason != "stop":
+            return False
+        jsonschema.validate(json.loads(r.choices[0].message.content), verdict)
+        return True
+
+    # eight clients at once, as distillation workers would call: the server's micro-batcher
+    # runs the requests that share their settings (the same tools and tool_choice, the same
+    # schema) as one constrained batch; each reply is still checked on its own
+    with serving(bundled_model, "smol") as url, ThreadPoolExecutor(8) as pool:
         c = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
-        calls, objects, names = 0, 0, set()
-        for i, q in enumerate(QUESTIONS):
-            choice = "required" if i % 2 else {"type": "function",
-                                               "function": {"name": "get_weather"}}
-            r = c.chat.completions.create(model="smol", messages=[{"role": "user",
-                                                                     "content": q}],
-                                          tools=TOOLS, tool_choice=choice, max_tokens=120)
-            ch = r.choices[0]
-            if ch.finish_reason == "tool_calls" and len(ch.message.tool_calls or ()) == 1:
-                f = ch.message.tool_calls[0].function
-                jsonschema.validate(json.loads(f.arguments), SCHEMAS[f.name])
-                calls += 1
-                names.add(f.name)
-            r = c.chat.completions.create(
-                model="smol", max_tokens=60,
-                messages=[{"role": "user", "content": q + " Answer yes or no, in JSON."}],
-                response_format={"type": "json_schema", "json_schema": {
-                    "name": "verdict", "schema": verdict, "strict": True}})
-            if r.choices[0].finish_reason == "stop":
-                jsonschema.validate(json.loads(r.choices[0].message.content), verdict)
-                objects += 1
+        got = list(pool.map(forced_call, range(len(QUESTIONS)), QUESTIONS))
+        calls, names = sum(n is not None for n in got), {n for n in got if n}
+        objects = sum(pool.map(strict_json, QUESTIONS))
+        batched = httpx.get(url.removesuffix("/v1") + "/health").json().get("batches")
     print(f"\nbundled model: {calls}/50 valid forced calls (tools used: {sorted(names)}), "
-          f"{objects}/50 valid strict JSON")
+          f"{objects}/50 valid strict JSON, in {batched} batches")
     assert calls == 50 and objects == 50
 
 
