@@ -182,8 +182,10 @@ def test_sigkilled_site_mid_round_leaves_the_survivors_replies(tiny_model, sites
     # Each round starts a cold ClientApp per site (torch import, model load): about 42 s for
     # round 1 on a quiet 2-core machine, more on a busy one, so 45 s was too tight in CI.
     timeout = 90
+    # two rounds: the site dies as round 2 goes out; round 2 and the final evaluation go on
+    # with the survivors (a third round would add a cold ClientApp per site and show no more)
     cfg = write_config(tmp_path / "fed.yaml", fed_section(
-        tiny_model, port, rounds=3,
+        tiny_model, port, rounds=2,
         guards={"min_nodes": 2, "min_replies": 2, "round_timeout_s": timeout}))
     fc = load_config(cfg, None).federated
     out = tmp_path / "srv"
@@ -211,7 +213,7 @@ def test_sigkilled_site_mid_round_leaves_the_survivors_replies(tiny_model, sites
     assert sorted(r2["sites"]) == ["site-0", "site-1"]
     assert r2["num_examples"] == sum(len(s.train) for s in survivors)
     assert r2["seconds"] <= timeout + 10
-    assert [r["status"] for r in log if r["kind"] == "train"] == ["ok", "ok", "ok"]
+    assert [r["status"] for r in log if r["kind"] == "train"] == ["ok", "ok"]
 
 
 def test_tls_and_node_authentication(tiny_model, sites, tmp_path):
@@ -288,7 +290,7 @@ def test_knowledge_track_over_a_real_deployment(tmp_path, agent):
 
 def test_server_app_killed_then_resumed_ends_like_an_uninterrupted_run(tiny_model, sites,
                                                                        tmp_path):
-    """F6 on the real deployment: SIGKILL the ServerApp process after round 2 of 4, submit
+    """F6 on the real deployment: SIGKILL the ServerApp process after round 2 of 3, submit
     again with the same server folder: it resumes at round 3 and its final adapter equals an
     uninterrupted (in-process) run of the same rounds. Two sites (F6 is about the server;
     each round starts a cold ClientApp per site, so a third only adds minutes)."""
@@ -298,7 +300,7 @@ def test_server_app_killed_then_resumed_ends_like_an_uninterrupted_run(tiny_mode
     sites = sites[:2]
     port = free_base()
     d = Deployment(tmp_path / "dep", port=port, insecure=True)
-    section = fed_section(tiny_model, port, rounds=4, keep_replies=False,
+    section = fed_section(tiny_model, port, rounds=3, keep_replies=False,
                           guards={"min_nodes": 2})
     cfg = write_config(tmp_path / "fed.yaml", section)
     out = tmp_path / "srv"
@@ -328,8 +330,8 @@ def test_server_app_killed_then_resumed_ends_like_an_uninterrupted_run(tiny_mode
         "resuming after round 3" in (out / "server.log").read_text()
     trained = sorted({x["round"] for x in map(json.loads, (out / "rounds.jsonl").read_text()
                                               .splitlines()) if x["kind"] == "train"})
-    assert trained == [1, 2, 3, 4]
+    assert trained == [1, 2, 3]
     whole = tmp_path / "whole"
     run_federated(fc, sites, whole, log=lambda m: None)
-    a, b = GlobalStore(out / "global").load(4), GlobalStore(whole / "global").load(4)
+    a, b = GlobalStore(out / "global").load(3), GlobalStore(whole / "global").load(3)
     assert max(float(np.abs(a[k] - b[k]).max()) for k in a) <= 1e-6
