@@ -27,11 +27,11 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
 
-    from workbench.agents.loop import AgentState, run_agents
+    from workbench.agents.runner import AgentState, run_agents
     from workbench.config import load_config
-    from workbench.domain_agents.kgv.api import make_agent, make_setup, select
-    from workbench.domain_agents.kgv.metrics import summarise
-    from workbench.domain_agents.kgv.pack import load_claims
+    from workbench.agent_packs.kgv.api import make_agent, make_setup, select
+    from workbench.agent_packs.kgv.metrics import summarise
+    from workbench.agent_packs.kgv.pack import load_claims
     from workbench.evaluate.stats import wilson_interval
     from workbench.models import load_model
     from workbench.models.base import ScoreRequest
@@ -93,7 +93,7 @@ def main() -> None:
         print(cond, json.dumps(out["kgv"][cond]))
 
     # 3. RF tools
-    from workbench.domain_agents.rf.api import _with_tools, load_items
+    from workbench.agent_packs.rf.api import _with_tools, load_items
 
     items = load_items("datasets/rf_design")
     rcfg = load_config("configs/rf_agent_demo.yaml")

@@ -65,9 +65,9 @@ def generation_batches(prompts: int = 64) -> dict[str, float]:
     """Seconds per question call of the distillation's writer at batch 16 and 64."""
     from workbench.corpus import load_sections
     from workbench.distill.pipeline import Span, _conv, _facts
-    from workbench.domains import load_pack
+    from workbench.domain_packs import load_pack
     from workbench.models.base import GenerationParams
-    from workbench.models.registry import load_model
+    from workbench.models.backends import load_model
 
     pack = load_pack("rf")
     sections, _ = load_sections(REPO / "datasets" / "rf")
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from workbench.models.registry import load_model
+    from workbench.models.backends import load_model
 
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     items = rf_items(args.items)

@@ -48,13 +48,13 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
 
-    from workbench.agents.loop import run_agents
+    from workbench.agents.runner import run_agents
     from workbench.config import load_config
-    from workbench.domain_agents.kgv.api import make_agent, make_setup, select
-    from workbench.domain_agents.kgv.metrics import prediction, summarise
-    from workbench.domain_agents.kgv.pack import load_claims
-    from workbench.domain_agents.rf.api import _with_tools, load_items
-    from workbench.domain_agents.rf.bench import correct
+    from workbench.agent_packs.kgv.api import make_agent, make_setup, select
+    from workbench.agent_packs.kgv.metrics import prediction, summarise
+    from workbench.agent_packs.kgv.pack import load_claims
+    from workbench.agent_packs.rf.api import _with_tools, load_items
+    from workbench.agent_packs.rf.bench import correct
     from workbench.evaluate.stats import mcnemar_exact, wilson_interval
     from workbench.models import load_model
     from workbench.progress import quiet_libraries
@@ -89,7 +89,7 @@ def main() -> None:
         t0 = time.perf_counter()
         rows = _with_tools(model, items, ac)
         wall = time.perf_counter() - t0
-        from workbench.agents.records import AgentTrajectory
+        from workbench.agents.steps import AgentTrajectory
 
         trajs = [AgentTrajectory.model_validate(r["trajectory"]) for r in rows]
         right["rf"][pol] = [correct(r["prediction"], it) for r, it in zip(rows, items,

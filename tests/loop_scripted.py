@@ -19,7 +19,7 @@ from pathlib import Path
 from workbench.models.base import ContinuationScore
 from workbench.models.fake import FakeChatModel
 from workbench.models.messages import plain_conversation
-from workbench.models.registry import register_backend
+from workbench.models.backends import register_backend
 
 ITEMS: dict[str, tuple[str, str]] = {}  # question -> (gold option text, subset)
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from workbench.agents.export import sft_examples, to_chat_example
-from workbench.agents.loop import (
+from workbench.agents.runner import (
     AgentSetup,
     AgentTask,
     Budget,

@@ -8,21 +8,21 @@ import os
 
 import pytest
 
-from workbench.domain_agents.api import read_report, report_packs, report_path
-from workbench.domain_agents.kgv.report import KgvReport
-from workbench.domain_agents.kgv.report import read_report as read_kgv
-from workbench.domain_agents.kgv.report import trajectory_files
-from workbench.domain_agents.kgv.report import write_report as write_kgv
-from workbench.domain_agents.litsearch.report import LitsearchReport, dialogues_file
-from workbench.domain_agents.litsearch.report import read_report as read_litsearch
-from workbench.domain_agents.reports import SCHEMA_VERSION, report_json
-from workbench.domain_agents.rf.report import RfReport, condition_rows
-from workbench.domain_agents.rf.report import read_report as read_rf
+from workbench.agent_packs.api import read_report, report_packs, report_path
+from workbench.agent_packs.kgv.report import KgvReport
+from workbench.agent_packs.kgv.report import read_report as read_kgv
+from workbench.agent_packs.kgv.report import trajectory_files
+from workbench.agent_packs.kgv.report import write_report as write_kgv
+from workbench.agent_packs.litsearch.report import LitsearchReport, dialogues_file
+from workbench.agent_packs.litsearch.report import read_report as read_litsearch
+from workbench.agent_packs.reports import SCHEMA_VERSION, report_json
+from workbench.agent_packs.rf.report import RfReport, condition_rows
+from workbench.agent_packs.rf.report import read_report as read_rf
 from workbench.errors import DataError, WorkbenchError
 
 
 def _traj(cid, gold, pred, searches, split="seen"):
-    from workbench.agents.records import AgentStep, AgentTrajectory
+    from workbench.agents.steps import AgentStep, AgentTrajectory
 
     steps = [AgentStep(index=i, turn=i + 1, kind="tool_call", tool="search",
                        arguments={"query": "q"}) for i in range(searches)]
@@ -55,8 +55,8 @@ def kgv_run(run, teacher=TEACHER):
 
 
 def rf_run(run):
-    from workbench.domain_agents.rf.api import rf_report
-    from workbench.domain_agents.rf.bench import DesignItem
+    from workbench.agent_packs.rf.api import rf_report
+    from workbench.agent_packs.rf.bench import DesignItem
 
     out = run / "agent"
     out.mkdir(parents=True)
@@ -77,7 +77,7 @@ def _dialogue(i, ndcg, error=None):
 
 
 def litsearch_run(run, exports=None, citations=True):
-    from workbench.domain_agents.litsearch.api import summarise, write_report
+    from workbench.agent_packs.litsearch.api import summarise, write_report
 
     out = run / "agent"
     out.mkdir(parents=True)

@@ -731,9 +731,9 @@ def test_agents_page_shows_an_rf_report_and_names_a_broken_one(ws):
     """An RF design report (written by the pack's writer): its accuracy table with intervals
     and families renders through the reader; the same report broken renders a note naming
     the file, never a traceback."""
-    from workbench.agents.records import AgentTrajectory
-    from workbench.domain_agents.rf.api import rf_report
-    from workbench.domain_agents.rf.bench import DesignItem
+    from workbench.agents.steps import AgentTrajectory
+    from workbench.agent_packs.rf.api import rf_report
+    from workbench.agent_packs.rf.bench import DesignItem
     from workbench.io import write_jsonl
 
     out = ws / "runs" / "rfrun" / "agent"

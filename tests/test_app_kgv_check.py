@@ -47,7 +47,7 @@ def _kgv_run(ws: Path, tmp_path: Path, embedder) -> Path:
 
 
 def test_agents_page_checks_the_verdicts_with_a_person(ws, tmp_path, embedder):
-    from workbench.domain_agents.kgv.verdict_check import RATINGS, verdict_check
+    from workbench.agent_packs.kgv.verdict_check import RATINGS, verdict_check
     from workbench.evaluate.agreement import read_ratings
 
     run = _kgv_run(ws, tmp_path, embedder)

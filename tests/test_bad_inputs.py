@@ -56,7 +56,7 @@ def _files(root: Path) -> dict[str, Path]:
     f["pack"] = root / "pack.yaml"
     import yaml
 
-    from workbench.domains import PACKS
+    from workbench.domain_packs import PACKS
 
     pack = yaml.safe_load((PACKS / "generic.yaml").read_text())
     pack["distill"]["prompts"]["verifier"] = "Q: {question} {opts}"

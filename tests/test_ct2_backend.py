@@ -262,7 +262,7 @@ def test_backend_forced_from_the_config(tiny_model, tmp_path):
     _ct2()
     from workbench.config import load_config
     from workbench.models.factory import open_chat_model
-    from workbench.models.registry import available_backends, backend_uses
+    from workbench.models.backends import available_backends, backend_uses
 
     # a config written for transformers (its options included) switches with one override
     common = [f"models.chat.spec={tiny_model}", "models.chat.options.batch_size=4",

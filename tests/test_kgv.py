@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from workbench.agents.loop import AgentSetup, Budget, FreePolicy, run_agents
-from workbench.domain_agents.kgv.api import choose_teacher, make_setup, select
-from workbench.domain_agents.kgv.metrics import summarise
-from workbench.domain_agents.kgv.pack import KGClaim, KgvAgent
-from workbench.domains import load_pack
+from workbench.agents.runner import AgentSetup, Budget, FreePolicy, run_agents
+from workbench.agent_packs.kgv.api import choose_teacher, make_setup, select
+from workbench.agent_packs.kgv.metrics import summarise
+from workbench.agent_packs.kgv.pack import KGClaim, KgvAgent
+from workbench.domain_packs import load_pack
 from workbench.errors import DataError, WorkbenchError
 from workbench.evaluate.metrics import binary_f1, macro_f1
 from workbench.models import load_model
@@ -88,7 +88,7 @@ def test_the_agent_routes_then_rewrites_without_repeating(agent):
     assert t.ok and t.final == {"label": "SUPPORTED", "evidence": ["wn-dog"]}
     assert agent.searcher.queries == ["Dog is a kind of canine.", "dog"]
     # what the guided policy would offer next: the answers, then untried rewrites only
-    from workbench.agents.loop import AgentState
+    from workbench.agents.runner import AgentState
 
     state = AgentState(agent.task(claim()), [], observations=[
         ("search", {"query": "Dog is a kind of canine."}, agent.toolbox().tools["search"].fn(
@@ -121,7 +121,7 @@ def test_parametric_route_and_text_verdicts(agent):
 
 
 def _ac(**kw):
-    from workbench.domain_agents.config import AgentConfig
+    from workbench.agent_packs.config import AgentConfig
 
     return AgentConfig(**kw)
 
@@ -138,7 +138,7 @@ def test_metrics_on_hand_computed_cases():
 
 
 def _traj(cid, gold, pred, searches, split="seen", evidence=()):
-    from workbench.agents.records import AgentStep, AgentTrajectory
+    from workbench.agents.steps import AgentStep, AgentTrajectory
 
     steps = [AgentStep(index=i, turn=i + 1, kind="tool_call", tool="search",
                        arguments={"query": "q"}) for i in range(searches)]
@@ -197,7 +197,7 @@ WN_NOUN = """  1 This software and database is being provided to you, the LICENS
 
 
 def test_data_builder_parses_wordnet_and_names_bad_lines(tmp_path):
-    from workbench.domain_agents.kgv.data import graph_facts, load_wordnet, read_data_file
+    from workbench.agent_packs.kgv.data import graph_facts, load_wordnet, read_data_file
 
     (tmp_path / "data.noun").write_text(WN_NOUN)
     (tmp_path / "data.verb").write_text("")
@@ -217,7 +217,7 @@ def test_data_builder_parses_wordnet_and_names_bad_lines(tmp_path):
 
 
 def test_shipped_data_is_consistent():
-    from workbench.domain_agents.kgv.api import load_data
+    from workbench.agent_packs.kgv.api import load_data
 
     claims, docs = load_data("datasets/kgv")
     ids = {d.id for d in docs}
@@ -257,7 +257,7 @@ def test_agent_on_the_bundled_model_end_to_end(tmp_path, bundled_model, cli):
 def test_a_killed_condition_rerun_finishes_the_rest(agent, tmp_path):
     """Runs are saved after each chunk: a crash loses at most the chunk in flight, and the
     re-run only runs the claims not yet saved."""
-    from workbench.domain_agents.kgv.api import run_condition
+    from workbench.agent_packs.kgv.api import run_condition
 
     claims = [claim(f"c{i}", label=("SUPPORTED", "REFUTED")[i % 2]) for i in range(6)]
     setup = make_setup(agent, _ac(), "closed_book")
@@ -312,8 +312,8 @@ def test_kgv_job_with_teacher_and_student_on_a_tiny_model(tmp_path, tiny_model):
         "name=tiny"])
     logs = []
     res = run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=logs.append))
-    from workbench.domain_agents.kgv.report import read_report
-    from workbench.domain_agents.reports import report_json
+    from workbench.agent_packs.kgv.report import read_report
+    from workbench.agent_packs.reports import report_json
 
     rep = read_report(tmp_path / "tiny")  # the typed record; it dumps to the same bytes
     assert report_json(rep) == (tmp_path / "tiny" / "agent" / "report.json").read_text()
@@ -397,7 +397,7 @@ def test_litsearch_agent_on_the_bundled_model(tmp_path, bundled_model, cli):
 
 
 def test_a_changed_condition_starts_its_file_over(agent, tmp_path):
-    from workbench.domain_agents.kgv.api import run_condition
+    from workbench.agent_packs.kgv.api import run_condition
 
     claims = [claim(f"c{i}") for i in range(2)]
     path = tmp_path / "agent.jsonl"
@@ -414,7 +414,7 @@ def test_a_changed_condition_starts_its_file_over(agent, tmp_path):
 
 
 def test_natural_language_claims_in_the_packs_wordings(agent):
-    from workbench.domain_agents.kgv.api import parse_input, read_claim
+    from workbench.agent_packs.kgv.api import parse_input, read_claim
 
     assert read_claim("Oak is a kind of tree.", agent) == ("Oak", "hypernym", "tree")
     assert read_claim("the field of medicine uses the term dosage", agent) == (

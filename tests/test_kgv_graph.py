@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from workbench.domain_agents.kgv.api import load_kg
+from workbench.agent_packs.kgv.api import load_kg
 from workbench.errors import DataError, WorkbenchError
 
 EX = "http://example.org/rf/"
@@ -126,8 +126,8 @@ def test_the_job_on_a_graph_reports_each_claim_form(tmp_path, tiny_model):
         f"output_dir={tmp_path / 'runs'}", "name=kg"])
     run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
     out = tmp_path / "runs" / "kg" / "agent"
-    from workbench.domain_agents.kgv.report import read_report
-    from workbench.domain_agents.reports import report_json
+    from workbench.agent_packs.kgv.report import read_report
+    from workbench.agent_packs.reports import report_json
 
     rep = read_report(out / "report.json")
     assert report_json(rep) == (out / "report.json").read_text()

@@ -63,7 +63,7 @@ def test_agent_eval_reports_the_index_as_its_evidence(kg, tmp_path, cli):
     source = f"prebuilt index {index}, keyword retrieval"
     assert f"(evidence: {source})" in r.stdout
     out = tmp_path / "runs" / "kgi" / "agent"
-    from workbench.domain_agents.kgv.report import read_report
+    from workbench.agent_packs.kgv.report import read_report
 
     rep = read_report(out / "report.json")
     assert rep.evidence == source and rep.dev_claims == 8

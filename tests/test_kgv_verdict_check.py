@@ -39,7 +39,7 @@ def run_copy(kgv_run, tmp_path) -> Path:
 
 
 def test_verdicts_show_the_claim_and_its_passages_never_the_verdict(kgv_run):
-    from workbench.domain_agents.kgv.verdict_check import verdict_check, verdict_decisions
+    from workbench.agent_packs.kgv.verdict_check import verdict_check, verdict_decisions
 
     d = verdict_decisions(kgv_run)
     runs = {t["task_id"]: t for t in map(json.loads, (
@@ -73,7 +73,7 @@ def test_verdicts_show_the_claim_and_its_passages_never_the_verdict(kgv_run):
 def test_a_run_without_recorded_passages_or_verdicts(run_copy):
     """Runs made before the cited passages were recorded show the snippets their searches
     showed; a run that ended without a verdict is no decision."""
-    from workbench.domain_agents.kgv.verdict_check import verdict_decisions
+    from workbench.agent_packs.kgv.verdict_check import verdict_decisions
 
     path = run_copy / "agent" / "trajectories" / "agent.jsonl"
     runs = [json.loads(x) for x in path.read_text().splitlines()]
@@ -89,7 +89,7 @@ def test_a_run_without_recorded_passages_or_verdicts(run_copy):
 
 
 def test_rating_appends_and_the_last_counts(run_copy):
-    from workbench.domain_agents.kgv.verdict_check import RATINGS, verdict_decisions
+    from workbench.agent_packs.kgv.verdict_check import RATINGS, verdict_decisions
 
     d = verdict_decisions(run_copy)
     yes = next(i for i in d.items if i.machine)
@@ -109,7 +109,7 @@ def test_kappa_matches_a_hand_computed_table(run_copy, cli):
     # agent/person: SUPPORTED/true 2, SUPPORTED/false 1, REFUTED/true 1, REFUTED/false 2.
     # Observed agreement 4/6; agent SUPPORTED 3/6, person true 3/6, chance 0.5*0.5 + 0.5*0.5
     # = 0.5; kappa = (4/6 - 0.5) / (1 - 0.5) = 1/3
-    from workbench.domain_agents.kgv.verdict_check import verdict_check
+    from workbench.agent_packs.kgv.verdict_check import verdict_check
 
     vc = verdict_check(run_copy, n=8)
     d = vc.decisions
@@ -132,7 +132,7 @@ def test_kappa_matches_a_hand_computed_table(run_copy, cli):
 
 
 def test_cli_rates_with_the_verdict_hidden_and_reports(run_copy, cli):
-    from workbench.domain_agents.kgv.verdict_check import verdict_check
+    from workbench.agent_packs.kgv.verdict_check import verdict_check
 
     before = verdict_check(run_copy, n=6).check.sample
     r = cli("agent", "verdict-check", str(run_copy), "--rate", "--by", "ana", "--sample", "6",
@@ -143,7 +143,7 @@ def test_cli_rates_with_the_verdict_hidden_and_reports(run_copy, cli):
     assert "SUPPORTED" not in r.stdout.split("agent verdicts of")[0]  # hidden while rating
     assert r.stdout.count("[3/6]") == 3  # asked again after "maybe", then a skip
     assert "[4/6]" in r.stdout and "[5/6]" not in r.stdout
-    from workbench.domain_agents.kgv.verdict_check import RATINGS
+    from workbench.agent_packs.kgv.verdict_check import RATINGS
 
     kept = [json.loads(x) for x in (run_copy / "agent" / RATINGS).read_text().splitlines()]
     assert [x["verdict"] for x in kept] == [True, False, None, True]
@@ -165,7 +165,7 @@ def test_cli_rates_with_the_verdict_hidden_and_reports(run_copy, cli):
 
 
 def test_bad_input_is_one_line(run_copy, tmp_path, cli):
-    from workbench.domain_agents.kgv.verdict_check import RATINGS
+    from workbench.agent_packs.kgv.verdict_check import RATINGS
 
     for args, code, says in (
             ([str(tmp_path / "nope")], 1, f"{tmp_path / 'nope'}: not a run folder (no such "
@@ -189,6 +189,6 @@ def test_bad_input_is_one_line(run_copy, tmp_path, cli):
     assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1
     assert f"{bad}:2: " in r.stderr
     with pytest.raises(DataError, match=f"{bad}:2"):
-        from workbench.domain_agents.kgv.verdict_check import verdict_decisions
+        from workbench.agent_packs.kgv.verdict_check import verdict_decisions
 
         verdict_decisions(run_copy)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from workbench.domain_agents.litsearch import dag as D
-from workbench.domain_agents.litsearch.corrupt import STRUCTURAL, corrupt
-from workbench.domain_agents.litsearch.pack import (
+from workbench.agent_packs.litsearch import dag as D
+from workbench.agent_packs.litsearch.corrupt import STRUCTURAL, corrupt
+from workbench.agent_packs.litsearch.pack import (
     Intent,
     Library,
     Paper,
@@ -145,7 +145,7 @@ def test_feedback_edits():
 def test_a_dialogue_where_the_model_repairs_its_workflow(lib):
     """Free policy, scripted model: turn 1 writes a workflow with a cycle, sees the
     validator's error, repairs it; turn 2 answers the feedback; metrics per turn."""
-    from workbench.domain_agents.litsearch.dialogue import model_turns, start
+    from workbench.agent_packs.litsearch.dialogue import model_turns, start
     from workbench.models import load_model
 
     good = templates(INTENT)["citations"]
@@ -157,7 +157,7 @@ def test_a_dialogue_where_the_model_repairs_its_workflow(lib):
     replies = [call(cyc), call(good), call(good)]
     model = load_model("fake", responses=replies)
     ds = start([INTENT], "system", "Find papers related to: {query}")
-    from workbench.domain_agents.config import AgentConfig
+    from workbench.agent_packs.config import AgentConfig
 
     for _ in range(2):
         model_turns(ds, lib, model, policy="free")
@@ -172,8 +172,8 @@ def test_a_dialogue_where_the_model_repairs_its_workflow(lib):
 
 
 def test_teacher_exports_sft_and_preference_pairs(lib, tmp_path):
-    from workbench.domain_agents.litsearch.api import export_training, run_condition
-    from workbench.domain_agents.config import AgentConfig
+    from workbench.agent_packs.litsearch.api import export_training, run_condition
+    from workbench.agent_packs.config import AgentConfig
 
     lib.intents = [INTENT]
     rows = run_condition("oracle", [INTENT], lib, None, 2, AgentConfig())

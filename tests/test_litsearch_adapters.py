@@ -40,8 +40,8 @@ def test_adapter_conditions_beside_the_agent_with_paired_differences(tmp_path, t
         f"output_dir={tmp_path / 'runs'}", "name=ls"])
     run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=lambda m: None))
     out = tmp_path / "runs" / "ls"
-    from workbench.domain_agents.litsearch.report import read_report
-    from workbench.domain_agents.reports import report_json
+    from workbench.agent_packs.litsearch.report import read_report
+    from workbench.agent_packs.reports import report_json
 
     report = read_report(out)
     assert report_json(report) == (out / "agent" / "litsearch_report.json").read_text()

@@ -38,8 +38,8 @@ def _run(cfg, log=None):
 
 def test_sft_then_dpo_beside_sft_with_paired_tests_and_resume(tmp_path, tiny_model,
                                                               monkeypatch):
-    from workbench.domain_agents.litsearch.report import read_report
-    from workbench.domain_agents.reports import report_json
+    from workbench.agent_packs.litsearch.report import read_report
+    from workbench.agent_packs.reports import report_json
     from workbench.train import recipe
 
     calls = []
@@ -108,7 +108,7 @@ def test_sft_then_dpo_beside_sft_with_paired_tests_and_resume(tmp_path, tiny_mod
 
 
 def test_trained_conditions_are_opt_in_and_named_once(tmp_path, tiny_model):
-    from workbench.domain_agents.litsearch.api import _wanted
+    from workbench.agent_packs.litsearch.api import _wanted
 
     cfg = _config(tiny_model, tmp_path, conditions="null")
     assert _wanted(cfg.agent) == ["query_only", "fixed", "agent", "oracle"]
@@ -124,9 +124,9 @@ def test_trained_conditions_are_opt_in_and_named_once(tmp_path, tiny_model):
 def test_a_report_without_the_trained_conditions_still_reads(tmp_path):
     """A report written before issue 27's keys (no paired, no trained, no agent+sft*) reads
     and dumps as it was written."""
-    from workbench.domain_agents.litsearch.api import summarise
-    from workbench.domain_agents.litsearch.report import read_report
-    from workbench.domain_agents.reports import report_json
+    from workbench.agent_packs.litsearch.api import summarise
+    from workbench.agent_packs.litsearch.report import read_report
+    from workbench.agent_packs.reports import report_json
 
     def dialogue(i, ndcg):
         turns = [{"turn": t, "hit5": 1.0, "mrr": 0.5, "ndcg10": ndcg, "error": None,

@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from workbench.domain_agents.litsearch.library import anchors_for, read_library
-from workbench.domain_agents.litsearch.pack import edits, load_corpus, templates
+from workbench.agent_packs.litsearch.library import anchors_for, read_library
+from workbench.agent_packs.litsearch.pack import edits, load_corpus, templates
 from workbench.errors import DataError
 
 # ten papers about receivers; W0 cites W1, W2, W3 and is cited by W4 (anchor material)
@@ -181,8 +181,8 @@ def test_the_agent_evaluates_on_a_bibtex_library_with_citations_off(tmp_path):
     res = run_pipeline("agent", cfg, RunContext(layout=RunLayout.of(cfg), log=lines.append))
     assert any("has no citations" in line and "cite_backward" in line for line in lines)
     out = tmp_path / "runs" / "bib" / "agent"
-    from workbench.domain_agents.litsearch.report import read_report
-    from workbench.domain_agents.reports import report_json
+    from workbench.agent_packs.litsearch.report import read_report
+    from workbench.agent_packs.reports import report_json
 
     report = read_report(tmp_path / "runs" / "bib")
     assert report_json(report) == (out / "litsearch_report.json").read_text()

@@ -21,8 +21,8 @@ def test_every_built_in_is_an_entry_of_its_group():
     assert listed == specs  # a new built-in pipeline is registered as a plugin is
     assert plugins.entries(plugins.PIPELINES) == table[plugins.PIPELINES]
     from workbench import registry
-    from workbench.domain_agents.api import pack_names
-    from workbench.models.registry import available_backends
+    from workbench.agent_packs.api import pack_names
+    from workbench.models.backends import available_backends
 
     assert {"distill", "rag", "train", "eval", "compare", "trajsynth", "agent", "fed",
             "loop"} == set(registry.names())
@@ -46,20 +46,20 @@ def _installed(monkeypatch, group: str, name: str, value: str):
 
 
 def test_an_installed_plugin_adds_a_pack_and_a_backend_and_may_replace_one(monkeypatch):
-    from workbench.domain_agents.api import pack_module, pack_names
-    from workbench.models.registry import _backend, available_backends
+    from workbench.agent_packs.api import pack_module, pack_names
+    from workbench.models.backends import _backend, available_backends
 
-    _installed(monkeypatch, plugins.AGENT_PACKS, "toy", "workbench.domain_agents.rf.api")
+    _installed(monkeypatch, plugins.AGENT_PACKS, "toy", "workbench.agent_packs.rf.api")
     assert "toy" in pack_names()
-    assert pack_module("toy").__name__ == "workbench.domain_agents.rf.api"
+    assert pack_module("toy").__name__ == "workbench.agent_packs.rf.api"
     _installed(monkeypatch, plugins.BACKENDS, "echo", "workbench.models.fake:FakeChatModel")
     assert "echo" in available_backends() and _backend("echo").__name__ == "FakeChatModel"
-    _installed(monkeypatch, plugins.AGENT_PACKS, "kgv", "workbench.domain_agents.rf.api")
-    assert pack_module("kgv").__name__ == "workbench.domain_agents.rf.api"
+    _installed(monkeypatch, plugins.AGENT_PACKS, "kgv", "workbench.agent_packs.rf.api")
+    assert pack_module("kgv").__name__ == "workbench.agent_packs.rf.api"
 
 
 def test_a_broken_entry_or_missing_built_ins_are_one_line(monkeypatch):
-    from workbench.domain_agents.api import pack_module
+    from workbench.agent_packs.api import pack_module
 
     _installed(monkeypatch, plugins.AGENT_PACKS, "gone", "no_such_module_here.api")
     with pytest.raises(WorkbenchError, match="agent pack 'gone' 'no_such_module_here.api' "

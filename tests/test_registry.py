@@ -108,7 +108,7 @@ def test_run_layout_owns_paths(tmp_path):
 
 def test_every_shipped_config_and_pack_loads():
     from workbench.config import load_config
-    from workbench.domains import available_packs, load_pack
+    from workbench.domain_packs import available_packs, load_pack
 
     for f in sorted((REPO / "configs").glob("*.yaml")):
         load_config(f)
@@ -130,7 +130,7 @@ def test_every_shipped_config_and_pack_loads():
 def test_pack_placeholders_are_checked(tmp_path):
     import yaml
 
-    from workbench.domains import PACKS, load_pack
+    from workbench.domain_packs import PACKS, load_pack
     from workbench.errors import ConfigError
 
     data = yaml.safe_load((PACKS / "generic.yaml").read_text())

@@ -7,14 +7,14 @@ import math
 
 import pytest
 
-from workbench.agents.loop import AgentSetup, AgentTask, Budget, FreePolicy, run_agents
+from workbench.agents.runner import AgentSetup, AgentTask, Budget, FreePolicy, run_agents
 from workbench.agents.tools import ToolError
-from workbench.domain_agents.rf import tools as T
-from workbench.domain_agents.reports import report_json
-from workbench.domain_agents.rf.report import read_report
-from workbench.domain_agents.rf.api import bindings, parse_number, quantities, rf_report, \
+from workbench.agent_packs.rf import tools as T
+from workbench.agent_packs.reports import report_json
+from workbench.agent_packs.rf.report import read_report
+from workbench.agent_packs.rf.api import bindings, parse_number, quantities, rf_report, \
     toolbox
-from workbench.domain_agents.rf.bench import DesignItem, correct
+from workbench.agent_packs.rf.bench import DesignItem, correct
 from workbench.models import load_model
 from workbench.records import ToolCall
 
@@ -68,7 +68,7 @@ def test_bindings_follow_units_and_reach_every_benchmark_answer():
     calls = bindings(q)
     assert {c.function.name for c in calls} == {"reflection"}  # no frequency: no matching
     assert len(calls) == 2  # both orders
-    from workbench.domain_agents.rf.api import load_items
+    from workbench.agent_packs.rf.api import load_items
 
     items = load_items("datasets/rf_design")
     assert len(items) == 40

@@ -85,7 +85,7 @@ def test_scaffolds_run_through_the_agent_loop_and_units_reach_the_prompt(site_di
 
 
 def test_reflexion_shows_lessons_and_does_not_repeat_a_failed_answer(site_dir):
-    from workbench.agents.loop import AgentTask, run_reflexion
+    from workbench.agents.runner import AgentTask, run_reflexion
     from workbench.trajsynth.knowledge import chat_model
 
     site = DataAgentSite(site_dir, agent="prompted", agent_settings={"model": "fake",

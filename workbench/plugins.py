@@ -3,7 +3,7 @@
 - `workbench.pipelines`: a `Pipeline` or a list of them
   (`distill = "workbench.distill.spec:PIPELINE"`);
 - `workbench.agent_packs`: a pack module offering `evaluate` and `run_inputs`
-  (`kgv = "workbench.domain_agents.kgv.api"`);
+  (`kgv = "workbench.agent_packs.kgv.api"`);
 - `workbench.backends`: a `ChatModel` class (`local = "workbench.models.local:LocalChatModel"`).
 
 The built-ins are registered exactly as an outside plugin is: as entry points in the

@@ -31,7 +31,7 @@ def run_smoke(cfg) -> SmokeResult:
     from workbench.models.embed import load_embedder
     from workbench.models.factory import open_chat_model
 
-    from workbench.domains import load_pack
+    from workbench.domain_packs import load_pack
 
     pack = load_pack(cfg.domain).smoke
     document, question = cfg.smoke.document or pack.document, cfg.smoke.question or \

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from workbench.agents.records import AgentTrajectory
+from workbench.agents.steps import AgentTrajectory
 from workbench.records import ChatExample
 
 

@@ -72,7 +72,7 @@ def models_list(config: Annotated[Optional[Path], typer.Option(
     with -s models.chat.backend=transformers|ctranslate2."""
     from workbench.config import load_config
     from workbench.models.inventory import bundled_inventory
-    from workbench.models.registry import backend_uses
+    from workbench.models.backends import backend_uses
 
     for row in bundled_inventory():
         typer.echo(f"{row['name']:<24} {row['role']:<9} {row['status']:<14} {row['where']}")

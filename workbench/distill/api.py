@@ -37,7 +37,7 @@ def run(cfg, ctx) -> PipelineResult:
     """The registered pipeline: distil unless the corpus, pack, models and settings are the
     same as the last finished run (the call cache makes a changed re-run cheap too)."""
     from workbench.corpus import corpus_hash
-    from workbench.domains import pack_path
+    from workbench.domain_packs import pack_path
     from workbench.runs import file_hash
 
     dc = resolved_config(cfg)

@@ -34,7 +34,7 @@ from workbench.distill.write import (  # noqa: F401  (Span, _conv, _facts: read 
     LETTERS, Agents, Span, Stats, Task, _conv, _facts, _generate, check_breadth, make_spans,
     make_tasks, write_composed, write_single,
 )
-from workbench.domains import DomainPack, load_pack
+from workbench.domain_packs import DomainPack, load_pack
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json, atomic_write_text, sha256_text, write_jsonl
 from workbench.models.base import GenerationParams, ScoreRequest

@@ -19,7 +19,7 @@ from workbench.distill import parse, shapes
 from workbench.distill.config import AgentModel, DistillConfig
 from workbench.distill.parse import Reject, format_options
 from workbench.distill.quality import balance_letters
-from workbench.domains import DomainPack
+from workbench.domain_packs import DomainPack
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_text
 from workbench.models.base import ChatModel, GenerationParams
@@ -89,7 +89,7 @@ class Agents:
 
     def __init__(self, cfg: DistillConfig, default: AgentModel, cache_path: Path | None):
         from workbench.models.cache import CachedModel, CallCache
-        from workbench.models.registry import load_model
+        from workbench.models.backends import load_model
 
         self._loaded: dict[str, ChatModel] = {}
         cache = CallCache(cache_path) if cache_path else None

@@ -154,7 +154,7 @@ def run_eval(cfg, *, contexts: Mapping[str, ContextProvider] | None = None,
         samples = read_records(ec.open_ended, QTSASample)[:ec.max_items or None]
         judge = None
         if ec.judge:
-            from workbench.models.registry import load_model
+            from workbench.models.backends import load_model
 
             judge = load_model(ec.judge)
         results += evaluate_open(model, samples, judge=judge, model_name=summary.model)

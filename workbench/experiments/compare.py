@@ -269,7 +269,7 @@ def build_report(cfg, lay, base: EvalSummary | None, sft: EvalSummary | None,
                  best: str | None, seconds: float) -> CompareReport:
     import json
 
-    from workbench.domains import load_pack
+    from workbench.domain_packs import load_pack
     from workbench.io import atomic_write_json
 
     comparisons = list(base.comparisons) if base else []

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.federated.records import FederationFiles
+from workbench.federated.results import FederationFiles
 from workbench.io import append_line, atomic_write_json
 
 OP_KINDS = ("ADD", "AGREE", "EDIT", "REMOVE")

@@ -14,7 +14,7 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
-from workbench.federated.records import FederationFiles
+from workbench.federated.results import FederationFiles
 from workbench.federated.deploy import Deployment, DeployError, Security
 
 

@@ -2,7 +2,7 @@
 prediction distributions, paired tests against the federation), rounds (per-site loss of the
 global adapter, bytes, time, failures), what left the sites, and a plot.
 
-`report.json` is a typed record (`federated.records`): the writers here build it and dump it;
+`report.json` is a typed record (`federated.results`): the writers here build it and dump it;
 `read_report` is its one reader."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from workbench.federated.config import FederatedConfig
-from workbench.federated.records import (
+from workbench.federated.results import (
     FedFiles,
     FedReport,
     KnowledgeCondition,

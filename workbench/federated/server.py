@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
-from workbench.federated.records import FederationFiles
+from workbench.federated.results import FederationFiles
 from workbench.federated.sites import SITE_NAME
 from workbench.federated.weights import (
     GlobalStore,

@@ -11,7 +11,7 @@ PIPELINE = Pipeline(
          "against local-only and centralised training.",
     config="workbench.federated.config:FederatedConfig",
     run="workbench.federated.api:run",
-    # Every path of the `fed` folder is declared here; `federated.records.FedFiles` reads the
+    # Every path of the `fed` folder is declared here; `federated.results.FedFiles` reads the
     # names from this table and the code and the app find them only through it. Only "sites"
     # is a hashed stage: the rounds resume by their own round files (the global store, the
     # knowledge bases), the baselines by their adapter files and the evaluation by its cache.

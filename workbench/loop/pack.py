@@ -8,7 +8,7 @@ from workbench.loop.synth import LoopPack
 
 
 def loop_pack(name: str) -> LoopPack:
-    from workbench.domains import load_pack
+    from workbench.domain_packs import load_pack
 
     pack = load_pack(name)
     raw = pack.pipelines.get("loop")
@@ -19,7 +19,7 @@ def loop_pack(name: str) -> LoopPack:
         lp = LoopPack.model_validate(raw)
     except ValueError as e:
         raise WorkbenchError(f"domain pack {name!r}, pipelines.loop: {e}") from None
-    from workbench.domains import placeholders
+    from workbench.domain_packs import placeholders
 
     known = {"term", "branch", "text", "definition", *lp.fields}
     problems = []

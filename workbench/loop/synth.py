@@ -149,7 +149,7 @@ class Synthesiser:
                 for t in self.pack.knowledge:
                     if made >= self.s.knowledge_per_failure:
                         break
-                    from workbench.domains import placeholders
+                    from workbench.domain_packs import placeholders
 
                     used = placeholders(t.question) | placeholders(t.answer) | set(t.needs)
                     if any(not fields.get(n) for n in used):  # the section lacks a field

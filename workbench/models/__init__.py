@@ -14,7 +14,7 @@ from workbench.models.base import (
     TokenLogprobs,
 )
 from workbench.models.messages import ToolCall, ToolChoice, ToolSpec
-from workbench.models.registry import available_backends, load_model, register_backend
+from workbench.models.backends import available_backends, load_model, register_backend
 
 __all__ = [
     "Capabilities", "ChatModel", "ContinuationScore", "Generation", "GenerationParams",

@@ -55,7 +55,7 @@ from workbench.models.hf_chat import TokenizerChatModel
 from workbench.models.local import LocalChatModel, model_folder
 from workbench.models.messages import ToolChoice
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
-from workbench.models.registry import register_backend
+from workbench.models.backends import register_backend
 from workbench.models.resolve import ModelSource
 
 SCORE_BYTES = 256 * 2**20  # log-probabilities held at once while scoring (rows x len x vocab)

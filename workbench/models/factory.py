@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from workbench.models.base import ChatModel
 from workbench.models.cache import CachedModel, CallCache
-from workbench.models.registry import load_model
+from workbench.models.backends import load_model
 
 if TYPE_CHECKING:
     from workbench.config import ExperimentConfig, ModelConfig

@@ -32,7 +32,7 @@ from workbench.models.base import (
     Tools,
 )
 from workbench.models.messages import NamedToolChoice, ToolCall, ToolChoice, plain_conversation
-from workbench.models.registry import register_backend
+from workbench.models.backends import register_backend
 from workbench.models.tools import FAMILIES, parse_tool_calls
 
 Reply = str | dict[str, Any]

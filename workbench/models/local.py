@@ -39,7 +39,7 @@ from workbench.models.local_scoring import CachedScoring
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
 from workbench.models.publish import publish_once
-from workbench.models.registry import register_backend
+from workbench.models.backends import register_backend
 from workbench.models.resolve import ModelSource, workbench_home
 from workbench.models.tools import strip_special_tokens
 from workbench.progress import progress

@@ -45,7 +45,7 @@ from workbench.models.messages import (
     ToolSpec,
     plain_conversation,
 )
-from workbench.models.registry import register_backend
+from workbench.models.backends import register_backend
 from workbench.models.resolve import ModelSource
 
 log = logging.getLogger(__name__)

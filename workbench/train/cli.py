@@ -125,7 +125,7 @@ def register(group: typer.Typer) -> None:
                   help="Domain pack whose train.parity_prompts check the merge.")] = "generic"):
         """Merge an adapter into its base model; refuses unless logits match within 1e-4 on
         the domain pack's parity prompts."""
-        from workbench.domains import load_pack
+        from workbench.domain_packs import load_pack
         from workbench.progress import quiet_libraries
         from workbench.train.merge import merge_adapter
 

@@ -1,7 +1,7 @@
 """Prompted data agents: a chat model works a data task with tools, in one of three scaffolds,
 with the site's knowledge units rendered into its prompt.
 
-The agent loop (`workbench.agents.loop`) runs the conversation: the system prompt names the
+The agent loop (`workbench.agents.runner`) runs the conversation: the system prompt names the
 database's tables, the scaffold's instruction and the workflows of the question's family that
 the site holds ("What worked for lookup questions at other sites: look up a value of one
 row; a filter: whose <column> is <value>"); the user turn is the question. The tools are `run_sql`
@@ -239,8 +239,8 @@ class DataAgent:
 
     # -- the loop ---------------------------------------------------------------------------
     def _setup(self):
-        from workbench.agents.loop import AgentSetup, Budget, ErrorPolicy, GuidedPolicy
-        from workbench.agents.loop import scaffold as make_scaffold
+        from workbench.agents.runner import AgentSetup, Budget, ErrorPolicy, GuidedPolicy
+        from workbench.agents.runner import scaffold as make_scaffold
         from workbench.agents.tools import Tool, Toolbox, ToolError
 
         def run_sql(sql: str) -> str:
@@ -296,7 +296,7 @@ class DataAgent:
 
     def attempt(self, tasks: Sequence, units: Sequence[dict]) -> list[Outcome]:
         """Each task's outcome with these units in the prompt (cached per prompt)."""
-        from workbench.agents.loop import AgentTask, run_reflexion
+        from workbench.agents.runner import AgentTask, run_reflexion
 
         todo, keys = [], {}
         for t in tasks:

@@ -291,7 +291,7 @@ _MODELS: dict[str, Any] = {}
 
 def chat_model(spec: str):
     """One model per spec per process (a site's rounds and scaffolds share it)."""
-    from workbench.models.registry import load_model
+    from workbench.models.backends import load_model
 
     if spec not in _MODELS:
         _MODELS[spec] = load_model(spec)

@@ -73,7 +73,7 @@ with tab_run:
             if not text.strip():
                 raise ValueError("type an input first")
             from workbench.config import experiment_config_model
-            from workbench.domain_agents.api import run_inputs
+            from workbench.agent_packs.api import run_inputs
 
             cfg = experiment_config_model().model_validate(base_config(
                 "agent-playground", agent={"pack": pack, "data": data, "policy": policy,
@@ -147,7 +147,7 @@ def show_steps(t: dict) -> None:
 def check_verdicts(run) -> None:
     """A person checks a KGV evaluation's verdicts: the claim and the passages a verdict
     cites, its verdict hidden; kappa, the confusion table and the reading so far."""
-    from workbench.domain_agents.kgv.verdict_check import (
+    from workbench.agent_packs.kgv.verdict_check import (
         QUESTION,
         WHAT,
         conditions_in,
@@ -221,7 +221,7 @@ with tab_eval:
             show_error(e)
     job_panel("agent", "agent")
 
-    from workbench.domain_agents.api import read_report, report_packs, report_path
+    from workbench.agent_packs.api import read_report, report_packs, report_path
 
     runs_dir = ws / "runs"
     found = sorted(p for p in runs_dir.iterdir() if p.is_dir() and report_packs(p)) \
@@ -235,8 +235,8 @@ with tab_eval:
     if rep is None:
         st.stop()
     if shown == "kgv":
-        from workbench.domain_agents.kgv.report import REPORT_PNG, trajectory_files
-        from workbench.domain_agents.reports import agent_folder
+        from workbench.agent_packs.kgv.report import REPORT_PNG, trajectory_files
+        from workbench.agent_packs.reports import agent_folder
 
         split = st.radio("Claims", ["all", "seen", "longtail"], horizontal=True, key="ag-split",
                          help="seen: claims on frequent relations (their training part feeds "
@@ -279,7 +279,7 @@ with tab_eval:
                 show_steps(items[pick])
         check_verdicts(run)
     elif shown == "litsearch":
-        from workbench.domain_agents.litsearch.report import METRICS, dialogues_file
+        from workbench.agent_packs.litsearch.report import METRICS, dialogues_file
 
         def final(v, k: str) -> str:
             value, ci = v.final(k)
@@ -313,7 +313,7 @@ with tab_eval:
                            "operator), arrows from the steps it reads.")
                 draw_workflow(wf)
     else:
-        from workbench.domain_agents.rf.report import condition_rows
+        from workbench.agent_packs.rf.report import condition_rows
 
         st.dataframe(pd.DataFrame([
             {"condition": c, "accuracy": f"{100 * s.accuracy:.1f} "

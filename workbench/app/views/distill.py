@@ -13,7 +13,7 @@ from workbench.app.common import (
     show_section,
     workspace,
 )
-from workbench.domains import available_packs, load_pack
+from workbench.domain_packs import available_packs, load_pack
 from workbench.jobs import start_job
 
 FLAGS = {"verifier_disagrees": "a second reading by the model picked another option; "

@@ -11,7 +11,7 @@ from workbench.app.common import (
     workspace,
 )
 from workbench.federated.knowledge import load_latest_kb, votes
-from workbench.federated.records import FedFiles, KnowledgeReport, LoraReport, read_report
+from workbench.federated.results import FedFiles, KnowledgeReport, LoraReport, read_report
 from workbench.jobs import start_job
 
 st.title("Federated rounds")

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.domain_agents.litsearch.tuned import SFT, SFT_DPO
+from workbench.agent_packs.litsearch.tuned import SFT, SFT_DPO
 from workbench.io import read_jsonl
 
 

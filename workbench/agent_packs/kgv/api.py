@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from workbench.agents.export import sft_examples
-from workbench.agents.loop import (
+from workbench.agents.runner import (
     AgentSetup,
     Budget,
     FreePolicy,
@@ -22,16 +22,16 @@ from workbench.agents.loop import (
     run_agents,
     scaffold,
 )
-from workbench.agents.records import AgentTrajectory
-from workbench.domain_agents.kgv.evidence import Evidence
-from workbench.domain_agents.kgv.metrics import prediction, route
-from workbench.domain_agents.kgv.pack import KGClaim, KgvAgent, load_claims
+from workbench.agents.steps import AgentTrajectory
+from workbench.agent_packs.kgv.evidence import Evidence
+from workbench.agent_packs.kgv.metrics import prediction, route
+from workbench.agent_packs.kgv.pack import KGClaim, KgvAgent, load_claims
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
 
 if TYPE_CHECKING:
-    from workbench.domain_agents.kgv.report import KgvReport
+    from workbench.agent_packs.kgv.report import KgvReport
 
 BASELINES = ("closed_book", "rag", "agent")
 CONDITIONS = (*BASELINES, "agent_sft")
@@ -64,10 +64,10 @@ class KG:
 def read_kg(folder: str | Path, pack: str = "kgv", index: str | Path | None = None) -> KG:
     """The claims of a KGV data folder, and its evidence: the built index `index` when
     given, else what the folder holds (`evidence.py`)."""
-    from workbench.domain_agents.kgv import graph as G
-    from workbench.domain_agents.kgv.evidence import folder_evidence, index_evidence
-    from workbench.domain_agents.kgv.pack import settings
-    from workbench.domains import load_pack
+    from workbench.agent_packs.kgv import graph as G
+    from workbench.agent_packs.kgv.evidence import folder_evidence, index_evidence
+    from workbench.agent_packs.kgv.pack import settings
+    from workbench.domain_packs import load_pack
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -116,8 +116,8 @@ def select(claims: list[KGClaim], part: str, limit: int | None, seed: int) -> li
 
 def make_agent(cfg, folder: Path, log=print, kg: KG | None = None) -> KgvAgent:
     """The agent over the configured evidence (`kg`: the data folder already read)."""
-    from workbench.domain_agents.kgv.evidence import searcher
-    from workbench.domains import load_pack
+    from workbench.agent_packs.kgv.evidence import searcher
+    from workbench.domain_packs import load_pack
 
     ac = cfg.agent
     kg = kg or read_kg(ac.data, ac.pack, ac.index)
@@ -266,8 +266,8 @@ class _Evaluation:
 
 
 def evaluate(cfg, ctx):
-    from workbench.domain_agents.api import conditions
-    from workbench.domain_agents.kgv.report import write_report
+    from workbench.agent_packs.api import conditions
+    from workbench.agent_packs.kgv.report import write_report
 
     wanted = conditions(cfg.agent, CONDITIONS)
     ev = _start(cfg, ctx)
@@ -285,7 +285,7 @@ def _start(cfg, ctx) -> _Evaluation:
     """The agent folder (emptied with --fresh), the labelled dev and train claims, the agent,
     and the parts of the stage keys that every condition shares."""
     from workbench.corpus import corpus_hash
-    from workbench.domain_agents.kgv.evidence import index_key
+    from workbench.agent_packs.kgv.evidence import index_key
 
     ac = cfg.agent
     out = ctx.layout.folder("agent")
@@ -398,7 +398,7 @@ def _train_student(ev: _Evaluation, spath: Path, adapter: Path) -> dict[str, Any
 
 
 def _pipeline_result(ev: _Evaluation, report: KgvReport, results: dict[str, Any]):
-    from workbench.domain_agents.kgv.report import REPORT_JSON, REPORT_MD
+    from workbench.agent_packs.kgv.report import REPORT_JSON, REPORT_MD
     from workbench.registry import PipelineResult
 
     out = ev.out
@@ -456,8 +456,8 @@ def parse_input(text: str, claims: dict[str, KGClaim], agent: KgvAgent | None = 
 
 def run_inputs(cfg, inputs: list[str], log=print) -> list[AgentTrajectory]:
     """Run the agent on a few claims (ids or triples) and return the trajectories."""
-    from workbench.domain_agents.kgv.pack import settings
-    from workbench.domains import load_pack
+    from workbench.agent_packs.kgv.pack import settings
+    from workbench.domain_packs import load_pack
     from workbench.runs import RunLayout
 
     kg = read_kg(cfg.agent.data, cfg.agent.pack, cfg.agent.index)

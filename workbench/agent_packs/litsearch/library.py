@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from workbench.domain_agents.litsearch.pack import Intent, Paper
+from workbench.agent_packs.litsearch.pack import Intent, Paper
 from workbench.errors import DataError, WorkbenchError
 
 FORMATS = {".bib": "bibtex", ".bibtex": "bibtex", ".ris": "ris", ".xml": "pubmed",
@@ -154,7 +154,7 @@ def _ris(path: Path) -> tuple[list[dict], str]:
 
 
 def _pubmed(path: Path) -> tuple[list[dict], str]:
-    from workbench.domain_agents.litsearch.data import parse_medline
+    from workbench.agent_packs.litsearch.data import parse_medline
 
     out = []
     for p in parse_medline(path):
@@ -283,7 +283,7 @@ def _resolve(records: list[dict], summary: dict) -> dict[str, Paper]:
 def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int = 25,
                 seed: int = 7) -> list[Intent]:
     """Evaluation intents from the library itself (see the module's docstring)."""
-    from workbench.domain_agents.litsearch.data import anchor_grades
+    from workbench.agent_packs.litsearch.data import anchor_grades
 
     allp = {k: p.model_dump() for k, p in papers.items()}
     cites: dict[str, set[str]] = defaultdict(set)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.agents.records import AgentStep, AgentTrajectory
+from workbench.agents.steps import AgentStep, AgentTrajectory
 from workbench.agents.tools import Toolbox
 from workbench.errors import WorkbenchError
 from workbench.models.base import ChatModel, Generation, GenerationParams, ScoreRequest

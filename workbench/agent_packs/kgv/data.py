@@ -14,7 +14,7 @@ form the held-out "longtail" split.
 
 `build(wordnet_dir, out)` writes `documents.jsonl` (Section records), `claims.jsonl`
 (KGClaim records) and `summary.json`. The shipped `datasets/kgv/` was built with
-`python -m workbench.domain_agents.kgv.data /usr/share/wordnet datasets/kgv`.
+`python -m workbench.agent_packs.kgv.data /usr/share/wordnet datasets/kgv`.
 """
 
 from __future__ import annotations

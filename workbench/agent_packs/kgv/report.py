@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 
 from pydantic import field_serializer, field_validator
 
-from workbench.agents.records import AgentTrajectory
-from workbench.domain_agents.kgv.metrics import FORMS, by_split, prediction
-from workbench.domain_agents.reports import (
+from workbench.agents.steps import AgentTrajectory
+from workbench.agent_packs.kgv.metrics import FORMS, by_split, prediction
+from workbench.agent_packs.reports import (
     SCHEMA_VERSION,
     Interval,
     ReportPart,

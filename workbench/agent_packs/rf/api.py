@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from workbench.agents.loop import (
+from workbench.agents.runner import (
     AgentSetup,
     AgentState,
     AgentTask,
@@ -27,12 +27,12 @@ from workbench.agents.loop import (
     GuidedPolicy,
     run_agents,
 )
-from workbench.agents.records import AgentTrajectory
+from workbench.agents.steps import AgentTrajectory
 from workbench.agents.tools import Toolbox, ToolError
-from workbench.domain_agents.rf import tools as T
-from workbench.domain_agents.reports import report_json
-from workbench.domain_agents.rf.bench import DesignItem, correct
-from workbench.domain_agents.rf.report import REPORT_JSON, REPORT_MD, RfReport, report_markdown
+from workbench.agent_packs.rf import tools as T
+from workbench.agent_packs.reports import report_json
+from workbench.agent_packs.rf.bench import DesignItem, correct
+from workbench.agent_packs.rf.report import REPORT_JSON, REPORT_MD, RfReport, report_markdown
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
@@ -44,7 +44,7 @@ CONDITIONS = ("alone", "rag", "tools")
 def prompts() -> tuple[str, str]:
     """(system prompt alone or with RAG, system prompt with the calculators) from the rf
     domain pack."""
-    from workbench.domains import load_pack
+    from workbench.domain_packs import load_pack
 
     s = load_pack("rf").agent.settings
     return (s.get("design_system", "Answer with the number only."),
@@ -150,7 +150,7 @@ def load_items(folder: str | Path) -> list[DesignItem]:
     if not path.is_file():
         raise WorkbenchError(f"{path}: no design benchmark (agent.data for the rf pack is a "
                              "folder holding design.jsonl; build it with python -m "
-                             "workbench.domain_agents.rf.bench)")
+                             "workbench.agent_packs.rf.bench)")
     return read_jsonl(path, DesignItem.model_validate)
 
 
@@ -187,7 +187,7 @@ def _with_tools(model, items: list[DesignItem], ac) -> list[dict]:
 
 def evaluate(cfg, ctx):
     from workbench.corpus import load_sections
-    from workbench.domain_agents.api import conditions
+    from workbench.agent_packs.api import conditions
     from workbench.models.factory import open_chat_model
     from workbench import services
     from workbench.registry import PipelineResult

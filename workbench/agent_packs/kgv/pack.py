@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
-from workbench.agents.loop import AgentState, AgentTask
+from workbench.agents.runner import AgentState, AgentTask
 from workbench.agents.tools import Tool, Toolbox, ToolError
-from workbench.domains import DomainPack
+from workbench.domain_packs import DomainPack
 from workbench.errors import ConfigError
 from workbench.records import Record, ToolCall
 

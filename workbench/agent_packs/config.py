@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from workbench.agents.loop import SCAFFOLDS, Budget, ErrorPolicy
+from workbench.agents.runner import SCAFFOLDS, Budget, ErrorPolicy
 from workbench.config import ModelConfig, Section
 from workbench.train.config import LoraSettings
 

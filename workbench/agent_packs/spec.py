@@ -11,8 +11,8 @@ PIPELINE = Pipeline(
     help="Domain agents on one loop (KG fact verification, RF design tools, literature "
          "search): baselines, the agent, teacher trajectories, a LoRA student, one report "
          "with intervals.",
-    config="workbench.domain_agents.config:AgentConfig",
-    run="workbench.domain_agents.api:run",
+    config="workbench.agent_packs.config:AgentConfig",
+    run="workbench.agent_packs.api:run",
     stages=(
         Stage("closed_book", help="the verdict without retrieval",
               outputs=(Artifact("closed_book", _T.format("closed_book"), "AgentTrajectory"),)),
@@ -48,7 +48,7 @@ PIPELINE = Pipeline(
               outputs=(Artifact("litsearch_sft_dpo",
                                 "litsearch_sft_dpo/adapter_model.safetensors"),)),
     ),
-    cli="workbench.domain_agents.cli:register",
+    cli="workbench.agent_packs.cli:register",
     page="agents.py", page_title="Domain agents", page_icon=":material/smart_toy:",
     order=65,
 )

@@ -20,9 +20,9 @@ from workbench.errors import WorkbenchError
 
 # the module holding each pack's report record, its file name and its reader; in the order a
 # run folder holding more than one is shown by the app
-REPORTS = {"kgv": "workbench.domain_agents.kgv.report",
-           "litsearch": "workbench.domain_agents.litsearch.report",
-           "rf": "workbench.domain_agents.rf.report"}
+REPORTS = {"kgv": "workbench.agent_packs.kgv.report",
+           "litsearch": "workbench.agent_packs.litsearch.report",
+           "rf": "workbench.agent_packs.rf.report"}
 
 
 def conditions(ac, known: tuple[str, ...]) -> list[str]:
@@ -91,7 +91,7 @@ def report_module(pack: str) -> Any:
 
 def report_path(run, pack: str) -> Path:
     """Where a pack's report JSON lies in a run (a run folder or its `RunLayout`)."""
-    from workbench.domain_agents.reports import agent_folder
+    from workbench.agent_packs.reports import agent_folder
 
     return agent_folder(run) / report_module(pack).REPORT_JSON
 
@@ -108,7 +108,7 @@ def report_packs(run) -> list[str]:
     broken one is listed, and its reader says what is wrong); built-in packs only."""
     import os
 
-    from workbench.domain_agents.reports import agent_folder
+    from workbench.agent_packs.reports import agent_folder
 
     folder = agent_folder(run)
     return [p for p in REPORTS

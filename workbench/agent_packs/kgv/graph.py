@@ -217,7 +217,7 @@ def say(g: Graph, s: str, p: str, o: str, wordings: dict[str, Any]) -> str:
 
 def graph_wordings(g: Graph, pack_wordings: dict[str, Any]) -> dict[str, Any]:
     """Wordings for the graph's predicates the pack does not word: "{s} <label> {o}"."""
-    from workbench.domain_agents.kgv.pack import Wording
+    from workbench.agent_packs.kgv.pack import Wording
 
     return {p: Wording(verbal="{s} " + _literal(g.predicate_labels.get(p, local_name(p)))
                        + " {o}")
@@ -229,7 +229,7 @@ def graph_wordings(g: Graph, pack_wordings: dict[str, Any]) -> dict[str, Any]:
 def read_claims(path: Path, g: Graph | None, read_sentence) -> list[Any]:
     """Claims from claims.tsv, claims.txt or claims.jsonl (see the module's docstring).
     `read_sentence(text)` is the pack's reader of a worded sentence -> (s, p, o) or None."""
-    from workbench.domain_agents.kgv.pack import KGClaim
+    from workbench.agent_packs.kgv.pack import KGClaim
 
     rows: list[dict[str, Any]] = []
     suffix = path.suffix.lower()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from workbench.domain_agents.reports import (
+from workbench.agent_packs.reports import (
     SCHEMA_VERSION,
     Interval,
     ReportPart,

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import StringConstraints
 
-from workbench.domain_agents.reports import (
+from workbench.agent_packs.reports import (
     SCHEMA_VERSION,
     Interval,
     ReportPart,

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from workbench.agents.tools import Tool, Toolbox, ToolError
-from workbench.domain_agents.litsearch import dag as D
+from workbench.agent_packs.litsearch import dag as D
 from workbench.errors import WorkbenchError
 from workbench.evaluate.metrics import hit_at_k, ndcg_at_k, reciprocal_rank
 from workbench.records import Record, ToolCall
@@ -59,7 +59,7 @@ def load_corpus(folder: str | Path) -> tuple[dict[str, Paper], list[Intent]]:
 
     folder = Path(folder)
     if not (folder / "papers.jsonl").is_file():
-        from workbench.domain_agents.litsearch.library import library_files, load_library
+        from workbench.agent_packs.litsearch.library import library_files, load_library
 
         if folder.is_file() or (folder.is_dir() and library_files(folder)):
             return load_library(folder)
@@ -68,7 +68,7 @@ def load_corpus(folder: str | Path) -> tuple[dict[str, Paper], list[Intent]]:
             raise WorkbenchError(f"{folder}: no {name} (agent.data for the litsearch pack: "
                                  "a library file (.bib, .ris, PubMed .xml, OpenAlex or "
                                  "Semantic Scholar .jsonl), a folder of them, or the folder "
-                                 "python -m workbench.domain_agents.litsearch.data builds)")
+                                 "python -m workbench.agent_packs.litsearch.data builds)")
     papers = {p.pmid: p for p in read_jsonl(folder / "papers.jsonl", Paper.model_validate)}
     intents = read_jsonl(folder / "anchors.jsonl", Intent.model_validate)
     for n, it in enumerate(intents, start=1):

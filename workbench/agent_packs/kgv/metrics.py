@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.agents.records import AgentTrajectory
+from workbench.agents.steps import AgentTrajectory
 from workbench.evaluate.metrics import binary_f1, macro_f1
 from workbench.evaluate.stats import bootstrap_interval, wilson_interval
 

@@ -67,7 +67,7 @@ def folder_evidence(folder: Path, graph: Any, wordings: dict[str, Any]) -> Evide
     """The evidence a KG data folder holds: documents.jsonl, documents/, else the graph's own
     facts; none of them is one line naming the folder."""
     from workbench.corpus import ingest
-    from workbench.domain_agents.kgv import graph as G
+    from workbench.agent_packs.kgv import graph as G
     from workbench.io import read_jsonl
     from workbench.records import Section
 

@@ -103,7 +103,7 @@ def conditions_in(run: str | Path) -> list[str]:
 
 def verdict_decisions(run: str | Path, condition: str = "agent") -> VerdictDecisions:
     """Every verdict of `condition` in the run, as a decision a person can be shown."""
-    from workbench.agents.records import AgentTrajectory
+    from workbench.agents.steps import AgentTrajectory
     from workbench.io import read_jsonl
     from workbench.runs import RunLayout
 

@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.agents.loop import AgentSetup, AgentTask, Budget, ErrorPolicy, FreePolicy, \
+from workbench.agents.runner import AgentSetup, AgentTask, Budget, ErrorPolicy, FreePolicy, \
     GuidedPolicy, run_agents
-from workbench.domain_agents.litsearch import dag as D
-from workbench.domain_agents.litsearch.pack import (
+from workbench.agent_packs.litsearch import dag as D
+from workbench.agent_packs.litsearch.pack import (
     Intent,
     Library,
     SimulatedUser,

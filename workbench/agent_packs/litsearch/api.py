@@ -15,19 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from workbench.domain_agents.litsearch.corrupt import FEEDBACK, STRUCTURAL, corrupt, \
+from workbench.agent_packs.litsearch.corrupt import FEEDBACK, STRUCTURAL, corrupt, \
     feedback_corruption
-from workbench.domain_agents.litsearch.dialogue import (
+from workbench.agent_packs.litsearch.dialogue import (
     last_assistant,
     model_turns,
     oracle_choice,
     rule_turns,
     start,
 )
-from workbench.domain_agents.litsearch.pack import Library, load_corpus, sections, toolbox, \
+from workbench.agent_packs.litsearch.pack import Library, load_corpus, sections, toolbox, \
     workflow_call
-from workbench.domain_agents.litsearch.report import REPORT_JSON, REPORT_MD, LitsearchReport
-from workbench.domain_agents.reports import report_json
+from workbench.agent_packs.litsearch.report import REPORT_JSON, REPORT_MD, LitsearchReport
+from workbench.agent_packs.reports import report_json
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 
@@ -36,7 +36,7 @@ CONDITIONS = ("query_only", "fixed", "agent", "oracle")
 
 def prompts() -> tuple[str, str]:
     """(system prompt, request template) from the litsearch domain pack."""
-    from workbench.domains import load_pack
+    from workbench.domain_packs import load_pack
 
     pack = load_pack("litsearch")
     return pack.agent.system, pack.agent.settings.get("request", "Find papers related to: "
@@ -109,7 +109,7 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
 
 def export_training(out: Path, dialogues: list[dict], lib: Library) -> dict[str, int]:
     """Gold SFT (the teacher's dialogues) and chosen/rejected pairs per turn."""
-    from workbench.domain_agents.litsearch.pack import edits, templates
+    from workbench.agent_packs.litsearch.pack import edits, templates
     from workbench.records import ChatExample
 
     sft, pairs = [], []
@@ -153,14 +153,14 @@ def _call_msg(wf: dict[str, Any]) -> dict[str, Any]:
 def _wanted(ac) -> list[str]:
     """The configured conditions: the pack's four by default; agent+sft and agent+sft_dpo
     (trained here, `tuned.py`) only when `agent.conditions` names them."""
-    from workbench.domain_agents.api import conditions
-    from workbench.domain_agents.litsearch.tuned import TRAINED
+    from workbench.agent_packs.api import conditions
+    from workbench.agent_packs.litsearch.tuned import TRAINED
 
     return conditions(ac, (*CONDITIONS, *TRAINED)) if ac.conditions else list(CONDITIONS)
 
 
 def evaluate(cfg, ctx):
-    from workbench.domain_agents.litsearch.tuned import TRAINED, check_names, train_adapters
+    from workbench.agent_packs.litsearch.tuned import TRAINED, check_names, train_adapters
     from workbench.models.factory import open_chat_model
     from workbench.runs import file_hash
 
@@ -246,7 +246,7 @@ def _training_data(ctx, out: Path, key, train, lib: Library, ac) -> dict[str, An
 
 
 def _result(ctx, out: Path, report: LitsearchReport, dev: int):
-    from workbench.domain_agents.litsearch.tuned import adapter_folder
+    from workbench.agent_packs.litsearch.tuned import adapter_folder
     from workbench.registry import PipelineResult
 
     ndcg = report.ndcg10()
@@ -282,7 +282,7 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
     """`litsearch_report.json` (a `LitsearchReport`) and `litsearch_report.md` in `out`, from
     the conditions' summaries (the paired comparisons read from their dialogue files) and
     the adapters trained here; returns the record."""
-    from workbench.domain_agents.litsearch.paired import paired, paired_lines
+    from workbench.agent_packs.litsearch.paired import paired, paired_lines
 
     report = LitsearchReport(intents=dev, turns=turns, model=model, citations=citations,
                              conditions=s, exports=exports, paired=paired(out, list(s)),
@@ -323,8 +323,8 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
 def run_inputs(cfg, inputs: list[str], log=print):
     """Run the agent's dialogue on a few intents (ids from anchors.jsonl); each comes back
     as an `AgentTrajectory` whose steps are the submitted workflows and their results."""
-    from workbench.agents.records import AgentStep, AgentTrajectory
-    from workbench.domain_agents.litsearch.dialogue import model_turns
+    from workbench.agents.steps import AgentStep, AgentTrajectory
+    from workbench.agent_packs.litsearch.dialogue import model_turns
     from workbench.models.factory import open_chat_model
     from workbench.records import Message
     from workbench.runs import RunLayout

@@ -2,7 +2,7 @@
 answers computed by the calculators (whose values the tests check against the corpus's own
 worked examples), accepted within a relative tolerance.
 
-`python -m workbench.domain_agents.rf.bench datasets/rf_design` rewrites the shipped file.
+`python -m workbench.agent_packs.rf.bench datasets/rf_design` rewrites the shipped file.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, StrictStr
 
-from workbench.domain_agents.rf import tools as T
+from workbench.agent_packs.rf import tools as T
 from workbench.records import Record
 
 TOLERANCE = 0.02

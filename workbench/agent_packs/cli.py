@@ -69,7 +69,7 @@ def register(group: typer.Typer) -> None:
             index: IndexOpt = None):
         """Run the agent on a few inputs and print every step (calls, observations, the
         verdict and, for kgv, the passages it cites and the evidence searched)."""
-        from workbench.domain_agents.api import run_inputs
+        from workbench.agent_packs.api import run_inputs
         from workbench.io import write_jsonl
         from workbench.progress import quiet_libraries
 
@@ -125,7 +125,7 @@ def _register_verdict_check(group: typer.Typer) -> None:
         whether they can be trusted. With --rate, show the next unrated claims with the
         passages the verdict cites (the agent's verdict hidden) and keep your verdicts in
         RUN/agent/verdict_ratings.jsonl."""
-        from workbench.domain_agents.kgv.verdict_check import (
+        from workbench.agent_packs.kgv.verdict_check import (
             QUESTION,
             WHAT,
             VerdictCheck,

