@@ -59,29 +59,24 @@ def register(group: typer.Typer) -> None:
             summary_lines,
             verifier_decisions,
         )
-        from workbench.evaluate.agreement import reading
+        from workbench.evaluate.agreement import ask_in_terminal, reading
 
         if rate and not by.strip():
             raise typer.BadParameter("--rate needs --by NAME (recorded)", param_hint="--by")
         d = verifier_decisions(run)
         check = d.check(sample)
-        while rate and (item := check.next) is not None:
-            done, size = check.progress
+
+        def show(item, c) -> None:
+            done, size = c.progress
             typer.echo(f"\n[{done + 1}/{size}]")
             for f in item.shown:
                 typer.echo(f"{f.label}:\n{f.text}\n" if "\n" in f.text or f.label == "text"
                            else f"{f.label}: {f.text}\n")
-            try:
-                got = typer.prompt(f"{QUESTION} [y/n/s/q]").strip().lower()
-            except typer.Abort:  # the input ended
-                break
-            if got.startswith("q"):
-                break
-            if not got.startswith(("y", "n", "s")):
-                continue
-            d.rate(item.key, None if got.startswith("s") else got.startswith("y"), by=by)
-            check = d.check(sample)
+
         if rate:
+            check = ask_in_terminal(
+                check, lambda key, verdict: (d.rate(key, verdict, by=by), d.check(sample))[1],
+                question=QUESTION, show=show, prompt=typer.prompt, stop_on=(typer.Abort,))
             typer.echo("")
         vc = VerifierCheck(decisions=d, check=check, reading=reading(check, what=WHAT))
         for line in summary_lines(vc):

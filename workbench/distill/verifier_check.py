@@ -37,6 +37,7 @@ from workbench.evaluate.agreement import (
     Rating,
     Reading,
     Shown,
+    agreement_lines,
     append_rating,
     check as check_items,
     read_ratings,
@@ -214,13 +215,8 @@ def summary_lines(vc: VerifierCheck) -> list[str]:
                          f"Wilson): {p.agreed} of {p.n} accepted samples correct for the "
                          "person")
     elif (a := c.agreement) is not None:
-        cf = a.confusion
-        k = ("undefined" if a.kappa is None
-             else f"{a.kappa:.2f} [{a.ci_low:.2f}, {a.ci_high:.2f}] (95% bootstrap)")
-        lines += [f"kappa {k}; observed agreement {a.observed:.0%}, by chance {a.expected:.0%}",
-                  "               person yes   person no",
-                  f"verifier yes   {cf['yes/yes']:>10}   {cf['yes/no']:>9}",
-                  f"verifier no    {cf['no/yes']:>10}   {cf['no/no']:>9}"]
+        lines += agreement_lines(a, machine=("verifier yes", "verifier no"),
+                                 person=("person yes", "person no"))
     r = vc.reading
     unrated = sum(i.key not in c.rated for i in c.sample)
     tail = (f" (the sample has {unrated} unrated left: raise --sample)"

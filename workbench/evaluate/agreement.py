@@ -267,3 +267,40 @@ def reading(c: Check, *, what: str = "the machine", kappa_min: float = KAPPA_MIN
     return Reading(trusted=False, text=(
         f"{what} cannot be trusted: kappa {a.kappa:.2f} is below {kappa_min:.2f}, little "
         "agreement with the person beyond chance"))
+
+
+# --- for a terminal ------------------------------------------------------------------------------
+
+def agreement_lines(a: Agreement, *, machine: tuple[str, str],
+                    person: tuple[str, str]) -> list[str]:
+    """Kappa with its 95% bootstrap interval, observed and chance agreement, and the
+    confusion table, as a terminal shows them. `machine`: its row labels for yes and no
+    ("verifier yes", "verifier no"); `person`: the column labels ("person yes", ...)."""
+    k = ("undefined" if a.kappa is None
+         else f"{a.kappa:.2f} [{a.ci_low:.2f}, {a.ci_high:.2f}] (95% bootstrap)")
+    cf, width = a.confusion, max(map(len, machine)) + 3
+    w0, w1 = len(person[0]), len(person[1])
+    return [f"kappa {k}; observed agreement {a.observed:.0%}, by chance {a.expected:.0%}",
+            " " * width + f"{person[0]}   {person[1]}",
+            f"{machine[0]:<{width}}{cf['yes/yes']:>{w0}}   {cf['yes/no']:>{w1}}",
+            f"{machine[1]:<{width}}{cf['no/yes']:>{w0}}   {cf['no/no']:>{w1}}"]
+
+
+def ask_in_terminal(check: Check, rate, *, question: str, show, prompt,
+                    stop_on: tuple[type[BaseException], ...] = (EOFError,)) -> Check:
+    """Ask a person about the check's next items until none is left or they stop: y (yes),
+    n (no), s (skip: kept, so another item takes its place), q (stop); anything else asks
+    again. `show(item, check)` prints the item (the machine's verdict never); `prompt(text)`
+    reads the answer (an exception in `stop_on`, the input ending, stops);
+    `rate(key, verdict)` keeps it and returns the check as it then stands."""
+    while (item := check.next) is not None:
+        show(item, check)
+        try:
+            got = prompt(f"{question} [y/n/s/q]").strip().lower()
+        except stop_on:
+            break
+        if got.startswith("q"):
+            break
+        if got.startswith(("y", "n", "s")):
+            check = rate(item.key, None if got.startswith("s") else got.startswith("y"))
+    return check

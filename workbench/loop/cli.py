@@ -154,6 +154,7 @@ def register(group: typer.Typer) -> None:
         with its 95% interval and the confusion table) on a sample of the judge's decisions,
         and whether the open questions' rubric delta can be trusted. With --rate, show the
         next unrated items (the judge's verdict hidden) and keep your verdicts."""
+        from workbench.evaluate.agreement import agreement_lines, ask_in_terminal
         from workbench.loop.agreement import (
             judge_check,
             judge_guard,
@@ -169,19 +170,19 @@ def register(group: typer.Typer) -> None:
         if rate:
             if not by.strip():
                 raise typer.BadParameter("--rate needs --by NAME (recorded)", param_hint="--by")
-            while (item := check.next) is not None:
-                done = len([i for i in check.sample if i.key in check.rated])
-                typer.echo(f"\n[{done + 1}/{len(check.sample)}] {item.question}\n\nanswer: "
+            def show(item, c) -> None:
+                done = len([i for i in c.sample if i.key in c.rated])
+                typer.echo(f"\n[{done + 1}/{len(c.sample)}] {item.question}\n\nanswer: "
                            f"{item.answer}\n\ncriterion ({item.points:+g} points): "
                            f"{item.criterion}")
-                got = typer.prompt("meets it? [y/n/s/q]", default="s").strip().lower()
-                if got.startswith("q"):
-                    break
-                if not got.startswith(("y", "n", "s")):
-                    continue
+
+            def keep(key: str, verdict: bool | None):
                 with _locked(loop, "judge-check"):  # a skip is kept: another item replaces it
-                    check = rate_item(loop, item.key, None if got.startswith("s")
-                                      else got.startswith("y"), by=by)
+                    return rate_item(loop, key, verdict, by=by)
+
+            check = ask_in_terminal(check, keep, question="meets it?", show=show,
+                                    prompt=lambda text: typer.prompt(text, default="s"),
+                                    stop_on=(typer.Abort,))
             with _locked(loop, "judge-check"):
                 refresh_round_guard(loop)
         a = check.agreement
@@ -189,13 +190,9 @@ def register(group: typer.Typer) -> None:
         typer.echo(f"judge {check.judge or '-'}: {a.n if a else 0} of {len(check.sample)} "
                    "sampled decisions rated by a person")
         if a is not None:
-            c = a.confusion
-            typer.echo(f"kappa {'undefined' if a.kappa is None else f'{a.kappa:.2f}'}"
-                       + (f" [{a.ci_low:.2f}, {a.ci_high:.2f}]" if a.kappa is not None else "")
-                       + f"; observed agreement {a.observed:.0%}, by chance {a.expected:.0%}")
-            typer.echo("                 person met   person not met")
-            typer.echo(f"judge met        {c['yes/yes']:>10}   {c['yes/no']:>14}")
-            typer.echo(f"judge not met    {c['no/yes']:>10}   {c['no/no']:>14}")
+            for line in agreement_lines(a, machine=("judge met", "judge not met"),
+                                        person=("person met", "person not met")):
+                typer.echo(line)
         typer.echo(f"guard: {'passed' if g.passed else 'FLAGGED'}: {g.detail}")
 
     @group.command("history")

@@ -28,6 +28,7 @@ from workbench.evaluate.agreement import (
     Rating,
     Reading,
     Shown,
+    agreement_lines,
     append_rating,
     check as check_items,
     read_ratings,
@@ -195,13 +196,8 @@ def summary_lines(vc: VerdictCheck) -> list[str]:
             lines.append(f"precision {p.share:.0%} [{p.ci_low:.0%}, {p.ci_high:.0%}] (95% "
                          f"Wilson): {p.agreed} of {p.n} SUPPORTED claims true for the person")
     elif (a := c.agreement) is not None:
-        cf = a.confusion
-        k = ("undefined" if a.kappa is None
-             else f"{a.kappa:.2f} [{a.ci_low:.2f}, {a.ci_high:.2f}] (95% bootstrap)")
-        lines += [f"kappa {k}; observed agreement {a.observed:.0%}, by chance {a.expected:.0%}",
-                  "                  person true   person false",
-                  f"agent SUPPORTED   {cf['yes/yes']:>11}   {cf['yes/no']:>12}",
-                  f"agent REFUTED     {cf['no/yes']:>11}   {cf['no/no']:>12}"]
+        lines += agreement_lines(a, machine=("agent SUPPORTED", "agent REFUTED"),
+                                 person=("person true", "person false"))
     r = vc.reading
     unrated = sum(i.key not in c.rated for i in c.sample)
     tail = (f" (the sample has {unrated} unrated left: raise --sample)"
