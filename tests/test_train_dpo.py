@@ -170,6 +170,29 @@ def test_reference_runs_once_then_comes_from_the_cache(tiny_model, tmp_path, mon
         session(tiny_model, qa_pairs(), reference_cache=link)
 
 
+def test_only_the_pairs_the_schedule_draws_get_a_reference(tiny_model, tmp_path):
+    from workbench.train.session import _micro_batches
+
+    pairs = qa_pairs(48)
+    s = session(tiny_model, pairs, max_steps=2, grad_accum=2)  # 4 batches of 4
+    assert s.batches_per_epoch * 4 >= len(s.train_set) > 16
+    drawn = {k for step in range(2) for b in _micro_batches(s, step) for k in b.keys}
+    assert len(drawn) == 16
+    assert set(s.reference.values) == drawn | {p.key for p in s.eval_set}
+    assert s.ref_forwards == 4 + -(-len(s.eval_set) // 4)
+    assert len(train_steps(s, 2)) == 2
+    # a longer schedule over the same cache scores only the pairs it adds
+    cache = tmp_path / "ref.jsonl"
+    a = session(tiny_model, pairs, max_steps=2, grad_accum=2, reference_cache=cache)
+    b = session(tiny_model, pairs, max_steps=20, grad_accum=2, reference_cache=cache)
+    assert a.ref_forwards == s.ref_forwards
+    assert len(b.reference.values) == 48
+    assert 0 < b.ref_forwards <= -(-(48 - 16 - len(s.eval_set)) // 4)
+    # past the scored pairs, one line says why rather than a KeyError
+    with pytest.raises(WorkbenchError, match="no reference log-probabilities"):
+        s.reference.tensor([p.key for p in s.train_set], "cpu")
+
+
 def test_kill_and_resume_is_exact(tiny_model, tmp_path):
     pairs = [trajsynth_pair(i) for i in range(12)] + qa_pairs(12)
     whole = session(tiny_model, pairs, max_steps=8)

@@ -241,6 +241,10 @@ class ReferenceCache:
     def tensor(self, keys: list[str], device: str) -> torch.Tensor:
         import torch
 
+        if missing := self.missing(keys):
+            raise WorkbenchError(f"{len(missing)} pair(s) have no reference log-probabilities: "
+                                 "setup scores only the pairs its schedule (train.max_steps) "
+                                 "draws; train no further than the session's total steps")
         return torch.tensor([self.values[k][0] for k in keys]
                             + [self.values[k][1] for k in keys], device=device,
                             dtype=torch.float32)

@@ -90,6 +90,9 @@ def register(group: typer.Typer) -> None:
                sft_steps: Annotated[int, typer.Option(help="sft: LoRA steps.")] = 60,
                dpo_steps: Annotated[int, typer.Option(
                    help="sft_dpo: DPO steps after SFT, on OUT/preferences.jsonl.")] = 30,
+               max_length: Annotated[int, typer.Option(
+                   help="sft, sft_dpo: longest trajectory or pair side trained, in tokens "
+                        "(a longer one is refused before training, named).")] = 2048,
                dpo_pairs: Annotated[str, typer.Option(
                    help="sft_dpo's pairs: preferences (OUT/preferences.jsonl) or steps "
                         "(step-level pairs from OUT/sft.messages.jsonl).")] = "preferences",
@@ -111,7 +114,8 @@ def register(group: typer.Typer) -> None:
         quiet_libraries()
         cfg = DownstreamConfig.checked(
             conditions=[c.strip() for c in conditions.split(",") if c.strip()], k=k,
-            max_tasks=max_tasks, sft_steps=sft_steps, dpo_steps=dpo_steps, dpo_pairs=dpo_pairs)
+            max_tasks=max_tasks, sft_steps=sft_steps, dpo_steps=dpo_steps, dpo_pairs=dpo_pairs,
+            sft_max_length=max_length)
         pool = load_pool(out / "tasks.jsonl")
         res = run_downstream(open_env(env), pool.split("held_out"), out, cfg, model_spec=model,
                              log=lambda m: typer.echo(m, err=True))

@@ -60,7 +60,9 @@ class DownstreamConfig(BaseModel):
     sft_steps: int = Field(60, ge=1, description="sft: LoRA optimizer steps.")
     sft_learning_rate: float = Field(1e-3, gt=0)
     sft_rank: int = Field(16, ge=1)
-    sft_max_length: int = Field(1536, ge=64)
+    sft_max_length: int = Field(2048, ge=64, description=(
+        "Longest conversation or preference side trained, in tokens; a longer one is "
+        "refused before step 0, naming it. The demo's longest trajectory is ~1,600."))
     dpo_steps: int = Field(30, ge=1, description="sft_dpo: DPO optimizer steps after SFT.")
     dpo_learning_rate: float = Field(5e-5, gt=0)
     dpo_beta: float = Field(0.1, gt=0)
@@ -165,12 +167,21 @@ def _info(method: str, out: Path, n: int, rows: list[dict[str, Any]]) -> dict[st
     return info
 
 
+def _steps(session, desc: str) -> list[dict[str, Any]]:
+    """Every step of the session's schedule, counted on the terminal or in the log."""
+    from workbench.progress import progress
+    from workbench.train.session import train_steps
+
+    return [row for _ in progress(range(session.total), desc, unit="step")
+            for row in train_steps(session, 1)]
+
+
 def sft_adapter(examples: list[ChatExample], out: Path, cfg: DownstreamConfig,
                 model_spec: str = "default", log=print) -> dict[str, Any]:
     """LoRA SFT on the exported conversations through the train library into the adapter
     folder `out`; what the report says of it."""
     from workbench.train.config import TrainConfig
-    from workbench.train.session import export, setup, train_steps
+    from workbench.train.session import export, setup
 
     tc = TrainConfig(max_steps=cfg.sft_steps, learning_rate=cfg.sft_learning_rate,
                      # 4 packed rows a step, one at a time: the same step, a quarter of
@@ -180,7 +191,7 @@ def sft_adapter(examples: list[ChatExample], out: Path, cfg: DownstreamConfig,
                      lora={"r": cfg.sft_rank, "alpha": 2 * cfg.sft_rank}, device="cpu",
                      warmup_ratio=0.1)
     session = setup(tc, seed=cfg.seed, model_spec=model_spec, examples=examples)
-    rows = train_steps(session, session.total)
+    rows = _steps(session, "sft steps")
     log(f"sft: {session.total} steps on {len(examples)} trajectories, loss "
         f"{rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
     export(session, out)
@@ -193,7 +204,7 @@ def dpo_adapter(pairs: list, init: Path, out: Path, cfg: DownstreamConfig,
     folder `out`; what the report says of it. The reference log-probabilities are cached
     next to `out` (dpo_reference_cache.jsonl, keyed by the reference's weights)."""
     from workbench.train.config import TrainConfig
-    from workbench.train.session import export, setup, train_steps
+    from workbench.train.session import export, setup
 
     tc = TrainConfig(method="dpo", init_adapter=str(init), max_steps=cfg.dpo_steps,
                      learning_rate=cfg.dpo_learning_rate, dpo={"beta": cfg.dpo_beta},
@@ -202,7 +213,7 @@ def dpo_adapter(pairs: list, init: Path, out: Path, cfg: DownstreamConfig,
                      device="cpu", warmup_ratio=0.1)
     session = setup(tc, seed=cfg.seed, model_spec=model_spec, pairs=pairs,
                     reference_cache=out.parent / "dpo_reference_cache.jsonl")
-    rows = train_steps(session, session.total)
+    rows = _steps(session, "dpo steps")
     log(f"sft_dpo: {session.total} DPO steps on {len(pairs)} pairs, loss "
         f"{rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
     export(session, out)
