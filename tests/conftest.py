@@ -4,18 +4,21 @@ The README's command (`python -m pytest -q`) runs the fast tier: every package t
 public API with tiny random-init models, scripted models and in-process CLI calls. The full
 tier (`python -m pytest -q --tier full`) runs the rest: a test belongs to it because it asks
 for one of the fixtures in FULL_TIER (the bundled model, a CLI subprocess, a server process,
-the Flower deployment, kill injection, real training, the browser), directly or through
-another fixture. `--tier all` runs both; CI runs the fast tier, then the full tier.
+the Flower deployment, kill injection, real training, the browser, the installed wheel),
+directly or through another fixture. `--tier all` runs both; CI runs the fast tier, then the full tier.
 
 A fast-tier test that loads the bundled chat model or starts the CLI as a subprocess fails
 with a message saying which fixture would move it to the full tier.
 """
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,7 @@ FULL_TIER = {
     "kill_injection": "kills a process in the middle of its work",
     "real_training": "trains or scores past a tiny model's few steps",
     "browser": "drives Chromium",
+    "installed_workbench": "installs a wheel of the checkout into a new virtual environment",
     "thorough_fuzz": "sends a thousand fuzzed requests or more",
 }
 _current = {"tier": "all", "test": ""}
@@ -262,6 +266,82 @@ def real_training():
 @pytest.fixture(scope="session")
 def thorough_fuzz():
     """Declares a fuzz run of a thousand requests or more (full tier)."""
+
+
+# --- the package as a user installs it ----------------------------------------------------------
+
+def _build_wheel(dest: Path) -> Path:
+    """A wheel of the checkout's tracked and new (not ignored) files, built from a copy so
+    that no build/ or egg-info folder lands in the checkout (no build isolation: offline)."""
+    src = dest / "src"
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
+                            capture_output=True, text=True, check=True, timeout=60).stdout
+    for rel in filter(None, listed.split("\0")):
+        if not (rel.startswith("workbench/") or rel in ("pyproject.toml", "README.md")):
+            continue
+        f = REPO / rel
+        if f.is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, src / rel)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                        "--no-index", "-q", "-w", str(dest / "dist"), str(src)],
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    (wheel,) = (dest / "dist").glob("domain_agent_workbench-*.whl")
+    return wheel
+
+
+def _venv_with(wheel: Path, venv: Path) -> Path:
+    """A fresh venv holding the wheel; the project venv's site-packages folder is added
+    after its own by a .pth line, which adds the folder only: the .pth files in it (the
+    editable install's finder among them) are not run, so the checkout stays out of sight."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    py = venv / "bin" / "python"
+    # installed before the dependencies are visible: pip sees no other workbench to replace
+    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q",
+                        "--no-deps", "--no-index", str(wheel)],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([str(py), "-c", purelib], check=True, capture_output=True,
+                               text=True, timeout=60).stdout.strip())
+    paths = sysconfig.get_paths()  # this (the project's) environment
+    deps = dict.fromkeys([paths["purelib"], paths["platlib"]])
+    (site / "zz_project_deps.pth").write_text("".join(f"{d}\n" for d in deps))
+    return py
+
+
+def _env(venv: Path) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONSTARTUP")}
+    env.update(PATH=str(venv / "bin") + os.pathsep + env.get("PATH", ""), VIRTUAL_ENV=str(venv),
+               TQDM_DISABLE="1", PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+@dataclass(frozen=True)
+class Installed:
+    """A wheel of the checkout installed (not editable) into a new venv: its folder, its
+    python, and the environment to run it in (its bin first, no PYTHONPATH)."""
+    venv: Path
+    python: Path
+    env: dict
+
+    @property
+    def workbench(self) -> Path:
+        return self.venv / "bin" / "workbench"
+
+
+@pytest.fixture(scope="session")
+def installed_workbench(tmp_path_factory) -> Installed:
+    """The workbench as `pip install .` leaves it (full tier), built once a session. Run it
+    from a folder outside the checkout: a `python -m` child started in the checkout would
+    import the checkout's copy first."""
+    root = tmp_path_factory.mktemp("installed")
+    venv = root / "venv"
+    py = _venv_with(_build_wheel(root / "wheel"), venv)
+    return Installed(venv, py, _env(venv))
 
 
 CHROMIUM = "/usr/bin/chromium"

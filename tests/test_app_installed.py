@@ -4,11 +4,8 @@ app` from a folder outside the checkout, and every page of the installed app ren
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
-import sysconfig
 import textwrap
 import time
 from pathlib import Path
@@ -41,67 +38,14 @@ RENDER = textwrap.dedent("""
 """)
 
 
-def _build_wheel(dest: Path) -> Path:
-    """A wheel of the checkout's tracked and new (not ignored) files, built from a copy so
-    that no build/ or egg-info folder lands in the checkout (no build isolation: offline)."""
-    src = dest / "src"
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
-                            capture_output=True, text=True, check=True, timeout=60).stdout
-    for rel in filter(None, listed.split("\0")):
-        if not (rel.startswith("workbench/") or rel in ("pyproject.toml", "README.md")):
-            continue
-        f = REPO / rel
-        if f.is_file():
-            (src / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, src / rel)
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                        "--no-index", "-q", "-w", str(dest / "dist"), str(src)],
-                       capture_output=True, text=True, timeout=600, check=False)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    (wheel,) = (dest / "dist").glob("domain_agent_workbench-*.whl")
-    return wheel
-
-
-def _venv_with(wheel: Path, venv: Path) -> Path:
-    """A fresh venv holding the wheel; the project venv's site-packages folder is added
-    after its own by a .pth line, which adds the folder only: the .pth files in it (the
-    editable install's finder among them) are not run, so the checkout stays out of sight."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
-    py = venv / "bin" / "python"
-    # installed before the dependencies are visible: pip sees no other workbench to replace
-    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q",
-                        "--no-deps", "--no-index", str(wheel)],
-                       capture_output=True, text=True, timeout=300, check=False)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = Path(subprocess.run([str(py), "-c", purelib], check=True, capture_output=True,
-                               text=True, timeout=60).stdout.strip())
-    paths = sysconfig.get_paths()  # this (the project's) environment
-    deps = dict.fromkeys([paths["purelib"], paths["platlib"]])
-    (site / "zz_project_deps.pth").write_text("".join(f"{d}\n" for d in deps))
-    return py
-
-
-def _env(venv: Path) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONSTARTUP")}
-    env.update(PATH=str(venv / "bin") + os.pathsep + env.get("PATH", ""), VIRTUAL_ENV=str(venv),
-               TQDM_DISABLE="1", PYTHONDONTWRITEBYTECODE="1")
-    return env
-
-
-def test_the_app_runs_from_an_installed_wheel(server_process, tmp_path):
+def test_the_app_runs_from_an_installed_wheel(server_process, installed_workbench, tmp_path):
     """Wheel -> fresh venv -> `workbench app` from outside the checkout: the health endpoint
     answers, and every page of the installed app renders with no exception and no error box
     (AppTest in the new venv); the installed pages are the checkout's pages."""
     from workbench.app.common import navigation_pages
 
     t0 = time.perf_counter()
-    wheel = _build_wheel(tmp_path / "wheel")
-    venv = tmp_path / "venv"
-    py = _venv_with(wheel, venv)
-    env = _env(venv)
+    venv, py, env = installed_workbench.venv, installed_workbench.python, installed_workbench.env
     away = tmp_path / "elsewhere"  # the cwd of every command: not the checkout
     away.mkdir()
 
@@ -155,5 +99,5 @@ def test_the_app_runs_from_an_installed_wheel(server_process, tmp_path):
         assert Path(page["file"]).resolve().is_relative_to(venv.resolve()), page
         assert not page["exception"] and not page["error"], (stem, page)
         assert len(page["titles"]) == 1, (stem, page)
-    print(f"wheel + venv {t1 - t0:.0f} s, app served {t2 - t1:.0f} s, "
+    print(f"wheel + venv (once a session) {t1 - t0:.0f} s, app served {t2 - t1:.0f} s, "
           f"{len(out['pages'])} pages rendered {time.perf_counter() - t2:.0f} s")

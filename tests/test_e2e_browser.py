@@ -1,5 +1,7 @@
 """End to end in a real browser: headless Debian Chromium driven by Playwright against
-`workbench app` on a free loopback port, with the bundled model doing the distillation."""
+`workbench app` of the installed wheel (`pip install .` into a new venv, started outside the
+checkout; its jobs run the installed package too) on a free loopback port, with the bundled
+model doing the distillation."""
 
 import contextlib
 import json
@@ -49,28 +51,35 @@ Microstrip quarter-wave transformers are common in power dividers and amplifier 
 pytestmark = pytest.mark.usefixtures("browser")
 
 
-@contextlib.contextmanager
-def _running_app(ws: Path, **env):
-    """`workbench app` on a free loopback port over workspace `ws`; yields (url, seconds it
-    took to answer its health check)."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "app", "--workspace", str(ws),
-                             "--port", str(port)], cwd=REPO,
-                            env=dict(os.environ, TQDM_DISABLE="1", **env),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        t0 = time.perf_counter()
-        wait_http(f"http://127.0.0.1:{port}/_stcore/health", timeout=60, proc=proc)
-        yield f"http://127.0.0.1:{port}", time.perf_counter() - t0
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=30)
+@pytest.fixture()
+def running_app(installed_workbench, tmp_path):
+    """`workbench app` of the installed wheel (not the checkout) on a free loopback port over
+    a workspace, started from a folder outside the checkout; a context manager of (url,
+    seconds it took to answer its health check)."""
+    away = tmp_path / "elsewhere"
+    away.mkdir(exist_ok=True)
+
+    @contextlib.contextmanager
+    def run(ws: Path, **env):
+        port = free_port()
+        proc = subprocess.Popen([str(installed_workbench.workbench), "app", "--workspace",
+                                 str(ws), "--port", str(port)], cwd=away,
+                                env=dict(installed_workbench.env, TQDM_DISABLE="1", **env),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            t0 = time.perf_counter()
+            wait_http(f"http://127.0.0.1:{port}/_stcore/health", timeout=60, proc=proc)
+            yield f"http://127.0.0.1:{port}", time.perf_counter() - t0
+        finally:
+            os.killpg(proc.pid, 15)
+            proc.wait(timeout=30)
+    return run
 
 
 @pytest.fixture()
-def app(tmp_path):
-    with _running_app(tmp_path / "ws") as (url, seconds):
+def app(running_app, tmp_path):
+    with running_app(tmp_path / "ws") as (url, seconds):
         assert seconds < 20
         yield url, tmp_path / "ws"
 
@@ -193,7 +202,7 @@ def test_server_limits(app):
         pass  # the server may close the connection instead of answering
 
 
-def test_approve_a_loop_plan_in_a_browser(tmp_path):
+def test_approve_a_loop_plan_in_a_browser(running_app, tmp_path):
     """A planned improvement-loop round (scripted model and trainer): a person names
     themself and approves the plan in the browser; the round is approved on disk, the run
     job it starts finishes the round, and Keep decides it."""
@@ -215,7 +224,7 @@ def test_approve_a_loop_plan_in_a_browser(tmp_path):
     loop = Loop(cfg, log=lambda m: None)
     loop.plan()
     ARTIFACTS.mkdir(exist_ok=True)
-    with _running_app(ws, WB_PLUGINS="loop_scripted", PYTHONPATH=tests + os.pathsep
+    with running_app(ws, WB_PLUGINS="loop_scripted", PYTHONPATH=tests + os.pathsep
                       + os.environ.get("PYTHONPATH", "")) as (url, _):
         with sync_playwright() as p:
             browser, page = _open_page(p, url)
@@ -312,7 +321,7 @@ def test_every_page_opens_by_its_address_with_the_apps_navigation(app):
         browser.close()
 
 
-def test_chat_two_setups_side_by_side_in_a_browser(tmp_path):
+def test_chat_two_setups_side_by_side_in_a_browser(running_app, tmp_path):
     """The bundled model beside itself with the workspace's index: one question, two
     answers streamed into their columns, passages under the second; Good keeps the first as
     a training row that `workbench data validate` accepts."""
@@ -326,7 +335,7 @@ def test_chat_two_setups_side_by_side_in_a_browser(tmp_path):
     RagIndex.build(ingest(REPO / "datasets" / "rf").sections, ws / "runs" / "rf" / "index",
                    log=lambda m: None)
     ARTIFACTS.mkdir(exist_ok=True)
-    with _running_app(ws) as (url, _), sync_playwright() as p:
+    with running_app(ws) as (url, _), sync_playwright() as p:
         browser, page = _open_page(p, url)
         page.goto(f"{url}/chat")
         page.get_by_text("Setup 2").wait_for(timeout=30000)
@@ -353,7 +362,8 @@ def test_chat_two_setups_side_by_side_in_a_browser(tmp_path):
     assert row["messages"][-1]["role"] == "assistant" and row["messages"][-1]["content"].strip()
 
 
-def test_task_centre_shows_progress_advance_and_stops_the_job_in_a_browser(tmp_path):
+def test_task_centre_shows_progress_advance_and_stops_the_job_in_a_browser(running_app,
+                                                                          tmp_path):
     """A distillation job (scripted teacher, paced) started in the workspace: the Task centre,
     opened by its address, shows its done/total moving on while it runs, and Stop stops it."""
     import re
@@ -374,7 +384,7 @@ def test_task_centre_shows_progress_advance_and_stops_the_job_in_a_browser(tmp_p
         from test_task_centre import cfg
 
         job = start_job(ws, "distill", cfg(ws))
-        with _running_app(ws, **env) as (url, _), sync_playwright() as p:
+        with running_app(ws, **env) as (url, _), sync_playwright() as p:
             browser, page = _open_page(p, url)
             page.goto(f"{url}/jobs")
             page.get_by_text("1 job(s), 1 running").wait_for(timeout=60000)

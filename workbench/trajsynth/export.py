@@ -11,6 +11,10 @@ redone without searching again:
 - Preference pairs: the verified path (chosen) against its nearest failed sibling (rejected:
   the failed terminal sharing the longest prefix with it).
 
+A verified path is an `AgentTrajectory`, the type every agent run is (its steps the run_sql
+calls and their results, the conversation ready for SFT), with the tree's facts in
+`metadata["path"]` (`PathFacts`).
+
 Every record carries provenance: environment hash, task id, generator, models, tree config
 and the task's cost ledger.
 """
@@ -23,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbench.agents.steps import AgentStep, AgentTrajectory
 from workbench.trajsynth.pool import Task
 from workbench.trajsynth.trees import TaskTree, TreeNode
 
@@ -41,20 +46,12 @@ SYSTEM = ("You are a data analyst. Query the SQLite database with the run_sql to
           "give the answer in one line.")
 
 
-class TrajStep(BaseModel):
+class PathFacts(BaseModel):
+    """What a search tree's path adds to the agent trajectory it is (kept in the
+    trajectory's `metadata["path"]`): where it was searched, and how it ended."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    sql: str
-    observation: str
-
-
-class Trajectory(BaseModel):
-    """A path of a task's tree from the root to a terminal."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    task_id: str
     env_name: str
     env_hash: str
     question: str
@@ -63,14 +60,23 @@ class Trajectory(BaseModel):
     split: str
     generator: str
     models: list[str]
-    steps: list[TrajStep]
-    answer: str
     verified: bool
     visits: int
     node_id: int
     plan: list[str] = Field(default_factory=list, description="The moves' texts.")
     config: str = Field("", description="The explore config's digest.")
     ledger: dict[str, Any] = Field(default_factory=dict)
+
+
+def facts(traj: AgentTrajectory) -> PathFacts:
+    return PathFacts.model_validate(traj.metadata["path"])
+
+
+def sql_steps(traj: AgentTrajectory) -> list[tuple[str, str]]:
+    """(statement, observation) of every run_sql call, in order."""
+    seen = {s.call_id: s.content for s in traj.steps if s.kind == "observation"}
+    return [(s.arguments["sql"], seen.get(s.call_id, "")) for s in traj.steps
+            if s.kind == "tool_call" and s.tool == "run_sql" and isinstance(s.arguments, dict)]
 
 
 def answer_text(observation: str) -> str:
@@ -86,33 +92,62 @@ def answer_text(observation: str) -> str:
     return "; ".join(rows) if rows else "(no rows)"
 
 
-def _steps(tree: TaskTree, path: list[int]) -> list[TrajStep]:
+def _statements(tree: TaskTree, path: list[int]) -> list[tuple[str, str]]:
     by_id = {n.id: n for n in tree.nodes}
-    steps = []
+    out = []
     for nid in path:
         n = by_id[nid]
         if n.sql and (n.move is None or n.move.get("slot") in ("sql", "submit")):
-            steps.append(TrajStep(sql=n.sql, observation=n.observation or ""))
-    return steps
+            out.append((n.sql, n.observation or ""))
+    return out
 
 
-def trajectory(tree: TaskTree, task: Task, node: TreeNode, env_name: str) -> Trajectory:
+def trajectory(tree: TaskTree, task: Task, node: TreeNode, env_name: str,
+               digest: str) -> AgentTrajectory:
+    """The tree's path to `node` as the agent run it stands for: the schema digest and the
+    question, a run_sql call and its result per statement, the answer its last result
+    gives; the tree's facts in `metadata["path"]`."""
     path = tree.node_path(node.id)
     by_id = {n.id: n for n in tree.nodes}
-    steps = _steps(tree, path)
-    return Trajectory(
-        id=f"{task.id}-{node.id}", task_id=task.id, env_name=env_name, env_hash=tree.env_hash,
-        question=task.question, category=task.category, difficulty=task.difficulty,
-        split=task.split, generator=tree.generator, models=tree.models, steps=steps,
-        answer=answer_text(steps[-1].observation) if steps else "", verified=bool(node.verified),
+    statements = _statements(tree, path)
+    answer = answer_text(statements[-1][1]) if statements else ""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": f"{digest}\n\nQuestion: {task.question}"}]
+    steps: list[AgentStep] = []
+    for i, (sql, obs) in enumerate(statements):
+        call_id = f"call_{i}"
+        msgs.append({"role": "assistant", "content": "", "tool_calls": [
+            {"id": call_id, "type": "function",
+             "function": {"name": "run_sql", "arguments": json.dumps({"sql": sql})}}]})
+        msgs.append({"role": "tool", "tool_call_id": call_id, "name": "run_sql",
+                     "content": obs})
+        steps += [AgentStep(index=2 * i, turn=i, kind="tool_call", tool="run_sql",
+                            arguments={"sql": sql}, call_id=call_id),
+                  AgentStep(index=2 * i + 1, turn=i, kind="observation", tool="run_sql",
+                            content=obs, call_id=call_id)]
+    msgs.append({"role": "assistant", "content": answer})
+    steps.append(AgentStep(index=len(steps), turn=len(statements), kind="final",
+                           content=answer))
+    path_facts = PathFacts(
+        env_name=env_name, env_hash=tree.env_hash, question=task.question,
+        category=task.category, difficulty=task.difficulty, split=task.split,
+        generator=tree.generator, models=tree.models, verified=bool(node.verified),
         visits=node.visits, node_id=node.id,
         plan=[by_id[i].move["text"] for i in path if by_id[i].move],
         config=tree.config.digest(), ledger=tree.ledger.model_dump(mode="json"))
+    return AgentTrajectory(
+        id=f"{task.id}-{node.id}", task_id=task.id, pack="trajsynth", scaffold="tree_search",
+        model=",".join(tree.models), messages=msgs, tools=[RUN_SQL_TOOL], steps=steps,
+        final={"answer": answer}, tool_calls=len(statements), model_turns=len(statements) + 1,
+        metadata={"path": path_facts.model_dump(mode="json")})
 
 
-def verified_trajectories(tree: TaskTree, task: Task, env_name: str) -> list[Trajectory]:
+def verified_trajectories(tree: TaskTree, task: Task, env_name: str,
+                          digest: str) -> list[AgentTrajectory]:
     by_id = {n.id: n for n in tree.nodes}
-    return [trajectory(tree, task, by_id[p[-1]], env_name) for p in tree.verified_paths]
+    return [trajectory(tree, task, by_id[p[-1]], env_name, digest)
+            for p in tree.verified_paths]
 
 
 def near_miss(tree: TaskTree, verified_id: int) -> TreeNode | None:
@@ -132,50 +167,42 @@ def near_miss(tree: TaskTree, verified_id: int) -> TreeNode | None:
     return best
 
 
-def sft_record(traj: Trajectory, digest: str) -> dict[str, Any]:
+def sft_record(traj: AgentTrajectory) -> dict[str, Any]:
     """A `ChatExample` (OpenAI messages + tools)."""
-    msgs: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": f"{digest}\n\nQuestion: {traj.question}"}]
-    for i, s in enumerate(traj.steps):
-        call_id = f"call_{i}"
-        msgs.append({"role": "assistant", "content": "", "tool_calls": [
-            {"id": call_id, "type": "function",
-             "function": {"name": "run_sql", "arguments": json.dumps({"sql": s.sql})}}]})
-        msgs.append({"role": "tool", "tool_call_id": call_id, "name": "run_sql",
-                     "content": s.observation})
-    msgs.append({"role": "assistant", "content": traj.answer})
-    return {"id": traj.id, "messages": msgs, "tools": [RUN_SQL_TOOL],
-            "metadata": _provenance(traj)}
+    return {"id": traj.id, "messages": [m.model_dump(mode="json", exclude_none=True)
+                                        for m in traj.messages],
+            "tools": [RUN_SQL_TOOL], "metadata": _provenance(traj)}
 
 
-def _provenance(traj: Trajectory) -> dict[str, Any]:
-    return {"source": "trajsynth", "task_id": traj.task_id, "env_name": traj.env_name,
-            "env_hash": traj.env_hash, "category": traj.category,
-            "difficulty": traj.difficulty, "split": traj.split, "generator": traj.generator,
-            "models": traj.models, "config": traj.config, "ledger": traj.ledger}
+def _provenance(traj: AgentTrajectory) -> dict[str, Any]:
+    f = facts(traj)
+    return {"source": "trajsynth", "task_id": traj.task_id, "env_name": f.env_name,
+            "env_hash": f.env_hash, "category": f.category,
+            "difficulty": f.difficulty, "split": f.split, "generator": f.generator,
+            "models": f.models, "config": f.config, "ledger": f.ledger}
 
 
-def icl_entry(traj: Trajectory, digest: str) -> dict[str, Any]:
+def icl_entry(traj: AgentTrajectory, digest: str) -> dict[str, Any]:
     """One demonstration: what a retriever matches (the question) and what a prompt shows."""
-    lines = [f"Question: {traj.question}"]
-    for s in traj.steps:
-        lines.append(f"SQL: {s.sql}")
-        obs = s.observation.splitlines()
+    question = facts(traj).question
+    lines = [f"Question: {question}"]
+    for sql, observation in sql_steps(traj):
+        lines.append(f"SQL: {sql}")
+        obs = observation.splitlines()
         lines.append("Result: " + " / ".join(obs[:4]) + (" / ..." if len(obs) > 4 else ""))
-    lines.append(f"Answer: {traj.answer}")
-    return {"id": traj.id, "question": traj.question, "text": "\n".join(lines),
+    lines.append(f"Answer: {traj.final['answer']}")
+    return {"id": traj.id, "question": question, "text": "\n".join(lines),
             "schema": digest, "metadata": _provenance(traj)}
 
 
-def preference_pair(tree: TaskTree, task: Task, traj: Trajectory, env_name: str,
+def preference_pair(tree: TaskTree, task: Task, traj: AgentTrajectory, env_name: str,
                     digest: str) -> dict[str, Any] | None:
-    miss = near_miss(tree, traj.node_id)
+    miss = near_miss(tree, facts(traj).node_id)
     if miss is None:
         return None
-    rejected = trajectory(tree, task, miss, env_name)
-    chosen_msgs = sft_record(traj, digest)["messages"]
-    rejected_msgs = sft_record(rejected, digest)["messages"]
+    rejected = trajectory(tree, task, miss, env_name, digest)
+    chosen_msgs = sft_record(traj)["messages"]
+    rejected_msgs = sft_record(rejected)["messages"]
     prompt = chosen_msgs[:2]
     return {"id": f"{traj.id}-vs-{miss.id}", "prompt": prompt, "chosen": chosen_msgs[2:],
             "rejected": rejected_msgs[2:], "tools": [RUN_SQL_TOOL],
@@ -212,10 +239,10 @@ def export_trees(trees: list[tuple[TaskTree, Task]], env_name: str, digest: str,
     out.mkdir(parents=True, exist_ok=True)
     sft, icl, prefs = [], [], []
     for tree, task in trees:
-        for traj in verified_trajectories(tree, task, env_name):
+        for traj in verified_trajectories(tree, task, env_name, digest):
             if task.split != "train":
                 continue
-            sft.append(sft_record(traj, digest))
+            sft.append(sft_record(traj))
             icl.append(icl_entry(traj, digest))
             pair = preference_pair(tree, task, traj, env_name, digest)
             if pair:
