@@ -27,20 +27,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from workbench.errors import WorkbenchError
 from workbench.evaluate.agreement import (
     Check,
     Decision,
-    Rating,
+    Decisions,
     Reading,
     Shown,
     agreement_lines,
-    append_rating,
-    check as check_items,
-    read_ratings,
     reading,
 )
 
@@ -50,31 +48,20 @@ DEFAULT_SAMPLE = 30
 WHAT = "the verifier"
 
 
-class VerifierDecisions(BaseModel):
+class VerifierDecisions(Decisions):
     """The verifier's decisions in one distillation run that a person can be shown."""
 
-    model_config = ConfigDict(extra="forbid")
+    RATINGS: ClassVar[str] = RATINGS
+    SAMPLE: ClassVar[int] = DEFAULT_SAMPLE
     folder: Path = Field(description="The run's distill folder.")
-    items: list[Decision]
     verifier: str = Field(description="The verifier's model identity and method.")
     on_disagree: str
     checked: int = Field(description="Items the verifier checked (the report's count).")
     not_kept: int = Field(description="Its rejections, which the run keeps too little of to "
                                       "show a person.")
-    seed: int
 
-    @property
-    def ratings_path(self) -> Path:
-        return self.folder / RATINGS
-
-    def check(self, n: int = DEFAULT_SAMPLE) -> Check:
-        return check_items(self.items, read_ratings(self.ratings_path), n, seed=self.seed)
-
-    def rate(self, key: str, verdict: bool | None, *, by: str) -> Rating:
-        """Keep a person's verdict (None: skipped) on one of the verifier's items."""
-        if key not in {i.key for i in self.items}:
-            raise WorkbenchError(f"{key!r}: not an item the verifier decided in {self.folder}")
-        return append_rating(self.ratings_path, key, verdict, by=by)
+    def whose(self) -> str:
+        return f"an item the verifier decided in {self.folder}"
 
 
 class VerifierCheck(BaseModel):

@@ -24,7 +24,7 @@ import stat
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
@@ -215,6 +215,37 @@ def check(items: Sequence[Decision], ratings: dict[str, Rating], n: int, *, seed
                  rated={k: r for k, r in ratings.items() if k in keys},
                  agreement=agreement(items, ratings, seed=seed),
                  precision=precision(items, ratings))
+
+
+class Decisions(BaseModel):
+    """A machine's decisions in one run folder that a person can be shown, and where that
+    person's ratings are kept (`folder / RATINGS`): the part every check has in common.
+    A pipeline's subclass adds what its report says of the machine and names its file."""
+
+    model_config = ConfigDict(extra="forbid")
+    RATINGS: ClassVar[str]
+    SAMPLE: ClassVar[int] = 30
+    folder: Path
+    items: list[Decision]
+    seed: int = 0
+
+    @property
+    def ratings_path(self) -> Path:
+        return self.folder / self.RATINGS
+
+    def whose(self) -> str:
+        """Whose items these are, for the refusal of a key that is not one of them."""
+        return f"an item decided in {self.folder}"
+
+    def check(self, n: int | None = None) -> Check:
+        return check(self.items, read_ratings(self.ratings_path),
+                     self.SAMPLE if n is None else n, seed=self.seed)
+
+    def rate(self, key: str, verdict: bool | None, *, by: str) -> Rating:
+        """Keep a person's verdict (None: skipped) on one of the items."""
+        if key not in {i.key for i in self.items}:
+            raise WorkbenchError(f"{key!r}: not {self.whose()}")
+        return append_rating(self.ratings_path, key, verdict, by=by)
 
 
 def _more(n: int, point: float, low: float, limit: float) -> int:

@@ -18,20 +18,18 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from workbench.errors import WorkbenchError
 from workbench.evaluate.agreement import (
     Check,
     Decision,
-    Rating,
+    Decisions,
     Reading,
     Shown,
     agreement_lines,
-    append_rating,
-    check as check_items,
-    read_ratings,
     reading,
 )
 
@@ -43,32 +41,20 @@ CONDITIONS = ("agent", "rag", "closed_book", "agent_sft")
 NO_EVIDENCE = "(none: the verdict was given without citing a passage)"
 
 
-class VerdictDecisions(BaseModel):
+class VerdictDecisions(Decisions):
     """One condition's verdicts in a KGV evaluation that a person can be shown."""
 
-    model_config = ConfigDict(extra="forbid")
+    RATINGS: ClassVar[str] = RATINGS
+    SAMPLE: ClassVar[int] = DEFAULT_SAMPLE
     folder: Path = Field(description="The run's agent folder.")
     condition: str
-    items: list[Decision]
     decider: str = Field(description="The model and policy that gave the verdicts.")
     runs: int = Field(description="Trajectories of the condition.")
     no_verdict: int = Field(description="Runs that ended without a verdict (no decision).")
     evidence: str = Field("", description="What the agent searched, when the run says.")
-    seed: int = 0
 
-    @property
-    def ratings_path(self) -> Path:
-        return self.folder / RATINGS
-
-    def check(self, n: int = DEFAULT_SAMPLE) -> Check:
-        return check_items(self.items, read_ratings(self.ratings_path), n, seed=self.seed)
-
-    def rate(self, key: str, verdict: bool | None, *, by: str) -> Rating:
-        """Keep a person's verdict (True: the claim is true; None: skipped) on one item."""
-        if key not in {i.key for i in self.items}:
-            raise WorkbenchError(f"{key!r}: not a verdict of {self.condition} in "
-                                 f"{self.folder}")
-        return append_rating(self.ratings_path, key, verdict, by=by)
+    def whose(self) -> str:
+        return f"a verdict of {self.condition} in {self.folder}"
 
 
 class VerdictCheck(BaseModel):
