@@ -220,6 +220,11 @@ def test_approve_a_loop_plan_in_a_browser(running_app, tmp_path):
         "models.chat.spec=fake-loop", "models.chat.backend=loopfake", "models.chat.options={}",
         "loop.trainer=loop_scripted:train", "cache.enabled=false",
         f"output_dir={ws / 'runs'}", "name=looprun", "loop.suites.max_items_per_subset=6",
+        # the installed app runs outside the checkout: its data by absolute path, as a
+        # user's own would be
+        f"loop.suites.data={REPO / 'datasets' / 'health'}",
+        f"loop.suites.retention={REPO / 'datasets' / 'rf_distilled' / 'benchmark.jsonl'}",
+        f"loop.suites.retention_data={REPO / 'datasets' / 'rf_distilled' / 'mcQTSA.jsonl'}",
         "loop.suites.open_items=4", "loop.weightings=[1.0]"])
     loop = Loop(cfg, log=lambda m: None)
     loop.plan()
