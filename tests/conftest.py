@@ -530,7 +530,7 @@ def trajsynth_cache(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def chinook(trajsynth_cache):
     """The shipped Chinook environment (read-only; tests fork it, never step it)."""
-    from workbench.trajsynth.env import DataEnvironment, sample_environment
+    from workbench.dataenv.env import DataEnvironment, sample_environment
 
     return DataEnvironment.open(sample_environment("chinook"), cache_dir=trajsynth_cache)
 

@@ -17,7 +17,7 @@ def toy_run(tmp_path_factory, trajsynth_cache):
     """A searched and exported toy shop in `<run>/trajsynth` (no ICL index: icl is not
     scored here), and its first six tasks."""
     from workbench.trajsynth.api import explore_pool, export
-    from workbench.trajsynth.env import DataEnvironment
+    from workbench.dataenv.env import DataEnvironment
     from workbench.trajsynth.explore import ExploreConfig
     from workbench.trajsynth.tasks import PoolConfig, build_pool
 

@@ -12,7 +12,7 @@ from conftest import make_shop
 
 from workbench.errors import DataError
 from workbench.trajsynth.api import explore_pool, export, select_tasks, tree_path
-from workbench.trajsynth.env import DataEnvironment, sample_environment
+from workbench.dataenv.env import DataEnvironment, sample_environment
 from workbench.trajsynth.explore import (
     ExploreConfig,
     GrammarGenerator,

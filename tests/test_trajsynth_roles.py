@@ -7,8 +7,8 @@ import sqlite3
 
 import pytest
 
-from workbench.trajsynth.env import DataEnvironment, sample_environment
-from workbench.trajsynth.profile import load_profile, save_profile
+from workbench.dataenv.env import DataEnvironment, sample_environment
+from workbench.dataenv.profile import load_profile, save_profile
 from workbench.trajsynth.tasks import PoolConfig, build_pool, format_summary
 from workbench.trajsynth.templates import AGGS_BY_ROLE, Slices
 
@@ -104,7 +104,7 @@ def test_the_shipped_environments_pools_respect_the_roles(name, trajsynth_cache)
 
 
 def test_durations_add_up_and_clock_times_do_not():
-    from workbench.trajsynth.profile import ColumnProfile, infer_role
+    from workbench.dataenv.profile import ColumnProfile, infer_role
 
     def col(name):
         return ColumnProfile(name=name, kind="integer", null_count=0, distinct_count=50,

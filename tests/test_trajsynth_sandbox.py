@@ -25,9 +25,9 @@ import pytest
 
 from workbench.errors import DataError
 from workbench.io import sha256_file
-from workbench.trajsynth.env import Action, DataEnvironment, sample_environment
-from workbench.trajsynth.profile import content_hash, load_profile
-from workbench.trajsynth.sandbox import (
+from workbench.dataenv.env import Action, DataEnvironment, sample_environment
+from workbench.dataenv.profile import content_hash, load_profile
+from workbench.dataenv.sandbox import (
     SandboxLimits,
     open_readonly,
     processes_in_group,
@@ -530,7 +530,7 @@ SQL_BOMBS = {
 }
 SQL_BOMB_CHILD = r"""
 import json, sys, time
-from workbench.trajsynth.sandbox import SandboxLimits, run_sql
+from workbench.dataenv.sandbox import SandboxLimits, run_sql
 db, sql = sys.argv[1], sys.stdin.read()
 limits = SandboxLimits(sql_timeout_s=2.0)
 t0 = time.monotonic()
@@ -568,7 +568,7 @@ def test_dir_fd_escapes_are_refused_in_both_isolation_modes(tmp_path, monkeypatc
     """A folder's descriptor plus a relative path (`os.open(name, dir_fd=...)`) wrote outside
     the working folder when only the audit hook stood (isolate=False, uid not dropped): the
     hook saw the relative path as if it were inside. Opening a folder outside is refused."""
-    from workbench.trajsynth import sandbox
+    from workbench.dataenv import sandbox
 
     monkeypatch.setattr(sandbox, "_sandbox_user", lambda: None)  # as when no uid can be dropped
     outside = tmp_path / "outside"

@@ -13,9 +13,9 @@ from conftest import make_shop
 
 from workbench.errors import DataError
 from workbench.trajsynth.answers import AnswerSpec, check_answer, values_equal
-from workbench.trajsynth.env import DataEnvironment, sample_environment
+from workbench.dataenv.env import DataEnvironment, sample_environment
 from workbench.trajsynth.queries import Cond, Group, Query, sql_a
-from workbench.trajsynth.sandbox import run_sql
+from workbench.dataenv.sandbox import run_sql
 from workbench.trajsynth.tasks import (
     PoolConfig,
     TaskSynthesizer,

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json
 from workbench.trajsynth.costmodel import Attempt, held_out_brier
-from workbench.trajsynth.env import SAMPLES, DataEnvironment, sample_environment
+from workbench.dataenv.env import SAMPLES, DataEnvironment, sample_environment
 from workbench.trajsynth.explore import explore_task
 from workbench.trajsynth.exploreconfig import ExploreConfig
 from workbench.trajsynth.generators import GrammarGenerator, ModelGenerator

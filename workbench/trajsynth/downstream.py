@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from workbench.records import ChatExample
 from workbench.runs import RunLayout, StageRunner
 from workbench.trajsynth.downstream_report import DownstreamReport
-from workbench.trajsynth.env import DataEnvironment
+from workbench.dataenv.env import DataEnvironment
 from workbench.trajsynth.export import RUN_SQL_TOOL, SYSTEM
 from workbench.trajsynth.generators import extract_sql
 from workbench.trajsynth.pool import Task

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from copy import deepcopy
 
 from workbench.errors import DataError
-from workbench.trajsynth.env import DataEnvironment
+from workbench.dataenv.env import DataEnvironment
 from workbench.trajsynth.exploreconfig import ExploreConfig
 from workbench.trajsynth.generators import GrammarGenerator, ModelGenerator, extract_sql
 from workbench.trajsynth.ledger import Ledger

@@ -15,7 +15,7 @@ from workbench.trajsynth.priors import ModelPrior, NodeChooser, Prior, normalise
 from workbench.trajsynth.queries import lit, qi
 from workbench.trajsynth.reuse import Shape, question_shape
 from workbench.trajsynth.search import Search, Terminal, failure_reason
-from workbench.trajsynth.sqlsandbox import SqlResult
+from workbench.dataenv.sqlsandbox import SqlResult
 from workbench.trajsynth.trie import action_key
 
 # a similar shape's seed counts similarity² (on the first 40 / all 77 Chinook tasks with the

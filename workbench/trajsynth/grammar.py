@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from workbench.trajsynth.profile import ColumnProfile, EnvProfile
+from workbench.dataenv.profile import ColumnProfile, EnvProfile
 from workbench.trajsynth.queries import AGG_WORD, Cond, Group, Query, sql_a
 from workbench.trajsynth.questions import fmt_value
 from workbench.trajsynth.slices import Slices, is_keylike

@@ -323,7 +323,7 @@ def make_data_sites(out: str | Path, *, chinook_parts: int = 2, extra: Sequence[
     data."""
     import hashlib
 
-    from workbench.trajsynth.env import sample_environment
+    from workbench.dataenv.env import sample_environment
 
     out = Path(out)
     folders = []

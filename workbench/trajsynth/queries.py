@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.trajsynth.sqlsandbox import quote_ident
+from workbench.dataenv.sqlsandbox import quote_ident
 
 Scalar = str | int | float | None
 Op = Literal["count", "agg", "count_distinct", "lookup", "select", "top", "group", "compare",

@@ -4,7 +4,7 @@ columns and entities it uses, and how difficult it is."""
 from __future__ import annotations
 
 from workbench.trajsynth.answers import AnswerSpec
-from workbench.trajsynth.profile import EnvProfile
+from workbench.dataenv.profile import EnvProfile
 from workbench.trajsynth.queries import Cond, Query
 from workbench.trajsynth.questions import fmt_value, group_name
 

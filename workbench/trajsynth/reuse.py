@@ -22,7 +22,7 @@ from difflib import SequenceMatcher
 from functools import lru_cache
 
 from workbench.trajsynth.grammar import _number, literals
-from workbench.trajsynth.profile import EnvProfile
+from workbench.dataenv.profile import EnvProfile
 
 
 @dataclass(frozen=True)

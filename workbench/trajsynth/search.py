@@ -7,13 +7,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from workbench.trajsynth.env import DataEnvironment
+from workbench.dataenv.env import DataEnvironment
 from workbench.trajsynth.exploreconfig import ExploreConfig
 from workbench.trajsynth.grammar import Move
 from workbench.trajsynth.ledger import Ledger
 from workbench.trajsynth.normalise import normalise_program
 from workbench.trajsynth.pool import Task
-from workbench.trajsynth.sqlsandbox import SqlResult
+from workbench.dataenv.sqlsandbox import SqlResult
 from workbench.trajsynth.trie import PrefixTrie, action_key
 
 

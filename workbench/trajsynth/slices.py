@@ -8,7 +8,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from workbench.trajsynth.profile import (
+from workbench.dataenv.profile import (
     ColumnProfile,
     EnvProfile,
     JoinKey,

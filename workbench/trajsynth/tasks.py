@@ -49,7 +49,7 @@ from workbench.trajsynth.answers import (
     values_equal,
 )
 from workbench.trajsynth.compose import COMPOSERS, Verified
-from workbench.trajsynth.env import DataEnvironment
+from workbench.dataenv.env import DataEnvironment
 from workbench.trajsynth.normalise import normalise_program, normalise_question
 from workbench.trajsynth.pandascode import pandas_code
 from workbench.trajsynth.paraphrase import ParaphraseResult, missing_entities, paraphrase_tasks
@@ -72,9 +72,9 @@ from workbench.trajsynth.queryfacts import (
     tables_used,
 )
 from workbench.trajsynth.questions import question
-from workbench.trajsynth.sandboxlimits import SandboxLimits
+from workbench.dataenv.sandboxlimits import SandboxLimits
 from workbench.trajsynth.slices import Slices
-from workbench.trajsynth.sqlsandbox import run_sql
+from workbench.dataenv.sqlsandbox import run_sql
 from workbench.trajsynth.templates import (
     CATEGORIES,
     TEMPLATES,

@@ -21,15 +21,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.trajsynth.profile import EnvProfile, JoinKey
+from workbench.dataenv.profile import EnvProfile, JoinKey
 from workbench.trajsynth.queries import Cond, Group, Query, qi
-from workbench.trajsynth.sandboxlimits import SandboxLimits
+from workbench.dataenv.sandboxlimits import SandboxLimits
 from workbench.trajsynth.slices import (  # noqa: F401  (AGGS_BY_ROLE: read by tests)
     AGGS_BY_ROLE,
     MAX_VALUE_CHARS,
     Slices,
 )
-from workbench.trajsynth.sqlsandbox import run_sql
+from workbench.dataenv.sqlsandbox import run_sql
 
 CATEGORIES = ("lookup", "filter", "aggregation", "join", "group_rank", "time_series",
               "comparison", "composed")

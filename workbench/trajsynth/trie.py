@@ -13,7 +13,7 @@ from typing import Any
 from workbench.io import atomic_write_json
 from workbench.trajsynth.normalise import normalise_program
 from workbench.trajsynth.reuse import similarity
-from workbench.trajsynth.sqlsandbox import SqlResult
+from workbench.dataenv.sqlsandbox import SqlResult
 
 
 def action_key(kind: str, code: str) -> str:

@@ -1,6 +1,6 @@
 """The sandbox child: runs one piece of agent code. Not imported by the workbench.
 
-Started by `workbench.trajsynth.sandbox.run_python` as `python -I -B _child.py` in a new
+Started by `workbench.dataenv.sandbox.run_python` as `python -I -B _child.py` in a new
 session, with a cleared environment and a temporary working folder as cwd. It reads its job
 (JSON) from stdin and writes one JSON envelope to the pipe named in the job. It imports
 nothing from the workbench, so it works with `-I` wherever the interpreter has pandas.

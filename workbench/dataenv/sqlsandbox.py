@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.trajsynth.sandboxlimits import TRUNCATION_MARKER, SandboxLimits
+from workbench.dataenv.sandboxlimits import TRUNCATION_MARKER, SandboxLimits
 
 _A = sqlite3
 _ALLOWED_ACTIONS = {_A.SQLITE_SELECT, _A.SQLITE_READ, _A.SQLITE_RECURSIVE}

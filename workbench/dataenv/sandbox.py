@@ -4,7 +4,7 @@ SQL runs in this process on a read-only connection (`sqlsandbox`: `mode=ro`, an 
 that allows only reads, no ATTACH, a deadline, a row cap); its names are importable from here
 too, as are the limits (`sandboxlimits`).
 
-Python runs in a fresh interpreter (`python -I -B workbench/trajsynth/_child.py`) in its own
+Python runs in a fresh interpreter (`python -I -B workbench/dataenv/_child.py`) in its own
 session, with the layers listed in `_child.py`: new network and PID namespaces where the kernel
 allows them, Landlock file confinement where enabled, root dropped to `nobody`, rlimits (CPU,
 address space, processes, file size, open files), a cleared environment, a temporary working
@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.trajsynth.sandboxlimits import TRUNCATION_MARKER, SandboxLimits
-from workbench.trajsynth.sqlsandbox import (  # noqa: F401  (importable from here: tests, callers)
+from workbench.dataenv.sandboxlimits import TRUNCATION_MARKER, SandboxLimits
+from workbench.dataenv.sqlsandbox import (  # noqa: F401  (importable from here: tests, callers)
     SqlResult,
     open_readonly,
     quote_ident,

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_path
-from workbench.trajsynth.profile import (
+from workbench.dataenv.profile import (
     DATA_SUFFIXES,
     PROFILE_VERSION,
     EnvProfile,
@@ -33,9 +33,9 @@ from workbench.trajsynth.profile import (
     profile_database,
     save_profile,
 )
-from workbench.trajsynth.sandbox import PythonResult, TableSource, run_python
-from workbench.trajsynth.sandboxlimits import SandboxLimits
-from workbench.trajsynth.sqlsandbox import SqlResult, run_sql
+from workbench.dataenv.sandbox import PythonResult, TableSource, run_python
+from workbench.dataenv.sandboxlimits import SandboxLimits
+from workbench.dataenv.sqlsandbox import SqlResult, run_sql
 
 REPO_ENVS = Path(__file__).resolve().parents[2] / "datasets" / "envs"
 SAMPLES = {"chinook": "chinook.sqlite", "sklearn_classic": "sklearn_classic"}
@@ -63,7 +63,9 @@ class Observation(BaseModel):
     python: PythonResult | None = None
 
 
-class Step(BaseModel):
+class EnvStep(BaseModel):
+    """One action taken in the environment and what it observed (its history)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     action: Action
@@ -149,7 +151,7 @@ class DataEnvironment(BaseModel):
     db_path: str = Field(description="The SQLite file SQL runs on (a copy for a folder).")
     profile: EnvProfile
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
-    history: list[Step] = Field(default_factory=list)
+    history: list[EnvStep] = Field(default_factory=list)
 
     # --- building ---------------------------------------------------------------------------
 
@@ -251,5 +253,5 @@ class DataEnvironment(BaseModel):
     def step(self, action: Action) -> Observation:
         """Run an action and append it (with its observation) to the history."""
         obs = self.execute(action)
-        self.history.append(Step(action=action, observation=obs))
+        self.history.append(EnvStep(action=action, observation=obs))
         return obs
