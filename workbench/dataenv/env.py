@@ -5,7 +5,7 @@ MCTS can deep-copy it at every expansion: connections and processes are opened p
 never stored on the object. A folder is loaded once into a SQLite copy (in the cache folder,
 keyed by the folder's content hash) for SQL; Python code reads the original files with pandas.
 
-    env = DataEnvironment.open("datasets/envs/chinook.sqlite")
+    env = DataEnvironment.open(sample_environment("chinook"))
     obs = env.step(Action(kind="sql", code="SELECT COUNT(*) FROM Track"))
     print(obs.text)
 """
@@ -37,7 +37,8 @@ from workbench.dataenv.sandbox import PythonResult, TableSource, run_python
 from workbench.dataenv.sandboxlimits import SandboxLimits
 from workbench.dataenv.sqlsandbox import SqlResult, run_sql
 
-REPO_ENVS = Path(__file__).resolve().parents[2] / "datasets" / "envs"
+# shipped with the package (a wheel too): rebuilt by `python scripts/build_envs.py`
+SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
 SAMPLES = {"chinook": "chinook.sqlite", "sklearn_classic": "sklearn_classic"}
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -85,7 +86,7 @@ def sample_environment(name: str) -> Path:
     if name not in SAMPLES:
         raise WorkbenchError(f"unknown sample environment {name!r}; known: "
                              f"{', '.join(sorted(SAMPLES))}")
-    path = REPO_ENVS / SAMPLES[name]
+    path = SAMPLES_DIR / SAMPLES[name]
     if not path.exists():
         raise WorkbenchError(f"{path} is missing; rebuild it with "
                              f"`python scripts/build_envs.py {name}`")

@@ -223,7 +223,7 @@ class Decisions(BaseModel):
     A pipeline's subclass adds what its report says of the machine and names its file."""
 
     model_config = ConfigDict(extra="forbid")
-    RATINGS: ClassVar[str]
+    RATINGS: ClassVar[str] = "ratings.jsonl"
     SAMPLE: ClassVar[int] = 30
     folder: Path
     items: list[Decision]

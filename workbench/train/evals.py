@@ -49,7 +49,9 @@ def domain_accuracy(session: TrainingSession) -> float:
 def preference_metrics(session: TrainingSession, pairs) -> dict[str, float]:
     """DPO loss, reward accuracy and margin of the current policy on `pairs` (held-out, say),
     against the session's reference; and `preference_accuracy`: the share of pairs whose
-    chosen side the policy gives a higher log-probability than the rejected one."""
+    chosen side the policy gives a higher log-probability than the rejected one. `pairs` must
+    have a reference: the held-out pairs, or training pairs the schedule draws (setup scores
+    no others)."""
     import torch
 
     from workbench.train.preference import dpo_loss, pair_batches, sequence_logps

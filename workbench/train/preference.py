@@ -243,8 +243,8 @@ class ReferenceCache:
 
         if missing := self.missing(keys):
             raise WorkbenchError(f"{len(missing)} pair(s) have no reference log-probabilities: "
-                                 "setup scores only the pairs its schedule (train.max_steps) "
-                                 "draws; train no further than the session's total steps")
+                                 "setup scores only the training pairs its schedule "
+                                 "(train.max_steps) draws, and the held-out pairs")
         return torch.tensor([self.values[k][0] for k in keys]
                             + [self.values[k][1] for k in keys], device=device,
                             dtype=torch.float32)

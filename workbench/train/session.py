@@ -285,6 +285,8 @@ def _scheduled_pairs(cfg: TrainConfig, train_set, tokenizer, *, seed: int, world
         for b in batches[:needed]:
             seen.update(dict.fromkeys(b.keys))
         needed -= len(batches)
+        if needed <= 0:
+            break
         epoch += 1
         batches = make_epoch(cfg, train_set, tokenizer, seed, epoch)
     return [by_key[k] for k in seen]

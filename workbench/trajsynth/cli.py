@@ -91,7 +91,7 @@ def register(group: typer.Typer) -> None:
                dpo_steps: Annotated[int, typer.Option(
                    help="sft_dpo: DPO steps after SFT, on OUT/preferences.jsonl.")] = 30,
                max_length: Annotated[int, typer.Option(
-                   help="sft, sft_dpo: longest trajectory or pair side trained, in tokens "
+                   min=64, help="sft, sft_dpo: longest trajectory or pair side trained, in tokens "
                         "(a longer one is refused before training, named).")] = 2048,
                dpo_pairs: Annotated[str, typer.Option(
                    help="sft_dpo's pairs: preferences (OUT/preferences.jsonl) or steps "
