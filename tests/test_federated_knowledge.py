@@ -9,19 +9,27 @@ import json
 import pytest
 
 from workbench.federated.knowledge import (
-    KnowledgeBase, Op, PrivacyFilter, ab_gate, apply_round, ops_from_record, ops_to_record,
-    review_candidates, votes,
+    KnowledgeBase,
+    KnowledgeOp,
+    PrivacyFilter,
+    ab_gate,
+    apply_round,
+    ops_from_record,
+    ops_to_record,
+    review_candidates,
+    votes,
 )
 
 
 def wf(family, *steps, count=1, op="ADD", target=""):
-    return Op(op=op, count=count, target=target, kind="workflow", family=family,
+    return KnowledgeOp(op=op, count=count, target=target, kind="workflow", family=family,
               text=f"{family}: " + " -> ".join(steps), steps=list(steps))
 
 
 def test_ops_survive_the_wire_and_bad_records_are_refused():
     ops = [wf("join", "op=count", "lit=conds:eq:via1", count=3),
-           Op(op="AGREE", target="abc123", count=2), Op(op="REMOVE", target="def", count=1)]
+           KnowledgeOp(op="AGREE", target="abc123", count=2),
+           KnowledgeOp(op="REMOVE", target="def", count=1)]
     rec = ops_to_record(ops)
     assert all(isinstance(v, list) for v in rec.values())
     assert all(len(s) <= 64 for v in rec.values() for s in v if isinstance(s, str))
@@ -57,9 +65,9 @@ def test_votes_promotion_needs_k_sites_and_inflated_counts_weigh_one_vote():
     gid = next(u.id for u in kb.units.values() if u.steps[0] == "op=select")
     bid = next(u.id for u in kb.units.values() if u.steps[0] == "op=count")
     assert [c["id"] for c in kb.candidates_for("a", None)] == [bid]  # a voted on its own
-    apply_round(kb, [("b", [Op(op="AGREE", target=gid, count=1),
-                            Op(op="REMOVE", target=bid, count=1)]),
-                     ("c", [Op(op="REMOVE", target=bid, count=1)]),
+    apply_round(kb, [("b", [KnowledgeOp(op="AGREE", target=gid, count=1),
+                            KnowledgeOp(op="REMOVE", target=bid, count=1)]),
+                     ("c", [KnowledgeOp(op="REMOVE", target=bid, count=1)]),
                      ("p", [bad])], k_min=2, rnd=2)
     assert kb.units[gid].status == "active" and kb.units[gid].promoted_round == 2
     assert votes(kb.units[bid]) == (1, 2)  # 1000 counts from p are one vote
@@ -77,7 +85,7 @@ def test_gate_and_review_follow_measured_success():
 
     cands = [wf("f", "op=a"), wf("f", "op=b")]
     cands[0].text, cands[1].text = "good", "bad"
-    kept, log = ab_gate(cands + [Op(op="AGREE", target="x")], [], success)
+    kept, log = ab_gate(cands + [KnowledgeOp(op="AGREE", target="x")], [], success)
     assert [o.text for o in kept if o.op == "ADD"] == ["good"] and len(log) == 2
     ops, _ = review_candidates([{"id": "g", "family": "f", "text": "good"},
                                 {"id": "b", "family": "f", "text": "bad"},

@@ -181,7 +181,8 @@ def test_insights_contrast_successes_with_failures_and_merge_by_embedding(site_d
     """ExpeL's success-vs-failure comparison: a step the family's right plans share and its
     wrong ones lack becomes a free-text insight; the server merges paraphrased insights of a
     family by MiniLM cosine and counts each site's vote once."""
-    from workbench.federated.knowledge import KnowledgeBase, Op, apply_round
+    from workbench.federated.knowledge import KnowledgeBase, apply_round
+    from workbench.records import KnowledgeOp
     from workbench.trajsynth.knowledge import Outcome, contrast_insight
 
     win, lose = ("op=select", "lit=conds:eq"), ("op=count", "lit=conds:eq")
@@ -193,18 +194,18 @@ def test_insights_contrast_successes_with_failures_and_merge_by_embedding(site_d
     outcomes = [Outcome(f"w{i}", "lookup", True, 2, 2, win, tried=win) for i in range(2)]
     outcomes += [Outcome(f"f{i}", "lookup", False, 2, 2, (), tried=lose) for i in range(2)]
     ops = site.propose(outcomes, [], min_support=2)
-    (ins,) = [o for o in ops if o.get("unit", {}).get("kind") == "insight"]
-    assert ins["op"] == "ADD" and ins["unit"]["text"] == text and ins["count"] == 2
+    (ins,) = [o for o in ops if o.kind == "insight"]
+    assert ins.op == "ADD" and ins.text == text and ins.count == 2
     held = [{"id": "i1", "kind": "insight", "family": "lookup", "text": text, "steps": []}]
-    assert {"op": "AGREE", "target": "i1", "count": 2} in site.propose(outcomes, held,
-                                                                        min_support=2)
+    assert KnowledgeOp(op="AGREE", target="i1", count=2) in site.propose(outcomes, held,
+                                                                          min_support=2)
     kb = KnowledgeBase()
     para = ("For lookup questions, right plans: list distinct values of a column. "
             "Wrong plans: count rows.")
     other = "For join questions, right plans: a filter on a linked table."
-    apply_round(kb, [("a", [Op(op="ADD", kind="insight", family="lookup", text=text)]),
-                     ("b", [Op(op="ADD", kind="insight", family="lookup", text=para)]),
-                     ("c", [Op(op="ADD", kind="insight", family="join", text=other)])],
+    apply_round(kb, [("a", [KnowledgeOp(op="ADD", kind="insight", family="lookup", text=text)]),
+                     ("b", [KnowledgeOp(op="ADD", kind="insight", family="lookup", text=para)]),
+                     ("c", [KnowledgeOp(op="ADD", kind="insight", family="join", text=other)])],
                 k_min=2, rnd=1, embed=embedder.embed, threshold=0.9)
     lookup = [u for u in kb.units.values() if u.family == "lookup"]
     assert len(lookup) == 1 and set(lookup[0].support) == {"a", "b"}

@@ -11,7 +11,7 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from pydantic import field_validator, model_serializer, model_validator
@@ -423,3 +423,22 @@ def read_records(path: str | Path, cls: type[Record]) -> list:
 
 def write_records(path: str | Path, records) -> int:
     return write_jsonl(path, records)
+
+
+# --- shared know-how (federated track B) --------------------------------------------------------
+
+class KnowledgeOp(Record):
+    """One ExpeL-style operation a site proposes on the shared knowledge units, as it goes on
+    the wire: ADD a unit (a workflow of abstract steps, or an insight), AGREE with one, EDIT
+    one into a new unit, REMOVE one; `count` is how many of the site's outcomes back it. The
+    site's pipeline (trajectory synthesis's data-agent sites) makes it; the federated server
+    votes on it."""
+
+    op: Literal["ADD", "AGREE", "EDIT", "REMOVE"]
+    count: int = Field(1, ge=1, le=10_000)
+    target: str = ""
+    kind: Literal["workflow", "insight", ""] = ""
+    family: str = Field("", max_length=40, pattern=r"^[a-z0-9_]*$")
+    text: str = Field("", max_length=200)
+    steps: list[Annotated[str, Field(max_length=48)]] = Field(default_factory=list,
+                                                             max_length=16)

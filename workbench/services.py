@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from workbench import registry
 from workbench.errors import WorkbenchError
+from workbench.records import KnowledgeOp
 
 Log = Callable[[str], Any]
 
@@ -106,7 +107,7 @@ class KnowledgeSite(Protocol):
                 iterations: int | None = None, boost: float = ...) -> list: ...
 
     def propose(self, outcomes: Sequence[Any], view: Sequence[dict], *,
-                min_support: int = ...) -> list[dict]: ...
+                min_support: int = ...) -> list[KnowledgeOp]: ...
 
 
 class KnowledgeSiteFactory(Protocol):

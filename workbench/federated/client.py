@@ -91,11 +91,16 @@ def handle_knowledge(msg: Message, context: Context) -> Message:
 
     from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
+    from workbench import services
     from workbench.federated.config import KnowledgeSettings
     from workbench.federated.knowledge import (
-        Op, PrivacyFilter, ab_gate, minilm, ops_to_record, review_candidates,
+        PrivacyFilter,
+        ab_gate,
+        minilm,
+        ops_to_record,
+        review_candidates,
     )
-    from workbench import services
+    from workbench.records import KnowledgeOp
 
     cfg = msg.content["config"]
     path = context.node_config.get("data-path")
@@ -113,13 +118,9 @@ def handle_knowledge(msg: Message, context: Context) -> Message:
     metrics = {"learn-tasks": len(learned), "learn-success": sum(o.verified for o in learned),
                "eval-tasks": len(evals), "eval-success": sum(o.verified for o in evals),
                "eval-iterations": sum(o.iterations for o in evals)}
-    ops: list[Op] = []
+    ops: list[KnowledgeOp] = []
     if bool(site.meta.get("contribute", True)):
-        proposed = [Op(op=o["op"], count=o["count"], target=o.get("target", ""),
-                       **({"kind": o["unit"]["kind"], "family": o["unit"]["family"],
-                           "text": o["unit"]["text"], "steps": o["unit"]["steps"]}
-                          if "unit" in o else {}))
-                    for o in site.propose(learned, view, min_support=ks.min_support)]
+        proposed = site.propose(learned, view, min_support=ks.min_support)
         embed = minilm().embed if ks.max_similarity is not None else None
         filt = PrivacyFilter([t for o in learned for t in o.texts], site.identifiers,
                              site.canaries, n=ks.ngram, embed=embed,

@@ -24,14 +24,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.federated.results import FederationFiles
 from workbench.io import append_line, atomic_write_json
+from workbench.records import KnowledgeOp
 
-OP_KINDS = ("ADD", "AGREE", "EDIT", "REMOVE")
+OP_KINDS = ("ADD", "AGREE", "EDIT", "REMOVE")  # KnowledgeOp.op
 
 
 class Unit(BaseModel):
@@ -62,35 +63,23 @@ class Unit(BaseModel):
                 "support": sum(self.support.values())}
 
 
-class Op(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    op: Literal["ADD", "AGREE", "EDIT", "REMOVE"]
-    count: int = Field(1, ge=1, le=10_000)
-    target: str = ""
-    kind: Literal["workflow", "insight", ""] = ""
-    family: str = Field("", max_length=40, pattern=r"^[a-z0-9_]*$")
-    text: str = Field("", max_length=200)
-    steps: list[Annotated[str, Field(max_length=48)]] = Field(default_factory=list,
-                                                             max_length=16)
-
-
 # --- the wire: ops as parallel lists of short strings and numbers ------------------------------
 
-def ops_to_record(ops: Sequence[Op]) -> dict[str, list]:
+def ops_to_record(ops: Sequence[KnowledgeOp]) -> dict[str, list]:
     return {"op": [o.op for o in ops], "count": [o.count for o in ops],
             "target": [o.target for o in ops], "kind": [o.kind for o in ops],
             "family": [o.family for o in ops], "text": [o.text for o in ops],
             "steps": ["|".join(o.steps) for o in ops]}
 
 
-def ops_from_record(rec: dict[str, Any]) -> list[Op]:
+def ops_from_record(rec: dict[str, Any]) -> list[KnowledgeOp]:
     keys = {"op", "count", "target", "kind", "family", "text", "steps"}
     if set(rec) != keys:
         raise ValueError(f"knowledge record keys {sorted(rec)}; expected {sorted(keys)}")
     n = len(rec["op"])
     if any(len(rec[k]) != n for k in keys):
         raise ValueError("knowledge record lists differ in length")
-    return [Op(op=rec["op"][i], count=int(rec["count"][i]), target=rec["target"][i],
+    return [KnowledgeOp(op=rec["op"][i], count=int(rec["count"][i]), target=rec["target"][i],
                kind=rec["kind"][i], family=rec["family"][i], text=rec["text"][i],
                steps=[s for s in str(rec["steps"][i]).split("|") if s]) for i in range(n)]
 
@@ -154,8 +143,9 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9_<>=]+", text.lower())
 
 
-def ab_gate(candidates: Sequence[Op], view: Sequence[dict],
-            success: Callable[[Sequence[dict], str], float]) -> tuple[list[Op], list[dict]]:
+def ab_gate(candidates: Sequence[KnowledgeOp], view: Sequence[dict],
+            success: Callable[[Sequence[dict], str], float]
+            ) -> tuple[list[KnowledgeOp], list[dict]]:
     """Keep an ADD/EDIT candidate only when `success(view + candidate, family)` is not lower
     than `success(view, family)` on the site's gate slice; AGREE/REMOVE pass through."""
     kept, log = [], []
@@ -212,7 +202,7 @@ class KnowledgeBase(BaseModel):
 
 def review_candidates(candidates: Sequence[dict], view: Sequence[dict],
                       success: Callable[[Sequence[dict], str], float], n_tasks:
-                      Callable[[str], int]) -> tuple[list[Op], list[dict]]:
+                      Callable[[str], int]) -> tuple[list[KnowledgeOp], list[dict]]:
     """A site's vote on units other sites proposed: AGREE when adding the unit to its view
     raises success on its gate slice, REMOVE when it lowers it (count: tasks won or lost),
     nothing when it cannot tell (no tasks of the family, or no change)."""
@@ -228,9 +218,9 @@ def review_candidates(candidates: Sequence[dict], view: Sequence[dict],
         delta = round((with_unit - base[fam]) * n_tasks(fam))
         log.append({"id": c["id"], "family": fam, "without": base[fam], "with": with_unit})
         if delta > 0:
-            ops.append(Op(op="AGREE", target=c["id"], count=delta))
+            ops.append(KnowledgeOp(op="AGREE", target=c["id"], count=delta))
         elif delta < 0:
-            ops.append(Op(op="REMOVE", target=c["id"], count=-delta))
+            ops.append(KnowledgeOp(op="REMOVE", target=c["id"], count=-delta))
     return ops, log
 
 
@@ -242,7 +232,7 @@ def votes(u: Unit) -> tuple[int, int]:
     return sum(n > 0 for n in net), sum(n < 0 for n in net)
 
 
-def apply_round(kb: KnowledgeBase, updates: Sequence[tuple[str, list[Op]]], *, k_min: int,
+def apply_round(kb: KnowledgeBase, updates: Sequence[tuple[str, list[KnowledgeOp]]], *, k_min: int,
                 rnd: int, embed: Callable[[list[str]], Any] | None = None,
                 threshold: float = 0.95) -> dict[str, int]:
     """Fold the sites' operations into the knowledge base; returns counts of what happened.
@@ -257,7 +247,7 @@ def apply_round(kb: KnowledgeBase, updates: Sequence[tuple[str, list[Op]]], *, k
     stats = dict.fromkeys(("add", "agree", "edit", "remove", "merged", "promoted", "retired"),
                           0)
 
-    def find_or_create(op: Op) -> Unit:
+    def find_or_create(op: KnowledgeOp) -> Unit:
         uid = Unit.make_id(op.kind or "workflow", op.family, op.steps, op.text)
         if uid in kb.units:
             stats["merged"] += 1

@@ -29,6 +29,7 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json
+from workbench.records import KnowledgeOp
 from workbench.trajsynth.grammar import Move
 
 # a scaffold is a strategy over the same grammar, prior and environment
@@ -235,7 +236,7 @@ class DataAgentSite:
         return self._agents[scaffold]
 
     def propose(self, outcomes: Sequence[Outcome], view: Sequence[dict], *,
-                min_support: int = 2) -> list[dict]:
+                min_support: int = 2) -> list[KnowledgeOp]:
         """ExpeL-style operations from this round's outcomes against the current view:
         AGREE with a unit its verified plans followed; ADD a workflow seen verified at least
         `min_support` times that no unit holds; EDIT a unit of the family when another
@@ -249,21 +250,21 @@ class DataAgentSite:
             elif o.guided:
                 failed[o.family] += 1
         held = {(u["family"], tuple(u["steps"])): u for u in view if u.get("kind") == "workflow"}
-        ops = []
+        ops: list[KnowledgeOp] = []
         for fam, flows in sorted(by_fam.items()):
             for flow, n in flows.most_common():
                 if (fam, flow) in held:
-                    ops.append({"op": "AGREE", "target": held[(fam, flow)]["id"], "count": n})
+                    ops.append(KnowledgeOp(op="AGREE", target=held[(fam, flow)]["id"], count=n))
                 elif n >= min_support:
                     rival = next((u for (f, s), u in held.items() if f == fam and s
                                   and s[0] == flow[0] and flows[s] < n), None)
                     unit = {"kind": "workflow", "family": fam, "steps": list(flow),
                             "text": workflow_text(fam, flow)}
-                    ops.append({"op": "EDIT", "target": rival["id"], "unit": unit, "count": n}
-                               if rival else {"op": "ADD", "unit": unit, "count": n})
+                    ops.append(KnowledgeOp(op="EDIT", target=rival["id"], count=n, **unit)
+                               if rival else KnowledgeOp(op="ADD", count=n, **unit))
         for (fam, steps), u in held.items():
             if failed[fam] >= min_support and not by_fam[fam][steps]:
-                ops.append({"op": "REMOVE", "target": u["id"], "count": failed[fam]})
+                ops.append(KnowledgeOp(op="REMOVE", target=u["id"], count=failed[fam]))
         held_insights = {(u["family"], u["text"]): u for u in view if u.get("kind") == "insight"}
         for fam in sorted({o.family for o in outcomes}):
             wins = [o.workflow for o in outcomes if o.family == fam and o.verified]
@@ -274,15 +275,14 @@ class DataAgentSite:
             if text is None:
                 continue
             if (fam, text) in held_insights:
-                ops.append({"op": "AGREE", "target": held_insights[(fam, text)]["id"],
-                            "count": len(wins)})
+                ops.append(KnowledgeOp(op="AGREE", target=held_insights[(fam, text)]["id"],
+                                       count=len(wins)))
             else:
-                ops.append({"op": "ADD", "count": len(wins), "unit": {
-                    "kind": "insight", "family": fam, "steps": [], "text": text}})
+                ops.append(KnowledgeOp(op="ADD", count=len(wins), kind="insight", family=fam,
+                                       text=text))
         if self.poison:  # an experiment's adversary: counting rows to answer lookups
-            ops.append({"op": "ADD", "count": 50, "unit": {
-                "kind": "workflow", "family": "lookup", "steps": list(POISON),
-                "text": workflow_text("lookup", POISON)}})
+            ops.append(KnowledgeOp(op="ADD", count=50, kind="workflow", family="lookup",
+                                   steps=list(POISON), text=workflow_text("lookup", POISON)))
         return ops
 
 
