@@ -5,7 +5,8 @@ public API with tiny random-init models, scripted models and in-process CLI call
 tier (`python -m pytest -q --tier full`) runs the rest: a test belongs to it because it asks
 for one of the fixtures in FULL_TIER (the bundled model, a CLI subprocess, a server process,
 the Flower deployment, kill injection, real training, the browser, the installed wheel),
-directly or through another fixture. `--tier all` runs both; CI runs the fast tier, then the full tier.
+directly or through another fixture. `--tier all` runs both; CI runs the fast tier, then the
+full tier.
 
 A fast-tier test that loads the bundled chat model or starts the CLI as a subprocess fails
 with a message saying which fixture would move it to the full tier.
