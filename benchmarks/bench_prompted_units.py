@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> None:
     from workbench.evaluate.stats import mcnemar_exact, wilson_interval
-    from workbench.trajsynth.knowledge import DataAgentSite, make_data_sites, workflow_of
+    from workbench.federated.knowledge.site import DataAgentSite, make_data_sites, workflow_of
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", type=int, default=12, help="learning tasks of the site")

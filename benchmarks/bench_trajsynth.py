@@ -22,7 +22,7 @@ import time
 
 from workbench.evaluate.stats import wilson_interval
 from workbench.trajsynth.api import make_generator, open_env
-from workbench.trajsynth.explore import (
+from workbench.datatasks.explore import (
     ExploreConfig,
     GrammarGenerator,
     Ledger,
@@ -31,7 +31,7 @@ from workbench.trajsynth.explore import (
     UniformPrior,
     explore_task,
 )
-from workbench.trajsynth.tasks import PoolConfig, build_pool
+from workbench.datatasks.tasks import PoolConfig, build_pool
 
 
 def run(name, env, tasks, cfg, prior_factory, shared_trie: bool, model=None) -> dict:

@@ -540,8 +540,8 @@ def small_trajsynth_run(out: Path) -> Path:
     """A finished search over 6 Chinook tasks (uniform prior, 50 iterations) in `out`, as
     the Trajectories page reads it."""
     from workbench.trajsynth.api import explore_pool, open_env
-    from workbench.trajsynth.explore import ExploreConfig
-    from workbench.trajsynth.tasks import build_pool, save_pool
+    from workbench.datatasks.explore import ExploreConfig
+    from workbench.datatasks.tasks import build_pool, save_pool
 
     env = open_env("chinook")
     pool = build_pool(env)

@@ -262,7 +262,7 @@ def test_knowledge_track_over_a_real_deployment(tmp_path, agent):
     and two SuperNodes whose node configs point at data-agent sites; with `prompted`, each
     SuperNode's ClientApp runs prompted agents (scripted model) with the units in their
     prompts."""
-    from workbench.trajsynth.knowledge import make_data_sites
+    from workbench.federated.knowledge.site import make_data_sites
 
     sites = make_data_sites(tmp_path / "ksites", chinook_parts=2, extra=())
     port = free_base()

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from workbench.federated.knowledge import (
+from workbench.federated.knowledge.units import (
     KnowledgeBase,
     KnowledgeOp,
     PrivacyFilter,
@@ -115,7 +115,7 @@ def test_knowledge_experiment_end_to_end(knowledge_run):
 
 
 def test_knowledge_server_resumes_after_a_crash(knowledge_run, tmp_path, kill_injection):
-    from workbench.federated.api import knowledge_sites, run_knowledge_rounds
+    from workbench.federated.knowledge.api import knowledge_sites, run_knowledge_rounds
 
     cfg, out = knowledge_run.cfg, knowledge_run.report_dir
     fc = cfg.federated.model_copy(update={"rounds": 2})
@@ -142,7 +142,7 @@ def test_knowledge_replies_outside_the_allow_list_are_refused():
 
     from workbench.federated.config import FederatedConfig
     from workbench.federated.inprocess import InProcessGrid
-    from workbench.federated.server import KnowledgeServer
+    from workbench.federated.knowledge.server import KnowledgeServer
 
     InProcessGrid(None, [])  # sets the process's Flower task identity
     srv = KnowledgeServer(FederatedConfig(track="knowledge"), "/nonexistent")

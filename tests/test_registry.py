@@ -201,22 +201,8 @@ def test_a_provider_that_does_not_fit_is_refused_at_the_start_of_a_run(monkeypat
     def searcher_needing_more(sections, folder, retriever="hybrid", log=print, *, model):
         return None
 
-    class SiteWithoutPropose:
-        def __init__(self, folder, *, iterations=8, seed=0, agent="grammar",
-                     agent_settings=None):
-            pass
-
-        families = identifiers = property(lambda self: {})
-
-        def tasks(self, part, limit=None):
-            return []
-
-        def attempt(self, tasks, units, *, scaffold=None, iterations=None, boost=0.0):
-            return []
-
     cases = [("searcher", searcher_without_folder, "'retriever', not 'folder'"),
              ("searcher", searcher_needing_more, "requires 'model'"),
-             ("knowledge_site", SiteWithoutPropose, "no 'propose'"),
              ("nonesuch", searcher_without_folder, "has no Protocol")]
     for name, obj, why in cases:
         with pytest.raises(WorkbenchError, match=why):

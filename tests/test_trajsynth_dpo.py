@@ -18,8 +18,8 @@ def toy_run(tmp_path_factory, trajsynth_cache):
     scored here), and its first six tasks."""
     from workbench.trajsynth.api import explore_pool, export
     from workbench.dataenv.env import DataEnvironment
-    from workbench.trajsynth.explore import ExploreConfig
-    from workbench.trajsynth.tasks import PoolConfig, build_pool
+    from workbench.datatasks.explore import ExploreConfig
+    from workbench.datatasks.tasks import PoolConfig, build_pool
 
     root = tmp_path_factory.mktemp("tsdpo")
     env = DataEnvironment.open(make_shop(root / "shop.sqlite"), cache_dir=trajsynth_cache)

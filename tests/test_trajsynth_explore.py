@@ -13,7 +13,7 @@ from conftest import make_shop
 from workbench.errors import DataError
 from workbench.trajsynth.api import explore_pool, export, select_tasks, tree_path
 from workbench.dataenv.env import DataEnvironment, sample_environment
-from workbench.trajsynth.explore import (
+from workbench.datatasks.explore import (
     ExploreConfig,
     GrammarGenerator,
     ModelGenerator,
@@ -26,9 +26,9 @@ from workbench.trajsynth.explore import (
     save_tree,
     tree_bytes,
 )
-from workbench.trajsynth.grammar import Grammar, Plan, literals, mentions
-from workbench.trajsynth.queries import lit, qi
-from workbench.trajsynth.tasks import PoolConfig, build_pool
+from workbench.datatasks.grammar import Grammar, Plan, literals, mentions
+from workbench.datatasks.queries import lit, qi
+from workbench.datatasks.tasks import PoolConfig, build_pool
 
 
 @pytest.fixture(scope="module")

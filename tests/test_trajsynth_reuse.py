@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from workbench.trajsynth.explore import (
+from workbench.datatasks.explore import (
     ExploreConfig,
     GrammarGenerator,
     Ledger,
@@ -16,8 +16,8 @@ from workbench.trajsynth.explore import (
     UniformPrior,
     explore_task,
 )
-from workbench.trajsynth.reuse import question_shape, similarity
-from workbench.trajsynth.tasks import PoolConfig, build_pool
+from workbench.datatasks.reuse import question_shape, similarity
+from workbench.datatasks.tasks import PoolConfig, build_pool
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import pytest
 
 from workbench.dataenv.env import DataEnvironment, sample_environment
 from workbench.dataenv.profile import load_profile, save_profile
-from workbench.trajsynth.tasks import PoolConfig, build_pool, format_summary
-from workbench.trajsynth.templates import AGGS_BY_ROLE, Slices
+from workbench.datatasks.tasks import PoolConfig, build_pool, format_summary
+from workbench.datatasks.templates import AGGS_BY_ROLE, Slices
 
 ROLES = {"flight_id": "identifier", "Unnamed: 0": "identifier", "dep_time": "clock",
          "flight_date": "timestamp", "year": "timestamp", "altitude_ft": "measurement",

@@ -12,11 +12,11 @@ import pytest
 from conftest import make_shop
 
 from workbench.errors import DataError
-from workbench.trajsynth.answers import AnswerSpec, check_answer, values_equal
+from workbench.datatasks.answers import AnswerSpec, check_answer, values_equal
 from workbench.dataenv.env import DataEnvironment, sample_environment
-from workbench.trajsynth.queries import Cond, Group, Query, sql_a
+from workbench.datatasks.queries import Cond, Group, Query, sql_a
 from workbench.dataenv.sandbox import run_sql
-from workbench.trajsynth.tasks import (
+from workbench.datatasks.tasks import (
     PoolConfig,
     TaskSynthesizer,
     build_pool,
@@ -30,7 +30,7 @@ from workbench.trajsynth.tasks import (
     save_pool,
     summary_path,
 )
-from workbench.trajsynth.templates import Candidate
+from workbench.datatasks.templates import Candidate
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 from workbench import registry
 from workbench.errors import WorkbenchError
-from workbench.records import KnowledgeOp
 
 Log = Callable[[str], Any]
 
@@ -84,52 +83,6 @@ class BenchmarkRetrievalMetrics(Protocol):
                  ks: tuple[int, ...] = (1, 3, 5, 10)) -> dict: ...
 
 
-# --- data-agent sites (provided by trajsynth, used by the federated knowledge track) ------------
-
-class KnowledgeSite(Protocol):
-    """One data-agent site: its tasks, attempts under shared knowledge units, proposals."""
-
-    name: str
-    scaffold: str
-    meta: dict
-    poison: bool
-    canaries: list[str]
-
-    @property
-    def families(self) -> dict[str, int]: ...
-
-    @property
-    def identifiers(self) -> list[str]: ...
-
-    def tasks(self, part: str, limit: int | None = None) -> list: ...
-
-    def attempt(self, tasks: Sequence, units: Sequence[dict], *, scaffold: str | None = None,
-                iterations: int | None = None, boost: float = ...) -> list: ...
-
-    def propose(self, outcomes: Sequence[Any], view: Sequence[dict], *,
-                min_support: int = ...) -> list[KnowledgeOp]: ...
-
-
-class KnowledgeSiteFactory(Protocol):
-    def __call__(self, folder: str | Path, *, iterations: int = 8, seed: int = 0,
-                 agent: str = "grammar", agent_settings: dict | None = None
-                 ) -> KnowledgeSite: ...
-
-
-class KnowledgeSites(Protocol):
-    """Make the site folders of the knowledge track under `out`."""
-
-    def __call__(self, out: str | Path, *, chinook_parts: int = 2, extra: Sequence[str] = ...,
-                 scaffolds: Sequence[str] = ..., canaries: int = 2, poison: int | None = None,
-                 seed: int = 0) -> list[Path]: ...
-
-
-class KnowledgeAgentSettings(Protocol):
-    """`knowledge.prompted` validated; a WorkbenchError names the field."""
-
-    def __call__(self, raw: dict | None) -> Any: ...
-
-
 # --- distillation
 
 class QtsaChat(Protocol):
@@ -142,12 +95,8 @@ SERVICES: dict[str, type] = {
     "contexts": Contexts, "section_index": SectionIndex, "query_index": QueryIndex,
     "open_index": OpenIndex,
     "searcher": SearcherFactory, "benchmark_retrieval_metrics": BenchmarkRetrievalMetrics,
-    "knowledge_site": KnowledgeSiteFactory, "knowledge_sites": KnowledgeSites,
-    "knowledge_agent_settings": KnowledgeAgentSettings, "qtsa_chat": QtsaChat,
+    "qtsa_chat": QtsaChat,
 }
-# what a factory's product must offer (methods and properties; data attributes are set at run
-# time and cannot be checked before)
-PRODUCTS: dict[str, type] = {"knowledge_site": KnowledgeSite}
 
 
 # --- checking
@@ -200,17 +149,6 @@ def check_provider(name: str, obj: Any) -> None:
     want = _signature(proto.__call__, drop_self=True)
     have = _signature(obj.__init__ if inspect.isclass(obj) else obj, inspect.isclass(obj))
     problems = signature_problems(want, have)
-    product = PRODUCTS.get(name)
-    if product is not None and inspect.isclass(obj):
-        for attr, member in vars(product).items():
-            if attr.startswith("_"):
-                continue
-            got = inspect.getattr_static(obj, attr, None)
-            if got is None:
-                problems.append(f"its product has no {attr!r}")
-            elif inspect.isfunction(member):
-                problems += [f"{attr}: {p}" for p in signature_problems(
-                    _signature(member, True), _signature(got, True))]
     if problems:
         ref = getattr(obj, "__qualname__", repr(obj))
         raise WorkbenchError(f"service {name!r}: {ref} does not fit {proto.__name__}: "
@@ -258,18 +196,6 @@ def searcher() -> SearcherFactory:
 
 def benchmark_retrieval_metrics() -> BenchmarkRetrievalMetrics:
     return resolve("benchmark_retrieval_metrics")
-
-
-def knowledge_site() -> KnowledgeSiteFactory:
-    return resolve("knowledge_site")
-
-
-def knowledge_sites() -> KnowledgeSites:
-    return resolve("knowledge_sites")
-
-
-def knowledge_agent_settings() -> KnowledgeAgentSettings:
-    return resolve("knowledge_agent_settings")
 
 
 def qtsa_chat() -> QtsaChat:

@@ -93,6 +93,13 @@ def sample_environment(name: str) -> Path:
     return path
 
 
+def open_env(spec: str, cache_dir: str | os.PathLike | None = None) -> DataEnvironment:
+    """A sample environment by name (`chinook`, `sklearn_classic`) unless a path of that name
+    exists, else the SQLite file or table folder at `spec`."""
+    path = sample_environment(spec) if spec in SAMPLES and not Path(spec).exists() else spec
+    return DataEnvironment.open(path, cache_dir=cache_dir)
+
+
 def _table_name(path: Path) -> str:
     name = re.sub(r"\W+", "_", path.stem).strip("_")
     return name if name and not name[0].isdigit() else f"t_{name}"

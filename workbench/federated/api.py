@@ -170,110 +170,6 @@ def evaluate_all(fc: FederatedConfig, sites: list[SiteData], adapters: dict[str,
     return rows
 
 
-def knowledge_sites(fc: FederatedConfig, out: Path) -> list[Path]:
-    """The experiment's data-agent sites (or `sites_dir`), with the listener marked."""
-    from workbench import services
-
-    ks = fc.knowledge
-    if fc.sites_dir:
-        return sorted(p for p in Path(fc.sites_dir).iterdir() if (p / "site.json").exists())
-    folders = services.knowledge_sites()(FedFiles(out).sites, chinook_parts=ks.chinook_parts,
-                                          extra=ks.extra, scaffolds=ks.scaffolds,
-                                          poison=ks.poison, seed=fc.seed)
-    for i, d in enumerate(folders):
-        meta = json.loads((d / "site.json").read_text())
-        meta["contribute"] = i != ks.listener
-        atomic_write_json(d / "site.json", meta)
-    return folders
-
-
-def run_knowledge_rounds(fc: FederatedConfig, folders: list[Path], out: Path, *, log=print,
-                         on_round=None) -> dict[str, Any]:
-    from workbench.federated.inprocess import InProcessGrid, client_app, site_node_configs
-    from workbench.federated.server import KnowledgeServer
-
-    canaries = [c for d in folders
-                for c in json.loads((d / "site.json").read_text()).get("canaries", [])]
-    audit = WireAudit(canaries)
-    grid = InProcessGrid(client_app(), site_node_configs(folders), wire=audit)
-    summary = KnowledgeServer(fc, out, log=log, on_round=on_round).run(grid)
-    summary["wire"] = {"replies": audit.replies, "bytes": audit.bytes,
-                       "canary_leaks": audit.leaks, "long_strings": audit.long_strings,
-                       "record_names": sorted(audit.keys), "canaries": len(canaries)}
-    atomic_write_json(FederationFiles(out).summary, summary)
-    return summary
-
-
-def final_views(out: Path) -> list[dict]:
-    from workbench.federated.knowledge import load_latest_kb
-
-    kb = load_latest_kb(out)
-    return kb.view(None) if kb else []
-
-
-def evaluate_knowledge(fc: FederatedConfig, folders: list[Path], views: dict[str, Any],
-                       out: Path) -> list[dict]:
-    """Each site's eval slice under each condition's final units, task by task."""
-    from workbench import services
-
-    ks = fc.knowledge
-    rows = []
-    for d in folders:
-        site = services.knowledge_site()(d, iterations=ks.eval_iterations, seed=fc.seed,
-                                          agent=ks.agent, agent_settings=ks.prompted)
-        tasks = site.tasks("dev", 2 * ks.slice if ks.slice else None)[1::2]
-        for cond, view in views.items():
-            units = view(site.name) if callable(view) else view
-            res = site.attempt(tasks, units, boost=ks.boost)
-            rows.append({"condition": cond, "site": site.name, "scaffold": site.scaffold,
-                         "contributes": bool(site.meta.get("contribute", True)),
-                         "poison": site.poison, "units": len(units),
-                         "verified": [o.verified for o in res],
-                         "iterations": [o.iterations for o in res]})
-    write_jsonl(FedFiles(out).eval_rows, rows)
-    return rows
-
-
-def run_knowledge(fc: FederatedConfig, ctx, out: Path):
-    """Track B experiment: federated rounds, each site alone (local-only, k_min=1), final
-    evaluation of no units / local-only / federated units on every site's eval slice."""
-    from workbench.federated.report import write_knowledge_report
-    from workbench.registry import PipelineResult
-
-    t0 = time.perf_counter()
-    files = FedFiles(out)
-    folders = knowledge_sites(fc, out)
-    fed = run_knowledge_rounds(fc, folders, files.federated, log=ctx.log)
-    local_views = {}
-    solo = fc.model_copy(update={
-        "knowledge": fc.knowledge.model_copy(update={"k_min": 1}),
-        "guards": fc.guards.model_copy(update={"min_nodes": 1, "min_replies": 1})})
-    for d in folders:
-        name = json.loads((d / "site.json").read_text())["name"]
-        run_knowledge_rounds(solo, [d], files.local / name, log=ctx.log)
-        local_views[name] = final_views(files.local / name)
-    fed_view = final_views(files.federated)
-    rows = evaluate_knowledge(fc, folders, {"none": [], "local": lambda n: local_views[n],
-                                            "federated": fed_view}, out)
-    adapter_bytes = None
-    if fc.model:
-        try:
-            from workbench.federated.task import initial_state
-            from workbench.federated.weights import state_bytes
-
-            adapter_bytes = state_bytes(initial_state(fc.model, fc.local, fc.seed))
-        except WorkbenchError:
-            adapter_bytes = None
-    report = write_knowledge_report(out, fc, rows, fed, adapter_bytes=adapter_bytes,
-                                    seconds=time.perf_counter() - t0)
-    return PipelineResult(
-        pipeline="fed", run_dir=str(ctx.layout.root),
-        outputs={"report": str(files.report_md), "kb": str(files.federation.kb)},
-        figures=report.figures.model_dump(),
-        message=f"{len(folders)} sites x {fc.rounds} rounds (knowledge): {report.headline}; "
-                f"report {files.report_md}")
-
-
 def run(cfg, ctx):
     """The registered pipeline (`workbench fed sim -c CONFIG`)."""
     from workbench.federated.report import write_report
@@ -283,6 +179,8 @@ def run(cfg, ctx):
     out = ctx.layout.folder("fed")
     files = FedFiles(out)
     if fc.track == "knowledge":
+        from workbench.federated.knowledge.api import run_knowledge
+
         return run_knowledge(fc, ctx, out)
     t0 = time.perf_counter()
     if fc.sites_dir:

@@ -87,12 +87,12 @@ class KnowledgeSettings(_Section):
     @classmethod
     def _prompted_settings(cls, v: dict[str, Any]) -> dict[str, Any]:
         """Checked here, not at the first round on every site (the settings live with the
-        agent, in the pipeline that provides the sites)."""
+        agent, `knowledge.agent.AgentSettings`)."""
         from workbench.errors import WorkbenchError
-        from workbench import services
+        from workbench.federated.knowledge.site import parse_agent_settings
 
         try:
-            services.knowledge_agent_settings()(v)
+            parse_agent_settings(v)
         except WorkbenchError as e:
             raise ValueError(str(e).removeprefix("knowledge.prompted.")) from None
         return v

@@ -4,7 +4,7 @@ from workbench.registry import Artifact, Pipeline, Stage
 
 PIPELINE = Pipeline(
     name="fed",
-    requires=("knowledge_site", "knowledge_sites", "knowledge_agent_settings", "qtsa_chat"),
+    requires=("qtsa_chat",),
     config_key="federated",
     help="Federated LoRA with Flower: sites train a shared adapter on private data (FedAvg "
          "or FFA-LoRA), in process or on a real SuperLink/SuperNode deployment; report "

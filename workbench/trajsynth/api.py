@@ -13,7 +13,6 @@ Run folder (`<run>/trajsynth/`):
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
@@ -23,18 +22,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json
 from workbench.trajsynth.costmodel import Attempt, held_out_brier
-from workbench.dataenv.env import SAMPLES, DataEnvironment, sample_environment
-from workbench.trajsynth.explore import explore_task
-from workbench.trajsynth.exploreconfig import ExploreConfig
-from workbench.trajsynth.generators import GrammarGenerator, ModelGenerator
-from workbench.trajsynth.ledger import Ledger
-from workbench.trajsynth.pool import PoolConfig, Task, TaskPool
-from workbench.trajsynth.poolfiles import load_pool, save_pool
-from workbench.trajsynth.priors import ModelPrior, NodeChooser, UniformPrior
+from workbench.dataenv.env import SAMPLES, DataEnvironment, open_env  # noqa: F401 - re-exported
+from workbench.datatasks.explore import explore_task
+from workbench.datatasks.exploreconfig import ExploreConfig
+from workbench.datatasks.generators import GrammarGenerator, ModelGenerator
+from workbench.datatasks.ledger import Ledger
+from workbench.datatasks.pool import PoolConfig, Task, TaskPool
+from workbench.datatasks.poolfiles import load_pool, save_pool
+from workbench.datatasks.priors import ModelPrior, NodeChooser, UniformPrior
 from workbench.trajsynth.select import Arm, SelectionConfig, Selector
-from workbench.trajsynth.tasks import build_pool
-from workbench.trajsynth.trees import TaskTree, TreeNode, load_tree, save_tree
-from workbench.trajsynth.trie import PrefixTrie
+from workbench.datatasks.tasks import build_pool
+from workbench.datatasks.trees import TaskTree, TreeNode, load_tree, save_tree
+from workbench.datatasks.trie import PrefixTrie
 
 
 class TrajsynthConfig(BaseModel):
@@ -54,11 +53,6 @@ class TrajsynthConfig(BaseModel):
     split: Literal["train", "held_out", "all"] = Field(
         "all", description="Which tasks to search (exports use the train split).")
     limit: int | None = Field(None, ge=1, description="Search at most this many tasks.")
-
-
-def open_env(spec: str, cache_dir: str | os.PathLike | None = None) -> DataEnvironment:
-    path = sample_environment(spec) if spec in SAMPLES and not Path(spec).exists() else spec
-    return DataEnvironment.open(path, cache_dir=cache_dir)
 
 
 def tree_path(out: Path, task: Task) -> Path:

@@ -32,8 +32,8 @@ def register(group: typer.Typer) -> None:
               config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Synthesise and verify the task pool: OUT/tasks.jsonl and tasks.summary.json."""
         from workbench.trajsynth.api import open_env
-        from workbench.trajsynth.poolfiles import format_summary, save_pool
-        from workbench.trajsynth.tasks import build_pool
+        from workbench.datatasks.poolfiles import format_summary, save_pool
+        from workbench.datatasks.tasks import build_pool
 
         tc = _cfg(config, config_opt, set_).trajsynth
         pool = build_pool(open_env(env), tc.pool)
@@ -49,7 +49,7 @@ def register(group: typer.Typer) -> None:
         from workbench.progress import quiet_libraries
         from workbench.trajsynth.api import explore as explore_tasks
         from workbench.trajsynth.api import export, open_env, select_tasks
-        from workbench.trajsynth.poolfiles import load_pool
+        from workbench.datatasks.poolfiles import load_pool
 
         quiet_libraries()
         cfg = _cfg(config, config_opt, set_)
@@ -72,7 +72,7 @@ def register(group: typer.Typer) -> None:
         """Write OUT/sft.messages.jsonl, icl_bank.jsonl and preferences.jsonl from the saved
         trees (no search)."""
         from workbench.trajsynth.api import export, open_env, select_tasks
-        from workbench.trajsynth.poolfiles import load_pool
+        from workbench.datatasks.poolfiles import load_pool
 
         tc = _cfg(config, config_opt, set_).trajsynth
         pool = load_pool(out / "tasks.jsonl")
@@ -109,7 +109,7 @@ def register(group: typer.Typer) -> None:
             format_downstream,
             run_downstream,
         )
-        from workbench.trajsynth.poolfiles import load_pool
+        from workbench.datatasks.poolfiles import load_pool
 
         quiet_libraries()
         cfg = DownstreamConfig.checked(

@@ -37,8 +37,8 @@ from workbench.runs import RunLayout, StageRunner
 from workbench.trajsynth.downstream_report import DownstreamReport
 from workbench.dataenv.env import DataEnvironment
 from workbench.trajsynth.export import RUN_SQL_TOOL, SYSTEM
-from workbench.trajsynth.generators import extract_sql
-from workbench.trajsynth.pool import Task
+from workbench.datatasks.generators import extract_sql
+from workbench.datatasks.pool import Task
 
 CONDITIONS = ("zero_shot", "icl", "sft", "sft_dpo")
 

@@ -28,8 +28,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.agents.steps import AgentStep, AgentTrajectory
-from workbench.trajsynth.pool import Task
-from workbench.trajsynth.trees import TaskTree, TreeNode
+from workbench.datatasks.pool import Task
+from workbench.datatasks.trees import TaskTree, TreeNode
 
 RUN_SQL_TOOL: dict[str, Any] = {
     "type": "function",

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.trajsynth.costmodel import Attempt, CostModel
-from workbench.trajsynth.exploreconfig import ExploreConfig
+from workbench.datatasks.exploreconfig import ExploreConfig
 
 
 class Arm(BaseModel):

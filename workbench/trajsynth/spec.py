@@ -41,10 +41,6 @@ PIPELINE = Pipeline(
               outputs=(Artifact("downstream_report", "downstream.json", "DownstreamReport"),)),
     ),
     cli="workbench.trajsynth.cli:register",
-    # data-agent sites for the federated knowledge track (workflows from verified plans)
-    provides=(("knowledge_site", "workbench.trajsynth.knowledge:DataAgentSite"),
-              ("knowledge_sites", "workbench.trajsynth.knowledge:make_data_sites"),
-              ("knowledge_agent_settings", "workbench.trajsynth.knowledge:parse_agent_settings")),
     page="trajsynth.py", page_title="Trajectories", page_icon=":material/account_tree:",
     order=60,
 )

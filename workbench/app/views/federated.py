@@ -10,7 +10,7 @@ from workbench.app.common import (
     show_image,
     workspace,
 )
-from workbench.federated.knowledge import load_latest_kb, votes
+from workbench.federated.knowledge.units import load_latest_kb, votes
 from workbench.federated.results import FedFiles, KnowledgeReport, LoraReport, read_report
 from workbench.jobs import start_job
 

@@ -6,7 +6,8 @@ adapter tensors, allow-listed numbers and the site's name only."""
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from workbench.federated.client import handle_evaluate, handle_knowledge, handle_train
+from workbench.federated.client import handle_evaluate, handle_train
+from workbench.federated.knowledge.client import handle_knowledge
 
 app = ClientApp()
 

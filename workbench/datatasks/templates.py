@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.dataenv.profile import EnvProfile, JoinKey
-from workbench.trajsynth.queries import Cond, Group, Query, qi
+from workbench.datatasks.queries import Cond, Group, Query, qi
 from workbench.dataenv.sandboxlimits import SandboxLimits
-from workbench.trajsynth.slices import (  # noqa: F401  (AGGS_BY_ROLE: read by tests)
+from workbench.datatasks.slices import (  # noqa: F401  (AGGS_BY_ROLE: read by tests)
     AGGS_BY_ROLE,
     MAX_VALUE_CHARS,
     Slices,
@@ -462,7 +462,7 @@ def _compare(ctx: Context, rng: random.Random) -> list[Query]:
 
 @template("comparison.difference")
 def _difference(ctx: Context, rng: random.Random) -> list[Query]:
-    from workbench.trajsynth.queries import sql_group_measures
+    from workbench.datatasks.queries import sql_group_measures
 
     out = []
     combos = [(t, g) for t in sorted(ctx.slices.measures) for g, _ in

@@ -9,14 +9,14 @@ import re
 import time
 from typing import Any
 
-from workbench.trajsynth.exploreconfig import ExploreConfig
-from workbench.trajsynth.grammar import Grammar, Move, Plan
-from workbench.trajsynth.priors import ModelPrior, NodeChooser, Prior, normalised
-from workbench.trajsynth.queries import lit, qi
-from workbench.trajsynth.reuse import Shape, question_shape
-from workbench.trajsynth.search import Search, Terminal, failure_reason
+from workbench.datatasks.exploreconfig import ExploreConfig
+from workbench.datatasks.grammar import Grammar, Move, Plan
+from workbench.datatasks.priors import ModelPrior, NodeChooser, Prior, normalised
+from workbench.datatasks.queries import lit, qi
+from workbench.datatasks.reuse import Shape, question_shape
+from workbench.datatasks.search import Search, Terminal, failure_reason
 from workbench.dataenv.sqlsandbox import SqlResult
-from workbench.trajsynth.trie import action_key
+from workbench.datatasks.trie import action_key
 
 # a similar shape's seed counts similarity² (on the first 40 / all 77 Chinook tasks with the
 # uniform prior, power 2 needed the fewest executions: 356 / 1,330, against 390 / 1,373 for

@@ -8,11 +8,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from workbench.trajsynth.exploreconfig import ExploreConfig
-from workbench.trajsynth.ledger import Ledger
+from workbench.datatasks.exploreconfig import ExploreConfig
+from workbench.datatasks.ledger import Ledger
 
 if TYPE_CHECKING:
-    from workbench.trajsynth.search import Search
+    from workbench.datatasks.search import Search
 
 
 class Prior(Protocol):

@@ -3,10 +3,10 @@ columns and entities it uses, and how difficult it is."""
 
 from __future__ import annotations
 
-from workbench.trajsynth.answers import AnswerSpec
+from workbench.datatasks.answers import AnswerSpec
 from workbench.dataenv.profile import EnvProfile
-from workbench.trajsynth.queries import Cond, Query
-from workbench.trajsynth.questions import fmt_value, group_name
+from workbench.datatasks.queries import Cond, Query
+from workbench.datatasks.questions import fmt_value, group_name
 
 
 def _kind(profile: EnvProfile, table: str, column: str | None) -> str:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.io import atomic_write_json
-from workbench.trajsynth.normalise import normalise_program
-from workbench.trajsynth.reuse import similarity
+from workbench.datatasks.normalise import normalise_program
+from workbench.datatasks.reuse import similarity
 from workbench.dataenv.sqlsandbox import SqlResult
 
 

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from workbench.dataenv.env import DataEnvironment
-from workbench.trajsynth.exploreconfig import ExploreConfig
-from workbench.trajsynth.grammar import Move
-from workbench.trajsynth.ledger import Ledger
-from workbench.trajsynth.normalise import normalise_program
-from workbench.trajsynth.pool import Task
+from workbench.datatasks.exploreconfig import ExploreConfig
+from workbench.datatasks.grammar import Move
+from workbench.datatasks.ledger import Ledger
+from workbench.datatasks.normalise import normalise_program
+from workbench.datatasks.pool import Task
 from workbench.dataenv.sqlsandbox import SqlResult
-from workbench.trajsynth.trie import PrefixTrie, action_key
+from workbench.datatasks.trie import PrefixTrie, action_key
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workbench.trajsynth.queries import AGG_WORD, Cond, Group, Query, Scalar
+from workbench.datatasks.queries import AGG_WORD, Cond, Group, Query, Scalar
 
 
 def fmt_value(v: Scalar) -> str:

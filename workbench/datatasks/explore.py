@@ -40,15 +40,15 @@ from copy import deepcopy
 
 from workbench.errors import DataError
 from workbench.dataenv.env import DataEnvironment
-from workbench.trajsynth.exploreconfig import ExploreConfig
-from workbench.trajsynth.generators import GrammarGenerator, ModelGenerator, extract_sql
-from workbench.trajsynth.ledger import Ledger
-from workbench.trajsynth.pool import Task
-from workbench.trajsynth.priors import ModelPrior, UniformPrior
-from workbench.trajsynth.puct import PUCT, PUCTNode, TaskGame
-from workbench.trajsynth.reuse import question_shape
-from workbench.trajsynth.search import Search
-from workbench.trajsynth.trees import (
+from workbench.datatasks.exploreconfig import ExploreConfig
+from workbench.datatasks.generators import GrammarGenerator, ModelGenerator, extract_sql
+from workbench.datatasks.ledger import Ledger
+from workbench.datatasks.pool import Task
+from workbench.datatasks.priors import ModelPrior, UniformPrior
+from workbench.datatasks.puct import PUCT, PUCTNode, TaskGame
+from workbench.datatasks.reuse import question_shape
+from workbench.datatasks.search import Search
+from workbench.datatasks.trees import (
     TaskTree,
     TreeNode,
     load_tree,
@@ -56,7 +56,7 @@ from workbench.trajsynth.trees import (
     save_tree,
     tree_bytes,
 )
-from workbench.trajsynth.trie import PrefixTrie
+from workbench.datatasks.trie import PrefixTrie
 
 # importable from here too: tests, tests/conftest.py and benchmarks read them from this module
 __all__ = ["ExploreConfig", "GrammarGenerator", "Ledger", "ModelGenerator", "ModelPrior",

@@ -39,8 +39,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.io import append_line
-from workbench.trajsynth.grammar import OP_TEXT, Move
-from workbench.trajsynth.knowledge import Outcome, workflow_of
+from workbench.datatasks.grammar import OP_TEXT, Move
+from workbench.federated.knowledge.site import Outcome, workflow_of
 
 # bump when sampling, scaffolds or prompts change: cached outcomes of older code are not reused
 CACHE_VERSION = "data-agent-2"
@@ -182,12 +182,12 @@ class DataAgent:
     def candidates(self, task) -> list[Candidate]:
         """Distinct complete plans sampled from the grammar under a uniform prior (no units,
         no verifier), in the order found; deterministic per (seed, task)."""
-        from workbench.trajsynth.exploreconfig import ExploreConfig
-        from workbench.trajsynth.generators import GrammarGenerator
-        from workbench.trajsynth.normalise import normalise_program
-        from workbench.trajsynth.priors import UniformPrior
-        from workbench.trajsynth.search import Search
-        from workbench.trajsynth.trie import PrefixTrie
+        from workbench.datatasks.exploreconfig import ExploreConfig
+        from workbench.datatasks.generators import GrammarGenerator
+        from workbench.datatasks.normalise import normalise_program
+        from workbench.datatasks.priors import UniformPrior
+        from workbench.datatasks.search import Search
+        from workbench.datatasks.trie import PrefixTrie
 
         if task.id in self._cands:
             return self._cands[task.id]

@@ -12,8 +12,8 @@ the task family (the task's category), e.g.
 match the plan so far, so a site that holds good workflows verifies with fewer iterations.
 `DataAgentSite` is one site: its own environment (a SQLite file or table folder), its task
 pool, its scaffold (a search strategy over the same grammar and model), and the ExpeL-style
-operations it proposes after a round (ADD / AGREE / EDIT / REMOVE with counts). The federated
-pipeline reaches it through the registry (service `knowledge_site`).
+operations it proposes after a round (ADD / AGREE / EDIT / REMOVE with counts). Its task
+pool and search come from `workbench.datatasks`, its environment from `workbench.dataenv`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json
 from workbench.records import KnowledgeOp
-from workbench.trajsynth.grammar import Move
+from workbench.datatasks.grammar import Move
 
 # a scaffold is a strategy over the same grammar, prior and environment
 SCAFFOLDS: dict[str, dict[str, Any]] = {
@@ -79,7 +79,7 @@ def contrast_insight(family: str, wins: Sequence[Sequence[str]],
     """ExpeL's comparison of successes with failures, without an LLM: the step found in the
     largest share of the family's verified plans beyond its share in the failed ones (and
     the reverse), when the gap is at least `margin`; None when nothing separates them."""
-    from workbench.trajsynth.agent import step_text
+    from workbench.federated.knowledge.agent import step_text
 
     def share(step: str, flows: Sequence[Sequence[str]]) -> float:
         return sum(step in f for f in flows) / len(flows)
@@ -141,9 +141,9 @@ class DataAgentSite:
 
     def __init__(self, folder: str | Path, *, iterations: int = 8, seed: int = 0,
                  agent: str = "grammar", agent_settings: dict | None = None):
-        from workbench.trajsynth.api import open_env
-        from workbench.trajsynth.poolfiles import load_pool, save_pool
-        from workbench.trajsynth.tasks import build_pool
+        from workbench.dataenv.env import open_env
+        from workbench.datatasks.poolfiles import load_pool, save_pool
+        from workbench.datatasks.tasks import build_pool
 
         self.folder = Path(folder)
         try:
@@ -202,10 +202,10 @@ class DataAgentSite:
                 iterations: int | None = None, boost: float = 8.0) -> list[Outcome]:
         if self.agent == "prompted":
             return self.prompted(scaffold or self.scaffold).attempt(tasks, units)
-        from workbench.trajsynth.explore import explore_task
-        from workbench.trajsynth.exploreconfig import ExploreConfig
-        from workbench.trajsynth.generators import GrammarGenerator
-        from workbench.trajsynth.priors import UniformPrior
+        from workbench.datatasks.explore import explore_task
+        from workbench.datatasks.exploreconfig import ExploreConfig
+        from workbench.datatasks.generators import GrammarGenerator
+        from workbench.datatasks.priors import UniformPrior
 
         cfg = ExploreConfig(prior="uniform", iterations=iterations or self.iterations,
                             stop_after=1, seed=self.seed,
@@ -226,7 +226,7 @@ class DataAgentSite:
     def prompted(self, scaffold: str):
         """The site's prompted agent for a scaffold (its outcomes cached in the site folder:
         the same prompt is never run twice, across rounds and runs)."""
-        from workbench.trajsynth.agent import DataAgent
+        from workbench.federated.knowledge.agent import DataAgent
 
         if scaffold not in self._agents:
             self._agents[scaffold] = DataAgent(
@@ -302,7 +302,7 @@ def parse_agent_settings(raw: dict | None):
     """`knowledge.prompted` validated (errors name the field)."""
     from pydantic import ValidationError
 
-    from workbench.trajsynth.agent import AgentSettings
+    from workbench.federated.knowledge.agent import AgentSettings
 
     try:
         return AgentSettings.model_validate(raw or {})

@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import DataError
-from workbench.trajsynth.exploreconfig import ExploreConfig
-from workbench.trajsynth.ledger import Ledger
+from workbench.datatasks.exploreconfig import ExploreConfig
+from workbench.datatasks.ledger import Ledger
 
 TREE_VERSION = 1
 

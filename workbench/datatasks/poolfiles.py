@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from workbench.io import atomic_write_json, read_jsonl, write_jsonl
-from workbench.trajsynth.pool import PoolConfig, PoolSummary, Task, TaskPool, tally
+from workbench.datatasks.pool import PoolConfig, PoolSummary, Task, TaskPool, tally
 
 
 def summary_path(path: str | os.PathLike) -> Path:

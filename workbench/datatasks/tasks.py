@@ -39,8 +39,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from workbench.io import sha256_text
-from workbench.trajsynth.altsql import sql_b
-from workbench.trajsynth.answers import (
+from workbench.datatasks.altsql import sql_b
+from workbench.datatasks.answers import (
     AnswerSpec,
     as_number,
     canonical_gold,
@@ -48,12 +48,12 @@ from workbench.trajsynth.answers import (
     shape_problem,
     values_equal,
 )
-from workbench.trajsynth.compose import COMPOSERS, Verified
+from workbench.datatasks.compose import COMPOSERS, Verified
 from workbench.dataenv.env import DataEnvironment
-from workbench.trajsynth.normalise import normalise_program, normalise_question
-from workbench.trajsynth.pandascode import pandas_code
-from workbench.trajsynth.paraphrase import ParaphraseResult, missing_entities, paraphrase_tasks
-from workbench.trajsynth.pool import (
+from workbench.datatasks.normalise import normalise_program, normalise_question
+from workbench.datatasks.pandascode import pandas_code
+from workbench.datatasks.paraphrase import ParaphraseResult, missing_entities, paraphrase_tasks
+from workbench.datatasks.pool import (
     DROP_REASONS,
     PoolConfig,
     PoolSummary,
@@ -62,20 +62,20 @@ from workbench.trajsynth.pool import (
     TaskPool,
     tally,
 )
-from workbench.trajsynth.poolfiles import format_summary, load_pool, save_pool, summary_path
-from workbench.trajsynth.queries import Query, sql_a, sql_argmax_ties, sql_group_measures
-from workbench.trajsynth.queryfacts import (
+from workbench.datatasks.poolfiles import format_summary, load_pool, save_pool, summary_path
+from workbench.datatasks.queries import Query, sql_a, sql_argmax_ties, sql_group_measures
+from workbench.datatasks.queryfacts import (
     answer_spec,
     columns_used,
     difficulty,
     entities,
     tables_used,
 )
-from workbench.trajsynth.questions import question
+from workbench.datatasks.questions import question
 from workbench.dataenv.sandboxlimits import SandboxLimits
-from workbench.trajsynth.slices import Slices
+from workbench.datatasks.slices import Slices
 from workbench.dataenv.sqlsandbox import run_sql
-from workbench.trajsynth.templates import (
+from workbench.datatasks.templates import (
     CATEGORIES,
     TEMPLATES,
     Candidate,

@@ -15,7 +15,7 @@ from workbench.dataenv.profile import (
     TableProfile,
     infer_role,
 )
-from workbench.trajsynth.queries import Group
+from workbench.datatasks.queries import Group
 
 _KEYLIKE = re.compile(r"(^|[_\s-])(id|key)$", re.IGNORECASE)
 _CAMEL_KEY = re.compile(r"[a-z0-9](Id|ID|Key)$")

@@ -9,9 +9,8 @@ text by embedding), votes by support (distinct sites, counts), promotes a unit t
 when `k_min` sites support it, retires one that more count against than for, and sends each
 site the active units of its task families.
 
-What a site does with units is its pipeline's business, reached through the registry (service
-`knowledge_site`, e.g. the data-agent sites of trajectory synthesis); this module is the
-protocol: records, filter, gate, server, messages.
+What a site does with units is `site`'s business (the data-agent sites); this module is the
+protocol: records, filter, gate, the knowledge base and its rounds on disk.
 """
 
 from __future__ import annotations

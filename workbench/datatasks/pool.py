@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.trajsynth.answers import AnswerSpec, check_answer
-from workbench.trajsynth.queries import Query
+from workbench.datatasks.answers import AnswerSpec, check_answer
+from workbench.datatasks.queries import Query
 
 Category = Literal["lookup", "filter", "aggregation", "join", "group_rank", "time_series",
                    "comparison", "composed"]

@@ -4,7 +4,7 @@ LIMIT, correlated subqueries, and substr instead of strftime."""
 
 from __future__ import annotations
 
-from workbench.trajsynth.queries import Aliases, Cond, Group, Query, Scalar, lit, qi
+from workbench.datatasks.queries import Aliases, Cond, Group, Query, Scalar, lit, qi
 
 
 def _conds_b(conds: list[Cond], a: str, al: Aliases) -> list[str]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
 
-from workbench.trajsynth.grammar import _number, literals
+from workbench.datatasks.grammar import _number, literals
 from workbench.dataenv.profile import EnvProfile
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from mcts_simple import UCT, Game, UCTNode
 
 if TYPE_CHECKING:
-    from workbench.trajsynth.search import Search
+    from workbench.datatasks.search import Search
 
 
 class TaskGame(Game):

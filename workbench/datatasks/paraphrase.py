@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.trajsynth.answers import as_number, values_equal
-from workbench.trajsynth.normalise import normalise_question
-from workbench.trajsynth.pool import Task
+from workbench.datatasks.answers import as_number, values_equal
+from workbench.datatasks.normalise import normalise_question
+from workbench.datatasks.pool import Task
 
 PARAPHRASE_SYSTEM = (
     "You rewrite database questions in natural English. Keep every quoted value, every number "

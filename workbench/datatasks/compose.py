@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workbench.trajsynth.queries import Cond, Query
+from workbench.datatasks.queries import Cond, Query
 
 _FILTER_TEMPLATES = ("filter.count_eq", "filter.count_range", "time_series.in_year",
                      "join.count_via")

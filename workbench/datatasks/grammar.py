@@ -23,9 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workbench.dataenv.profile import ColumnProfile, EnvProfile
-from workbench.trajsynth.queries import AGG_WORD, Cond, Group, Query, sql_a
-from workbench.trajsynth.questions import fmt_value
-from workbench.trajsynth.slices import Slices, is_keylike
+from workbench.datatasks.queries import AGG_WORD, Cond, Group, Query, sql_a
+from workbench.datatasks.questions import fmt_value
+from workbench.datatasks.slices import Slices, is_keylike
 
 OPS = ("count", "agg", "count_distinct", "lookup", "select", "top", "group", "argmax",
        "compare", "difference", "above_avg", "share")

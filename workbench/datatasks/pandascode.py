@@ -3,7 +3,7 @@ third, independent way a task's answer is computed."""
 
 from __future__ import annotations
 
-from workbench.trajsynth.queries import Cond, Group, Query
+from workbench.datatasks.queries import Cond, Group, Query
 
 
 def _t(name: str) -> str:

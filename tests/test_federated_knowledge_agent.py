@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from workbench.trajsynth.agent import render_units, step_text
-from workbench.trajsynth.knowledge import DataAgentSite, make_data_sites, workflow_of
+from workbench.federated.knowledge.agent import render_units, step_text
+from workbench.federated.knowledge.site import DataAgentSite, make_data_sites, workflow_of
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_scaffolds_run_through_the_agent_loop_and_units_reach_the_prompt(site_di
 
 def test_reflexion_shows_lessons_and_does_not_repeat_a_failed_answer(site_dir):
     from workbench.agents.runner import AgentTask, run_reflexion
-    from workbench.trajsynth.knowledge import chat_model
+    from workbench.federated.knowledge.site import chat_model
 
     site = DataAgentSite(site_dir, agent="prompted", agent_settings={"model": "fake",
                                                                       "trials": 3})
@@ -155,7 +155,7 @@ def test_federated_rounds_with_prompted_sites(tmp_path):
     """Two rounds over the real ClientApp in process: prompted sites send operations and
     counts only, no canary leaves, and the listener's scaffold contributes nothing."""
     from workbench.config import load_config
-    from workbench.federated.api import knowledge_sites, run_knowledge_rounds
+    from workbench.federated.knowledge.api import knowledge_sites, run_knowledge_rounds
 
     cfg = load_config(None, [
         "federated.track=knowledge", "federated.rounds=2", "federated.model=",
@@ -181,9 +181,9 @@ def test_insights_contrast_successes_with_failures_and_merge_by_embedding(site_d
     """ExpeL's success-vs-failure comparison: a step the family's right plans share and its
     wrong ones lack becomes a free-text insight; the server merges paraphrased insights of a
     family by MiniLM cosine and counts each site's vote once."""
-    from workbench.federated.knowledge import KnowledgeBase, apply_round
+    from workbench.federated.knowledge.units import KnowledgeBase, apply_round
     from workbench.records import KnowledgeOp
-    from workbench.trajsynth.knowledge import Outcome, contrast_insight
+    from workbench.federated.knowledge.site import Outcome, contrast_insight
 
     win, lose = ("op=select", "lit=conds:eq"), ("op=count", "lit=conds:eq")
     text = contrast_insight("lookup", [win, win], [lose, lose])
@@ -216,7 +216,7 @@ def test_a_task_without_any_plan_fails_without_stopping_the_others(site_dir, tmp
                                                                     monkeypatch):
     import shutil
 
-    from workbench.trajsynth.agent import DataAgent
+    from workbench.federated.knowledge.agent import DataAgent
 
     d = tmp_path / "site"
     shutil.copytree(site_dir, d)

@@ -1,0 +1,14 @@
+"""Federated track B in one package: knowledge units evolved across data-agent sites
+(FedAgentKE), without raw data leaving them.
+
+- `units`: the protocol. Unit records, the operations' wire form, the privacy filter, the A/B
+  gate, the knowledge base and how a round's operations fold into it (votes, `k_min`).
+- `site`: one data-agent site. Its environment and task pool (`workbench.datatasks`), its
+  scaffold, the workflows it abstracts from verified plans and the operations it proposes.
+- `agent`: the prompted agent a site can run instead of the grammar search (`agent: prompted`).
+- `client`: the site's Flower handler (`query.knowledge`). `server`: the rounds on the
+  server. `api`: the experiment (federated, local-only, no units). `report`: its report.
+
+The LoRA track (track A) is the rest of `workbench.federated`; both share its round guards
+(`server.FedServer`), site-name and reply checks, run layout (`results`) and deployment.
+"""

@@ -1,0 +1,148 @@
+"""Track B's server: each round sends every site its view of the active units and the
+candidates it should review, checks each reply against an allow-list, and folds the
+operations that come back into the knowledge base (`units.apply_round`), saved atomically per
+round so a restarted server resumes. The guards are the adapter rounds' (`FedServer`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from workbench.federated.knowledge.units import (
+    KnowledgeBase,
+    apply_round,
+    load_latest_kb,
+    log_round,
+    minilm,
+    ops_from_record,
+    ops_to_record,
+    record_bytes,
+    save_kb,
+)
+from workbench.federated.server import FedAbort, FedServer, RoundBase, sort_replies
+from workbench.federated.sites import SITE_NAME
+from workbench.io import atomic_write_json
+
+if TYPE_CHECKING:
+    from flwr.app import Message
+    from flwr.serverapp import Grid
+
+
+@dataclass
+class KnowledgeRound(RoundBase):
+    kind: str = "knowledge"
+    ops: dict[str, int] = field(default_factory=dict)
+    active: int = 0
+    candidates: int = 0
+
+
+
+class KnowledgeServer(FedServer):
+    """Track B rounds: send each site its view of the active units, fold the operations that
+    come back into the knowledge base (saved atomically per round; a restart resumes), with
+    the same guards as the adapter rounds."""
+
+    REPLY_KEYS = frozenset({"knowledge", "families", "metrics", "site"})
+    METRICS = frozenset({"learn-tasks", "learn-success", "eval-tasks", "eval-success",
+                         "eval-iterations", "proposed", "dropped-privacy", "dropped-gate",
+                         "reviewed", "sent-ops"})
+
+    def check(self, msg: Message) -> tuple[str, list, dict[str, int], dict[str, float]]:
+        from flwr.app import ConfigRecord, MetricRecord
+
+        c = msg.content
+        if extra := set(c.keys()) - self.REPLY_KEYS:
+            raise ValueError(f"keys outside the allow-list: {sorted(extra)}")
+        if not isinstance(c.get("knowledge"), ConfigRecord) \
+                or not isinstance(c.get("metrics"), MetricRecord):
+            raise ValueError("a knowledge reply needs knowledge and metrics records")
+        ops = ops_from_record(dict(c["knowledge"].items()))
+        if extra := set(c["metrics"].keys()) - self.METRICS:
+            raise ValueError(f"metrics outside the allow-list: {len(extra)}")
+        metrics = {k: float(v) for k, v in c["metrics"].items()
+                   if isinstance(v, int | float) and not isinstance(v, bool)
+                   and math.isfinite(v)}
+        if len(metrics) != len(c["metrics"]):
+            raise ValueError("metrics must be finite numbers")
+        fams = {}
+        if "families" in c:
+            fams = {str(k): int(v) for k, v in c["families"].items() if isinstance(v, int)}
+            if len(fams) > 64 or any(not re.fullmatch(r"[a-z0-9_]{1,40}", k) for k in fams):
+                raise ValueError("families must be up to 64 short a-z0-9_ names")
+        name = c["site"]["name"] if "site" in c else ""
+        if name and not SITE_NAME.match(str(name)):
+            raise ValueError("bad site name")
+        return str(name), ops, fams, metrics
+
+    def run(self, grid: Grid, *, initial=None) -> dict[str, Any]:
+        from flwr.app import ConfigRecord, Message, RecordDict
+
+        cfg, g, ks = self.cfg, self.cfg.guards, self.cfg.knowledge
+        self.out.mkdir(parents=True, exist_ok=True)
+        kb = load_latest_kb(self.out)
+        if kb is not None:
+            self.log(f"resuming after round {kb.round} ({len(kb.active())} active units)")
+        else:
+            kb = KnowledgeBase()
+            save_kb(self.out, kb)
+        families = kb.families  # node -> its task families (saved with the KB)
+        streak = kb.failed_streak
+        for rnd in range(kb.round + 1, cfg.rounds + 1):
+            nodes = self.wait_for_nodes(grid)
+            log = KnowledgeRound(round=rnd, sent=len(nodes))
+            msgs = []
+            for n in nodes:
+                view = json.dumps(kb.view(families.get(str(n))))
+                review = json.dumps(kb.candidates_for(f"node-{n}", families.get(str(n)),
+                                                      rnd=rnd))
+                log.bytes_down += len(view.encode()) + len(review.encode())
+                msgs.append(Message(RecordDict({"config": ConfigRecord({
+                    "round": rnd, "seed": cfg.seed, "view-json": view,
+                    "candidates-json": review,
+                    "knowledge-json": ks.model_dump_json()})}), dst_node_id=n,
+                    message_type="query.knowledge", group_id=f"knowledge-{rnd}",
+                    ttl=g.round_timeout_s + 30))
+            t0 = time.monotonic()
+            replies = list(grid.send_and_receive(msgs, timeout=g.round_timeout_s))
+            log.seconds = time.monotonic() - t0
+            updates = []
+            for node, _, (_, ops, fams, _) in sort_replies(replies, len(msgs), self.check, log,
+                                                           g.round_timeout_s):
+                families[str(node)] = sorted(fams)
+                log.bytes_up += record_bytes(ops_to_record(ops)) + record_bytes(fams)
+                updates.append((f"node-{node}", ops))
+            log.used = len(updates)
+            if len(updates) < g.min_replies:
+                streak += 1
+                log.status, log.failed_streak = "failed", streak
+                kb.round = rnd
+            else:
+                streak = 0
+                log.ops = apply_round(kb, updates, k_min=ks.k_min, rnd=rnd,
+                                      embed=_embed_insights, threshold=ks.merge_similarity)
+            log.active = len(kb.active())
+            log.candidates = sum(u.status == "candidate" for u in kb.units.values())
+            kb.failed_streak = streak
+            save_kb(self.out, kb)
+            log_round(self.out, log)
+            self.log(f"round {rnd}: {log.used}/{log.sent} sites, {log.active} active units, "
+                     f"ops {log.ops}")
+            if self.on_round:
+                self.on_round(rnd)
+            if streak >= g.max_failed_rounds:
+                raise FedAbort(f"{streak} rounds in a row had fewer than {g.min_replies} good "
+                               f"replies (guards.max_failed_rounds={g.max_failed_rounds})")
+        summary = {"rounds": cfg.rounds, "track": "knowledge",
+                   "active": [u.public() for u in kb.active()],
+                   "units": len(kb.units)}
+        atomic_write_json(self.files.summary, summary)
+        return summary
+
+
+def _embed_insights(texts: list[str]):
+    """MiniLM vectors for free-text units (loaded on the first insight, once per process)."""
+    return minilm().embed(texts)
