@@ -27,6 +27,12 @@ def index_sections(sections, out: str | Path, log=print):
     return RagIndex.build(list(sections), out, config=RagConfig(), log=log)
 
 
+def load_index(index_dir: str | Path) -> RagIndex:
+    """A built index folder with every retriever ready (the app's Retrieval page browses it);
+    a missing or damaged folder raises."""
+    return RagIndex.load(index_dir)
+
+
 def query_index(index_dir: str | Path, text: str, *, retriever: str = "hybrid", k: int = 10,
                 documents: tuple[str, ...] = (), heading_prefix: tuple[str, ...] = (),
                 weights: dict[str, float] | None = None) -> list[RetrievalHit]:

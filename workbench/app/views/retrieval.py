@@ -42,9 +42,9 @@ if not indexes:
 def load(path: str, stamp: tuple[int, int]):
     """The index at `path`; `stamp` (its manifest's mtime and size) makes a rebuilt index
     load afresh instead of the cached old one."""
-    from workbench.rag.index import RagIndex
+    from workbench.rag.api import load_index
 
-    return RagIndex.load(path)
+    return load_index(path)
 
 
 lay = pick_run("Index", indexes, "r-index").layout
