@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -26,6 +28,12 @@ class Ledger(BaseModel):
     sandbox_s: float = 0.0
     model_s: float = 0.0
     wall_s: float = 0.0
+
+    TIMINGS: ClassVar[tuple[str, ...]] = ("sandbox_s", "model_s", "wall_s")  # not on disk
+
+    def counts(self) -> dict:
+        """The ledger without its timings, as JSON values."""
+        return self.model_dump(mode="json", exclude=set(self.TIMINGS))
 
     def add(self, other: Ledger) -> None:
         for k, v in other.model_dump().items():

@@ -68,8 +68,7 @@ def node_path(nodes: list[TreeNode], node_id: int) -> list[int]:
 def tree_bytes(tree: TaskTree) -> bytes:
     """The tree file's bytes, without timings (same seed → same bytes)."""
     data = tree.model_dump(mode="json")
-    for k in ("sandbox_s", "model_s", "wall_s"):
-        data["ledger"].pop(k, None)
+    data["ledger"] = tree.ledger.counts()
     return (json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 

@@ -39,6 +39,18 @@ def adapter_state(session: TrainingSession) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
 
+def local_weights(model_spec: str, why: str = "training"):
+    """(the folder of a model spec's local weights, the resolved source); an HTTP endpoint is
+    refused in one line ("training needs local weights ...")."""
+    from workbench.models.local import model_folder
+    from workbench.models.resolve import resolve_chat_model
+
+    source = resolve_chat_model(model_spec)
+    if source.kind == "openai":
+        raise WorkbenchError(f"{why} needs local weights, not an HTTP endpoint")
+    return model_folder(source), source
+
+
 def init_adapter_state(lora: LoraSettings, *, model_spec: str | None = None, model=None,
                        seed: int = 0) -> dict[str, torch.Tensor]:
     """The adapter `setup` would start from (same seed: same A, B = 0) without data or an
@@ -51,14 +63,8 @@ def init_adapter_state(lora: LoraSettings, *, model_spec: str | None = None, mod
     if model is None:
         from transformers import AutoModelForCausalLM
 
-        from workbench.models.local import model_folder
-        from workbench.models.resolve import resolve_chat_model
-
-        source = resolve_chat_model(model_spec)
-        if source.kind == "openai":
-            raise WorkbenchError("an adapter needs local weights, not an HTTP endpoint")
-        model = AutoModelForCausalLM.from_pretrained(model_folder(source),
-                                                     dtype=torch.float32)
+        folder, _ = local_weights(model_spec, "an adapter")
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     torch.manual_seed(seed)
     from peft import get_peft_model_state_dict
 

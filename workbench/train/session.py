@@ -32,7 +32,8 @@ from workbench.models.templates import template_fingerprint
 from workbench.records import ChatExample, PreferencePair, RunManifest, library_versions
 from workbench.train import checkpoint as ckpt
 from workbench.train.adapter import (
-    adapter_state, from_adapter, init_adapter_state, load_adapter_state, with_adapter,
+    adapter_state, from_adapter, init_adapter_state, load_adapter_state, local_weights,
+    with_adapter,
 )
 from workbench.train.adapter_folder import export_adapter
 from workbench.train.config import TrainConfig
@@ -169,13 +170,7 @@ def _setup_tokenizer(cfg: TrainConfig, *, model_spec, model, tokenizer):
     if model_spec is not None:
         from transformers import AutoConfig, AutoTokenizer
 
-        from workbench.models.local import model_folder
-        from workbench.models.resolve import resolve_chat_model
-
-        source = resolve_chat_model(model_spec)
-        if source.kind == "openai":
-            raise WorkbenchError("training needs local weights, not an HTTP endpoint")
-        folder = model_folder(source)
+        folder, source = local_weights(model_spec)
         tokenizer = AutoTokenizer.from_pretrained(folder)
         max_positions = getattr(AutoConfig.from_pretrained(folder), "max_position_embeddings",
                                 None)

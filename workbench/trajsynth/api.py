@@ -255,9 +255,7 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
         d["tokens_per_verified"] = round(d["tokens"] / d["verified"], 1) if d["verified"] \
             else None
     arm_names = arms or sorted({a.arm for a in attempts if a.arm != "-"})
-    ledger = total.model_dump(mode="json")
-    for k in ("sandbox_s", "model_s", "wall_s"):  # trees keep no timings (same seed, same bytes)
-        ledger.pop(k, None)
+    ledger = total.counts()
     ledger["search_seconds"] = round(sum(a.seconds for a in attempts), 1)
     if trie is None and (out / "trie.json").is_file():
         trie = PrefixTrie.load(out / "trie.json", tasks[0].env_hash) if tasks else None
