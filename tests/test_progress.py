@@ -54,6 +54,24 @@ def test_log_lines_name_the_levels_and_the_counts(monkeypatch, capsys):
     assert done == sorted(done) and 0 < done[-1] <= 10
 
 
+def test_a_reporter_asleep_on_an_earlier_interval_wakes_for_new_work(monkeypatch, capsys):
+    """Work that ends leaves the reporter asleep (up to 1 s at the default interval); work
+    that starts before it wakes is reported at its own interval all the same (this was a
+    flaky test when an earlier test's work had just ended)."""
+    monkeypatch.delenv("WB_PROGRESS_SECONDS", raising=False)
+    with P.stage("earlier"):
+        for _ in P.progress(range(3), desc="x"):
+            pass
+    time.sleep(0.3)
+    monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.1")
+    with P.stage("outer"):
+        for _ in P.progress(range(10), desc="items", unit="row"):
+            time.sleep(0.05)
+    time.sleep(0.15)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[progress]")]
+    assert lines and all(LINE.match(x) for x in lines), lines
+
+
 def test_snapshot_of_a_real_loop(tmp_path, monkeypatch, capsys):
     """A progress file set: the ticker keeps the levels, done/total, rate, elapsed and ETA of
     the loop in flight in it (replaced whole, so every read parses), and says when no work

@@ -170,6 +170,8 @@ class _Ticker:
                 self.thread = threading.Thread(target=self._run, name="wb-progress",
                                                daemon=True)
                 self.thread.start()
+            else:  # the reporter may be asleep on an earlier, longer interval: wake it
+                self.wake.set()
 
     def pop(self, w: _Work) -> None:
         with self.lock:
@@ -247,7 +249,8 @@ class _Ticker:
         while True:
             every = _interval()
             file_every = _file_interval() if progress_file() is not None else every
-            time.sleep(min(1.0, every / 4, file_every / 4))
+            self.wake.wait(min(1.0, every / 4, file_every / 4))
+            self.wake.clear()
             with self.lock:
                 idle = not self.stacks
             if idle:
