@@ -21,8 +21,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.errors import DataError, WorkbenchError
-from workbench.io import atomic_path
 from workbench.dataenv.profile import (
     DATA_SUFFIXES,
     PROFILE_VERSION,
@@ -36,6 +34,8 @@ from workbench.dataenv.profile import (
 from workbench.dataenv.sandbox import PythonResult, TableSource, run_python
 from workbench.dataenv.sandboxlimits import SandboxLimits
 from workbench.dataenv.sqlsandbox import SqlResult, run_sql
+from workbench.errors import DataError, WorkbenchError
+from workbench.io import atomic_path
 
 # shipped with the package (a wheel too): rebuilt by `python scripts/build_envs.py`
 SAMPLES_DIR = Path(__file__).resolve().parent / "samples"

@@ -16,9 +16,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbench.dataenv.sqlsandbox import open_readonly, quote_ident
 from workbench.errors import DataError
 from workbench.io import atomic_write_text, sha256_file
-from workbench.dataenv.sqlsandbox import open_readonly, quote_ident
 
 PROFILE_VERSION = 2  # 2: column roles
 Scalar = str | int | float | bool | None

@@ -38,7 +38,6 @@ import time
 from collections.abc import Sequence
 from copy import deepcopy
 
-from workbench.errors import DataError
 from workbench.dataenv.env import DataEnvironment
 from workbench.datatasks.exploreconfig import ExploreConfig
 from workbench.datatasks.generators import GrammarGenerator, ModelGenerator, extract_sql
@@ -57,6 +56,7 @@ from workbench.datatasks.trees import (
     tree_bytes,
 )
 from workbench.datatasks.trie import PrefixTrie
+from workbench.errors import DataError
 
 # importable from here too: tests, tests/conftest.py and benchmarks read them from this module
 __all__ = ["ExploreConfig", "GrammarGenerator", "Ledger", "ModelGenerator", "ModelPrior",

@@ -9,13 +9,13 @@ import re
 import time
 from typing import Any
 
+from workbench.dataenv.sqlsandbox import SqlResult
 from workbench.datatasks.exploreconfig import ExploreConfig
 from workbench.datatasks.grammar import Grammar, Move, Plan
 from workbench.datatasks.priors import ModelPrior, NodeChooser, Prior, normalised
 from workbench.datatasks.queries import lit, qi
 from workbench.datatasks.reuse import Shape, question_shape
 from workbench.datatasks.search import Search, Terminal, failure_reason
-from workbench.dataenv.sqlsandbox import SqlResult
 from workbench.datatasks.trie import action_key
 
 # a similar shape's seed counts similarity² (on the first 40 / all 77 Chinook tasks with the

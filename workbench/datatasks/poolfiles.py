@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from workbench.io import atomic_write_json, read_jsonl, write_jsonl
 from workbench.datatasks.pool import PoolConfig, PoolSummary, Task, TaskPool, tally
+from workbench.io import atomic_write_json, read_jsonl, write_jsonl
 
 
 def summary_path(path: str | os.PathLike) -> Path:

@@ -3,8 +3,8 @@ columns and entities it uses, and how difficult it is."""
 
 from __future__ import annotations
 
-from workbench.datatasks.answers import AnswerSpec
 from workbench.dataenv.profile import EnvProfile
+from workbench.datatasks.answers import AnswerSpec
 from workbench.datatasks.queries import Cond, Query
 from workbench.datatasks.questions import fmt_value, group_name
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
 
-from workbench.datatasks.grammar import _number, literals
 from workbench.dataenv.profile import EnvProfile
+from workbench.datatasks.grammar import _number, literals
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from workbench.dataenv.env import DataEnvironment
+from workbench.dataenv.sqlsandbox import SqlResult
 from workbench.datatasks.exploreconfig import ExploreConfig
 from workbench.datatasks.grammar import Move
 from workbench.datatasks.ledger import Ledger
 from workbench.datatasks.normalise import normalise_program
 from workbench.datatasks.pool import Task
-from workbench.dataenv.sqlsandbox import SqlResult
 from workbench.datatasks.trie import PrefixTrie, action_key
 
 

@@ -38,7 +38,9 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from workbench.io import sha256_text
+from workbench.dataenv.env import DataEnvironment
+from workbench.dataenv.sandboxlimits import SandboxLimits
+from workbench.dataenv.sqlsandbox import run_sql
 from workbench.datatasks.altsql import sql_b
 from workbench.datatasks.answers import (
     AnswerSpec,
@@ -49,7 +51,6 @@ from workbench.datatasks.answers import (
     values_equal,
 )
 from workbench.datatasks.compose import COMPOSERS, Verified
-from workbench.dataenv.env import DataEnvironment
 from workbench.datatasks.normalise import normalise_program, normalise_question
 from workbench.datatasks.pandascode import pandas_code
 from workbench.datatasks.paraphrase import ParaphraseResult, missing_entities, paraphrase_tasks
@@ -72,9 +73,7 @@ from workbench.datatasks.queryfacts import (
     tables_used,
 )
 from workbench.datatasks.questions import question
-from workbench.dataenv.sandboxlimits import SandboxLimits
 from workbench.datatasks.slices import Slices
-from workbench.dataenv.sqlsandbox import run_sql
 from workbench.datatasks.templates import (
     CATEGORIES,
     TEMPLATES,
@@ -84,6 +83,7 @@ from workbench.datatasks.templates import (
     category_of,
     stream,
 )
+from workbench.io import sha256_text
 
 # --- verification ----------------------------------------------------------------------------
 

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.dataenv.profile import EnvProfile, JoinKey
-from workbench.datatasks.queries import Cond, Group, Query, qi
 from workbench.dataenv.sandboxlimits import SandboxLimits
+from workbench.dataenv.sqlsandbox import run_sql
+from workbench.datatasks.queries import Cond, Group, Query, qi
 from workbench.datatasks.slices import (  # noqa: F401  (AGGS_BY_ROLE: read by tests)
     AGGS_BY_ROLE,
     MAX_VALUE_CHARS,
     Slices,
 )
-from workbench.dataenv.sqlsandbox import run_sql
 
 CATEGORIES = ("lookup", "filter", "aggregation", "join", "group_rank", "time_series",
               "comparison", "composed")

@@ -9,9 +9,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.errors import DataError
 from workbench.datatasks.exploreconfig import ExploreConfig
 from workbench.datatasks.ledger import Ledger
+from workbench.errors import DataError
 
 TREE_VERSION = 1
 

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.io import atomic_write_json
+from workbench.dataenv.sqlsandbox import SqlResult
 from workbench.datatasks.normalise import normalise_program
 from workbench.datatasks.reuse import similarity
-from workbench.dataenv.sqlsandbox import SqlResult
+from workbench.io import atomic_write_json
 
 
 def action_key(kind: str, code: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
-from workbench.federated.results import FedFiles, FederationFiles
+from workbench.federated.results import FederationFiles, FedFiles
 from workbench.federated.sites import SiteData, load_site, site_folders, split_sites
 from workbench.federated.weights import GlobalStore, State, state_hash
 from workbench.io import atomic_path, atomic_write_json, write_jsonl

@@ -14,8 +14,8 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
+from workbench.federated.deploy import DeployError, Deployment, Security
 from workbench.federated.results import FederationFiles
-from workbench.federated.deploy import Deployment, DeployError, Security
 
 
 class RunFailed(WorkbenchError):
@@ -71,10 +71,9 @@ def run_rounds(fc: FederatedConfig, d: Deployment, out: Path | None = None, *,
     SuperLink's, not `flwr run`'s exit code) and return it with the round log; raises
     `RunFailed` when the server aborted (its message and exit code) or the run did not
     finish."""
+    from workbench import registry, services
     from workbench.federated.server import read_rounds
     from workbench.io import atomic_write_text
-
-    from workbench import registry, services
 
     services.check_required(registry.get("fed"))  # not in round 3 on a SuperNode
     d.security_check()

@@ -12,8 +12,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from workbench.records import ReportPart
 from workbench.errors import DataError
+from workbench.records import ReportPart
 
 SCHEMA_VERSION = 1
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; more is not a report

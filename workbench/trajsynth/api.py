@@ -19,9 +19,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.errors import WorkbenchError
-from workbench.io import atomic_write_json
-from workbench.trajsynth.costmodel import Attempt, held_out_brier
 from workbench.dataenv.env import SAMPLES, DataEnvironment, open_env  # noqa: F401 - re-exported
 from workbench.datatasks.explore import explore_task
 from workbench.datatasks.exploreconfig import ExploreConfig
@@ -30,10 +27,14 @@ from workbench.datatasks.ledger import Ledger
 from workbench.datatasks.pool import PoolConfig, Task, TaskPool
 from workbench.datatasks.poolfiles import load_pool, save_pool
 from workbench.datatasks.priors import ModelPrior, NodeChooser, UniformPrior
-from workbench.trajsynth.select import Arm, SelectionConfig, Selector
 from workbench.datatasks.tasks import build_pool
 from workbench.datatasks.trees import TaskTree, TreeNode, load_tree, save_tree
 from workbench.datatasks.trie import PrefixTrie
+from workbench.errors import WorkbenchError
+from workbench.io import atomic_write_json
+from workbench.trajsynth.costmodel import Attempt, held_out_brier
+from workbench.trajsynth.files import TrajsynthFiles
+from workbench.trajsynth.select import Arm, SelectionConfig, Selector
 
 
 class TrajsynthConfig(BaseModel):
@@ -56,7 +57,7 @@ class TrajsynthConfig(BaseModel):
 
 
 def tree_path(out: Path, task: Task) -> Path:
-    return out / "trees" / f"{task.id}.json"
+    return TrajsynthFiles(out).tree(task.id)
 
 
 def _reusable(path: Path, task: Task, configs: list[ExploreConfig]) -> bool:
@@ -199,12 +200,13 @@ def explore_pool(env: DataEnvironment, tasks: list[Task], out: str | Path,
     from workbench.progress import progress
 
     out = Path(out)
-    (out / "trees").mkdir(parents=True, exist_ok=True)
+    files = TrajsynthFiles(out)
+    files.trees.mkdir(parents=True, exist_ok=True)
     arms = arms or [Arm(name="default", explore=config)]
     selection = selection or SelectionConfig(max_attempts=1)
-    trie_file = out / "trie.json"
+    trie_file = files.trie
     trie = PrefixTrie.load(trie_file, env.profile.content_hash)
-    attempts_file = out / "attempts.jsonl"
+    attempts_file = files.attempts
     selector = Selector(arms, selection, read_attempts(attempts_file))
     configs = [a.explore for a in arms]
     todo = [t for t in tasks if not _reusable(tree_path(out, t), t, configs)]
@@ -241,7 +243,7 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
 
     lo, hi = wilson_interval(found, len(tasks))
     ids = {t.id for t in tasks}
-    attempts = [a for a in read_attempts(out / "attempts.jsonl") if a.task_id in ids]
+    attempts = [a for a in read_attempts(TrajsynthFiles(out).attempts) if a.task_id in ids]
     per_arm: dict[str, dict[str, Any]] = {}
     for a in attempts:
         d = per_arm.setdefault(a.arm, {"attempts": 0, "verified": 0, "tokens": 0,
@@ -257,8 +259,8 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
     arm_names = arms or sorted({a.arm for a in attempts if a.arm != "-"})
     ledger = total.counts()
     ledger["search_seconds"] = round(sum(a.seconds for a in attempts), 1)
-    if trie is None and (out / "trie.json").is_file():
-        trie = PrefixTrie.load(out / "trie.json", tasks[0].env_hash) if tasks else None
+    if trie is None and TrajsynthFiles(out).trie.is_file():
+        trie = PrefixTrie.load(TrajsynthFiles(out).trie, tasks[0].env_hash) if tasks else None
     summary = {
         "tasks": len(tasks), "tasks_verified": found,
         "yield": found / len(tasks) if tasks else 0.0, "yield_ci95": [lo, hi],
@@ -276,7 +278,7 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
         "stopped": sum(a.arm == "-" for a in attempts),
         "cost_model": held_out_brier([a for a in attempts if a.arm != "-"], arm_names),
     }
-    atomic_write_json(out / "explore.json", summary)
+    atomic_write_json(TrajsynthFiles(out).summary, summary)
     return summary
 
 
@@ -317,7 +319,8 @@ def run(cfg, ctx):
     tc: TrajsynthConfig = cfg.trajsynth
     out = ctx.layout.folder("trajsynth")
     env = open_env(tc.env)
-    pool_file = out / "tasks.jsonl"
+    files = TrajsynthFiles(out)
+    pool_file = files.tasks
 
     def make_pool() -> dict[str, Any]:
         pool = build_pool(env, tc.pool)
@@ -343,9 +346,8 @@ def run(cfg, ctx):
     lo, hi = summary["yield_ci95"]
     return PipelineResult(
         pipeline="trajsynth", run_dir=str(ctx.layout.root),
-        outputs={"tasks": str(pool_file), "sft": str(out / "sft.messages.jsonl"),
-                 "icl": str(out / "icl_bank.jsonl"), "icl_index": str(out / "icl_index"),
-                 "preferences": str(out / "preferences.jsonl")},
+        outputs={"tasks": str(pool_file), "sft": str(files.sft), "icl": str(files.icl_bank),
+                 "icl_index": str(files.icl_index), "preferences": str(files.preferences)},
         figures={"tasks": summary["tasks"], "verified": summary["tasks_verified"],
                  "sft": ex["sft"], "preferences": ex["preferences"],
                  "prefix_hit_rate": round(summary["prefix_hit_rate"], 3)},

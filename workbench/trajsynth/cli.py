@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from workbench.cli_options import ConfigArg, ConfigOpt, OutOpt, SetOpt, load
+from workbench.trajsynth.files import TrajsynthFiles
 
 EnvArg = Annotated[str, typer.Argument(help="A SQLite file, a folder of CSV/TSV/Parquet files, "
                                             "or a shipped sample (chinook, sklearn_classic).")]
@@ -31,31 +32,31 @@ def register(group: typer.Typer) -> None:
     def tasks(env: EnvArg, out: OutOpt, config: ConfigArg = None,
               config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Synthesise and verify the task pool: OUT/tasks.jsonl and tasks.summary.json."""
-        from workbench.trajsynth.api import open_env
         from workbench.datatasks.poolfiles import format_summary, save_pool
         from workbench.datatasks.tasks import build_pool
+        from workbench.trajsynth.api import open_env
 
         tc = _cfg(config, config_opt, set_).trajsynth
         pool = build_pool(open_env(env), tc.pool)
-        save_pool(pool, out / "tasks.jsonl")
+        save_pool(pool, TrajsynthFiles(out).tasks)
         typer.echo(format_summary(pool.summary))
-        typer.echo(f"wrote {out / 'tasks.jsonl'}")
+        typer.echo(f"wrote {TrajsynthFiles(out).tasks}")
 
     @group.command("explore")
     def explore(env: EnvArg, out: OutOpt, config: ConfigArg = None,
                 config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Search OUT/tasks.jsonl with MCTS (one tree per task under OUT/trees; a re-run only
         searches what is missing) and export SFT, ICL and preference data."""
+        from workbench.datatasks.poolfiles import load_pool
         from workbench.progress import quiet_libraries
         from workbench.trajsynth.api import explore as explore_tasks
         from workbench.trajsynth.api import export, open_env, select_tasks
-        from workbench.datatasks.poolfiles import load_pool
 
         quiet_libraries()
         cfg = _cfg(config, config_opt, set_)
         tc = cfg.trajsynth
         e = open_env(env)
-        pool = load_pool(out / "tasks.jsonl")
+        pool = load_pool(TrajsynthFiles(out).tasks)
         todo = select_tasks(pool, tc.split, tc.limit)
         s = explore_tasks(cfg, e, todo, out, log=lambda m: typer.echo(m, err=True))
         ex = export(out, todo, e)
@@ -71,11 +72,11 @@ def register(group: typer.Typer) -> None:
                    config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Write OUT/sft.messages.jsonl, icl_bank.jsonl and preferences.jsonl from the saved
         trees (no search)."""
-        from workbench.trajsynth.api import export, open_env, select_tasks
         from workbench.datatasks.poolfiles import load_pool
+        from workbench.trajsynth.api import export, open_env, select_tasks
 
         tc = _cfg(config, config_opt, set_).trajsynth
-        pool = load_pool(out / "tasks.jsonl")
+        pool = load_pool(TrajsynthFiles(out).tasks)
         ex = export(out, select_tasks(pool, tc.split, tc.limit), open_env(env))
         typer.echo(f"{ex['sft']} SFT conversations, {ex['icl']} ICL entries, "
                    f"{ex['preferences']} preference pairs in {out}")
@@ -102,6 +103,7 @@ def register(group: typer.Typer) -> None:
         SFT on OUT/sft.messages.jsonl, and (sft_dpo) after DPO from that adapter on
         OUT/preferences.jsonl; intervals, outcomes, McNemar vs zero-shot (and sft_dpo vs
         sft). Each adapter and condition is a stage: a re-run skips what is done."""
+        from workbench.datatasks.poolfiles import load_pool
         from workbench.progress import quiet_libraries
         from workbench.trajsynth.api import open_env
         from workbench.trajsynth.downstream import (
@@ -109,15 +111,14 @@ def register(group: typer.Typer) -> None:
             format_downstream,
             run_downstream,
         )
-        from workbench.datatasks.poolfiles import load_pool
 
         quiet_libraries()
         cfg = DownstreamConfig.checked(
             conditions=[c.strip() for c in conditions.split(",") if c.strip()], k=k,
             max_tasks=max_tasks, sft_steps=sft_steps, dpo_steps=dpo_steps, dpo_pairs=dpo_pairs,
             sft_max_length=max_length)
-        pool = load_pool(out / "tasks.jsonl")
+        pool = load_pool(TrajsynthFiles(out).tasks)
         res = run_downstream(open_env(env), pool.split("held_out"), out, cfg, model_spec=model,
                              log=lambda m: typer.echo(m, err=True))
         typer.echo(format_downstream(res))
-        typer.echo(f"wrote {out / 'downstream.json'}")
+        typer.echo(f"wrote {TrajsynthFiles(out).downstream_report}")

@@ -32,13 +32,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from workbench.dataenv.env import DataEnvironment
+from workbench.datatasks.generators import extract_sql
+from workbench.datatasks.pool import Task
 from workbench.records import ChatExample
 from workbench.runs import RunLayout, StageRunner
 from workbench.trajsynth.downstream_report import DownstreamReport
-from workbench.dataenv.env import DataEnvironment
 from workbench.trajsynth.export import RUN_SQL_TOOL, SYSTEM
-from workbench.datatasks.generators import extract_sql
-from workbench.datatasks.pool import Task
+from workbench.trajsynth.files import TrajsynthFiles
 
 CONDITIONS = ("zero_shot", "icl", "sft", "sft_dpo")
 
@@ -268,14 +269,14 @@ def _pairs(out: Path, cfg: DownstreamConfig) -> tuple[list, str | None, str | No
     if cfg.dpo_pairs == "preferences":
         from workbench.formats import read_preferences
 
-        path = out / "preferences.jsonl"
+        path = TrajsynthFiles(out).preferences
         pairs = read_preferences(path) if path.is_file() and path.stat().st_size else []
         return pairs, file_hash(path), None if pairs else \
             "no preference pairs were exported: not run"
     from workbench.io import read_jsonl
     from workbench.train.steppairs import step_pairs
 
-    path = out / "sft.messages.jsonl"
+    path = TrajsynthFiles(out).sft
     examples = read_jsonl(path, ChatExample.model_validate) if path.is_file() else []
     pairs, _ = step_pairs(examples, seed=cfg.seed)
     return pairs, file_hash(path), None if pairs else \
@@ -301,18 +302,19 @@ def _adapters(out: Path, cfg: DownstreamConfig, model_spec: str, stages: StageRu
             log("sft_dpo without sft in the conditions: no McNemar test against sft")
     if "sft" not in wanted and not pairs:
         return {}, {}, notes  # nothing needs the SFT adapter
-    data, sft = out / "sft.messages.jsonl", out / "sft_adapter"
+    files = TrajsynthFiles(out)
+    data, sft = files.sft, files.adapter("sft_adapter")
     sft_settings = (cfg.sft_steps, cfg.sft_learning_rate, cfg.sft_rank, cfg.sft_max_length,
                     cfg.seed, model_spec)
     rec, _ = stages.run("sft_adapter", (file_hash(data), sft_settings), lambda: sft_adapter(
         read_jsonl(data, ChatExample.model_validate), sft, cfg, model_spec, log=log))
     folders, infos = {"sft": sft}, {"sft": dict(rec.info)}
     if pairs:
-        dpo = out / "sft_dpo_adapter"
+        dpo = files.adapter("sft_dpo_adapter")
 
         def train() -> dict[str, Any]:
             if cfg.dpo_pairs == "steps":
-                write_jsonl(out / "step_pairs.jsonl", pairs)
+                write_jsonl(files.step_pairs, pairs)
             return dpo_adapter(pairs, sft, dpo, cfg, model_spec, log=log)
 
         rec, _ = stages.run("dpo_adapter", (
@@ -334,6 +336,7 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
     from workbench.runs import file_hash
 
     out = Path(out)
+    files = TrajsynthFiles(out)
     stages = stages or downstream_stages(out, log=log)
     tasks = held_out[:cfg.max_tasks] if cfg.max_tasks else held_out
     key = (env.profile.content_hash, [(t.id, t.question) for t in tasks], cfg.max_tokens,
@@ -342,12 +345,12 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
     folders, infos, notes = _adapters(out, cfg, model_spec, stages, log)
 
     def icl_demos():
-        query, index = services.query_index(), out / "icl_index"
+        query, index = services.query_index(), files.icl_index
         return lambda q: [h.text for h in query(index, q, retriever="hybrid", k=cfg.k)]
 
     scorers = {
         "zero_shot": ((), lambda: score(models.base(), env, tasks, max_tokens=cfg.max_tokens)),
-        "icl": ((cfg.k, file_hash(out / "icl_bank.jsonl")), lambda: score(
+        "icl": ((cfg.k, file_hash(files.icl_bank)), lambda: score(
             models.base(), env, tasks, demos_for=icl_demos(), max_tokens=cfg.max_tokens))}
     for name, folder in folders.items():
         scorers[name] = ((file_hash(folder / "adapter_model.safetensors"),),
@@ -356,7 +359,7 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
     per: dict[str, list[dict[str, Any]]] = {}
     for name in [c for c in CONDITIONS if c in cfg.conditions and c in scorers]:
         extra, fn = scorers[name]
-        path = out / f"downstream_{name}.jsonl"
+        path = files.downstream(name)
 
         def go(fn=fn, path=path) -> dict[str, Any]:
             rows = fn()
@@ -389,9 +392,10 @@ def _report(out: Path, n: int, per: dict[str, list[dict[str, Any]]], infos: dict
     report = DownstreamReport(tasks=n, conditions=conditions, notes=notes,
                               adapters=infos or None)
     text = json.dumps(report.model_dump(mode="json"), indent=1) + "\n"
-    inputs = (n, {c: file_hash(out / f"downstream_{c}.jsonl") for c in per}, notes, infos)
+    files = TrajsynthFiles(out)
+    inputs = (n, {c: file_hash(files.downstream(c)) for c in per}, notes, infos)
     stages.run("downstream_report", inputs, lambda: atomic_write_text(
-        out / "downstream.json", text))
+        files.downstream_report, text))
     return json.loads(text)
 
 

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbench.agents.steps import AgentStep, AgentTrajectory
 from workbench.datatasks.pool import Task
 from workbench.datatasks.trees import TaskTree, TreeNode
+from workbench.trajsynth.files import TrajsynthFiles
 
 RUN_SQL_TOOL: dict[str, Any] = {
     "type": "function",
@@ -247,12 +248,13 @@ def export_trees(trees: list[tuple[TaskTree, Task]], env_name: str, digest: str,
             pair = preference_pair(tree, task, traj, env_name, digest)
             if pair:
                 prefs.append(pair)
-    write_jsonl(out / "sft.messages.jsonl", sft)
-    write_jsonl(out / "icl_bank.jsonl", icl)
-    write_jsonl(out / "preferences.jsonl", prefs)
+    files = TrajsynthFiles(out)
+    write_jsonl(files.sft, sft)
+    write_jsonl(files.icl_bank, icl)
+    write_jsonl(files.preferences, prefs)
     if index and icl:
         from workbench import services
 
-        services.section_index()(icl_sections(icl), out / "icl_index", log=log)
+        services.section_index()(icl_sections(icl), files.icl_index, log=log)
     return {"sft": len(sft), "icl": len(icl), "preferences": len(prefs),
-            "icl_index": str(out / "icl_index") if index and icl else None, "dir": str(out)}
+            "icl_index": str(files.icl_index) if index and icl else None, "dir": str(out)}

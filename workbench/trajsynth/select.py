@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.trajsynth.costmodel import Attempt, CostModel
 from workbench.datatasks.exploreconfig import ExploreConfig
+from workbench.trajsynth.costmodel import Attempt, CostModel
 
 
 class Arm(BaseModel):

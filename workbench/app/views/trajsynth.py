@@ -12,6 +12,8 @@ from workbench.app.common import (
     workspace,
 )
 from workbench.jobs import start_job
+from workbench.runs import RunLayout
+from workbench.trajsynth.files import TrajsynthFiles
 
 st.title("Trajectories for data agents")
 st.caption("A verified task pool over a database or a folder of tables, one Monte Carlo tree "
@@ -53,14 +55,20 @@ if go:
 job_panel("trajsynth", "trajsynth")
 
 runs_dir = ws / "runs"
-found = sorted(p.parent.parent for p in runs_dir.glob("*/trajsynth/explore.json")) \
-    if runs_dir.is_dir() else []
+
+
+def files_of(run: Path) -> TrajsynthFiles:
+    return TrajsynthFiles(RunLayout.at(run).folder("trajsynth"))
+
+
+found = sorted(p for p in runs_dir.iterdir() if p.is_dir()
+               and files_of(p).summary.is_file()) if runs_dir.is_dir() else []
 if not found:
     st.caption("No trajectory search yet.")
     st.stop()
 run = st.selectbox("Run", found, format_func=lambda p: p.name, key="ts-run")
-out = Path(run) / "trajsynth"
-summary = read_or_none("explore.json", lambda: json.loads((out / "explore.json").read_text()))
+files = files_of(Path(run))
+summary = read_or_none(files.summary.name, lambda: json.loads(files.summary.read_text()))
 if summary is None:
     st.stop()
 
@@ -79,18 +87,18 @@ m4.metric("Model calls", led["model_calls"], help=f"{led['scored_tokens']} token
 st.caption(f"95% interval of the yield: {100 * lo:.0f}–{100 * hi:.0f}%")
 
 tab_pool, tab_tree, tab_cost = st.tabs(["Task pool", "Tree browser", "Cost ledger"])
-tasks = {t["id"]: t for t in jsonl_rows(out / "tasks.jsonl")}
+tasks = {t["id"]: t for t in jsonl_rows(files.tasks)}
 
 
 def tree_of(task_id: str) -> dict | None:
-    f = out / "trees" / f"{task_id}.json"
+    f = files.tree(task_id)
     return read_or_none(f.name, lambda: json.loads(f.read_text())) if f.is_file() else None
 
 
 with tab_pool:
     rows = []
     for t in tasks.values():
-        tree = tree_of(t["id"]) if (out / "trees" / f"{t['id']}.json").is_file() else None
+        tree = tree_of(t["id"])
         rows.append({"task": t["id"], "category": t["category"],
                      "difficulty": t["difficulty"], "split": t["split"],
                      "searched": tree is not None,
@@ -101,7 +109,7 @@ with tab_pool:
                                            for k, v in summary["by_category"].items()))
 
 with tab_tree:
-    searched = [tid for tid in tasks if (out / "trees" / f"{tid}.json").is_file()]
+    searched = [tid for tid in tasks if files.tree(tid).is_file()]
     if not searched:
         st.caption("No tree yet.")
     else:
@@ -178,7 +186,7 @@ with tab_cost:
     if cm.get("brier") is not None:
         st.caption(f"Cost model: Brier {cm['brier']} on {cm['held_out']} held-out attempts "
                    f"(base rate {cm['base_brier']})")
-    attempts = jsonl_rows(out / "attempts.jsonl")
+    attempts = jsonl_rows(files.attempts)
     if attempts:
         st.markdown("**Attempts** (which arm searched each task, and why)")
         st.dataframe(attempts, hide_index=True, width="stretch")

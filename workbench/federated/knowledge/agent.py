@@ -38,9 +38,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.io import append_line
 from workbench.datatasks.grammar import OP_TEXT, Move
 from workbench.federated.knowledge.site import Outcome, workflow_of
+from workbench.io import append_line
 
 # bump when sampling, scaffolds or prompts change: cached outcomes of older code are not reused
 CACHE_VERSION = "data-agent-2"

@@ -17,7 +17,7 @@ from workbench.federated.knowledge.report import write_knowledge_report
 from workbench.federated.knowledge.server import KnowledgeServer
 from workbench.federated.knowledge.site import DataAgentSite, make_data_sites
 from workbench.federated.knowledge.units import load_latest_kb
-from workbench.federated.results import FedFiles, FederationFiles
+from workbench.federated.results import FederationFiles, FedFiles
 from workbench.io import atomic_write_json, write_jsonl
 
 

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.datatasks.grammar import Move
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json
 from workbench.records import KnowledgeOp
-from workbench.datatasks.grammar import Move
 
 # a scaffold is a strategy over the same grammar, prior and environment
 SCAFFOLDS: dict[str, dict[str, Any]] = {
