@@ -29,7 +29,6 @@ from workbench.evaluate.agreement import Check, Decision, Rating, Reading, Shown
 from workbench.evaluate.stats import Agreement
 from workbench.loop.records import Guard, GuardResult
 
-RATINGS = "judge_ratings.jsonl"
 OPEN_SUITES = ("open", "open_dev")
 QUESTION = "Does the answer meet the criterion?"
 WHAT = "the judge"
@@ -97,7 +96,7 @@ def judged_items(loop) -> list[JudgedItem]:
 
     questions = _questions(loop)
     out: dict[str, JudgedItem] = {}
-    evals = loop.root / "evals"
+    evals = loop.files.evals
     for f in sorted(evals.glob("*/open*.jsonl")) if evals.is_dir() else ():
         if f.stem not in OPEN_SUITES:
             continue
@@ -130,7 +129,7 @@ def sample_items(items: Sequence[JudgedItem], n: int, seed: int = 0) -> list[Jud
 
 
 def _ratings_path(loop) -> Path:
-    return loop.root / RATINGS
+    return loop.files.judge_ratings
 
 
 def read_ratings(loop) -> dict[str, Rating]:

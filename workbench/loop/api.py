@@ -30,6 +30,7 @@ from workbench import services
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_write_json, read_jsonl, write_jsonl
 from workbench.loop.decide import decide_round, keep
+from workbench.loop.files import LoopFiles
 from workbench.loop.guards import recommend
 from workbench.loop.pack import loop_pack
 from workbench.loop.plan import approve_plan, make_plan, plan_round
@@ -42,7 +43,7 @@ from workbench.loop.synth import LoopPack
 from workbench.loop.train import adapter_hash
 from workbench.records import EvalResult
 from workbench.registry import PipelineResult
-from workbench.runs import RunContext, hash_inputs
+from workbench.runs import RunContext, RunLayout, hash_inputs
 
 # older imports of these names from here keep working
 __all__ = ["Loop", "history_rows", "loop_pack", "make_plan", "run"]
@@ -59,6 +60,7 @@ class Loop:
         self.ctx = ctx or RunContext(layout=RunLayout.of(cfg), log=log)
         self.log = self.ctx.log
         self.root = self.ctx.layout.folder("loop")
+        self.files = LoopFiles(self.root)
         self._suites: Suites | None = None
         self._pack: LoopPack | None = None
         self._searcher = None
@@ -69,12 +71,10 @@ class Loop:
         """The loop of a run folder, with the config its plans were made with."""
         from workbench.config import experiment_config_model
 
-        p = Path(run_dir) / "loop" / "config.yaml"
+        p = LoopFiles(RunLayout.at(run_dir).folder("loop")).config
         if not p.exists():
             raise WorkbenchError(f"{run_dir}: no improvement loop here (no loop/config.yaml)")
         import yaml
-
-        from workbench.runs import RunLayout
 
         cfg = experiment_config_model().model_validate(yaml.safe_load(p.read_text()))
         return cls(cfg, RunContext(layout=RunLayout.at(run_dir), log=log))
@@ -85,7 +85,7 @@ class Loop:
         from workbench.config import dump_config
         from workbench.io import atomic_write_text
 
-        atomic_write_text(self.root / "config.yaml",
+        atomic_write_text(self.files.config,
                           yaml.safe_dump(dump_config(self.cfg), sort_keys=False))
 
     # ------------------------------------------------------------------ state on disk
@@ -102,7 +102,7 @@ class Loop:
         return self._pack
 
     def state(self) -> LoopState:
-        p = self.root / "state.json"
+        p = self.files.state
         if not p.exists():
             return LoopState()
         try:
@@ -111,14 +111,14 @@ class Loop:
             raise DataError(f"not a loop state file ({str(e)[:160]})", path=str(p)) from None
 
     def save_state(self, st: LoopState) -> None:
-        atomic_write_json(self.root / "state.json", st.model_dump(mode="json"))
+        atomic_write_json(self.files.state, st.model_dump(mode="json"))
 
     def folder(self, index: int) -> Path:
-        return self.root / "rounds" / f"{index:02d}"
+        return self.files.round(index).folder
 
     def rounds(self) -> list[Round]:
         out = []
-        for p in sorted((self.root / "rounds").glob("*/round.json")):
+        for p in self.files.round_records():
             out.append(self._read_round(p))
         return out
 
@@ -140,7 +140,7 @@ class Loop:
         raise WorkbenchError(f"no round {index} (rounds: {', '.join(str(r.index) for r in rs)})")
 
     def save(self, r: Round) -> Round:
-        atomic_write_json(self.folder(r.index) / "round.json", r.model_dump(mode="json"))
+        atomic_write_json(self.files.round(r.index).record, r.model_dump(mode="json"))
         return r
 
     # ------------------------------------------------------------------ models
@@ -176,7 +176,7 @@ class Loop:
         if self._searcher is None:
             # the test terms' sections are never searched: nothing is made from them
             self._searcher = services.searcher()(
-                self.suites.training_sections(), self.root / "index", retriever="keyword",
+                self.suites.training_sections(), self.files.index, retriever="keyword",
                 log=self.log)
         return self._searcher(queries, k)
 
@@ -193,7 +193,7 @@ class Loop:
         s = self.lc.suites
         key = hash_inputs(sha, self.suites.digest, self.cfg.models.chat.model_dump(),
                           s.model_dump(mode="json"))[:12]
-        folder = self.root / "evals" / f"{sha[:12]}-{key}"
+        folder = self.files.evals / f"{sha[:12]}-{key}"
         rows: list[EvalResult] = []
         todo = [x for x in suites if not (folder / f"{x}.jsonl").exists()]
         if todo:
@@ -267,14 +267,14 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
     if cfg.loop.mode == "plan":
         r = loop.plan()
         return PipelineResult(pipeline="loop", run_dir=str(ctx.layout.root),
-                              outputs={"round": str(loop.folder(r.index) / "round.json")},
+                              outputs={"round": str(loop.files.round(r.index).record)},
                               figures={"round": r.index, "target": r.plan.target},
                               message=f"round {r.index} planned: target {r.plan.target}")
     if cfg.loop.mode == "run":
         loop.save_config()
         r = loop.run_round()
         return PipelineResult(pipeline="loop", run_dir=str(ctx.layout.root),
-                              outputs={"report": str(loop.folder(r.index) / "report.md")},
+                              outputs={"report": str(loop.files.round(r.index).report)},
                               figures={"round": r.index, "status": r.status,
                                        "recommendation": r.recommendation},
                               message=f"round {r.index}: {r.status}"
@@ -287,8 +287,8 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
              + (f" ({r.decision.reason})" if r.decision else "") for r in done]
     return PipelineResult(
         pipeline="loop", run_dir=str(ctx.layout.root),
-        outputs={"history": str(loop.root / "history.md"),
-                 **{f"round_{r.index}": str(loop.folder(r.index) / "report.md") for r in done}},
+        outputs={"history": str(loop.files.history),
+                 **{f"round_{r.index}": str(loop.files.round(r.index).report) for r in done}},
         figures={f"round_{r.index}": r.decision.choice if r.decision else r.status
                  for r in done} | {"seconds": round(time.perf_counter() - t0, 1)},
-        message="\n".join(lines + [f"history: {loop.root / 'history.md'}"]))
+        message="\n".join(lines + [f"history: {loop.files.history}"]))

@@ -122,7 +122,7 @@ def register(group: typer.Typer) -> None:
         typer.echo(f"round {r.index}: {r.status}; the guards recommend {r.recommendation}")
         for g in r.flagged:
             typer.echo(f"  FLAG {g.guard.name}: {g.detail}")
-        typer.echo(f"report: {loop.folder(r.index) / 'report.md'}")
+        typer.echo(f"report: {loop.files.round(r.index).report}")
         typer.echo("decide with `workbench loop decide CONFIG keep|continue|revert|deploy "
                    "--reason ... --by NAME`")
 
@@ -207,4 +207,4 @@ def register(group: typer.Typer) -> None:
             return
         path = write_history(loop)
         typer.echo(path.read_text())
-        typer.echo(f"plot: {loop.root / 'history.png'}")
+        typer.echo(f"plot: {loop.files.history_plot}")

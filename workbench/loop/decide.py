@@ -50,7 +50,7 @@ def decide_round(loop: Loop, index: int | None, choice: Choice, *, reason: str, 
         raise DataError(f"the current adapter ({str(before or 'base model')[:12]}) is not "
                         f"the one round {r.index} started from "
                         f"({str(r.parent or 'base model')[:12]})",
-                        path=str(loop.root / "state.json"))
+                        path=str(loop.files.state))
     if choice == "revert":
         after = verify_current(loop, st, r.parent)
     else:
@@ -58,7 +58,7 @@ def decide_round(loop: Loop, index: int | None, choice: Choice, *, reason: str, 
         st = loop.state()
         after = kept.sha256
         if choice == "deploy":
-            replace_dir(_copy_tmp(loop, Path(kept.path), "deployed"), loop.root / "deployed")
+            replace_dir(_copy_tmp(loop, Path(kept.path), "deployed"), loop.files.deployed)
             st.deployed = kept.sha256
             loop.save_state(st)
     d = Decision(choice=choice, reason=reason, by=by, at=now(), adapter_before=before,
@@ -82,18 +82,18 @@ def _copy_tmp(loop: Loop, src: Path, name: str) -> Path:
 
 def keep(loop: Loop, r: Round, st: LoopState) -> KeptAdapter:
     """The round's candidate, copied into `adapters/` and made the current adapter."""
-    cand = loop.folder(r.index) / "candidate"
+    cand = loop.files.round(r.index).candidate
     sha = adapter_hash(cand)
     if sha != r.candidate:
         raise DataError(f"the candidate's weights changed since round {r.index} measured "
                         f"them (sha256 {sha[:12]}, measured {str(r.candidate)[:12]})",
                         path=str(cand))
-    dest = loop.root / "adapters" / sha[:16]
+    dest = loop.files.adapters / sha[:16]
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         replace_dir(_copy_tmp(loop, cand, f"adapter-{sha[:16]}"), dest)
     kept = KeptAdapter(sha256=sha, path=str(dest.resolve()), round=r.index,
-                       data=[str((loop.folder(r.index) / "train.jsonl").resolve())])
+                       data=[str(loop.files.round(r.index).train.resolve())])
     if st.current is not None and st.current.sha256 == sha:
         return st.current  # already kept (a retried decision)
     if st.current is not None:
@@ -108,7 +108,7 @@ def verify_current(loop: Loop, st: LoopState, parent: str | None) -> str | None:
     if st.current is None:
         if parent is not None:
             raise DataError("the loop state has no current adapter but the round started "
-                            "from one", path=str(loop.root / "state.json"))
+                            "from one", path=str(loop.files.state))
         return None
     sha = adapter_hash(st.current.path)
     if sha != parent or sha != st.current.sha256:

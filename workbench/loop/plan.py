@@ -36,7 +36,7 @@ def plan_round(loop: Loop) -> Round:
                           log=loop.log)
     folder = loop.folder(index)
     folder.mkdir(parents=True, exist_ok=True)
-    write_jsonl(folder / "failures.jsonl", failures)
+    write_jsonl(loop.files.round(index).failures, failures)
     plan = make_plan(loop.lc, loop.suites, rows, failures, rs)
     r = Round(index=index, parent=st.current.sha256 if st.current else None, plan=plan,
               created_at=now(), suites_digest=loop.suites.digest,
@@ -72,7 +72,7 @@ def approve_plan(loop: Loop, index: int | None, *, by: str,
         # a new target gets its own recipe, modes and rationale, from the same failures
         st = loop.state()
         rows = loop.evaluation(st.current)
-        failures = read_jsonl(loop.folder(r.index) / "failures.jsonl",
+        failures = read_jsonl(loop.files.round(r.index).failures,
                               FailureRow.model_validate)
         plan = make_plan(lc, loop.suites, rows, failures, loop.rounds()[:-1])
         # what the plan was made with stays (a later config does not rewrite it)

@@ -91,7 +91,7 @@ def round_markdown(loop: Loop, r: Round) -> str:
 def write_round_report(loop: Loop, r: Round) -> Path:
     from workbench.io import atomic_write_text
 
-    p = loop.folder(r.index) / "report.md"
+    p = loop.files.round(r.index).report
     atomic_write_text(p, round_markdown(loop, r))
     return p
 
@@ -123,7 +123,7 @@ def write_history(loop: Loop) -> Path:
         lines.append(f"| {r['round']} | {r['target']} | {r['decision'] or r['status']} | "
                      f"{r['by'] or '-'} | {r['flags']} | "
                      + " | ".join(f"{r[k]:+.1f}" if k in r else "-" for k in keys) + " |")
-    atomic_write_text(loop.root / "history.md", "\n".join(lines) + "\n")
+    atomic_write_text(loop.files.history, "\n".join(lines) + "\n")
     if rows and keys:
         import matplotlib
 
@@ -146,6 +146,6 @@ def write_history(loop: Loop) -> Path:
         ax.set_title("Evolution map: kept (green) and reverted (red) rounds")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        atomic_savefig(fig, loop.root / "history.png")
+        atomic_savefig(fig, loop.files.history_plot)
         plt.close(fig)
-    return loop.root / "history.md"
+    return loop.files.history

@@ -25,7 +25,7 @@ def approve_data(loop: Loop, index: int | None, *, by: str, review: dict[str, An
                              + ")")
     if not by.strip():
         raise WorkbenchError("say who reviewed the data (--by NAME)")
-    accepted = {e.id for e in read_jsonl(loop.folder(r.index) / "accepted.jsonl",
+    accepted = {e.id for e in read_jsonl(loop.files.round(r.index).accepted,
                                          ChatExample.model_validate)}
     unknown = sorted(set(review) - accepted)
     if unknown:
@@ -33,7 +33,7 @@ def approve_data(loop: Loop, index: int | None, *, by: str, review: dict[str, An
     for k, v in review.items():
         if v != "reject" and not (isinstance(v, dict) and str(v.get("answer", "")).strip()):
             raise WorkbenchError(f"review of {k}: 'reject' or {{'answer': text}}")
-    atomic_write_json(loop.folder(r.index) / "review.json", review)
+    atomic_write_json(loop.files.round(r.index).review, review)
     rejected = sum(v == "reject" for v in review.values())
     edited = sum(isinstance(v, dict) for v in review.values())
     loop.log(f"== round {r.index}: data reviewed by {by} ({rejected} rejected, {edited} "

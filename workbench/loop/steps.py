@@ -88,7 +88,8 @@ class _RoundRun:
         from workbench.loop.config import TrainSettings
 
         self.loop, self.r, self.st = loop, r, st
-        self.folder = loop.folder(r.index)
+        self.files = loop.files.round(r.index)
+        self.folder = self.files.folder
         self.lc = loop.lc
         self.train = TrainSettings.model_validate(r.plan.hyper) if r.plan.hyper \
             else loop.lc.train
@@ -105,8 +106,8 @@ class _RoundRun:
         extra = {"synth": [lc.synth.model_dump(mode="json"), lc.pack,
                            self.loop.cfg.models.chat.model_dump(mode="json")],
                  "gates": [lc.gates.model_dump(mode="json")],
-                 "mixture": [lc.trainer, _file_key(self.folder / "review.json")],
-                 "train": [lc.trainer, _file_key(self.folder / "review.json")],
+                 "mixture": [lc.trainer, _file_key(self.files.review)],
+                 "train": [lc.trainer, _file_key(self.files.review)],
                  "eval": [], "guards": [lc.guards.model_dump(mode="json")]}[name]
         before = STEPS[STEPS.index(name) - 1] if STEPS.index(name) else None
         prev = (self.r.steps.get(before) or {}).get("_key") if before else None
@@ -138,9 +139,13 @@ class _RoundRun:
     def targeted(self) -> list[ChatExample]:
         return [e for e in self._accepted() if (e.metadata or {}).get("job") != "anchors"]
 
+    def _rel(self, *paths: Path) -> list[str]:
+        """The files a step made, relative to the round's folder (kept in round.json)."""
+        return [str(p.relative_to(self.folder)) for p in paths]
+
     # --- steps
     def _failures(self) -> list[FailureRow]:
-        return read_jsonl(self.folder / "failures.jsonl", FailureRow.model_validate)
+        return read_jsonl(self.files.failures, FailureRow.model_validate)
 
     def _baseline(self) -> list[EvalResult]:
         return self.loop.evaluation(self.st.current)
@@ -176,23 +181,23 @@ class _RoundRun:
         n_anchors = plan.recipe["anchors"] if "anchors" in plan.recipe else round(
             s.anchor_ratio * max(plan.weightings) * len(targeted))
         made["anchors"] = syn.anchors(right, n_anchors, last=plan.target)
-        write_jsonl(self.folder / "synth.jsonl", targeted + made["anchors"])
-        return {"_files": ["synth.jsonl"], "failures_used": len(failures),
+        write_jsonl(self.files.synth, targeted + made["anchors"])
+        return {"_files": self._rel(self.files.synth), "failures_used": len(failures),
                 **{j: len(made.get(j, [])) for j in JOBS}, **syn.stats}
 
     def _gates(self) -> dict:
         from workbench.loop.gates import Gates
 
-        samples = read_jsonl(self.folder / "synth.jsonl", ChatExample.model_validate)
+        samples = read_jsonl(self.files.synth, ChatExample.model_validate)
         seen = [e for p in (self.st.current.data if self.st.current else ())
                 for e in read_jsonl(p, ChatExample.model_validate)]
         sections = {s.id: s.text for s in self.loop.suites.sections}
         kept, dropped = Gates(self.loop.suites, self.lc.gates, seen=seen,
                               sections=sections).run(samples)
-        write_jsonl(self.folder / "accepted.jsonl", kept)
-        write_jsonl(self.folder / "dropped.jsonl", dropped)
+        write_jsonl(self.files.accepted, kept)
+        write_jsonl(self.files.dropped, dropped)
         # new data: an earlier review no longer applies
-        (self.folder / "review.json").unlink(missing_ok=True)
+        self.files.review.unlink(missing_ok=True)
         if self.r.reviewed_by:
             self.r = self.r.model_copy(update={"reviewed_by": None})
         by_gate: dict[str, int] = {}
@@ -204,12 +209,12 @@ class _RoundRun:
         leaks = sum(any(q in " ".join(" ".join(m.content or "" for m in e.messages
                                                if m.role == "user").lower().split())
                         for q in judged) for e in kept)
-        return {"_files": ["accepted.jsonl", "dropped.jsonl"], "in": len(samples),
+        return {"_files": self._rel(self.files.accepted, self.files.dropped), "in": len(samples),
                 "kept": len(kept), "dropped": by_gate, "leaks_kept": leaks}
 
     def _accepted(self) -> list[ChatExample]:
-        accepted = read_jsonl(self.folder / "accepted.jsonl", ChatExample.model_validate)
-        review = self.folder / "review.json"
+        accepted = read_jsonl(self.files.accepted, ChatExample.model_validate)
+        review = self.files.review
         if review.exists():  # a person's accept/edit/reject in the app
             accepted = apply_review(accepted, json.loads(review.read_text()))
         return accepted
@@ -229,15 +234,15 @@ class _RoundRun:
 
         w = self.r.steps["mixture"]["chosen"]
         data = self._data(w)
-        write_jsonl(self.folder / "train.jsonl", data)
-        out = self.folder / "candidate"
+        write_jsonl(self.files.train, data)
+        out = self.files.candidate
         trainer = load_attr(self.lc.trainer)
-        info = trainer(self.folder / "train.jsonl", out, self.train, steps=self.train.steps,
+        info = trainer(self.files.train, out, self.train, steps=self.train.steps,
                        model_spec=self.loop.cfg.models.chat.spec, seed=self.loop.cfg.seed,
                        log=self.loop.log)
         sha = adapter_hash(out)
         self.r = self.r.model_copy(update={"candidate": sha})
-        return {"_files": ["train.jsonl", "candidate/adapter_model.safetensors"],
+        return {"_files": self._rel(self.files.train, out / "adapter_model.safetensors"),
                 "examples": len(data), "weight": w, "sha256": sha, **info}
 
     def _mixture(self) -> dict:
@@ -256,9 +261,9 @@ class _RoundRun:
         formulation = "letter" if self.lc.suites.scoring == "letter" else "cloze"
         for w in weightings:
             data = self._data(w)
-            path = self.folder / "mixture" / f"w{w:g}.jsonl"
+            path = self.files.mixture / f"w{w:g}.jsonl"
             write_jsonl(path, data)
-            out = self.folder / "mixture" / f"w{w:g}"
+            out = self.files.mixture / f"w{w:g}"
             trainer(path, out, self.train, steps=self.train.mixture_steps,
                     model_spec=self.loop.cfg.models.chat.spec, seed=self.loop.cfg.seed,
                     log=lambda _m: None)
@@ -276,13 +281,13 @@ class _RoundRun:
         return {"chosen": best, "probes": scores, "selection_items": len(items)}
 
     def _eval(self) -> dict:
-        rows = self.loop.evaluation(self.folder / "candidate", name=f"round {self.r.index}",
+        rows = self.loop.evaluation(self.files.candidate, name=f"round {self.r.index}",
                                     suites=GUARDED)
         return {"rows": len(rows)}
 
     def _guards(self) -> dict:
         before = self.loop.evaluation(self.st.current, suites=GUARDED)
-        after = self.loop.evaluation(self.folder / "candidate", suites=GUARDED)
+        after = self.loop.evaluation(self.files.candidate, suites=GUARDED)
         ds = deltas(before, after, target=self.r.plan.target, seed=self.loop.cfg.seed)
         gs = check(self.r.plan.guards, ds, before, after,
                    limit_tokens=self.lc.suites.open_max_tokens)
