@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 
 from pydantic import field_serializer, field_validator
 
-from workbench.agents.steps import AgentTrajectory
 from workbench.agent_packs.kgv.metrics import FORMS, by_split, prediction
 from workbench.agent_packs.reports import (
     SCHEMA_VERSION,
@@ -23,12 +22,16 @@ from workbench.agent_packs.reports import (
     report_file,
     report_json,
 )
+from workbench.agent_packs.spec import PIPELINE
+from workbench.agents.steps import AgentTrajectory
 from workbench.evaluate.stats import holm, mcnemar_exact
 from workbench.io import atomic_write_text
 
 NAMES = {"closed_book": "closed book (no search)", "rag": "single-turn RAG",
          "agent": "agent", "agent_sft": "agent after SFT (student)"}
-REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "report.png"
+# the file names are the agent spec's declared outputs
+REPORT_JSON, REPORT_MD, REPORT_PNG = (PIPELINE.artifact(n).path
+                                     for n in ("kgv_report", "kgv_report_md", "kgv_plot"))
 
 
 class PredictionCounts(ReportPart):

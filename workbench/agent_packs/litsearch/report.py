@@ -20,8 +20,11 @@ from workbench.agent_packs.reports import (
     read_report_file,
     report_file,
 )
+from workbench.agent_packs.spec import PIPELINE
 
-REPORT_JSON, REPORT_MD = "litsearch_report.json", "litsearch_report.md"
+# the file names are the agent spec's declared outputs
+REPORT_JSON, REPORT_MD = (PIPELINE.artifact(n).path
+                          for n in ("litsearch_report", "litsearch_report_md"))
 METRICS = ("hit5", "mrr", "ndcg10")
 
 

@@ -17,8 +17,10 @@ from workbench.agent_packs.reports import (
     read_report_file,
     report_file,
 )
+from workbench.agent_packs.spec import PIPELINE
 
-REPORT_JSON, REPORT_MD = "rf_report.json", "rf_report.md"
+# the file names are the agent spec's declared outputs
+REPORT_JSON, REPORT_MD = (PIPELINE.artifact(n).path for n in ("rf_report", "rf_report_md"))
 Fraction = Annotated[str, StringConstraints(pattern=r"^\d+/\d+$")]  # "right/items"
 
 
