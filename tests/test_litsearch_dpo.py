@@ -59,9 +59,9 @@ def test_sft_then_dpo_beside_sft_with_paired_tests_and_resume(tmp_path, tiny_mod
     m_sft = json.loads((sft / "manifest.json").read_text())
     m_dpo = json.loads((dpo / "manifest.json").read_text())
     assert m_sft["config"]["method"] == "sft"
-    assert m_sft["config"]["data"] == str(agent / "sft.messages.jsonl")
+    assert m_sft["config"]["data"] == str(agent / "litsearch_sft.messages.jsonl")
     assert m_dpo["config"]["method"] == "dpo" and m_dpo["config"]["init_adapter"] == str(sft)
-    assert m_dpo["config"]["data"] == str(agent / "preferences.jsonl")
+    assert m_dpo["config"]["data"] == str(agent / "litsearch_preferences.jsonl")
     assert res.outputs["adapter_sft_dpo"] == str(dpo)
 
     report = read_report(tmp_path / "runs" / "ls")

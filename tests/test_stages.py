@@ -60,3 +60,15 @@ def test_every_declared_output_names_its_value_exactly_when_the_stage_is_per_val
     with pytest.raises(WorkbenchError, match="belongs to stages declared with per="):
         Pipeline(name="p", help="", run="m:f",
                  stages=(Stage("s", outputs=(Artifact("a", "a_{value}.jsonl"),)),))
+
+
+def test_no_two_declared_outputs_share_a_path_in_a_run():
+    """Two stages writing one file overwrite each other's work (the KGV teacher's and the
+    litsearch export's sft.messages.jsonl once shared agent/): every declared path in a run
+    folder, over every pipeline (some share the run root), belongs to one output."""
+    from collections import Counter
+    from pathlib import PurePosixPath
+
+    seen = Counter(str(PurePosixPath(spec.subfolder or ".") / a.path)
+                   for spec in registry.pipelines() for s in spec.stages for a in s.outputs)
+    assert not [p for p, n in seen.items() if n > 1], seen

@@ -31,6 +31,9 @@ PIPELINE = Pipeline(
         Stage("rf", per="condition", help="RF design: the questions under one condition "
                                             "(alone, rag, tools)",
               outputs=(Artifact("rf", "rf_{value}.jsonl"),)),
+        Stage("rf_index", help="RF design: the corpus indexed once for the rag and tools "
+                               "conditions (the searcher reuses it while the corpus holds)",
+              outputs=(Artifact("rf_index", "rf_index", required=False),)),
         Stage("litsearch", per="condition",
               help="literature search: the dev dialogues under one condition (query_only, "
                    "fixed, agent, oracle, agent+sft, agent+sft_dpo, agent+ADAPTER)",
@@ -38,8 +41,13 @@ PIPELINE = Pipeline(
         Stage("litsearch_training_data", help="litsearch: gold dialogues as SFT, and "
                                               "chosen/rejected pairs per turn against "
                                               "controlled corruptions",
-              outputs=(Artifact("preferences", "preferences.jsonl", "PreferencePair",
-                                required=False),)),
+              # litsearch_ names: a run folder may hold several packs (KGV's teacher
+              # writes sft.messages.jsonl)
+              outputs=(Artifact("litsearch_teacher", "litsearch_teacher_train.jsonl"),
+                       Artifact("litsearch_sft_data", "litsearch_sft.messages.jsonl",
+                                "ChatExample"),
+                       Artifact("preferences", "litsearch_preferences.jsonl",
+                                "PreferencePair", required=False))),
         Stage("litsearch_sft", help="litsearch: LoRA SFT on the teacher's dialogues (the "
                                     "agent+sft condition's adapter)",
               outputs=(Artifact("litsearch_sft", "litsearch_sft/adapter_model.safetensors"),)),

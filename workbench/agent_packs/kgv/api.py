@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from workbench.agent_packs.files import AgentFiles
 from workbench.agents.export import sft_examples
 from workbench.agents.runner import (
     AgentSetup,
@@ -292,7 +293,7 @@ def _start(cfg, ctx) -> _Evaluation:
     if getattr(ctx, "fresh", False):  # --fresh: no claim is kept from an earlier run
         import shutil
 
-        shutil.rmtree(out / "trajectories", ignore_errors=True)
+        shutil.rmtree(AgentFiles(out).trajectories, ignore_errors=True)
     kg = read_kg(ac.data, ac.pack, ac.index)
     claims = kg.claims
     unlabelled = [c.id for c in claims if c.label is None]
@@ -305,7 +306,7 @@ def _start(cfg, ctx) -> _Evaluation:
     if not dev:
         raise WorkbenchError(f"{ac.data}: no claims with part 'dev' to evaluate")
     agent = make_agent(cfg, out, log=ctx.log, kg=kg)  # a bad index stops here, before runs
-    (out / "trajectories").mkdir(parents=True, exist_ok=True)
+    AgentFiles(out).trajectories.mkdir(parents=True, exist_ok=True)
     data_key = (corpus_hash(ac.data), ac.retriever, ac.search_k)
     if ac.index is not None:  # a run made without an index keeps its key
         data_key += (index_key(kg.evidence),)
@@ -321,7 +322,7 @@ def _run_baselines(ev: _Evaluation, wanted) -> dict[str, list[AgentTrajectory]]:
     ac = ev.ac
     results: dict[str, list[AgentTrajectory]] = {}
     for cond in (c for c in BASELINES if c in wanted):
-        path = ev.out / "trajectories" / f"{cond}.jsonl"
+        path = AgentFiles(ev.out).trajectory(cond)
         setup = make_setup(ev.agent, ac, cond)
         key = (ev.data_key, ev.pack_key, ev.model_key, [c.id for c in ev.dev], cond,
                ac.calibrate, ac.chunk,
@@ -338,7 +339,8 @@ def _run_agent_sft(ev: _Evaluation) -> tuple[dict[str, Any], list[AgentTrajector
     from workbench.runs import file_hash
 
     ac = ev.ac
-    spath, adapter = ev.out / "sft.messages.jsonl", ev.out / "student"
+    files = AgentFiles(ev.out)
+    spath, adapter = files.sft, files.student
     teach_key = (ev.data_key, ev.pack_key, ev.model_key, [c.id for c in ev.train],
                  ac.teacher.model_dump(mode="json"), ac.calibrate, ac.chunk, ev.agent_settings())
     rec, _ = ev.stages.run("teacher", teach_key, lambda: _teach(ev, teach_key, spath))
@@ -347,7 +349,7 @@ def _run_agent_sft(ev: _Evaluation) -> tuple[dict[str, Any], list[AgentTrajector
                                        ev.model_key, ev.cfg.seed),
                            lambda: _train_student(ev, spath, adapter))
     teacher_info["student"] = dict(rec.info or {})
-    path = ev.out / "trajectories" / "agent_sft.jsonl"
+    path = files.trajectory("agent_sft")
     sft_key = (ev.data_key, ev.pack_key, ev.model_key, [c.id for c in ev.dev],
                file_hash(adapter / "adapter_model.safetensors"), ac.calibrate, ac.chunk,
                ev.agent_settings())
@@ -366,10 +368,10 @@ def _teach(ev: _Evaluation, teach_key: tuple, spath: Path) -> dict[str, Any]:
         setup = make_setup(ev.agent, ev.ac, "agent", policy=t.policy,
                            temperature=t.temperature, seed=ev.cfg.seed + i)
         runs = ev.run_claims(tmodel, ev.train, setup,
-                             ev.out / "trajectories" / f"teacher.{i}.jsonl",
+                             AgentFiles(ev.out).teacher_run(i),
                              desc=f"teacher {i + 1}", key=(teach_key, i))
         allruns += [r.model_copy(update={"id": f"{r.id}:s{i}"}) for r in runs]
-    write_jsonl(ev.out / "teacher.jsonl", allruns)
+    write_jsonl(AgentFiles(ev.out).teacher, allruns)
     kept = choose_teacher(allruns, t.max_route_share)
     examples = sft_examples(kept)
     if not examples:
@@ -407,7 +409,7 @@ def _pipeline_result(ev: _Evaluation, report: KgvReport, results: dict[str, Any]
     return PipelineResult(
         pipeline="agent", run_dir=str(ev.ctx.layout.root),
         outputs={"report": str(out / REPORT_MD), "report_json": str(out / REPORT_JSON),
-                 **{c: str(out / "trajectories" / f"{c}.jsonl") for c in results}},
+                 **{c: str(AgentFiles(out).trajectory(c)) for c in results}},
         figures={f"{c}_macro_f1": round(v, 4) for c, v in best.items()},
         message=f"{out / REPORT_MD}: macro-F1 on {len(ev.dev)} dev claims: {line} "
                 f"(evidence: {ev.agent.source})")

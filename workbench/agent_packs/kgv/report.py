@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from pydantic import field_serializer, field_validator
 
+from workbench.agent_packs.files import AgentFiles
 from workbench.agent_packs.kgv.metrics import FORMS, by_split, prediction
 from workbench.agent_packs.reports import (
     SCHEMA_VERSION,
@@ -202,7 +203,7 @@ def write_report(out: Path, results: dict[str, list[AgentTrajectory]],
     conditions' trajectories; returns the record."""
     timings = {}
     for c in results:
-        f = out / "trajectories" / f"{c}.timing.json"
+        f = AgentFiles(out).timing(c)
         if f.exists():
             w = json.loads(f.read_text())
             timings[c] = w["seconds"] / max(w["claims"], 1)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.agent_packs.files import AgentFiles
 from workbench.agent_packs.litsearch.corrupt import FEEDBACK, STRUCTURAL, corrupt, \
     feedback_corruption
 from workbench.agent_packs.litsearch.dialogue import (
@@ -139,8 +140,8 @@ def export_training(out: Path, dialogues: list[dict], lib: Library) -> dict[str,
                               "metadata": {"source": "litsearch", "intent": d["id"],
                                            "turn": turn["turn"]}})
             prev = turn
-    write_jsonl(out / "sft.messages.jsonl", sft)
-    atomic_write_text(out / "preferences.jsonl",
+    write_jsonl(AgentFiles(out).litsearch_sft, sft)
+    atomic_write_text(AgentFiles(out).litsearch_preferences,
                       "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
     return {"sft": len(sft), "preferences": len(pairs)}
 
@@ -206,7 +207,7 @@ def _condition(cfg, ctx, out: Path, cond: str, mc, model, lib: Library, dev, key
     from workbench.runs import file_hash
 
     ac = cfg.agent
-    path = out / f"litsearch_{cond}.jsonl"
+    path = AgentFiles(out).litsearch(cond)
 
     def go() -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -233,7 +234,7 @@ def _condition(cfg, ctx, out: Path, cond: str, mc, model, lib: Library, dev, key
 def _training_data(ctx, out: Path, key, train, lib: Library, ac) -> dict[str, Any]:
     """The oracle teacher's dialogues on the training intents, exported as SFT dialogues and
     preference pairs (its stage); the export counts."""
-    gold_path = out / "litsearch_teacher_train.jsonl"
+    gold_path = AgentFiles(out).litsearch_teacher
 
     def teach() -> dict[str, Any]:
         rows = run_condition("oracle", train, lib, None, ac.turns, ac)
@@ -251,8 +252,9 @@ def _result(ctx, out: Path, report: LitsearchReport, dev: int):
 
     ndcg = report.ndcg10()
     line = ", ".join(f"{c} {v:.2f}" for c, v in ndcg.items())
-    outputs = {"report": str(out / REPORT_MD), "sft": str(out / "sft.messages.jsonl"),
-               "preferences": str(out / "preferences.jsonl")}
+    files = AgentFiles(out)
+    outputs = {"report": str(out / REPORT_MD), "sft": str(files.litsearch_sft),
+               "preferences": str(files.litsearch_preferences)}
     outputs |= {f"adapter_{c.removeprefix('agent+')}": str(adapter_folder(out, c))
                 for c in report.trained or {}}
     return PipelineResult(

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.agent_packs.files import AgentFiles
 from workbench.agent_packs.litsearch.tuned import SFT, SFT_DPO
 from workbench.io import read_jsonl
 
@@ -71,7 +72,7 @@ def paired(out: Path, conditions: list[str]) -> list[dict[str, Any]] | None:
     pairs = comparisons(conditions)
     if not pairs:
         return None
-    rows = {c: read_jsonl(out / f"litsearch_{c}.jsonl") for c in {x for p in pairs for x in p}}
+    rows = {c: read_jsonl(AgentFiles(out).litsearch(c)) for c in {x for p in pairs for x in p}}
     return [_compare(rows[a], rows[b], a, b) for a, b in pairs]
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from workbench.agent_packs.files import AgentFiles
 from workbench.errors import ConfigError, DataError, WorkbenchError
 
 SFT, SFT_DPO = "agent+sft", "agent+sft_dpo"
@@ -52,7 +53,8 @@ def train_adapters(cfg, ctx, out: Path, trained: list[str]) -> tuple[dict[str, P
     s = cfg.agent.student
     stages = ctx.stages("agent")
     settings = (s.model_dump(mode="json"), cfg.models.chat.spec, cfg.seed)
-    sft_data, pairs = out / "sft.messages.jsonl", out / "preferences.jsonl"
+    files = AgentFiles(out)
+    sft_data, pairs = files.litsearch_sft, files.litsearch_preferences
     folders = {c: adapter_folder(out, c) for c in TRAINED}
     rec, _ = stages.run("litsearch_sft", (file_hash(sft_data), *settings),
                         lambda: _train(cfg, ctx, "sft", sft_data, folders[SFT]))

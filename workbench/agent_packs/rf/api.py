@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from workbench.agent_packs.files import AgentFiles
 from workbench.agents.runner import (
     AgentSetup,
     AgentState,
@@ -206,7 +207,7 @@ def evaluate(cfg, ctx):
     results: dict[str, list[dict]] = {}
     seconds: dict[str, float] = {}
     for cond in wanted:
-        path = out / f"rf_{cond}.jsonl"
+        path = AgentFiles(out).rf(cond)
 
         def go(cond=cond, path=path) -> dict[str, Any]:
             t0 = time.perf_counter()
@@ -216,7 +217,7 @@ def evaluate(cfg, ctx):
                 contexts = None
                 if cond == "rag":
                     sections, _ = load_sections(cfg.corpus)
-                    search = services.searcher()(sections, out / "rf_index", ac.retriever,
+                    search = services.searcher()(sections, AgentFiles(out).rf_index, ac.retriever,
                                                   log=ctx.log)
                     hits = search([it.question for it in items], ac.search_k)
                     contexts = ["\n\n".join(h.text for h in hs) for hs in hits]
