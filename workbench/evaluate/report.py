@@ -17,15 +17,22 @@ SCORING_LABELS = {"letter": "letter (MCF)", "cloze": "cloze (CF)",
                   "cloze_norm": "cloze, per-char norm. (CF)", "generate": "generation"}
 
 
+def _declared(name: str) -> str:
+    """A file of an evaluation folder, by the name the eval spec declares."""
+    from workbench.evaluate.spec import PIPELINE
+
+    return PIPELINE.artifact(name).path
+
+
 def write_eval(folder: str | Path, results: Sequence[EvalResult], summary: EvalSummary
                ) -> Path:
     """Write the evaluation folder; returns it."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out / "results.jsonl", results)
-    atomic_write_text(out / "summary.json", summary.model_dump_json(indent=2) + "\n")
-    atomic_write_text(out / "summary.md", summary_markdown(summary))
-    plot_conditions(summary, out / "accuracy.png")
+    write_jsonl(out / _declared("results"), results)
+    atomic_write_text(out / _declared("summary"), summary.model_dump_json(indent=2) + "\n")
+    atomic_write_text(out / _declared("summary_md"), summary_markdown(summary))
+    plot_conditions(summary, out / _declared("plot"))
     return out
 
 
@@ -33,7 +40,7 @@ def read_eval_summary(folder: str | Path) -> EvalSummary:
     """The summary of an evaluation folder (or a summary.json path). Summaries written before
     summary.json had a schema_version are refused with a message saying to re-run."""
     p = Path(folder)
-    p = p / "summary.json" if p.is_dir() else p
+    p = p / _declared("summary") if p.is_dir() else p
     if not p.exists():
         raise DataError("no summary.json: run the evaluation first", path=str(p),
                         code="not_found")
@@ -60,7 +67,7 @@ def read_eval_summary(folder: str | Path) -> EvalSummary:
 def read_eval_results(folder: str | Path) -> list[EvalResult]:
     """The per-item rows of an evaluation folder (or a results.jsonl path)."""
     p = Path(folder)
-    return read_records(p / "results.jsonl" if p.is_dir() else p, EvalResult)
+    return read_records(p / _declared("results") if p.is_dir() else p, EvalResult)
 
 
 def _pct(x: float) -> str:

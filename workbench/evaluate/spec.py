@@ -16,6 +16,7 @@ PIPELINE = Pipeline(
     stages=(Stage("eval", help="per-item results, summary with intervals, plot", outputs=(
         Artifact("results", "results.jsonl", "EvalResult"),
         Artifact("summary", "summary.json", "EvalSummary"),
+        Artifact("summary_md", "summary.md"),
         Artifact("plot", "accuracy.png", required=False))),),
     order=50,
 )
