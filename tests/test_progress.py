@@ -40,9 +40,9 @@ LINE = re.compile(r"^\[progress\] outer > items: (\d+)/10 row \((\d+)%\), [0-9.e
                   r"\d+s, ETA \S+$")
 
 
-def test_log_lines_name_the_levels_and_the_counts(monkeypatch, capsys):
-    """Without a terminal and without a progress file: one line per tick on stderr, as
-    before the snapshot existed; no file is written anywhere."""
+def _ten_items_logged(monkeypatch, capsys) -> list[str]:
+    """Ten items of 50 ms in a stage, reported every 0.1 s: the progress lines on stderr,
+    each checked against LINE (there must be some)."""
     monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.1")
     with P.stage("outer"):
         for _ in P.progress(range(10), desc="items", unit="row"):
@@ -50,6 +50,13 @@ def test_log_lines_name_the_levels_and_the_counts(monkeypatch, capsys):
     time.sleep(0.15)
     lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[progress]")]
     assert lines and all(LINE.match(x) for x in lines), lines
+    return lines
+
+
+def test_log_lines_name_the_levels_and_the_counts(monkeypatch, capsys):
+    """Without a terminal and without a progress file: one line per tick on stderr, as
+    before the snapshot existed; no file is written anywhere."""
+    lines = _ten_items_logged(monkeypatch, capsys)
     done = [int(LINE.match(x).group(1)) for x in lines]
     assert done == sorted(done) and 0 < done[-1] <= 10
 
@@ -63,13 +70,7 @@ def test_a_reporter_asleep_on_an_earlier_interval_wakes_for_new_work(monkeypatch
         for _ in P.progress(range(3), desc="x"):
             pass
     time.sleep(0.3)
-    monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.1")
-    with P.stage("outer"):
-        for _ in P.progress(range(10), desc="items", unit="row"):
-            time.sleep(0.05)
-    time.sleep(0.15)
-    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[progress]")]
-    assert lines and all(LINE.match(x) for x in lines), lines
+    _ten_items_logged(monkeypatch, capsys)
 
 
 def test_snapshot_of_a_real_loop(tmp_path, monkeypatch, capsys):
