@@ -180,7 +180,8 @@ def test_teacher_exports_sft_and_preference_pairs(lib, tmp_path):
     assert rows[0]["turns"][0]["choice"] in templates(INTENT)
     info = export_training(tmp_path, rows, lib)
     assert info["sft"] == 1 and info["preferences"] >= len(STRUCTURAL)
-    pairs = [json.loads(x) for x in (tmp_path / "litsearch_preferences.jsonl").read_text().splitlines()]
+    pairs = [json.loads(x)
+             for x in (tmp_path / "litsearch_preferences.jsonl").read_text().splitlines()]
     assert {p["kind"] for p in pairs} >= set(STRUCTURAL)
     assert all(p["chosen"] != p["rejected"] for p in pairs)
     # the one pair format: every row reads as a PreferencePair, with the tools offered

@@ -19,6 +19,9 @@ def _declared(name: str) -> str:
 class AgentFiles:
     root: Path  # the run's agent/ folder
 
+    def __post_init__(self):
+        object.__setattr__(self, "root", Path(self.root))
+
     def _file(self, name: str, value: str | None = None) -> Path:
         path = _declared(name)
         return self.root / (path.replace("{value}", value) if value is not None else path)
@@ -70,7 +73,8 @@ class AgentFiles:
         return self._file("litsearch_teacher")
 
     @property
-    def litsearch_sft(self) -> Path:
+    def litsearch_sft_data(self) -> Path:
+        """The oracle teacher's dialogues as SFT data (the adapter is `litsearch_sft/`)."""
         return self._file("litsearch_sft_data")
 
     @property

@@ -42,7 +42,7 @@ def read_eval_summary(folder: str | Path) -> EvalSummary:
     p = Path(folder)
     p = p / _declared("summary") if p.is_dir() else p
     if not p.exists():
-        raise DataError("no summary.json: run the evaluation first", path=str(p),
+        raise DataError(f"no {_declared('summary')}: run the evaluation first", path=str(p),
                         code="not_found")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))

@@ -25,6 +25,9 @@ class RoundFiles:
     loop_root: Path
     index: int
 
+    def __post_init__(self):
+        object.__setattr__(self, "loop_root", Path(self.loop_root))
+
     def _file(self, name: str) -> Path:
         return self.loop_root / _declared(name).replace("{value}", round_name(self.index))
 
@@ -79,6 +82,9 @@ class LoopFiles:
     """The loop folder's own files; `round(n)` gives a round's."""
 
     root: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "root", Path(self.root))
 
     def _file(self, name: str) -> Path:
         return self.root / _declared(name)

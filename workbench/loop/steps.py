@@ -141,7 +141,7 @@ class _RoundRun:
 
     def _rel(self, *paths: Path) -> list[str]:
         """The files a step made, relative to the round's folder (kept in round.json)."""
-        return [str(p.relative_to(self.folder)) for p in paths]
+        return [p.relative_to(self.folder).as_posix() for p in paths]
 
     # --- steps
     def _failures(self) -> list[FailureRow]:

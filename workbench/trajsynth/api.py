@@ -7,8 +7,11 @@ Run folder (`<run>/trajsynth/`):
                                       config and environment match is not searched again)
     trie.json                         the environment's prefix trie (executions shared across
                                       tasks)
+    attempts.jsonl                    one row per task searched by one arm
     explore.json                      yield, cost ledger, prefix-hit rate, per category
-    sft.messages.jsonl, icl_bank.jsonl, preferences.jsonl
+    sft.messages.jsonl, icl_bank.jsonl, preferences.jsonl, icl_index/
+
+The names are the spec's declared artifacts, read through `trajsynth.files.TrajsynthFiles`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.dataenv.env import SAMPLES, DataEnvironment, open_env  # noqa: F401 - re-exported
+from workbench.dataenv.env import SAMPLES, DataEnvironment, open_env
 from workbench.datatasks.explore import explore_task
 from workbench.datatasks.exploreconfig import ExploreConfig
 from workbench.datatasks.generators import GrammarGenerator, ModelGenerator

@@ -213,7 +213,7 @@ def dpo_adapter(pairs: list, init: Path, out: Path, cfg: DownstreamConfig,
                      eval_fraction=0.0, lora={"r": cfg.sft_rank, "alpha": 2 * cfg.sft_rank},
                      device="cpu", warmup_ratio=0.1)
     session = setup(tc, seed=cfg.seed, model_spec=model_spec, pairs=pairs,
-                    reference_cache=out.parent / "dpo_reference_cache.jsonl")
+                    reference_cache=TrajsynthFiles(out.parent).reference_cache)
     rows = _steps(session, "dpo steps")
     log(f"sft_dpo: {session.total} DPO steps on {len(pairs)} pairs, loss "
         f"{rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")

@@ -86,7 +86,9 @@ def read_downstream(path: str | os.PathLike) -> DownstreamReport:
 
     p = Path(path)
     if p.is_dir():
-        p = p / "downstream.json"
+        from workbench.trajsynth.files import TrajsynthFiles
+
+        p = TrajsynthFiles(p).downstream_report
     rerun = "re-run `workbench trajsynth report`"
     data = read_json_object(p, cap=MAX_REPORT_BYTES, what="downstream report", rerun=rerun,
                             missing="no downstream report here: run `workbench trajsynth "

@@ -19,8 +19,9 @@ PIPELINE = Pipeline(
                        Artifact("trie", "trie.json"),
                        Artifact("trees", "trees", help="one search tree per task "
                                                        "(trees/<task id>.json)"),
-                       Artifact("attempts", "attempts.jsonl",
-                                help="one row per task searched by one arm"),
+                       Artifact("attempts", "attempts.jsonl", required=False,
+                                help="one row per task searched by one arm (none when no "
+                                     "task needed a search)"),
                        Artifact("icl_bank", "icl_bank.jsonl", required=False,
                                 help="verified trajectories as ICL demonstrations"),
                        Artifact("icl_index", "icl_index", required=False,

@@ -140,7 +140,7 @@ def export_training(out: Path, dialogues: list[dict], lib: Library) -> dict[str,
                               "metadata": {"source": "litsearch", "intent": d["id"],
                                            "turn": turn["turn"]}})
             prev = turn
-    write_jsonl(AgentFiles(out).litsearch_sft, sft)
+    write_jsonl(AgentFiles(out).litsearch_sft_data, sft)
     atomic_write_text(AgentFiles(out).litsearch_preferences,
                       "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
     return {"sft": len(sft), "preferences": len(pairs)}
@@ -253,7 +253,7 @@ def _result(ctx, out: Path, report: LitsearchReport, dev: int):
     ndcg = report.ndcg10()
     line = ", ".join(f"{c} {v:.2f}" for c, v in ndcg.items())
     files = AgentFiles(out)
-    outputs = {"report": str(out / REPORT_MD), "sft": str(files.litsearch_sft),
+    outputs = {"report": str(out / REPORT_MD), "sft": str(files.litsearch_sft_data),
                "preferences": str(files.litsearch_preferences)}
     outputs |= {f"adapter_{c.removeprefix('agent+')}": str(adapter_folder(out, c))
                 for c in report.trained or {}}
@@ -315,8 +315,9 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
                      f"{v.seconds_per_dialogue:.2f} | {v.choices} |")
     lines += paired_lines(report)
     lines += ["", f"Training data from the oracle teacher on the training intents: "
-              f"{report.exports.sft} SFT dialogues (`sft.messages.jsonl`), "
-              f"{report.exports.preferences} chosen/rejected pairs (`preferences.jsonl`; "
+              f"{report.exports.sft} SFT dialogues (`{AgentFiles(out).litsearch_sft_data.name}`), "
+              f"{report.exports.preferences} chosen/rejected pairs "
+              f"(`{AgentFiles(out).litsearch_preferences.name}`; "
               "corruptions: " + ", ".join((*STRUCTURAL, *FEEDBACK)) + ")."]
     atomic_write_text(out / REPORT_MD, "\n".join(lines) + "\n")
     return report

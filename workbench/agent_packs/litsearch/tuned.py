@@ -1,9 +1,9 @@
 """The adapters the literature-search evaluation trains itself (issue 27): LoRA SFT on the
-oracle teacher's dialogues (`sft.messages.jsonl`), then DPO on its corruption pairs
-(`preferences.jsonl`) starting from that SFT adapter, which is also DPO's reference. They are
-the conditions `agent+sft` and `agent+sft_dpo`: the agent with the adapter, run and reported
-as every `agent+NAME` condition is, with `agent+sft_dpo` compared to `agent+sft` on the same
-intents.
+oracle teacher's dialogues (`litsearch_sft.messages.jsonl`), then DPO on its corruption
+pairs (`litsearch_preferences.jsonl`) starting from that SFT adapter, which is also DPO's
+reference. They are the conditions `agent+sft` and `agent+sft_dpo`: the agent with the
+adapter, run and reported as every `agent+NAME` condition is, with `agent+sft_dpo` compared
+to `agent+sft` on the same intents.
 
 Both are opt-in through `agent.conditions` (not in the pack's default set): with the bundled
 model a pair side is ~2,100 tokens, so the reference pass and DPO take hours on two CPU
@@ -54,7 +54,7 @@ def train_adapters(cfg, ctx, out: Path, trained: list[str]) -> tuple[dict[str, P
     stages = ctx.stages("agent")
     settings = (s.model_dump(mode="json"), cfg.models.chat.spec, cfg.seed)
     files = AgentFiles(out)
-    sft_data, pairs = files.litsearch_sft, files.litsearch_preferences
+    sft_data, pairs = files.litsearch_sft_data, files.litsearch_preferences
     folders = {c: adapter_folder(out, c) for c in TRAINED}
     rec, _ = stages.run("litsearch_sft", (file_hash(sft_data), *settings),
                         lambda: _train(cfg, ctx, "sft", sft_data, folders[SFT]))
