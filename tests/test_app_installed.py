@@ -50,10 +50,12 @@ def test_the_app_runs_from_an_installed_wheel(server_process, installed_workbenc
     away.mkdir()
 
     # the workbench this venv imports is the installed one, never the checkout, and the
-    # sample data environments came with it
+    # sample data environments and the sandbox child came with it (the child runs from there)
     show = ("import workbench, workbench.app; from workbench.dataenv import sample_environment;"
-            " print(workbench.__file__, workbench.app.__file__, *(sample_environment(n) for n in"
-            " ('chinook', 'sklearn_classic')), sep=chr(10))")
+            " from workbench.dataenv.sandbox import CHILD, run_python;"
+            " r = run_python('result = sum(range(5))'); assert r.result == 10, r;"
+            " print(workbench.__file__, workbench.app.__file__, CHILD, *(sample_environment(n)"
+            " for n in ('chinook', 'sklearn_classic')), sep=chr(10))")
     where = subprocess.run([str(py), "-c", show], cwd=away, env=env, capture_output=True,
                            text=True, timeout=120, check=False)
     assert where.returncode == 0, where.stderr[-2000:]

@@ -5,7 +5,7 @@ it; any pipeline may import it): a SQLite file or a folder of CSV/TSV/Parquet fi
 read-only as a `DataEnvironment` (`env`), its profile (`profile`: tables, columns, values,
 join keys), and the two executors an agent's actions run in: read-only SQL with a time and row
 budget (`sqlsandbox`) and Python in an isolated child process (`sandbox`, the child itself in
-`_child.py`, limits in `sandboxlimits`). Importing this package is cheap (pydantic only;
+`child/`, limits in `sandboxlimits`). Importing this package is cheap (pydantic only;
 pandas is imported when a folder is loaded or a table is read).
 """
 

@@ -4,13 +4,14 @@ SQL runs in this process on a read-only connection (`sqlsandbox`: `mode=ro`, an 
 that allows only reads, no ATTACH, a deadline, a row cap); its names are importable from here
 too, as are the limits (`sandboxlimits`).
 
-Python runs in a fresh interpreter (`python -I -B workbench/dataenv/_child.py`) in its own
-session, with the layers listed in `_child.py`: new network and PID namespaces where the kernel
-allows them, Landlock file confinement where enabled, root dropped to `nobody`, rlimits (CPU,
-address space, processes, file size, open files), a cleared environment, a temporary working
-folder (removed afterwards) and an audit hook. `PythonResult.isolation` says which layers held.
-The parent enforces the wall-clock limit: the child's supervisor kills and reaps its tree, and
-the whole process group is killed if it does not. Linux only (namespaces, /proc, prctl).
+Python runs in a fresh interpreter (`python -I -B workbench/dataenv/child/sandbox_main.py`) in
+its own session, with the layers listed in `child/sandbox_main.py`: new network and PID
+namespaces where the kernel allows them, Landlock file confinement where enabled, root dropped
+to `nobody`, rlimits (CPU, address space, processes, file size, open files), a cleared
+environment, a temporary working folder (removed afterwards) and an audit hook.
+`PythonResult.isolation` says which layers held. The parent enforces the wall-clock limit: the
+child's supervisor kills and reaps its tree, and the whole process group is killed if it does
+not. Linux only (namespaces, /proc, prctl).
 
 Errors never raise to the caller: they come back in the result's `error` field, which is what
 the agent sees as its observation.
@@ -42,7 +43,7 @@ from workbench.dataenv.sqlsandbox import (  # noqa: F401  (importable from here:
     run_sql,
 )
 
-CHILD = Path(__file__).with_name("_child.py")
+CHILD = Path(__file__).parent / "child" / "sandbox_main.py"  # imports nothing of the workbench
 
 
 class TableSource(BaseModel):
