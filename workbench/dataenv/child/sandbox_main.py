@@ -7,7 +7,8 @@ sibling modules (`sandbox_confine`: limits, Landlock, privileges; `sandbox_hook`
 hook; `sandbox_worker`: runs the code and reports) import nothing from the workbench, so the
 child works with `-I` wherever the interpreter has pandas. `-I` puts no script folder on
 `sys.path`; this module appends its own folder, which holds only these four modules (named
-`sandbox_*`, so they shadow nothing), and imports them before any confinement.
+`sandbox_*`, so they shadow nothing), imports them before any confinement and takes the folder
+off the path again.
 
 Layers, outermost first:
 1. Namespaces (`unshare`): a new network namespace (only a loopback that is down, so every
@@ -41,7 +42,8 @@ import signal
 import sys
 import time
 
-sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(HERE)
 
 # the sibling modules, found through the folder appended above
 from sandbox_confine import (
@@ -52,6 +54,11 @@ from sandbox_confine import (
     prctl,
 )
 from sandbox_worker import worker
+
+# ... and off the path again: in a checkout the folder is outside what the worker may read, so
+# code that lists the path (pkgutil.iter_modules, importlib.metadata) would be refused there
+sys.path.remove(HERE)
+sys.path_importer_cache.pop(HERE, None)
 
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 
