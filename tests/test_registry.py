@@ -191,6 +191,38 @@ def test_each_package_calls_only_the_services_its_pipelines_declare():
         assert names <= declared.get(pkg, set()), (pkg, names - declared.get(pkg, set()))
 
 
+
+def test_a_service_is_used_only_where_importing_its_provider_is_forbidden():
+    """A service is the way sideways (pipeline to pipeline) or up (evaluation asking rag for
+    contexts); where the layer table lets the consumer import the provider (an experiment
+    above the pipelines), it imports it, and a service nobody requires is not offered."""
+    import tomllib
+
+    from workbench import registry
+
+    table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layer_of, independent = {}, {}
+    for i, layer in enumerate(table["contracts"][0]["layers"]):
+        for part in layer.replace(":", "|").split("|"):
+            layer_of[part.strip()] = i
+            independent[part.strip()] = "|" in layer
+
+    def package(dotted: str) -> str:
+        return ".".join(dotted.split(":")[0].split(".")[:2])
+
+    provider = {name: package(where) for p in registry.pipelines() for name, where in p.provides}
+    required = set()
+    for p in registry.pipelines():
+        user = package(p.run)
+        for name in p.requires:
+            required.add(name)
+            src = provider[name]
+            below = layer_of[user] > layer_of[src]
+            sideways = layer_of[user] == layer_of[src] and independent[user] and user != src
+            assert below or sideways, (f"{p.name} ({user}) may import {src}: it should, "
+                                       f"not ask for the {name!r} service")
+    assert set(provider) == required, set(provider) - required
+
 def test_a_provider_that_does_not_fit_is_refused_at_the_start_of_a_run(monkeypatch):
     from workbench import registry, services
     from workbench.registry import Pipeline

@@ -76,13 +76,6 @@ class SearcherFactory(Protocol):
                  log: Log = print) -> Search: ...
 
 
-class BenchmarkRetrievalMetrics(Protocol):
-    """Hit@k / MRR / nDCG of each retriever on a benchmark, judged from provenance."""
-
-    def __call__(self, index: Any, items: Sequence[Any], *,
-                 ks: tuple[int, ...] = (1, 3, 5, 10)) -> dict: ...
-
-
 # --- distillation
 
 class QtsaChat(Protocol):
@@ -94,7 +87,7 @@ class QtsaChat(Protocol):
 SERVICES: dict[str, type] = {
     "contexts": Contexts, "section_index": SectionIndex, "query_index": QueryIndex,
     "open_index": OpenIndex,
-    "searcher": SearcherFactory, "benchmark_retrieval_metrics": BenchmarkRetrievalMetrics,
+    "searcher": SearcherFactory,
     "qtsa_chat": QtsaChat,
 }
 
@@ -192,10 +185,6 @@ def open_index() -> OpenIndex:
 
 def searcher() -> SearcherFactory:
     return resolve("searcher")
-
-
-def benchmark_retrieval_metrics() -> BenchmarkRetrievalMetrics:
-    return resolve("benchmark_retrieval_metrics")
 
 
 def qtsa_chat() -> QtsaChat:

@@ -19,7 +19,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench import services
 from workbench.evaluate.benchmark import load_benchmark
 from workbench.evaluate.report import (
     SCORING_LABELS, comparisons_markdown, plot_conditions, read_eval_results,
@@ -117,7 +116,9 @@ class _Job:
 
     def contexts(self, conditions) -> dict[str, Any]:
         if self.providers is None:
-            self.providers = services.contexts()(self.index_dir, RAG)
+            from workbench.rag.api import context_providers  # an experiment composes pipelines
+
+            self.providers = context_providers(self.index_dir, RAG)
         return {c: self.providers[c] for c in conditions if c != "none"}
 
 
@@ -168,7 +169,9 @@ def _evaluate_base(job: _Job) -> tuple:
         results, summary = evaluate_conditions(
             model, job.items, ec, contexts=job.contexts(ec.conditions),
             model_name=f"base ({cfg.models.chat.spec})", log=job.ctx.log)
-        retrieval = services.benchmark_retrieval_metrics()(
+        from workbench.rag.evaluate import benchmark_retrieval_metrics
+
+        retrieval = benchmark_retrieval_metrics(
             job.providers["hybrid"].index if job.providers else job.index_dir, job.items)
         summary = summary.model_copy(update={"retrieval": retrieval})
         write_eval(lay.artifact("compare", "eval_base").parent, results, summary)

@@ -17,7 +17,6 @@ class CompareConfig(BaseModel):
 
 PIPELINES = [Pipeline(
     name="compare", kind="experiment",
-    requires=("contexts", "benchmark_retrieval_metrics"),
     help="RF-Agent's comparison for any domain: distil, index, evaluate the base model "
          "without and with each kind of retrieval, LoRA SFT, evaluate the SFT model, report "
          "with 95% intervals and paired significance tests.",

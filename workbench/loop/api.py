@@ -26,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workbench import services
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_write_json, read_jsonl, write_jsonl
 from workbench.loop.decide import decide_round, keep
@@ -175,7 +174,9 @@ class Loop:
     def search(self, queries: list[str], k: int):
         if self._searcher is None:
             # the test terms' sections are never searched: nothing is made from them
-            self._searcher = services.searcher()(
+            from workbench.rag.api import Searcher  # the loop composes pipelines
+
+            self._searcher = Searcher(
                 self.suites.training_sections(), self.files.index, retriever="keyword",
                 log=self.log)
         return self._searcher(queries, k)

@@ -5,7 +5,6 @@ from workbench.registry import Artifact, Pipeline, Stage
 
 PIPELINE = Pipeline(
     name="loop", kind="experiment",
-    requires=("searcher",),
     help="Improvement loop with human gates (Cura): evaluate, mine failures by mode, "
          "synthesise targeted data with retention anchors, gate it, search the mixture, "
          "train a LoRA candidate, guard every subset, keep or revert.",

@@ -19,7 +19,5 @@ PIPELINE = Pipeline(
               ("section_index", "workbench.rag.api:index_sections"),
               ("query_index", "workbench.rag.api:query_index"),
               ("open_index", "workbench.rag.api:open_index"),
-              ("searcher", "workbench.rag.api:Searcher"),
-              ("benchmark_retrieval_metrics",
-               "workbench.rag.evaluate:benchmark_retrieval_metrics")),
+              ("searcher", "workbench.rag.api:Searcher")),
 )
