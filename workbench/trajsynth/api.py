@@ -313,6 +313,30 @@ def explore(cfg, env: DataEnvironment, tasks: list[Task], out: Path, *, log=prin
                         load_model=lambda spec: load_model(spec))
 
 
+# --- the steps of a trajsynth folder, as `workbench trajsynth tasks|explore|export` run them
+
+
+def make_task_pool(env: DataEnvironment, config: PoolConfig, out: str | Path) -> TaskPool:
+    """Synthesise and verify `env`'s task pool into OUT/tasks.jsonl (and its summary)."""
+    pool = build_pool(env, config)
+    save_pool(pool, TrajsynthFiles(out).tasks)
+    return pool
+
+
+def folder_tasks(cfg, out: str | Path) -> list[Task]:
+    """The tasks of OUT/tasks.jsonl the config selects (`trajsynth.split`, `.limit`)."""
+    tc: TrajsynthConfig = cfg.trajsynth
+    return select_tasks(load_pool(TrajsynthFiles(out).tasks), tc.split, tc.limit)
+
+
+def explore_folder(cfg, env: DataEnvironment, out: str | Path, *, log=print
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Search the selected tasks of OUT/tasks.jsonl (a re-run searches only what is missing),
+    then export: (the search summary, the export counts)."""
+    tasks = folder_tasks(cfg, out)
+    return explore(cfg, env, tasks, Path(out), log=log), export(out, tasks, env, log=log)
+
+
 def run(cfg, ctx):
     """The registered pipeline: pool (skipped when unchanged), search (per task, resumable),
     exports."""
@@ -326,9 +350,7 @@ def run(cfg, ctx):
     pool_file = files.tasks
 
     def make_pool() -> dict[str, Any]:
-        pool = build_pool(env, tc.pool)
-        save_pool(pool, pool_file)
-        return {"tasks": len(pool.tasks)}
+        return {"tasks": len(make_task_pool(env, tc.pool, out).tasks)}
 
     ctx.stages("trajsynth").run("tasks", (env.profile.content_hash, tc.pool.model_dump()),
                                 make_pool)

@@ -32,13 +32,10 @@ def register(group: typer.Typer) -> None:
     def tasks(env: EnvArg, out: OutOpt, config: ConfigArg = None,
               config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Synthesise and verify the task pool: OUT/tasks.jsonl and tasks.summary.json."""
-        from workbench.datatasks.poolfiles import format_summary, save_pool
-        from workbench.datatasks.tasks import build_pool
-        from workbench.trajsynth.api import open_env
+        from workbench.datatasks.poolfiles import format_summary
+        from workbench.trajsynth.api import make_task_pool, open_env
 
-        tc = _cfg(config, config_opt, set_).trajsynth
-        pool = build_pool(open_env(env), tc.pool)
-        save_pool(pool, TrajsynthFiles(out).tasks)
+        pool = make_task_pool(open_env(env), _cfg(config, config_opt, set_).trajsynth.pool, out)
         typer.echo(format_summary(pool.summary))
         typer.echo(f"wrote {TrajsynthFiles(out).tasks}")
 
@@ -47,19 +44,12 @@ def register(group: typer.Typer) -> None:
                 config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Search OUT/tasks.jsonl with MCTS (one tree per task under OUT/trees; a re-run only
         searches what is missing) and export SFT, ICL and preference data."""
-        from workbench.datatasks.poolfiles import load_pool
         from workbench.progress import quiet_libraries
-        from workbench.trajsynth.api import explore as explore_tasks
-        from workbench.trajsynth.api import export, open_env, select_tasks
+        from workbench.trajsynth.api import explore_folder, open_env
 
         quiet_libraries()
-        cfg = _cfg(config, config_opt, set_)
-        tc = cfg.trajsynth
-        e = open_env(env)
-        pool = load_pool(TrajsynthFiles(out).tasks)
-        todo = select_tasks(pool, tc.split, tc.limit)
-        s = explore_tasks(cfg, e, todo, out, log=lambda m: typer.echo(m, err=True))
-        ex = export(out, todo, e)
+        s, ex = explore_folder(_cfg(config, config_opt, set_), open_env(env), out,
+                               log=lambda m: typer.echo(m, err=True))
         lo, hi = s["yield_ci95"]
         typer.echo(f"{s['tasks_verified']}/{s['tasks']} tasks verified ({100 * s['yield']:.0f}% "
                    f"[{100 * lo:.0f}, {100 * hi:.0f}]); {s['ledger']['executions']} executions, "
@@ -72,12 +62,10 @@ def register(group: typer.Typer) -> None:
                    config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Write OUT/sft.messages.jsonl, icl_bank.jsonl and preferences.jsonl from the saved
         trees (no search)."""
-        from workbench.datatasks.poolfiles import load_pool
-        from workbench.trajsynth.api import export, open_env, select_tasks
+        from workbench.trajsynth.api import export, folder_tasks, open_env
 
-        tc = _cfg(config, config_opt, set_).trajsynth
-        pool = load_pool(TrajsynthFiles(out).tasks)
-        ex = export(out, select_tasks(pool, tc.split, tc.limit), open_env(env))
+        ex = export(out, folder_tasks(_cfg(config, config_opt, set_), out), open_env(env),
+                    log=lambda m: typer.echo(m, err=True))
         typer.echo(f"{ex['sft']} SFT conversations, {ex['icl']} ICL entries, "
                    f"{ex['preferences']} preference pairs in {out}")
 
