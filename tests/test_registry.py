@@ -191,7 +191,6 @@ def test_each_package_calls_only_the_services_its_pipelines_declare():
         assert names <= declared.get(pkg, set()), (pkg, names - declared.get(pkg, set()))
 
 
-
 def test_a_service_is_used_only_where_importing_its_provider_is_forbidden():
     """A service is the way sideways (pipeline to pipeline) or up (evaluation asking rag for
     contexts); where the layer table lets the consumer import the provider (an experiment
@@ -201,8 +200,9 @@ def test_a_service_is_used_only_where_importing_its_provider_is_forbidden():
     from workbench import registry
 
     table = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c for c in table["contracts"] if c["id"] == "layers")["layers"]
     layer_of, independent = {}, {}
-    for i, layer in enumerate(table["contracts"][0]["layers"]):
+    for i, layer in enumerate(layers):
         for part in layer.replace(":", "|").split("|"):
             layer_of[part.strip()] = i
             independent[part.strip()] = "|" in layer
@@ -217,6 +217,7 @@ def test_a_service_is_used_only_where_importing_its_provider_is_forbidden():
         for name in p.requires:
             required.add(name)
             src = provider[name]
+            assert user in layer_of and src in layer_of, (user, src, "not in the layer table")
             below = layer_of[user] > layer_of[src]
             sideways = layer_of[user] == layer_of[src] and independent[user] and user != src
             assert below or sideways, (f"{p.name} ({user}) may import {src}: it should, "

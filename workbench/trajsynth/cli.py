@@ -35,7 +35,8 @@ def register(group: typer.Typer) -> None:
         from workbench.datatasks.poolfiles import format_summary
         from workbench.trajsynth.api import make_task_pool, open_env
 
-        pool = make_task_pool(open_env(env), _cfg(config, config_opt, set_).trajsynth.pool, out)
+        tc = _cfg(config, config_opt, set_).trajsynth  # a bad config fails before any profiling
+        pool = make_task_pool(open_env(env), tc.pool, out)
         typer.echo(format_summary(pool.summary))
         typer.echo(f"wrote {TrajsynthFiles(out).tasks}")
 

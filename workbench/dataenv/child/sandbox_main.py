@@ -57,7 +57,8 @@ from sandbox_worker import worker
 
 # ... and off the path again: in a checkout the folder is outside what the worker may read, so
 # code that lists the path (pkgutil.iter_modules, importlib.metadata) would be refused there
-sys.path.remove(HERE)
+while HERE in sys.path:
+    sys.path.remove(HERE)
 sys.path_importer_cache.pop(HERE, None)
 
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
