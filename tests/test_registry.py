@@ -224,6 +224,7 @@ def test_a_service_is_used_only_where_importing_its_provider_is_forbidden():
                                        f"not ask for the {name!r} service")
     assert set(provider) == required, set(provider) - required
 
+
 def test_a_provider_that_does_not_fit_is_refused_at_the_start_of_a_run(monkeypatch):
     from workbench import registry, services
     from workbench.registry import Pipeline

@@ -349,6 +349,7 @@ def test_code_that_lists_the_import_path_is_not_refused():
     assert r.blocked == []
     assert r.result == [True, True, False]
 
+
 # --- SQL -----------------------------------------------------------------------------------------
 
 

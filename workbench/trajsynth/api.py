@@ -354,8 +354,7 @@ def run(cfg, ctx):
 
     ctx.stages("trajsynth").run("tasks", (env.profile.content_hash, tc.pool.model_dump()),
                                 make_pool)
-    pool = load_pool(pool_file)
-    tasks = select_tasks(pool, tc.split, tc.limit)
+    tasks = folder_tasks(cfg, out)
     model_spec = cfg.models.chat.model_dump()
 
     def search() -> dict[str, Any]:
