@@ -1,13 +1,18 @@
-"""Distillation of the RF demo on both backends, side by side in one run (issue 15).
+"""Distillation of the RF demo on each generation engine, side by side in one run (issues 15,
+42).
 
-    python benchmarks/bench_distill_backends.py --json benchmarks/results/distill_backends.json
+    python benchmarks/bench_distill_backends.py --backends transformers,llamacpp \
+        --json benchmarks/results/distill_engines.json
 
 Each backend distils `configs/rf_demo.yaml` cold (a fresh run folder and call cache) in its
 own process: transformers fp32 for everything, then CTranslate2 (int8 weights, the default
 thread layout) for generation with scoring left where `scoring: auto` puts it (the
 verifier's log-likelihood stays on transformers: int8 scoring failed its parity check).
-Reported: wall seconds, model calls made, calls per second, tokens generated, samples
-accepted (MC / open / benchmark items), and the ratios.
+llama.cpp (issue 42) generates from the GGUF file as it ships, with scoring (the verifier's
+log-likelihood) on transformers. Reported: wall seconds, model calls made, calls per second,
+tokens generated, samples accepted (MC / open / benchmark items) with Wilson intervals over
+the tasks written, rejects per gate, verifier agreement, each engine's acceptance against
+the first one's (Fisher's exact test), and the ratios.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BACKENDS = {"transformers": [], "ctranslate2": ["-s", "models.chat.backend=ctranslate2"]}
+BACKENDS = {"transformers": ["-s", "models.chat.backend=transformers"],
+            "llamacpp": ["-s", "models.chat.backend=llamacpp"],
+            "ctranslate2": ["-s", "models.chat.backend=ctranslate2"]}
 
 
 def run(backend: str, extra: list[str], folder: Path, config: str) -> dict:
@@ -39,33 +46,58 @@ def run(backend: str, extra: list[str], folder: Path, config: str) -> dict:
             "completion_tokens": calls["completion_tokens"],
             "accepted": rep["accepted"]["total"], "mc": rep["accepted"]["mc"],
             "nd": rep["accepted"]["nd"], "benchmark_items": rep["accepted"]["benchmark_items"],
-            "models": rep["models"]}
+            "written": _written(rep), "rejects": rep["rejects"],
+            "verifier": rep["verifier"], "models": rep["models"]}
+
+
+def _written(rep: dict) -> int:
+    """Tasks that reached the gates: accepted + every reject counted."""
+    return rep["accepted"]["total"] + sum(rep["rejects"].values())
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/rf_demo.yaml")
+    ap.add_argument("--backends", default="transformers,llamacpp,ctranslate2")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    from scipy.stats import fisher_exact
+
+    from workbench.evaluate.stats import wilson_interval
+
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, extra in BACKENDS.items():
-            rows.append(run(name, extra, Path(tmp) / name, a.config))
+        for name in a.backends.split(","):
+            rows.append(run(name, BACKENDS[name], Path(tmp) / name, a.config))
             print(json.dumps(rows[-1]), flush=True)
-    t, c = rows
+    t = rows[0]
     print("\n| backend | distil s | model calls | calls/s | tokens generated | accepted "
-          "(mc / open) | benchmark items |")
-    print("|---|---|---|---|---|---|---|")
+          "(mc / open) of written [95% CI] | benchmark items | verifier agreement |"
+          " p vs first (Fisher) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        lo, hi = wilson_interval(r["accepted"], r["written"])
+        r["acceptance_ci"] = [lo, hi]
+        r["p_vs_first"] = fisher_exact(
+            [[r["accepted"], r["written"] - r["accepted"]],
+             [t["accepted"], t["written"] - t["accepted"]]])[1]
+        v = r["verifier"]
+        agree = f"{v['agreed']}/{v['checked']}" if v["checked"] else "-"
         print(f"| {r['backend']} | {r['distill_s']:.0f} | {r['calls']} | {r['calls_per_s']} | "
-              f"{r['completion_tokens']} | {r['accepted']} ({r['mc']} / {r['nd']}) | "
-              f"{r['benchmark_items']} |")
-    print(f"\nwall ratio transformers / ctranslate2: {t['distill_s'] / c['distill_s']:.2f}x; "
-          f"calls/s ratio: {c['calls_per_s'] / t['calls_per_s']:.2f}x")
+              f"{r['completion_tokens']} | {r['accepted']} ({r['mc']} / {r['nd']}) of "
+              f"{r['written']} [{100 * lo:.0f}, {100 * hi:.0f}]% | {r['benchmark_items']} | "
+              f"{agree} | {r['p_vs_first']:.2f} |")
+    gates = sorted({g for r in rows for g in r["rejects"]})
+    print("\n| rejects by gate | " + " | ".join(r["backend"] for r in rows) + " |")
+    print("|---|" + "---|" * len(rows))
+    for g in gates:
+        print(f"| {g} | " + " | ".join(str(r["rejects"].get(g, 0)) for r in rows) + " |")
+    ratios = {r["backend"]: t["distill_s"] / r["distill_s"] for r in rows[1:]}
+    print("\nwall ratio " + ", ".join(f"{t['backend']} / {k}: {v:.2f}x"
+                                      for k, v in ratios.items()))
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps({"rows": rows, "ratio": t["distill_s"] / c["distill_s"]},
-                                     indent=1))
+        a.json.write_text(json.dumps({"rows": rows, "ratios": ratios}, indent=1))
 
 
 if __name__ == "__main__":

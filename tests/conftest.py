@@ -33,6 +33,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 FULL_TIER = {
     "bundled_model": "loads the bundled SmolLM2-135M chat model",
+    "bundled_llamacpp": "loads the bundled SmolLM2-135M chat model into llama.cpp",
     "cli_process": "runs the workbench CLI as a subprocess",
     "server_process": "starts a server in another process",
     "flower_deployment": "starts a Flower SuperLink and SuperNodes",
@@ -214,18 +215,27 @@ def fast_tier_refuses(what: str, fixture: str) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _guard_bundled_model():
     """In the fast tier, converting or opening the bundled GGUF model fails the test."""
-    from workbench.models import local
+    from workbench.models import llamacpp, local
 
     real = local.convert_gguf
+    real_file = llamacpp._gguf_file
 
     def guarded(source, *a, **kw):
         if source.kind == "bundled-gguf":
             fast_tier_refuses("loads the bundled chat model", "bundled_model")
         return real(source, *a, **kw)
 
+    def guarded_file(source):
+        if source.kind == "bundled-gguf":
+            fast_tier_refuses("loads the bundled chat model into llama.cpp",
+                              "bundled_llamacpp")
+        return real_file(source)
+
     local.convert_gguf = guarded
+    llamacpp._gguf_file = guarded_file
     yield
     local.convert_gguf = real
+    llamacpp._gguf_file = real_file
 
 
 def require(ok: bool, why: str) -> None:
@@ -411,10 +421,21 @@ def cli():
 
 @pytest.fixture(scope="session")
 def bundled_model():
-    """The real bundled SmolLM2 (converted once to safetensors, then cached on disk)."""
+    """The real bundled SmolLM2 on transformers (converted once to safetensors, then cached
+    on disk): the scoring engine, and the generation engine where llama.cpp is not."""
     from workbench.models import load_model
 
-    return load_model("default", batch_size=8)
+    return load_model("default", backend="transformers", batch_size=8)
+
+
+@pytest.fixture(scope="session")
+def bundled_llamacpp():
+    """The real bundled SmolLM2 on llama.cpp, the default generation engine of a GGUF."""
+    from workbench.models import load_model
+
+    model = load_model("default", backend="llamacpp", batch_size=8)
+    yield model
+    model.close()
 
 
 def free_port() -> int:
@@ -494,6 +515,60 @@ def tiny_model(tmp_path_factory):
     LlamaForCausalLM(cfg).save_pretrained(out)
     tok.save_pretrained(out)
     return str(out)
+
+
+def write_tiny_gguf(folder: str | Path, out: Path) -> Path:
+    """A GGUF file (f32) of a tiny llama-layout HF folder made by these tests: its weights in
+    llama.cpp's names and layout, its hyper-parameters from its config, and the tokenizer
+    and chat template from the bundled GGUF's metadata (which the tiny models share); no
+    weights of the bundled model are read."""
+    import gguf
+    import numpy as np
+    from safetensors.numpy import load_file
+    from transformers import AutoConfig
+
+    from workbench.models.resolve import resolve_chat_model
+    from workbench.train.gguf_export import gguf_tensors
+
+    src = resolve_chat_model("default")
+    reader = gguf.GGUFReader(str(src.path / src.gguf_file))
+    cfg = AutoConfig.from_pretrained(folder)
+    state = load_file(str(Path(folder) / "model.safetensors"))
+    tensors = gguf_tensors(state, n_blocks=cfg.num_hidden_layers,
+                           n_head=cfg.num_attention_heads, n_head_kv=cfg.num_key_value_heads,
+                           tied=cfg.tie_word_embeddings)
+    w = gguf.GGUFWriter(str(out), "llama")
+    for field in reader.fields.values():
+        if field.name.startswith("tokenizer."):
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            w.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    w.add_string("general.name", "tiny-llama")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(float(getattr(cfg, "rope_theta", None) or
+                               (cfg.rope_parameters or {}).get("rope_theta", 10000.0)))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for name, t in tensors.items():
+        w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory, tiny_model) -> Path:
+    """`tiny_model` as a GGUF file: what the llama.cpp backend runs in the fast tier."""
+    return write_tiny_gguf(tiny_model, tmp_path_factory.mktemp("tiny-gguf") / "tiny.gguf")
 
 
 # --- trajectory synthesis: shared environments ----------------------------------------------

@@ -87,6 +87,9 @@ def test_models_list_shows_bundled_defaults(cli):
     assert r.returncode == 0
     assert "smollm2-135m-instruct" in r.stdout and "minilm" in r.stdout
     assert "missing" not in r.stdout
+    # the bundled GGUF generates on llama.cpp; scoring stays on transformers
+    assert "generate -> llamacpp, score -> transformers" in r.stdout
+    r = cli("models", "list", "-s", "models.chat.backend=transformers")
     assert "generate -> transformers, score -> transformers" in r.stdout
     # per use: int8 CTranslate2 generates, scoring stays on transformers (parity not met)
     r = cli("models", "list", "-s", "models.chat.backend=ctranslate2")
@@ -101,6 +104,6 @@ def test_smoke_job_end_to_end(tmp_path, cli_process):
                 env={"TQDM_DISABLE": "1"})
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["answer"] and out["model"] == "local:smollm2-135m-instruct"
+    assert out["answer"] and out["model"] == "llamacpp:smollm2-135m-instruct+score:transformers"
     assert {"load_chat_s", "generate_s"} <= set(out["timings"])
     assert "\r" not in r.stderr  # no progress-bar control characters in logs

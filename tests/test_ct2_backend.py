@@ -279,7 +279,10 @@ def test_backend_forced_from_the_config(tiny_model, tmp_path):
     assert open_chat_model(cfg.models.chat).backend_name == "local"
     assert open_chat_model(load_config(None, common[:1]).models.chat).backend_name == "local"
     assert {"ctranslate2", "transformers", "local"} <= set(available_backends())
-    assert backend_uses("default") == {"generate": "transformers", "score": "transformers"}
+    # a GGUF (the bundled model) generates on llama.cpp where it is installed
+    assert backend_uses("default") == {"generate": "llamacpp", "score": "transformers"}
+    assert backend_uses("default", "transformers") == {"generate": "transformers",
+                                                       "score": "transformers"}
     assert backend_uses("default", "ctranslate2") == {"generate": "ctranslate2",
                                                       "score": "transformers"}  # int8: auto
     assert backend_uses("default", "ctranslate2", {"quantization": "float32"}) == {

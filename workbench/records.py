@@ -397,6 +397,9 @@ class RunManifest(Record):
     seed: StrictInt | None = None
     status: StrictStr = "running"
     outputs: dict[str, Any] = Field(default_factory=dict)
+    # each role's model identity: its engine included ("llamacpp:...+score:transformers"),
+    # so a run says which engine generated and which scored
+    models: dict[str, StrictStr] = Field(default_factory=dict)
 
 
 def library_versions(*names: str) -> dict[str, str]:
@@ -406,7 +409,8 @@ def library_versions(*names: str) -> dict[str, str]:
     from workbench import __version__
 
     out = {"workbench": __version__}
-    for name in names or ("torch", "transformers", "peft", "sentence-transformers"):
+    for name in names or ("torch", "transformers", "peft", "sentence-transformers",
+                          "xllamacpp"):
         try:
             out[name] = version(name)
         except PackageNotFoundError:

@@ -104,6 +104,10 @@ def serve(
     name: Annotated[Optional[str], typer.Option(help="Model name clients send "
                                                      "(default: the spec).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    backend: Annotated[Optional[str], typer.Option(
+        help="Engine: llamacpp, transformers or ctranslate2 (default: llama.cpp for a GGUF "
+             "model where it is installed, else transformers; scoring stays on "
+             "transformers).")] = None,
     api_key: Annotated[Optional[str], typer.Option(
         envvar="WB_API_KEY", show_envvar=True,
         help="Require `Authorization: Bearer <key>` on every route (401 otherwise).")] = None,
@@ -134,7 +138,7 @@ def serve(
     opts = {"device": device}
     if adapter:
         opts["adapter"] = str(adapter)
-    m = load_model(model, **opts)
+    m = load_model(model, backend=backend, **opts)
     if adapter:
         from workbench.models.templates import fingerprint_warning
 

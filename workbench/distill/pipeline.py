@@ -411,5 +411,6 @@ def _write_outputs(run_dir: Path, cfg, samples, bench, report, seed, sections) -
     manifest = RunManifest(run_id=run_dir.name, kind="distill", config=cfg.model_dump(
         mode="json"), input_hashes={"sections": sha256_text("".join(
             s.content_hash for s in sections))[:16]}, versions=library_versions(), seed=seed,
-        status="completed", outputs={"samples": len(samples), "benchmark": len(bench)})
+        status="completed", outputs={"samples": len(samples), "benchmark": len(bench)},
+        models=report.models)
     atomic_write_json(run_dir / "manifest.json", manifest.to_json())

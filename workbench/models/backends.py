@@ -12,8 +12,9 @@ from workbench.errors import WorkbenchError
 from workbench.models.base import ChatModel
 
 _BACKENDS: dict[str, Callable[..., ChatModel]] = {}  # registered from code, or loaded
-# Other names a config may use: `-s models.chat.backend=transformers|ctranslate2`.
-_ALIASES = {"transformers": "local", "ct2": "ctranslate2"}
+# Other names a config may use: `-s models.chat.backend=transformers|ctranslate2|llama.cpp`.
+_ALIASES = {"transformers": "local", "ct2": "ctranslate2", "llama.cpp": "llamacpp",
+            "llama_cpp": "llamacpp"}
 
 
 def register_backend(name: str):
@@ -46,6 +47,32 @@ def available_backends() -> list[str]:
     return sorted(set(_BACKENDS) | set(plugins.entries(plugins.BACKENDS)) | set(_ALIASES))
 
 
+_FALLBACK_SAID: set[str] = set()
+
+
+def default_backend(kind: str, *, say: bool = False) -> str:
+    """The backend a model source of this kind gets when none is named: an OpenAI-compatible
+    server's own; llama.cpp for a GGUF file (the bundled model included), where it is
+    installed and this machine has no GPU it cannot use; transformers otherwise. With `say`,
+    a GGUF that falls back to transformers is logged once, with the reason."""
+    if kind == "openai":
+        return "openai"
+    if kind not in ("bundled-gguf", "gguf"):
+        return "local"
+    from workbench.models import llamacpp
+
+    why = llamacpp.fallback_reason()
+    if why is None:
+        return "llamacpp"
+    if say and why not in _FALLBACK_SAID:
+        _FALLBACK_SAID.add(why)
+        import logging
+
+        logging.getLogger("workbench.models").warning(
+            "generation runs on transformers, not llama.cpp: %s", why)
+    return "local"
+
+
 def backend_uses(spec: str = "default", backend: str | None = None,
                  options: dict[str, Any] | None = None) -> dict[str, str]:
     """Which backend serves each use of a spec ({"generate": ..., "score": ...}), without
@@ -55,7 +82,7 @@ def backend_uses(spec: str = "default", backend: str | None = None,
     if backend == "fake" or spec.startswith("fake"):
         name = "fake"
     else:
-        name = backend or ("openai" if resolve_chat_model(spec).kind == "openai" else "local")
+        name = backend or default_backend(resolve_chat_model(spec).kind)
     uses = getattr(_backend(name), "uses", None)
     if uses is not None:
         return uses(options)
@@ -78,5 +105,5 @@ def load_model(spec: str = "default", *, backend: str | None = None,
     if backend == "fake" or spec.startswith("fake"):  # scripted backends (tests) take a spec
         return _backend(backend or "fake")(spec=spec, **options)
     source = resolve_chat_model(spec)
-    name = backend or ("openai" if source.kind == "openai" else "local")
+    name = backend or default_backend(source.kind, say=True)
     return _backend(name)(source=source, **options)

@@ -189,6 +189,13 @@ class ChatModel(abc.ABC):
     def identity(self) -> str:
         """A stable string naming the exact model (and adapter): the call-cache key uses it."""
 
+    @property
+    def score_identity(self) -> str:
+        """The identity scores are cached under: the model's own, or, where a backend
+        scores on another engine than it generates on, that engine's (so scores are shared
+        with it and generations never are)."""
+        return self.identity
+
     @abc.abstractmethod
     def generate(self, conversations: Sequence[Conversation],
                  params: GenerationParams | None = None, tools: Tools | None = None,

@@ -241,6 +241,10 @@ class CachedModel(ChatModel):
         return self.inner.identity
 
     @property
+    def score_identity(self) -> str:
+        return self.inner.score_identity
+
+    @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
         return self.inner.capabilities
 
@@ -303,7 +307,7 @@ class CachedModel(ChatModel):
         for ri, req in enumerate(requests):
             row: list[ContinuationScore | None] = []
             for ci, cont in enumerate(req.continuations):
-                key = score_key(self.identity, req.prompt, cont)
+                key = score_key(self.score_identity, req.prompt, cont)
                 hit = self._parsed(key, self.cache.get(key), lambda v: ContinuationScore(**v))
                 row.append(hit)
                 if hit is None:
@@ -322,7 +326,7 @@ class CachedModel(ChatModel):
             self.calls_made += len(missing)
             for ri, row in zip(order, scored, strict=True):
                 for (ci, key), sc in zip(by_req[ri], row, strict=True):
-                    self.cache.put(key, "score", self.identity,
+                    self.cache.put(key, "score", self.score_identity,
                                    {"logprob": sc.logprob, "n_tokens": sc.n_tokens,
                                     "n_chars": sc.n_chars, "is_greedy": sc.is_greedy})
                     results[ri][ci] = sc

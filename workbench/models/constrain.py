@@ -81,6 +81,38 @@ class Constraint(BaseModel):
                 "start: " + " | ".join(_lark_string(o) for o in options) + "\n")
         return ll.LLMatcher.grammar_from_lark(self.value)
 
+    def lark_text(self) -> str:
+        """This constraint as Lark text in llguidance's dialect (`%json` for a schema): the
+        form engines that take a grammar as text (llama.cpp) are given."""
+        if self.kind == "lark":
+            return self.value
+        if self.kind == "choice":
+            return "start: " + " | ".join(_lark_string(o) for o in json.loads(self.value)) + "\n"
+        if self.kind == "regex":
+            return f"start: /{_lark_regex_body(self.value)}/\n"
+        schema = {"type": "object"} if self.kind == "json_object" else json.loads(self.value)
+        return f"start: %json {json.dumps({'x-guidance': JSON_STYLE, **schema})}\n"
+
+    def llama_grammar(self) -> str:
+        """llama.cpp's `grammar` field for this constraint: Lark text behind the directive
+        that sends it to llguidance instead of llama.cpp's own GBNF engine."""
+        return "%llguidance {}\n" + self.lark_text()
+
+
+def _lark_regex_body(pattern: str) -> str:
+    """`pattern` as the body of a Lark regex literal: its slashes and line breaks escaped,
+    escapes it already has kept as they are."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        out.append({"/": "\\/", "\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(c, c))
+        i += 1
+    return "".join(out)
+
 
 def _lark_string(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)

@@ -91,7 +91,11 @@ def register(group: typer.Typer) -> None:
             check: Annotated[bool, typer.Option(help="Load the file back through the "
                                                      "workbench's GGUF path and compare its "
                                                      "greedy answers with the merged "
-                                                     "model's.")] = True):
+                                                     "model's.")] = True,
+            lora: Annotated[bool, typer.Option(
+                "--lora", help="Write the adapter alone as a GGUF LoRA adapter (no merge): "
+                               "llama.cpp's --lora, Ollama's ADAPTER, and what the workbench's "
+                               "llama.cpp backend applies at run time.")] = False):
         """Merge an adapter into its base model and write one GGUF file that llama.cpp and
         Ollama load (`ollama create NAME -f Modelfile` with `FROM ./file.gguf`). The tokenizer,
         chat template and hyper-parameters come from the base model's own GGUF; the weights
@@ -100,9 +104,15 @@ def register(group: typer.Typer) -> None:
         the same answers; f16 and q8_0 round the weights, so they must rank the merged
         answers' next tokens first at 95% of positions (exit 1 otherwise)."""
         from workbench.progress import quiet_libraries
-        from workbench.train.gguf_export import export_gguf
+        from workbench.train.gguf_export import export_gguf, export_lora_gguf
 
         quiet_libraries()
+        if lora:
+            rep = export_lora_gguf(adapter, out, base=base)
+            typer.echo(f"{out}: GGUF LoRA adapter, {rep['tensors']} tensors, "
+                       f"{rep['bytes'] / 1e6:.1f} MB, alpha {rep['alpha']:g} (base "
+                       f"{rep['base']})")
+            return
         rep = export_gguf(adapter, out, base=base, out_type=out_type, check=check,
                           log=lambda m: typer.echo(m, err=True))
         c = rep.get("check")

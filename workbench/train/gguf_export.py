@@ -20,17 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.models.gguf_lora import permute_rotary
 
 TYPES = ("f16", "f32", "q8_0")
 CHECK_PROMPTS = ["Hello! How are you today?", "List three prime numbers.",
                  "What should I check first when something stops working?",
                  "Summarise what an impedance match does in one sentence."]
-
-
-def _permute(w, n_head: int):
-    """llama.cpp's layout of a query/key projection (rotary halves interleaved per head)."""
-    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-            .swapaxes(1, 2).reshape(w.shape))
 
 
 def gguf_tensors(state: dict[str, Any], *, n_blocks: int, n_head: int, n_head_kv: int,
@@ -48,9 +43,9 @@ def gguf_tensors(state: dict[str, Any], *, n_blocks: int, n_head: int, n_head_kv
         if new is None:
             raise WorkbenchError(f"{name}: no GGUF name for this tensor (not a llama layout)")
         if name.endswith("q_proj.weight"):
-            w = _permute(w, n_head)
+            w = permute_rotary(w, n_head)
         elif name.endswith("k_proj.weight"):
-            w = _permute(w, n_head_kv)
+            w = permute_rotary(w, n_head_kv)
         out[new] = w
     return out
 
@@ -107,6 +102,24 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
         tok = AutoTokenizer.from_pretrained(folder)
         report.update(_check(merged, tok, out, prompts or CHECK_PROMPTS, max_tokens, log))
     return report
+
+
+def export_lora_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
+                     ) -> dict[str, Any]:
+    """Write `adapter` unmerged as a GGUF LoRA adapter for its base model's GGUF (`base`,
+    default: the adapter's manifest says which): what llama.cpp applies with `--lora`."""
+    from workbench.io import check_replaceable
+    from workbench.models.gguf_lora import write_lora_gguf
+    from workbench.models.local import check_adapter_dir
+
+    out = Path(out)
+    if out.suffix != ".gguf":
+        raise WorkbenchError(f"{out}: the output file must end in .gguf")
+    check_replaceable(out)
+    adapter = check_adapter_dir(adapter)
+    base, source, _, _ = _gguf_base(adapter, base)
+    report = write_lora_gguf(adapter, source.path / source.gguf_file, out)
+    return {**report, "base": base}
 
 
 def _gguf_base(adapter: Path, base: str | None):
@@ -203,7 +216,7 @@ def _check(merged, tok, out: Path, prompts: list[str], max_tokens: int, log) -> 
         want_model = load_model(str(tmp))
         want = [g.text for g in want_model.generate(convs, params)]
         log(f"loading {out} back through the workbench's GGUF path")
-        got_model = load_model(str(out))
+        got_model = load_model(str(out), backend="local")  # its logits are compared
         got = [g.text for g in got_model.generate(convs, params)]
         agree, total = _top1_agreement(want_model, got_model, convs, want)
     finally:  # the copies this check made are ours: nothing stays in the model cache

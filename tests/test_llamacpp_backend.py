@@ -1,0 +1,280 @@
+"""The llama.cpp backend (`workbench.models.llamacpp`) on tiny random-init GGUF files that
+these tests write themselves: the same tokens as transformers, constraints, tool calls,
+streaming, stops, cancellation, seeds, LoRA adapters applied unmerged, scoring on
+transformers, the server's lock, and the default choice of engine. The bundled model on
+llama.cpp is in the full tier (`bundled_llamacpp`)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import write_tiny_gguf
+
+from workbench.errors import WorkbenchError
+from workbench.models import load_model
+from workbench.models.base import GenerationParams, ScoreRequest, cancel_on
+from workbench.models.constrain import Constraint
+
+pytest.importorskip("xllamacpp")
+
+GREEDY = GenerationParams(max_tokens=24)
+TOOLS = [{"type": "function", "function": {
+    "name": "calc", "description": "Evaluate an expression.",
+    "parameters": {"type": "object", "properties": {"expr": {"type": "string"}},
+                   "required": ["expr"], "additionalProperties": False}}}]
+
+
+def _convs(n: int) -> list[list[dict]]:
+    return [[{"role": "user", "content": f"Hello number {i}, tell me about filters."}]
+            for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def peaked(tmp_path_factory, tiny_model):
+    """(HF folder, GGUF file) of a tiny llama whose logits are far apart (init 0.2), so that
+    greedy paths do not turn on rounding; its tokenizer is the bundled model's."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
+
+    cfg = AutoConfig.from_pretrained(tiny_model)
+    cfg.initializer_range = 0.2
+    torch.manual_seed(1)
+    out = tmp_path_factory.mktemp("peaked") / "peaked"
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(out)
+    return out, write_tiny_gguf(out, out.parent / "peaked.gguf")
+
+
+@pytest.fixture(scope="module")
+def engines(peaked):
+    folder, gguf = peaked
+    hf = load_model(str(folder))
+    cpp = load_model(str(gguf), batch_size=4)
+    yield hf, cpp
+    cpp.close()
+
+
+def _ids(model, texts):
+    return [model.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def test_a_gguf_generates_on_llama_cpp_by_default_with_transformers_tokens(engines):
+    hf, cpp = engines
+    assert cpp.backend_name == "llamacpp" and hf.backend_name == "local"
+    assert cpp.identity.startswith("llamacpp:") and "+score:transformers" in cpp.identity
+    convs = _convs(6)
+    a, b = hf.generate(convs, GREEDY), cpp.generate(convs, GREEDY)
+    assert all(g.ok for g in b)
+    # same prompt tokens in, and (f32 weights, far-apart logits) the same greedy tokens out
+    assert [g.prompt_tokens for g in a] == [g.prompt_tokens for g in b]
+    assert _ids(hf, [g.text for g in a]) == _ids(hf, [g.text for g in b])
+    assert [g.finish_reason for g in a] == [g.finish_reason for g in b]
+    # a batch larger than the slots, and raw completion
+    assert len(cpp.generate(_convs(9), GenerationParams(max_tokens=4))) == 9
+    raw = cpp.complete(["The filter"], GenerationParams(max_tokens=5))[0]
+    assert raw.ok and raw.completion_tokens == 5 and raw.finish_reason == "length"
+
+
+def test_stops_streaming_and_seeds(engines):
+    _, cpp = engines
+    conv = _convs(1)[0]
+    whole = cpp.generate([conv], GREEDY)[0].text
+    assert "".join(cpp.stream(conv, GREEDY)) == whole
+    stop = whole[len(whole) // 2:len(whole) // 2 + 3]
+    if stop.strip():
+        cut = cpp.generate([conv], GREEDY.model_copy(update={"stop": (stop,)}))[0]
+        assert cut.text == whole[:whole.find(stop)] and cut.finish_reason == "stop"
+        assert "".join(cpp.stream(conv, GREEDY.model_copy(update={"stop": (stop,)}))) == cut.text
+    sampled = GenerationParams(max_tokens=16, temperature=1.0, seed=7)
+    one = [g.text for g in cpp.generate(_convs(3), sampled)]
+    assert one == [g.text for g in cpp.generate(_convs(3), sampled)]
+    assert one != [g.text for g in cpp.generate(_convs(3), sampled.model_copy(
+        update={"seed": 8}))]
+
+
+@pytest.mark.parametrize("constraint,check", [
+    (Constraint.json_schema({"type": "object", "properties": {
+        "n": {"type": "integer"}, "ok": {"type": "boolean"}}, "required": ["n", "ok"],
+        "additionalProperties": False}),
+     lambda t: set(json.loads(t)) == {"n", "ok"} and ", " in t),
+    (Constraint.regex(r"[0-9]{2}/[a-c]{2}"),
+     lambda t: len(t) == 5 and t[2] == "/" and t[:2].isdigit()),
+    (Constraint.choice(["yes", "no", "not sure"]), lambda t: t in ("yes", "no", "not sure")),
+    (Constraint.lark('start: "A" | "B" " " /[xy]+/'), lambda t: t == "A" or t.startswith("B ")),
+    (Constraint.json_object(), lambda t: isinstance(json.loads(t), dict)),
+])
+def test_constraints_hold_on_llama_cpp(engines, constraint, check):
+    _, cpp = engines
+    cpp.check_constraint(constraint)
+    gens = cpp.generate(_convs(3), GenerationParams(max_tokens=48, constraint=constraint))
+    for g in gens:
+        assert g.ok
+        if g.finish_reason == "stop":
+            assert check(g.text), g.text
+
+
+def test_forced_tool_calls_parse_and_stream(engines):
+    _, cpp = engines
+    gens = cpp.generate(_convs(3), GenerationParams(max_tokens=64), tools=TOOLS,
+                        tool_choice="required")
+    for g in gens:
+        assert g.finish_reason in ("tool_calls", "length")
+        if g.finish_reason == "tool_calls":
+            call = g.tool_calls[0]
+            assert call.function.name == "calc"
+            assert set(json.loads(call.function.arguments)) == {"expr"}
+    events = list(cpp.stream_tool_call(_convs(1)[0], GenerationParams(max_tokens=64), TOOLS,
+                                       {"type": "function", "function": {"name": "calc"}}))
+    assert events[0] == ("name", "calc") and events[-1][0] == "finish"
+    if events[-1][1] == "tool_calls":
+        args = "".join(v for k, v in events if k == "arguments")
+        assert set(json.loads(args)) == {"expr"}
+    with pytest.raises(WorkbenchError, match="invalid"):
+        cpp.check_constraint(Constraint.lark("start: ("))
+
+
+def test_cancel_ends_generation_within_a_few_tokens(engines):
+    _, cpp = engines
+    event = threading.Event()
+    params = GenerationParams(max_tokens=2000)
+    conv = [{"role": "user", "content": "Write without end."}]
+    t0 = time.perf_counter()
+    threading.Timer(0.3, event.set).start()
+    with cancel_on(event):
+        gen = cpp.generate([conv], params)[0]
+    assert gen.completion_tokens < 2000 and time.perf_counter() - t0 < 20
+    pieces = []
+    with cancel_on(threading.Event()) as ev:
+        for piece in cpp.stream(conv, params):
+            pieces.append(piece)
+            if len(pieces) == 3:
+                ev.set()
+    assert 3 <= len(pieces) <= 5
+
+
+def test_a_prompt_longer_than_the_model_is_an_item_error(engines):
+    _, cpp = engines
+    long = [{"role": "user", "content": "filter " * 1500}]  # the tiny model takes 1024
+    gens = cpp.generate([long, _convs(1)[0]], GenerationParams(max_tokens=4))
+    assert gens[0].error and "a slot holds 1024" in gens[0].error and gens[1].ok
+
+
+def test_scores_are_the_transformers_models_and_shared_in_the_cache(engines, peaked,
+                                                                    tmp_path):
+    from workbench.models.cache import CachedModel, CallCache
+
+    _, cpp = engines
+    req = [ScoreRequest("The band-pass filter", [" passes", " stops"])]
+    assert cpp.score_identity == f"local:{peaked[1]}"
+    a = load_model(str(peaked[1]), backend="transformers").score(req)
+    b = cpp.score(req)
+    assert [s.logprob for s in a[0]] == pytest.approx([s.logprob for s in b[0]], abs=1e-5)
+    cache = CallCache(tmp_path / "calls.sqlite")
+    CachedModel(load_model(str(peaked[1]), backend="transformers"), cache).score(req)
+    cached = CachedModel(cpp, cache)
+    cached.score(req)
+    assert cached.calls_made == 0  # the transformers backend's cached scores were used
+    cached.generate(_convs(1), GREEDY)
+    assert cached.calls_made == 1  # generations are keyed by the llama.cpp identity
+
+
+def test_lora_adapter_runs_unmerged_as_the_merged_model_does(peaked, tmp_path, cli):
+    """A PEFT adapter (rsLoRA, a per-module alpha) converted to a GGUF LoRA adapter and
+    applied at run time gives the greedy tokens of the same adapter merged into the
+    weights; and they differ from the base model's."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    folder, gguf = peaked
+    base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    cfg = LoraConfig(r=4, lora_alpha=8, use_rslora=True, alpha_pattern={"v_proj": 16},
+                     target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                     init_lora_weights=False)
+    torch.manual_seed(3)
+    peft = get_peft_model(base, cfg)
+    for name, p in peft.named_parameters():
+        if "lora_" in name:
+            p.data.normal_(0, 0.3)
+    adapter = tmp_path / "adapter"
+    peft.save_pretrained(adapter)
+    merged = tmp_path / "merged"
+    peft.merge_and_unload().save_pretrained(merged)
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(folder).save_pretrained(merged)
+    merged_gguf = write_tiny_gguf(merged, tmp_path / "merged.gguf")
+    convs = _convs(4)
+    with_lora = load_model(str(gguf), adapter=str(adapter), batch_size=2)
+    try:
+        assert "+adapter:" in with_lora.identity
+        got = [g.text for g in with_lora.generate(convs, GREEDY)]
+    finally:
+        with_lora.close()
+    want_model = load_model(str(merged_gguf), batch_size=2)
+    base_model = load_model(str(gguf), batch_size=2)
+    try:
+        assert got == [g.text for g in want_model.generate(convs, GREEDY)]
+        assert got != [g.text for g in base_model.generate(convs, GREEDY)]
+    finally:
+        want_model.close()
+        base_model.close()
+    # the same file for llama.cpp's --lora, written by the CLI, applied as `lora`
+    out = tmp_path / "adapter.gguf"
+    res = cli("train", "export-gguf", str(adapter), "-o", str(out), "--lora", "--base",
+              str(gguf))
+    assert res.returncode == 0, res.stderr
+    assert "GGUF LoRA adapter" in res.stdout
+    from_file = load_model(str(gguf), lora=str(out), batch_size=2)
+    try:
+        assert "+lora:" in from_file.identity
+        assert [g.text for g in from_file.generate(convs, GREEDY)] == got
+        with pytest.raises(WorkbenchError, match="PEFT adapter folder"):
+            from_file.score([ScoreRequest("a", [" b"])])
+    finally:
+        from_file.close()
+
+
+def test_the_server_is_loopback_and_locked(engines):
+    import httpx
+
+    _, cpp = engines
+    url = cpp.server.url
+    assert url.startswith("http://127.0.0.1:")
+    assert httpx.post(url + "/completion", json={"prompt": "hi"}, trust_env=False
+                      ).status_code == 401
+    assert httpx.get(url + "/v1/models", trust_env=False).status_code == 401
+
+
+def test_without_the_engine_a_gguf_falls_back_to_transformers_saying_so(
+        peaked, monkeypatch, caplog):
+    from workbench.models import backends, llamacpp
+
+    monkeypatch.setattr(llamacpp, "available", lambda: False)
+    monkeypatch.setattr(backends, "_FALLBACK_SAID", set())
+    with caplog.at_level("WARNING", logger="workbench.models"):
+        m = load_model(str(peaked[1]))
+        load_model(str(peaked[1]))
+    assert m.backend_name == "local"
+    said = [r.getMessage() for r in caplog.records if "llama.cpp" in r.getMessage()]
+    assert len(said) == 1 and "xllamacpp" in said[0]
+    assert backends.backend_uses(str(peaked[1])) == {"generate": "transformers",
+                                                     "score": "transformers"}
+    with pytest.raises(WorkbenchError, match="xllamacpp"):
+        load_model(str(peaked[1]), backend="llamacpp")
+
+
+def test_options_and_sources_it_refuses(peaked, tiny_model):
+    with pytest.raises(WorkbenchError, match="GGUF"):
+        load_model(tiny_model, backend="llamacpp")
+    with pytest.raises(WorkbenchError, match="device"):
+        load_model(str(peaked[1]), device="mps")
+    with pytest.raises(WorkbenchError, match="no such"):
+        load_model(str(peaked[1]), lora=str(Path(peaked[1]).parent / "missing.gguf"))
+    from workbench.models.backends import backend_uses
+
+    assert backend_uses(str(peaked[1])) == {"generate": "llamacpp", "score": "transformers"}

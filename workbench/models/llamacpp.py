@@ -1,0 +1,565 @@
+"""llama.cpp backend: generation on the GGUF's own engine, scoring where its parity is proven.
+
+The bundled model is a GGUF file, and llama.cpp decodes it at this CPU's memory limit (the
+transformers loop reaches about a fifth of it: BENCHMARKS.md, "Generation engines"). This
+backend runs llama.cpp's own server (the C++ `llama-server`, from the `xllamacpp` wheel: no
+build at install) inside this process, bound to 127.0.0.1 on a port the OS picks and locked
+by a random key that never leaves the process, and talks to it through its native
+`/completion` route:
+
+- prompts are rendered and tokenised here, by the same code as the transformers and
+  CTranslate2 backends (`hf_chat.TokenizerChatModel`), and sent as token ids, so every
+  engine sees the same tokens; the reply's token ids are decoded here too, and cut at stop
+  strings and read for tool calls by the same post-processing;
+- a batch is sent as concurrent requests to the server's parallel slots (continuous
+  batching over one KV cache that all slots share, so one long prompt still fits);
+- constraints (forced tool calls, JSON schemas, regexes, choices, Lark grammars) go to
+  llama.cpp's llguidance sampler as Lark text, the same grammars the transformers backend
+  masks with;
+- a PEFT LoRA adapter is converted once to a GGUF LoRA adapter (`gguf_lora`) and applied
+  at run time, unmerged;
+- replies stream, and a request whose caller has gone (a cancel event, a closed stream) is
+  dropped by the server within a token.
+
+Scoring (`score`, `token_logprobs`) stays on the transformers model, loaded on first use:
+its per-item parity with lm-evaluation-harness is what the evaluations rest on. The
+identity names both engines, and `score_identity` is the transformers model's, so cached
+scores are shared with the transformers backend and cached generations never are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.errors import BackendError, WorkbenchError
+from workbench.models.backends import register_backend
+from workbench.models.base import (
+    Capabilities,
+    ChatModel,
+    ContinuationScore,
+    Conversation,
+    Generation,
+    GenerationParams,
+    ScoreRequest,
+    TokenLogprobs,
+    Tools,
+    cancel_event,
+)
+from workbench.models.ct2_watch import held_back
+from workbench.models.gguf_header import context_length
+from workbench.models.hf_chat import TokenizerChatModel
+from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
+from workbench.models.postprocess import cut_at_stop, with_tool_calls
+from workbench.models.resolve import ModelSource, workbench_home
+from workbench.models.tools import strip_special_tokens
+
+log = logging.getLogger(__name__)
+
+PACKAGE = "xllamacpp"
+PIP = "pip install 'xllamacpp==2026.10.11549'"
+SLOT_CONTEXT = 4096  # most KV tokens per parallel slot by default (the model's own when less)
+SAMPLERS = ["penalties", "temperature", "top_k", "top_p"]  # transformers' order
+
+
+def available() -> bool:
+    """Whether the llama.cpp engine is installed (nothing is imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec(PACKAGE) is not None
+
+
+def _nvidia_gpu() -> bool:
+    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
+
+
+def fallback_reason() -> str | None:
+    """Why a GGUF model's generation cannot go to llama.cpp here (None: it can): the engine
+    is not installed, or this machine has an NVIDIA GPU that the installed (CPU) build of
+    the engine cannot use while transformers can."""
+    if not available():
+        return f"the llama.cpp engine is not installed (`{PIP}`)"
+    if _nvidia_gpu() and not _gpu_build():
+        return ("this machine has an NVIDIA GPU and the installed llama.cpp engine is a CPU "
+                "build (install xllamacpp's CUDA wheel to generate there from GGUF files)")
+    return None
+
+
+class LlamaCppOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device: str = Field("auto", description="auto, cpu, gpu or cuda[:N] (GPU layers need a GPU "
+                                            "build of xllamacpp; auto offloads when it has "
+                                            "one).")
+    threads: int | None = Field(None, ge=1, description="CPU threads (default: all cores).")
+    batch_size: int = Field(8, ge=1, le=64, description="Parallel slots: conversations "
+                                                        "decoded together.")
+    slot_context: int | None = Field(None, ge=64, description=(
+        "Tokens (prompt + reply) one slot holds: each slot has a KV cache of its own, so a "
+        "reply does not depend on what else runs beside it (default: the model's positions, "
+        f"at most {SLOT_CONTEXT}; ~23 kB a token for the bundled model)."))
+    adapter: str | None = Field(None, description="PEFT LoRA adapter folder: converted once "
+                                                  "to a GGUF LoRA adapter, applied unmerged.")
+    lora: str | None = Field(None, description="A GGUF LoRA adapter file to apply.")
+    lora_scale: float = Field(1.0, description="Scale of the adapter.")
+    chat_template: str | None = Field(None, description="Jinja template when the model has "
+                                                        "none.")
+    scoring: Literal["transformers"] = Field(
+        "transformers", description="Backend for score/token_logprobs (the transformers "
+                                    "model, loaded on first use: its lm-eval parity is "
+                                    "measured; llama.cpp scoring is not).")
+    timeout_s: float = Field(600.0, gt=0, description="Longest wait for a reply (streamed: "
+                                                      "for its next token).")
+    # The transformers backend's own options, accepted so that a config written for it
+    # switches with `-s models.chat.backend=llamacpp` alone; they do not apply here.
+    dtype: str | None = Field(None, description="Ignored: the GGUF file's own types are used.")
+    merge_adapter: bool | None = Field(None, description="Ignored: adapters run unmerged.")
+
+
+def _gguf_file(source: ModelSource) -> Path:
+    if source.kind not in ("bundled-gguf", "gguf") or source.path is None:
+        raise WorkbenchError(
+            f"{source.name}: the llamacpp backend runs GGUF files; for a Hugging Face folder "
+            "use the transformers backend (-s models.chat.backend=transformers) or convert it "
+            "with llama.cpp's convert_hf_to_gguf.py")
+    return source.path / str(source.gguf_file)
+
+
+def tokenizer_folder(source: ModelSource) -> Path:
+    """A folder holding the GGUF's tokenizer (and chat template) in Hugging Face form: the
+    transformers backend's conversion when there is one, else a tokenizer-only copy made
+    once (reading it from the GGUF takes seconds, from the copy a tenth of one)."""
+    from workbench.models.local import gguf_cache_dir
+    from workbench.models.publish import publish_once
+
+    converted = gguf_cache_dir(source)
+    if (converted / "workbench-source.json").is_file():
+        return converted
+    target = converted.with_name(converted.name + "-tokenizer")
+    done = "workbench-tokenizer.json"
+
+    def write(tmp: Path) -> None:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+        tok.save_pretrained(tmp)
+        (tmp / done).write_text(json.dumps({"gguf": str(_gguf_file(source))}))
+
+    publish_once(target, write, complete=lambda f: (f / done).is_file())
+    return target
+
+
+def _gpu_build() -> bool:
+    import xllamacpp
+
+    try:
+        return any("GPU" in str(d.get("type")) for d in xllamacpp.get_device_info())
+    except Exception:  # noqa: BLE001 - a binding without device info: treat as CPU-only
+        return False
+
+
+class _Server:
+    """llama.cpp's server in this process: 127.0.0.1, a port the OS picks, a random key."""
+
+    def __init__(self, gguf: Path, *, slots: int, context: int, threads: int,
+                 gpu_layers: int, lora: Path | None, lora_scale: float, timeout_s: float):
+        import httpx
+        import xllamacpp as xlc
+
+        p = xlc.CommonParams()
+        p.model.path = str(gguf)
+        p.n_parallel = slots
+        p.n_ctx = context * slots
+        # a cache per slot: in one shared cache a reply's rounding depended on the other
+        # requests in flight (the same seeded batch twice: 2 of 12 replies alike; per slot,
+        # 12 of 12, and each the same as when it ran alone)
+        p.kv_unified = False
+        p.ctx_shift = False  # a prompt that does not fit is refused, never silently cut
+        p.cpuparams.n_threads = threads
+        p.cpuparams_batch.n_threads = threads
+        p.n_gpu_layers = gpu_layers
+        p.fit_params = False  # the sizes asked for, not ones fitted to free memory
+        p.cache_ram_mib = 0  # no host-memory prompt cache beyond the slots' own
+        p.verbosity = -1
+        p.ui = False
+        p.endpoint_slots = False
+        p.hostnames = ["127.0.0.1"]
+        p.port = 0
+        self.key = secrets.token_urlsafe(24)
+        p.api_keys = [self.key]
+        if lora is not None:
+            p.lora_adapters = [xlc.CommonAdapterLoraInfo(str(lora), float(lora_scale))]
+        try:
+            self.server = xlc.Server(p)
+        except Exception as e:
+            raise BackendError(f"llama.cpp could not load {gguf.name}: {e}") from e
+        self.url = self.server.listening_address.rstrip("/")
+        self.http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.key}"},
+            timeout=httpx.Timeout(30.0, read=timeout_s), trust_env=False,
+            limits=httpx.Limits(max_connections=slots + 4, max_keepalive_connections=slots + 4))
+        meta = self.http.get("/v1/models").json()["data"][0].get("meta") or {}
+        self.n_ctx_train = int(meta.get("n_ctx_train") or 0) or None
+
+    def close(self) -> None:
+        self.http.close()
+        server, self.server = getattr(self, "server", None), None
+        del server  # the binding stops the server's threads when the object goes
+
+
+@register_backend("llamacpp")
+class LlamaCppChatModel(TokenizerChatModel):
+    capabilities = Capabilities(score=True, tool_calls=True, token_logprobs=True, stream=True,
+                                constrained=True, complete=True, tokenize=True)
+
+    def __init__(self, source: ModelSource, **options: Any):
+        self.opts = LlamaCppOptions(**options)
+        if not available():
+            raise WorkbenchError(f"the llamacpp backend needs the llama.cpp engine: `{PIP}`")
+        from transformers import AutoTokenizer
+
+        from workbench.models.gguf_lora import adapter_fingerprint, cached_lora_gguf
+
+        self.source = source
+        gguf = _gguf_file(source)
+        t0 = time.perf_counter()
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder(source))
+        if self.opts.chat_template:
+            self.tokenizer.chat_template = self.opts.chat_template
+        self._tool_notice = False
+        lora, self._adapter_id = None, ""
+        if self.opts.adapter and self.opts.lora:
+            raise WorkbenchError("pass either `adapter` (a PEFT folder) or `lora` (a GGUF "
+                                 "LoRA file), not both")
+        if self.opts.adapter:
+            from workbench.models.local import check_adapter_dir
+
+            folder = check_adapter_dir(self.opts.adapter)
+            lora = cached_lora_gguf(folder, gguf, workbench_home() / "models")
+            # the transformers backend's adapter id (the safetensors' hash) would do, but
+            # the GGUF form also depends on the config (alpha, patterns): hash both
+            self._adapter_id = "+adapter:" + adapter_fingerprint(folder)[:16]
+        elif self.opts.lora:
+            lora = Path(self.opts.lora)
+            if not lora.is_file():
+                raise WorkbenchError(f"{lora}: no such GGUF LoRA adapter file")
+            from workbench.io import sha256_file
+
+            self._adapter_id = "+lora:" + sha256_file(lora)[:16]
+        if lora is not None and self.opts.lora_scale != 1.0:
+            self._adapter_id += f"x{self.opts.lora_scale:g}"
+        self.slots = self.opts.batch_size
+        device = self.opts.device.split(":")[0]
+        if device not in ("auto", "cpu", "gpu", "cuda"):
+            raise WorkbenchError(f"device {self.opts.device!r}: the llamacpp backend takes "
+                                 "auto, cpu or gpu")
+        gpu = device in ("gpu", "cuda") or (device == "auto" and _gpu_build())
+        self.device = "gpu" if gpu else "cpu"
+        positions = context_length(gguf)
+        context = self.opts.slot_context or min(positions or SLOT_CONTEXT, SLOT_CONTEXT)
+        self.threads = self.opts.threads or max(1, os.cpu_count() or 1)
+        self.server = _Server(gguf, slots=self.slots, context=context, threads=self.threads,
+                              gpu_layers=-1 if gpu else 0, lora=lora,
+                              lora_scale=self.opts.lora_scale, timeout_s=self.opts.timeout_s)
+        self.slot_context, self.model_positions = context, positions
+        self._positions = min(positions or self.server.n_ctx_train or context, context)
+        self.load_seconds = time.perf_counter() - t0
+        self.eos_ids = {i for i in (self.tokenizer.eos_token_id,) if i is not None}
+        self._scorer: ChatModel | None = None
+        self._scorer_lock = threading.Lock()
+        self._identity = f"llamacpp:{source.name}{self._adapter_id}+score:transformers"
+
+    @classmethod
+    def uses(cls, options: dict[str, Any] | None = None) -> dict[str, str]:
+        return {"generate": "llamacpp", "score": "transformers"}
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    @property
+    def score_identity(self) -> str:
+        """The transformers model's identity: scores come from it, so they are its."""
+        adapter = ""
+        if self.opts.adapter:
+            from workbench.io import sha256_file
+
+            adapter = "+adapter:" + sha256_file(
+                Path(self.opts.adapter) / "adapter_model.safetensors")[:16]
+        elif self.opts.lora:
+            return self._identity + ":scoring-without-lora"
+        return f"local:{self.source.name}{adapter}"
+
+    @property
+    def max_positions(self) -> int | None:
+        return self._positions
+
+    @property
+    def batch_size(self) -> int:
+        return self.slots
+
+    # --- requests ------------------------------------------------------------------------
+
+    def _body(self, ids: list[int], params: GenerationParams, *, stream: bool
+              ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": ids, "n_predict": params.max_tokens, "stream": stream,
+            "return_tokens": True, "cache_prompt": True, "samplers": SAMPLERS,
+            "temperature": 0.0 if params.greedy else params.temperature,
+            "top_k": params.top_k or 0, "top_p": params.top_p, "min_p": 0.0,
+            "typical_p": 1.0, "repeat_penalty": params.repetition_penalty or 1.0,
+            "repeat_last_n": 0 if not params.repetition_penalty else 2**31 - 1, "n_probs": 0}
+        if params.seed is not None:
+            body["seed"] = params.seed % 2**32
+        if params.constraint is not None:
+            body["grammar"] = params.constraint.llama_grammar()
+        return body
+
+    def _tokens(self, ids: list[int], params: GenerationParams,
+                cancel: threading.Event | None) -> tuple[list[int], str | None, str | None]:
+        """(generated token ids, how the server ended: "eos" | "word" | "limit" | None, an
+        error or None) of one request. Without a cancel event it is one reply with every
+        token; with one, it streams, so that setting the event ends it within a token
+        (closing the stream drops the request from its slot)."""
+        import httpx
+
+        if cancel is None:
+            body = self._body(ids, params, stream=False)
+            if params.stop:
+                body["stop"] = list(params.stop)
+            try:
+                r = self.server.http.post("/completion", json=body)
+            except httpx.HTTPError as e:
+                return [], None, f"llama.cpp server: {type(e).__name__}: {e}"
+            if r.status_code != 200:
+                return [], None, _error_text(r.content, r.status_code)
+            reply = r.json()
+            return list(reply.get("tokens") or ()), reply.get("stop_type"), None
+        out: list[int] = []
+        text, ended = "", None
+        longest = max((len(s) for s in params.stop), default=0)
+        try:
+            with self.server.http.stream("POST", "/completion",
+                                         json=self._body(ids, params, stream=True)) as r:
+                if r.status_code != 200:
+                    return out, None, _error_text(r.read(), r.status_code)
+                for line in r.iter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    chunk = json.loads(line[6:])
+                    if "error" in chunk:
+                        return out, None, _error_text(json.dumps(chunk).encode(), 500)
+                    out.extend(chunk.get("tokens") or ())
+                    if chunk.get("stop"):
+                        # a last token that ends inside a character is never streamed
+                        ended = chunk.get("stop_type")
+                        break
+                    if cancel.is_set():
+                        break
+                    if longest:
+                        text = (text + chunk.get("content", ""))[-(4 * longest + 64):]
+                        if any(s in text for s in params.stop):
+                            ended = "word"
+                            break
+        except httpx.HTTPError as e:
+            return out, None, f"llama.cpp server: {type(e).__name__}: {e}"
+        return out, ended, None
+
+    def _generate_ids(self, rows: list[list[int]], params: GenerationParams, *,
+                      keep_markers: bool = False) -> list[Generation]:
+        if not rows:
+            return []
+        cancel = cancel_event()  # read here: the worker threads do not share this context
+        limit = self._positions
+        with ThreadPoolExecutor(min(self.slots, len(rows))) as pool:
+            futures = [None if len(ids) >= limit else
+                       pool.submit(self._tokens, ids, params, cancel) for ids in rows]
+            results = [(([], None, self._too_long(len(ids))) if f is None else f.result())
+                       for f, ids in zip(futures, rows, strict=True)]
+        gens = []
+        tok = self.tokenizer
+        for (toks, ended, error), ids in zip(results, rows, strict=True):
+            if error is not None:
+                gens.append(Generation(text="", finish_reason="error", error=error,
+                                       prompt_tokens=len(ids)))
+                continue
+            n = len(toks)
+            ended_eos = bool(toks) and toks[-1] in self.eos_ids
+            if ended_eos:
+                n -= 1
+            if keep_markers:
+                text = strip_special_tokens(tok.decode(toks[:n], skip_special_tokens=False),
+                                            tok.all_special_tokens)
+            else:
+                text = tok.decode(toks[:n], skip_special_tokens=True)
+            text, hit_stop = cut_at_stop(text, params.stop)
+            finish = "length" if ended == "limit" and not hit_stop else \
+                "stop" if (ended_eos or hit_stop or n < params.max_tokens) else "length"
+            gens.append(Generation(text=text, finish_reason=finish, prompt_tokens=len(ids),
+                                   completion_tokens=n))
+        return gens
+
+    def _too_long(self, n: int) -> str:
+        more = "" if self.slot_context >= (self.model_positions or 0) else " (raise -s models.chat.options.slot_context, up to the model's positions)"
+        return f"prompt of {n} tokens: a slot holds {self.slot_context}{more}"
+
+    # --- generation ----------------------------------------------------------------------
+
+    def generate(self, conversations: Sequence[Conversation],
+                 params: GenerationParams | None = None, tools: Tools | None = None,
+                 tool_choice: ToolChoice | None = None) -> list[Generation]:
+        params = params or GenerationParams()
+        specs, choice = self._tool_request(tools, tool_choice)
+        calling = bool(specs) and choice != "none"
+        prompts = [self._prompt(c, specs, choice) for c in conversations]
+        if calling and choice != "auto":
+            params = self._forced(params, specs or [], choice)
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in prompts]
+        gens = self._generate_ids(ids, params, keep_markers=calling)
+        if calling:
+            names = [t.name for t in specs or ()]
+            gens = [g if g.error else with_tool_calls(g, prefix, self.template_tools.family,
+                                                      names, forced=choice != "auto")
+                    for g, (_, prefix) in zip(gens, prompts, strict=True)]
+        return gens
+
+    def complete(self, prompts: Sequence[str],
+                 params: GenerationParams | None = None) -> list[Generation]:
+        """Continue raw prompts, tokenised like any text (special tokens added as usual)."""
+        params = params or GenerationParams()
+        ids = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
+        return self._generate_ids(ids, params)
+
+    def _forced(self, params: GenerationParams, specs: list[ToolSpec],
+                choice: ToolChoice) -> GenerationParams:
+        """`params` with the grammar of a forced call (the tool's schema), so it parses."""
+        if params.constraint is not None:
+            return params
+        from workbench.models.constrain import tool_call_constraint
+
+        name = choice.function.name if isinstance(choice, NamedToolChoice) else None
+        return params.model_copy(update={"constraint": tool_call_constraint(
+            self.template_tools.family, self.chat_template, specs, name)})
+
+    def check_constraint(self, constraint) -> None:
+        """Raise WorkbenchError naming the problem when `constraint` cannot be built."""
+        from workbench.models.constrain import check_constraint
+
+        check_constraint(constraint, self.tokenizer, len(self.tokenizer), self.eos_ids)
+
+    def stream(self, conversation: Conversation,
+               params: GenerationParams | None = None) -> Iterator[str]:
+        yield from self._stream_text(self.render(conversation), params or GenerationParams())
+
+    def stream_tool_call(self, conversation: Conversation, params: GenerationParams | None,
+                         tools: Tools, tool_choice: ToolChoice) -> Iterator[tuple[str, str]]:
+        """A forced call streamed as it is generated (under the tools' schemas)."""
+        from workbench.models.constrain import CallSplitter
+
+        specs, choice = self._tool_request(tools, tool_choice)
+        if not specs or choice in ("auto", "none"):
+            raise WorkbenchError("stream_tool_call needs tools and a forced tool_choice")
+        params = self._forced(params or GenerationParams(), specs, choice)
+        prompt, _ = self._prompt(conversation, specs, choice)
+        name = choice.function.name if isinstance(choice, NamedToolChoice) else None
+        split = CallSplitter(self.template_tools.family, self.chat_template, name)
+        for piece in self._stream_text(prompt, params):
+            yield from split.feed(piece)
+        yield from split.finish()
+
+    def _stream_text(self, prompt: str, params: GenerationParams) -> Iterator[str]:
+        """Text pieces as tokens come; text that may begin a stop string is held back until
+        it is known not to be one. Leaving the iterator closes the request."""
+        import httpx
+
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        cancel = cancel_event()
+        out: list[int] = []
+        emitted = ""
+        try:
+            with self.server.http.stream("POST", "/completion",
+                                         json=self._body(ids, params, stream=True)) as r:
+                if r.status_code != 200:
+                    raise BackendError(_error_text(r.read(), r.status_code))
+                for line in r.iter_lines():
+                    if cancel is not None and cancel.is_set():
+                        return
+                    if not line.startswith("data: "):
+                        continue
+                    chunk = json.loads(line[6:])
+                    if "error" in chunk:
+                        raise BackendError(_error_text(json.dumps(chunk).encode(), 500))
+                    out.extend(t for t in chunk.get("tokens") or () if t not in self.eos_ids)
+                    text = self.tokenizer.decode(out, skip_special_tokens=True)
+                    if text.endswith("\ufffd") and not chunk.get("stop"):
+                        continue  # half of a multi-byte character
+                    cut, hit = cut_at_stop(text, params.stop)
+                    safe = cut if hit or chunk.get("stop") else \
+                        cut[:len(cut) - held_back(cut, params.stop)]
+                    if len(safe) > len(emitted):
+                        yield safe[len(emitted):]
+                        emitted = safe
+                    if hit or chunk.get("stop"):
+                        return
+        except httpx.HTTPError as e:
+            raise BackendError(f"llama.cpp server: {type(e).__name__}: {e}") from e
+
+    # --- scoring -------------------------------------------------------------------------
+
+    def _transformers_scorer(self) -> ChatModel:
+        with self._scorer_lock:
+            if self._scorer is None:
+                if self.opts.lora:
+                    raise WorkbenchError(
+                        "scoring with a GGUF LoRA file (`lora`) is not supported: pass the "
+                        "PEFT adapter folder as `adapter` instead (it is scored on "
+                        "transformers and generated on llama.cpp)")
+                from workbench.models.local import LocalChatModel
+
+                self._scorer = LocalChatModel(self.source, batch_size=self.slots,
+                                              chat_template=self.opts.chat_template,
+                                              adapter=self.opts.adapter,
+                                              threads=self.opts.threads)
+            return self._scorer
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
+        return self._transformers_scorer().score(requests)
+
+    def token_logprobs(self, text: str, top: int = 0) -> TokenLogprobs:
+        return self._transformers_scorer().token_logprobs(text, top)
+
+    def info(self):
+        info = super().info()
+        info.details.update(engine="llama.cpp (xllamacpp)", gguf=str(_gguf_file(self.source)),
+                            device=self.device, threads=self.threads, slots=self.slots,
+                            slot_context=self.slot_context,
+                            load_seconds=self.load_seconds,
+                            scoring="transformers")
+        return info
+
+    def close(self) -> None:
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.close()
+            self.server = None
+        if getattr(self, "_scorer", None) is not None:
+            self._scorer.close()
+
+
+def _error_text(body: bytes, status: int) -> str:
+    try:
+        err = json.loads(body).get("error") or {}
+        msg = err.get("message") if isinstance(err, dict) else str(err)
+    except (ValueError, AttributeError):
+        msg = body[:300].decode("utf-8", "replace")
+    return f"llama.cpp server ({status}): {msg}"
