@@ -69,11 +69,16 @@ def wait(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
     raise SystemExit(f"{url}: not up in {timeout} s")
 
 
+MODEL: dict[str, str] = {}  # url -> the model name the server lists
+
+
 def chat(url: str, prompt: str, *, stream: bool = False) -> tuple[int, float, float]:
     """(completion tokens, seconds, seconds to the first streamed content)."""
     import httpx
 
-    body = {"model": "m", "messages": [{"role": "user", "content": prompt}],
+    if url not in MODEL:
+        MODEL[url] = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    body = {"model": MODEL[url], "messages": [{"role": "user", "content": prompt}],
             "max_tokens": 128, "temperature": 0.0, "stream": stream}
     t0 = time.perf_counter()
     if not stream:
@@ -83,8 +88,10 @@ def chat(url: str, prompt: str, *, stream: bool = False) -> tuple[int, float, fl
     first = None
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
         for line in r.iter_lines():
-            if line.startswith("data: ") and '"content"' in line and first is None:
-                first = time.perf_counter() - t0
+            if first is None and line.startswith("data: ") and line != "data: [DONE]":
+                delta = json.loads(line[6:])["choices"][0].get("delta") or {}
+                if delta.get("content"):
+                    first = time.perf_counter() - t0
     return 0, time.perf_counter() - t0, first or 0.0
 
 

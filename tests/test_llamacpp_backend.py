@@ -278,3 +278,43 @@ def test_options_and_sources_it_refuses(peaked, tiny_model):
     from workbench.models.backends import backend_uses
 
     assert backend_uses(str(peaked[1])) == {"generate": "llamacpp", "score": "transformers"}
+
+
+def test_a_small_quantised_file_is_decoded_from_an_f16_copy(peaked, engines, tmp_path):
+    """llama.cpp quantises activations against quantised weights; `weights: auto` decodes a
+    small quantised GGUF from an f16 copy made once, and says so in the identity."""
+    import gguf as gguf_pkg
+
+    from workbench.models.gguf_file import dequantised_tensors, write_gguf
+    from workbench.models.gguf_header import file_type
+
+    reader = gguf_pkg.GGUFReader(str(peaked[1]))
+    q8 = tmp_path / "peaked-q8.gguf"
+    write_gguf(q8, reader, "llama", dequantised_tensors(reader), out_type="q8_0", name="q8")
+    assert file_type(q8) == 7 and file_type(peaked[1]) == 0
+    _, f32 = engines
+    convs, params = _convs(3), GenerationParams(max_tokens=8)
+    # the same weights in fp32 (transformers dequantises the file itself)
+    want = [g.text for g in load_model(str(q8), backend="transformers").generate(convs, params)]
+    auto = load_model(str(q8), batch_size=2)
+    try:
+        assert auto.weights == "f16" and "@f16+score:transformers" in auto.identity
+        from workbench.models.local import gguf_cache_dir
+        from workbench.models.resolve import resolve_chat_model
+
+        cache = gguf_cache_dir(resolve_chat_model(str(q8)))
+        assert file_type(cache.with_name(cache.name + "-f16") / "model-f16.gguf") == 1
+        assert [g.text for g in auto.generate(convs, params)] == want
+    finally:
+        auto.close()
+    again = load_model(str(q8), batch_size=2)  # made once: the second load reuses it
+    try:
+        assert again.identity == auto.identity
+    finally:
+        again.close()
+    as_is = load_model(str(q8), batch_size=2, weights="file")
+    try:
+        assert as_is.weights == "file" and "@f16" not in as_is.identity
+    finally:
+        as_is.close()
+    assert "@f16" not in f32.identity  # an unquantised file is decoded as it is

@@ -30,7 +30,8 @@ def server(server_process):
         proc.wait(timeout=30)
 
 
-def test_round_trip_against_workbench_serve(server, bundled_model, monkeypatch):
+def test_round_trip_against_workbench_serve(server, bundled_model, bundled_llamacpp,
+                                            monkeypatch):
     url, proc = server
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-123")
     remote = load_model(url, concurrency=3)
@@ -40,7 +41,9 @@ def test_round_trip_against_workbench_serve(server, bundled_model, monkeypatch):
              [{"role": "user", "content": "Say hello."}]]
     p = GenerationParams(max_tokens=12)
     got = remote.generate(convs, p)
-    want = bundled_model.generate(convs, p)
+    # the server generates on the engine a GGUF gets by default (llama.cpp) and scores on
+    # transformers: each is compared with the same engine in this process
+    want = bundled_llamacpp.generate(convs, p)
     assert [g.text for g in got] == [g.text for g in want]
     assert got[0].completion_tokens > 0 and got[0].prompt_tokens > 0
     streamed = "".join(remote.stream(convs[0], p))

@@ -72,6 +72,8 @@ class Capabilities:
     tokenize: bool = False  # `tokenize` / `detokenize` with the model's own tokenizer
     constrained: bool = False  # honours `GenerationParams.constraint` (and forced tool calls
     # always parse: the call is generated under the tool's schema)
+    concurrent: bool = False  # concurrent `generate` calls are batched by the engine itself
+    # (continuous batching): callers need not gather them into one call
 
 
 class GenerationParams(BaseModel):

@@ -1,5 +1,5 @@
 """Read a GGUF file's header without its arrays: `gguf.GGUFReader` parses every tensor and
-the whole vocabulary (3 s for the bundled model), where one number is wanted."""
+the whole vocabulary (3 s for the bundled model), where a few numbers are wanted."""
 
 from __future__ import annotations
 
@@ -7,27 +7,42 @@ import os
 from pathlib import Path
 
 
-def context_length(gguf: Path) -> int | None:
-    """`<arch>.context_length` from the GGUF header, read without the vocabulary arrays."""
+def header_values(gguf: Path, suffixes: tuple[str, ...]) -> dict[str, object]:
+    """The scalar and string metadata values whose keys end with one of `suffixes`, read
+    without the arrays (missing keys, or a file that is not GGUF, give none)."""
     import struct
 
+    found: dict[str, object] = {}
     try:
         with open(gguf, "rb") as fh:
             if fh.read(4) != b"GGUF":
-                return None
+                return found
             version, _, n_kv = struct.unpack("<IQQ", fh.read(20))
             if version < 2:
-                return None
+                return found
             for _ in range(min(n_kv, 4096)):
                 (klen,) = struct.unpack("<Q", fh.read(8))
                 key = fh.read(klen).decode("utf-8", "replace")
                 (vtype,) = struct.unpack("<I", fh.read(4))
                 value = _skip_value(fh, vtype)
-                if key.endswith(".context_length") and isinstance(value, int):
-                    return value
+                if value is not None and key.endswith(suffixes):
+                    found[key] = value
     except (OSError, struct.error, ValueError):
-        return None
-    return None
+        return found
+    return found
+
+
+def context_length(gguf: Path) -> int | None:
+    """`<arch>.context_length` from the GGUF header, read without the vocabulary arrays."""
+    value = next(iter(header_values(gguf, (".context_length",)).values()), None)
+    return value if isinstance(value, int) else None
+
+
+def file_type(gguf: Path) -> int | None:
+    """`general.file_type` (llama.cpp's `LLAMA_FTYPE_*`: 0 f32, 1 f16, 32 bf16, else a
+    quantisation), or None when the header does not say."""
+    value = header_values(gguf, ("general.file_type",)).get("general.file_type")
+    return value if isinstance(value, int) else None
 
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",

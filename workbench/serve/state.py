@@ -29,8 +29,10 @@ class ServerState:
 
     @classmethod
     def start(cls, model: ChatModel, served_name: str, limits: ServerLimits) -> ServerState:
-        batcher = Batcher(model, limits.batch_window_ms / 1000) if limits.batch_window_ms \
-            else None
+        # an engine that batches concurrent calls itself (llama.cpp's slots) takes each
+        # request as it comes: gathering them would make later ones wait for a whole batch
+        batcher = Batcher(model, limits.batch_window_ms / 1000) \
+            if limits.batch_window_ms and not model.capabilities.concurrent else None
         return cls(model=model, served_name=served_name, limits=limits,
                    caps=model.capabilities, gate=Gate(1 + limits.max_queue), batcher=batcher,
                    stopping=threading.Event(), created=int(time.time()))

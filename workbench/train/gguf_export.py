@@ -14,12 +14,12 @@ many models that share its layout).
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.models.gguf_file import write_gguf
 from workbench.models.gguf_lora import permute_rotary
 
 TYPES = ("f16", "f32", "q8_0")
@@ -92,7 +92,7 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
         raise WorkbenchError(f"the merged tensors do not match {source.gguf_file}'s: missing "
                              f"{sorted(base_names - set(tensors))[:3]}, extra "
                              f"{sorted(set(tensors) - base_names)[:3]}")
-    _write_gguf(out, reader, arch, tensors, out_type=out_type,
+    write_gguf(out, reader, arch, tensors, out_type=out_type,
                 name=f"{_field(reader, 'general.name') or base} + {_adapter_name(adapter)}")
     report: dict[str, Any] = {"adapter": str(adapter), "base": base, "gguf": str(out),
                               "type": out_type, "bytes": out.stat().st_size,
@@ -143,53 +143,6 @@ def _gguf_base(adapter: Path, base: str | None):
         raise WorkbenchError(f"{source.gguf_file}: architecture {arch!r}; GGUF export "
                              "writes llama-layout models only")
     return base, source, reader, arch
-
-
-def _write_gguf(out: Path, reader, arch: str, tensors: dict[str, Any], *, out_type: str,
-                name: str) -> None:
-    """Write `out` atomically: the base file's metadata (but its name and file type) and
-    `tensors` in the base's order, as `out_type` (norms stay f32, as llama.cpp writes them)."""
-    import gguf
-    import numpy as np
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
-        w = gguf.GGUFWriter(tmp, arch)
-        skip = {"general.architecture", "general.name", "general.file_type",
-                "general.quantization_version"}
-        for field in reader.fields.values():
-            if field.name.startswith("GGUF.") or field.name in skip:
-                continue
-            vtype = field.types[0]
-            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            w.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
-        w.add_string("general.name", name)
-        w.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-                         "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[out_type])
-        if out_type == "q8_0":
-            w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        for t in reader.tensors:  # the base's order
-            data = np.ascontiguousarray(tensors[t.name], dtype=np.float32)
-            if data.ndim == 1 or out_type == "f32":  # norms stay f32, as llama.cpp writes them
-                w.add_tensor(t.name, data)
-            elif out_type == "f16":
-                w.add_tensor(t.name, data.astype(np.float16))
-            else:
-                q = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
-                w.add_tensor(t.name, q, raw_shape=q.shape,
-                             raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _check(merged, tok, out: Path, prompts: list[str], max_tokens: int, log) -> dict:
