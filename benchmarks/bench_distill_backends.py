@@ -8,8 +8,9 @@ Each backend distils `configs/rf_demo.yaml` cold (a fresh run folder and call ca
 own process: transformers fp32 for everything, then CTranslate2 (int8 weights, the default
 thread layout) for generation with scoring left where `scoring: auto` puts it (the
 verifier's log-likelihood stays on transformers: int8 scoring failed its parity check).
-llama.cpp (issue 42) generates from the GGUF file as it ships, with scoring (the verifier's
-log-likelihood) on transformers. Reported: wall seconds, model calls made, calls per second,
+llama.cpp (issue 42) generates from the f16 copy of the GGUF that it decodes by default
+(`llamacpp`) or from the Q4_1 file as it ships (`llamacpp-file`), with scoring (the
+verifier's log-likelihood) on transformers. Reported: wall seconds, model calls made, calls per second,
 tokens generated, samples accepted (MC / open / benchmark items) with Wilson intervals over
 the tasks written, rejects per gate, verifier agreement, each engine's acceptance against
 the first one's (Fisher's exact test), and the ratios.
@@ -28,6 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = {"transformers": ["-s", "models.chat.backend=transformers"],
             "llamacpp": ["-s", "models.chat.backend=llamacpp"],
+            "llamacpp-file": ["-s", "models.chat.backend=llamacpp",
+                              "-s", "models.chat.options.weights=file"],
             "ctranslate2": ["-s", "models.chat.backend=ctranslate2"]}
 
 

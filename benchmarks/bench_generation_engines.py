@@ -3,9 +3,10 @@
     python benchmarks/bench_generation_engines.py --llama-server PATH/llama-server \
         --json benchmarks/results/generation_engines.json
 
-Three OpenAI-compatible servers on 127.0.0.1 run the same GGUF file (the bundled
-SmolLM2-135M-Instruct, Q4_1 as it ships), all up at once and measured in interleaved
-rounds so that the machine's load falls on each alike:
+Three OpenAI-compatible servers on 127.0.0.1 run the bundled SmolLM2-135M-Instruct, all up
+at once and measured in interleaved rounds so that the machine's load falls on each alike
+(both llama.cpp servers decode the same file: the f16 copy of the Q4_1 GGUF that the
+backend makes once, see `LlamaCppOptions.weights`):
 
 - `workbench serve --backend transformers` (the default before issue 42: fp32 weights
   dequantised from the GGUF, the transformers generation loop);
@@ -118,8 +119,11 @@ def main() -> None:
     a = ap.parse_args()
     from workbench.models.resolve import resolve_chat_model
 
+    from workbench.models.llamacpp import _weights_file
+
     src = resolve_chat_model("default")
-    gguf = src.path / src.gguf_file
+    # the file the llama.cpp backend decodes (the f16 copy of the Q4_1 file, made once)
+    gguf = _weights_file(src, src.path / src.gguf_file, "auto")
     env = {**os.environ, "TQDM_DISABLE": "1"}
     procs: dict[str, tuple[subprocess.Popen, str]] = {}
     logs = tempfile.TemporaryDirectory()
