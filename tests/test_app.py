@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO
 
 APP = REPO / "workbench" / "app"  # the app ships in the package: workbench.app
@@ -356,6 +357,11 @@ def test_distill_from_the_app_with_a_scripted_model(ws):
     assert not at.exception
     jobs = list_jobs(w)
     assert len(jobs) == 1 and jobs[0].kind == "distill"
+    # what the form does not ask is set as the demo config distils with a small teacher
+    demo = yaml.safe_load((REPO / "configs" / "rf_demo.yaml").read_text())["distill"]
+    asked = jobs[0].config["distill"]
+    for key in ("constrained", "writer_temperature", "writer_max_tokens", "verifier"):
+        assert asked[key] == demo[key], key
     job = wait_job(jobs[0], timeout=300)
     assert job.status == "completed", job.log_text()
     at = page("distill").run()
