@@ -13,7 +13,8 @@ llama.cpp (issue 42) generates from the f16 copy of the GGUF that it decodes by 
 verifier's log-likelihood) on transformers. Reported: wall seconds, model calls made, calls per second,
 tokens generated, samples accepted (MC / open / benchmark items) with Wilson intervals over
 the tasks written, rejects per gate, verifier agreement, each engine's acceptance against
-the first one's (Fisher's exact test), and the ratios.
+the first one's (Fisher's exact test, and exact McNemar over the same tasks: each task kept
+or not on both engines), and the ratios.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def run(backend: str, extra: list[str], folder: Path, config: str) -> dict:
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(f"{backend}: exit {p.returncode}\n{p.stderr[-3000:]}")
-    rep = json.loads((folder / f"distill_{backend}" / "distill" / "report.json").read_text())
+    out = folder / f"distill_{backend}" / "distill"
+    rep = json.loads((out / "report.json").read_text())
     calls = rep["model_calls"]
     return {"backend": backend, "wall_s": round(wall, 1), "distill_s": rep["seconds"],
             "calls": calls["made"], "calls_per_s": round(calls["made"] / rep["seconds"], 3),
@@ -50,7 +52,34 @@ def run(backend: str, extra: list[str], folder: Path, config: str) -> dict:
             "accepted": rep["accepted"]["total"], "mc": rep["accepted"]["mc"],
             "nd": rep["accepted"]["nd"], "benchmark_items": rep["accepted"]["benchmark_items"],
             "written": _written(rep), "rejects": rep["rejects"],
-            "verifier": rep["verifier"], "models": rep["models"]}
+            "verifier": rep["verifier"], "models": rep["models"],
+            "tasks": rep["stages"]["tasks"], "accepted_tasks": sorted(_accepted_tasks(out))}
+
+
+def _accepted_tasks(out: Path) -> set[str]:
+    """The tasks (section, perspective, kind) that gave a kept sample or benchmark item: the
+    same task list on every engine (it comes from the sections and the seed), so each task
+    is a pair of outcomes."""
+    keys = set()
+    for name, kind in (("mcQTSA.jsonl", None), ("ndQTSA.jsonl", None),
+                       ("benchmark.jsonl", "mc")):
+        for line in (out / name).read_text().splitlines():
+            r = json.loads(line)
+            p = r["provenance"]
+            keys.add(f"{p['section_id']}:{p['perspective']}:{kind or r['kind']}")
+    return keys
+
+
+def _paired_p(a: dict, b: dict) -> tuple[int, int, float]:
+    """Exact McNemar over the tasks: (kept by a only, kept by b only, p)."""
+    from workbench.evaluate.stats import mcnemar_exact
+
+    assert a["tasks"] == b["tasks"], "the engines planned different tasks"
+    both = sorted(set(a["accepted_tasks"]) | set(b["accepted_tasks"]))
+    ka = [k in a["accepted_tasks"] for k in both]
+    kb = [k in b["accepted_tasks"] for k in both]
+    return sum(x and not y for x, y in zip(ka, kb)), sum(y and not x for x, y in zip(ka, kb)), \
+        mcnemar_exact(ka, kb)
 
 
 def _written(rep: dict) -> int:
@@ -76,20 +105,23 @@ def main() -> None:
     t = rows[0]
     print("\n| backend | distil s | model calls | calls/s | tokens generated | accepted "
           "(mc / open) of written [95% CI] | benchmark items | verifier agreement |"
-          " p vs first (Fisher) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          " p vs first (Fisher) | tasks kept only by first / only by this, p (McNemar) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lo, hi = wilson_interval(r["accepted"], r["written"])
         r["acceptance_ci"] = [lo, hi]
         r["p_vs_first"] = fisher_exact(
             [[r["accepted"], r["written"] - r["accepted"]],
              [t["accepted"], t["written"] - t["accepted"]]])[1]
+        only_first, only_this, r["p_paired_vs_first"] = _paired_p(t, r)
+        r["discordant_vs_first"] = [only_first, only_this]
         v = r["verifier"]
         agree = f"{v['agreed']}/{v['checked']}" if v["checked"] else "-"
         print(f"| {r['backend']} | {r['distill_s']:.0f} | {r['calls']} | {r['calls_per_s']} | "
               f"{r['completion_tokens']} | {r['accepted']} ({r['mc']} / {r['nd']}) of "
               f"{r['written']} [{100 * lo:.0f}, {100 * hi:.0f}]% | {r['benchmark_items']} | "
-              f"{agree} | {r['p_vs_first']:.2f} |")
+              f"{agree} | {r['p_vs_first']:.2f} | {only_first} / {only_this}, "
+              f"{r['p_paired_vs_first']:.2f} |")
     gates = sorted({g for r in rows for g in r["rejects"]})
     print("\n| rejects by gate | " + " | ".join(r["backend"] for r in rows) + " |")
     print("|---|" + "---|" * len(rows))

@@ -13,8 +13,9 @@ backend makes once, see `LlamaCppOptions.weights`):
 - `workbench serve` (now the default: the workbench's llama.cpp backend, llama.cpp's server
   from the xllamacpp wheel inside the process, prompts rendered and tokenised by the
   workbench);
-- llama.cpp's own `llama-server` binary on the same file (`--llama-server`; built from
-  source with native CPU flags, the reference), 8 slots, a KV cache per slot, 2 threads.
+- llama.cpp's own `llama-server` binary on the same file (`--llama-server`, the reference;
+  repeatable: a build with native CPU flags, and one with the wheel's flags, AVX2, to tell the
+  backend's own overhead from the build's), 8 slots, a KV cache per slot, 2 threads.
 
 Each round: single stream (5 prompts one after another, greedy, up to 128 new tokens;
 completion tokens / wall seconds), time to the first streamed token (median of 5), and 8
@@ -113,13 +114,15 @@ def measure(url: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--llama-server", type=Path, help="llama.cpp's llama-server binary")
+    ap.add_argument("--llama-server", action="append", default=[], metavar="[LABEL=]PATH",
+                    help="llama.cpp's llama-server binary, a reference (repeat for several "
+                         "builds, e.g. native=build-native/bin/llama-server "
+                         "avx2=build-avx2/bin/llama-server)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    from workbench.models.resolve import resolve_chat_model
-
     from workbench.models.llamacpp import _weights_file
+    from workbench.models.resolve import resolve_chat_model
 
     src = resolve_chat_model("default")
     # the file the llama.cpp backend decodes (the f16 copy of the Q4_1 file, made once)
@@ -131,9 +134,10 @@ def main() -> None:
                                                "--backend", "transformers"],
             "workbench serve (llama.cpp backend)": [sys.executable, "-m", "workbench",
                                                     "serve"]}
-    if a.llama_server:
-        cmds["llama.cpp llama-server (native build)"] = [
-            str(a.llama_server), "-m", str(gguf), "-np", "8", "--no-kv-unified", "-c",
+    for ref in a.llama_server:
+        label, _, path = ref.rpartition("=")
+        cmds[f"llama.cpp llama-server ({label or 'native'} build)"] = [
+            path, "-m", str(gguf), "-np", "8", "--no-kv-unified", "-c",
             str(8 * 4096), "-t", "2", "-cram", "0", "--no-webui", "--host", "127.0.0.1"]
     try:
         for name, cmd in cmds.items():
@@ -182,11 +186,12 @@ def main() -> None:
     ratios = {"single_vs_transformers": med[ours]["single_tok_s"] / med[base]["single_tok_s"],
               "concurrent8_vs_transformers": med[ours]["concurrent8_tok_s"]
               / med[base]["concurrent8_tok_s"]}
-    if len(names) > 2:
-        ratios["single_vs_llama_server"] = med[ours]["single_tok_s"] / med[names[2]][
-            "single_tok_s"]
-        ratios["concurrent8_vs_llama_server"] = med[ours]["concurrent8_tok_s"] / med[
-            names[2]]["concurrent8_tok_s"]
+    for ref in names[2:]:
+        label = ref.split("(")[1].split(" build")[0]
+        ratios[f"single_vs_llama_server_{label}"] = (med[ours]["single_tok_s"]
+                                                     / med[ref]["single_tok_s"])
+        ratios[f"concurrent8_vs_llama_server_{label}"] = (med[ours]["concurrent8_tok_s"]
+                                                          / med[ref]["concurrent8_tok_s"])
     print("\nratios (medians): " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)

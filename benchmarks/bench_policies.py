@@ -1,6 +1,6 @@
 """Agent policies on the bundled SmolLM2-135M: guided, free (unconstrained), free (constrained).
 
-    python benchmarks/bench_policies.py [--claims 32] [--rf 40] [--json FILE]
+    python benchmarks/bench_policies.py [--claims 32] [--rf 40] [--backends B1,B2] [--json FILE]
 
 The same KGV dev claims (hybrid retrieval, ReAct) and RF design items run under three
 policies: `guided` (the pack proposes calls, the model's log-likelihood picks), `free_unc`
@@ -8,7 +8,10 @@ policies: `guided` (the pack proposes calls, the model's log-likelihood picks), 
 turn a forced tool call generated under the tools' JSON schemas: issue 28). For each: the
 share of model turns that produced a usable call, the share whose call a tool refused (bad
 arguments), the task metric with its Wilson interval and prediction counts, exact McNemar
-tests between policies on the same items, and seconds per item.
+tests between policies on the same items, and seconds per item. With several `--backends`
+(e.g. `transformers,llamacpp`: issue 42) every policy runs on each generation engine and each
+engine's correct items are tested against the first one's (exact McNemar, same items); the
+guided policy picks by log-likelihood, which stays on transformers, so it is the control.
 """
 
 from __future__ import annotations
@@ -45,22 +48,47 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--claims", type=int, default=32)
     ap.add_argument("--rf", type=int, default=40)
+    ap.add_argument("--backends", default="", help="comma-separated generation engines "
+                                                    "(default: the default one)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    from workbench.models import load_model
 
-    from workbench.agents.runner import run_agents
-    from workbench.config import load_config
+    backends = [b for b in a.backends.split(",") if b] or [None]
+    out: dict = {}
+    right: dict = {}
+    for b in backends:
+        model = load_model("default", backend=b)
+        key = b or model.identity
+        print("engine", key, model.identity, flush=True)
+        out[key], right[key] = run_policies(model, a)
+        model.close()
+    from workbench.evaluate.stats import mcnemar_exact
+
+    first = next(iter(right))
+    out["engines_mcnemar_p"] = {
+        key: {task: {pol: round(mcnemar_exact(right[first][task][pol], r[task][pol]), 4)
+                     for pol in POLICIES} for task in r}
+        for key, r in right.items() if key != first}
+    print(json.dumps(out.get("engines_mcnemar_p")))
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(out if len(backends) > 1 else out[first], indent=1))
+
+
+def run_policies(model, a) -> tuple[dict, dict]:
+    """Every policy on KGV claims and RF items with `model`: (figures, correct per item)."""
     from workbench.agent_packs.kgv.api import make_agent, make_setup, select
     from workbench.agent_packs.kgv.metrics import prediction, summarise
     from workbench.agent_packs.kgv.pack import load_claims
     from workbench.agent_packs.rf.api import _with_tools, load_items
     from workbench.agent_packs.rf.bench import correct
+    from workbench.agents.runner import run_agents
+    from workbench.config import load_config
     from workbench.evaluate.stats import mcnemar_exact, wilson_interval
-    from workbench.models import load_model
     from workbench.progress import quiet_libraries
 
     quiet_libraries()
-    model = load_model("default")
     out: dict = {"kgv": {}, "rf": {}}
     cfg = load_config("configs/kgv_demo.yaml")
     agent = make_agent(cfg, Path(tempfile.mkdtemp()), log=lambda m: None)
@@ -106,9 +134,7 @@ def main() -> None:
                                for x, y in combinations(POLICIES, 2)}
                         for task, r in right.items()}
     print(json.dumps(out["mcnemar_p"]))
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps(out, indent=1))
+    return out, right
 
 
 if __name__ == "__main__":
