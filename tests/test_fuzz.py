@@ -1,7 +1,8 @@
 """Property-based tests (hypothesis): the JSONL reader, the dataset and record loaders and the
 config overrides take arbitrary input and end either in a result or in the repo's own error
 (DataError naming a 1-based line, ConfigError on one line), never another exception; valid
-files round-trip exactly (docs/reliability.md: the fuzzing rows of issue 10)."""
+files round-trip exactly (docs/reliability.md: the fuzzing rows of issue 10); the server's
+checks of request text and caller schemas take any body (issue 46)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from test_serve_hardening import _encoded, _path, _places
 
 from workbench.config import experiment_config_model, load_config
 from workbench.errors import DataError, WorkbenchError
 from workbench.formats import read_dataset, validate_dataset, write_dataset
 from workbench.io import iter_jsonl_raw, write_jsonl
 from workbench.records import ChatExample, read_records
+from workbench.serve.limits import MAX_SCHEMA_DEPTH, unencodable_text
+from workbench.serve.schemas import bounded_pattern, bounded_schema
 
 FUZZ = settings(max_examples=250, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -257,3 +261,57 @@ def test_key_paths_cover_the_sections():
     assert {"name", "seed", "models.chat.spec", "generation.max_tokens"} <= set(KEY_PATHS)
     assert any(p.startswith("train.") for p in KEY_PATHS) or len(KEY_PATHS) > 20
     assert all(c in string.printable for p in KEY_PATHS for c in p)
+
+
+# ------------------------------------------------------------------ server: request text, schemas
+
+def _nest(value, depth: int, kind: int):
+    for i in range(depth):
+        value = [value] if (kind >> (i % 8)) & 1 else {"k": value}
+    return value
+
+
+@FUZZ
+@given(value=JSON_VALUES, depth=st.integers(0, 300), kind=st.integers(0, 255),
+       pick=st.integers(0, 10**6), at=st.integers(0, 30),
+       char=st.integers(0xD800, 0xDFFF).map(chr),
+       how=st.sampled_from(["escaped", "utf-8", "utf-8-sig", "utf-16", "utf-16-le",
+                            "utf-16-be", "utf-32"]))
+def test_the_server_finds_a_lone_surrogate_anywhere_by_its_path(value, depth, kind, pick, at,
+                                                               char, how):
+    """`workbench serve`'s one check of request text (issue 46): a JSON body, in any encoding
+    the routes read, with a lone surrogate put into any one of its strings or keys at any
+    depth, is refused naming exactly that place; the same body without it is not."""
+    body = {"prompt": _nest(value, depth, kind), "note": "a\\ud800 is text"}
+    assert unencodable_text(_encoded(body, how)) is None
+    places = list(_places(body))
+    parent, where, k, is_key = places[pick % len(places)]
+    text = k if is_key else where[k]
+    bad = text[:at % (len(text) + 1)] + char + text[at % (len(text) + 1):]
+    if is_key:
+        where[bad] = where.pop(k)
+        k = bad
+    else:
+        where[k] = bad
+    field = _path(parent, k) if isinstance(where, dict) else f"{parent}[{k}]"
+    found = unencodable_text(_encoded(body, how))
+    assert found is not None and found[0] == field, (found, field)
+    assert "lone UTF-16 surrogate" in found[1] and found[1].isascii()
+
+
+@FUZZ
+@given(value=JSON_VALUES, depth=st.integers(0, 900), kind=st.integers(0, 255),
+       text=st.text(max_size=300) | st.builds(lambda a, n: a * n, st.sampled_from(
+           ["(", ")", "[", "|", '"', "\\", "[(", "{", "/"]), st.integers(0, 5_000)))
+def test_schema_and_pattern_bounds_take_any_input(value, depth, kind, text):
+    """The server's bounds on caller schemas, regexes and grammars (issue 46) measure any
+    input, however deep, without raising: a problem naming its limit, or None; a schema
+    deeper than the depth limit is always refused."""
+    schema = _nest(value, depth, kind)
+    problem = bounded_schema(schema)
+    assert problem is None or "limit of" in problem
+    if depth > MAX_SCHEMA_DEPTH:
+        assert problem is not None and f"depth limit of {MAX_SCHEMA_DEPTH}" in problem, problem
+    for grammar in (False, True):
+        problem = bounded_pattern(text, grammar)
+        assert problem is None or "limit of" in problem

@@ -1,11 +1,13 @@
 """`workbench serve` against hostile and careless clients, over real HTTP on 127.0.0.1:
 API key on every route, docs off by default, body limit, prompt + max_tokens over the
 model's positions, a bounded queue, generation stopped when the client leaves (stream and
-non-stream), SIGTERM, and ≥ 500 fuzzed request bodies with no 500 and every error in
+non-stream), SIGTERM, lone surrogates in any string and caller schemas past the bounds
+(a 400 naming the field), and ≥ 500 fuzzed request bodies with no 500 and every error in
 OpenAI's shape."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -343,6 +345,173 @@ def test_shutdown_stops_running_work_with_a_503_and_no_traceback(slow_tiny, capl
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
 
 
+# --- text that cannot become UTF-8, and caller schemas past the bounds (issue 46) -------------
+
+def _tool(name: str = "lookup", **function) -> dict:
+    return {"type": "function", "function": {"name": name, **function}}
+
+
+def _nested(depth: int) -> dict:
+    """A JSON schema nesting objects and arrays exactly `depth` levels deep (a level of
+    `properties` is two: 901 is the tester's 450 levels)."""
+    schema = {"type": "string", "enum": ["x"]} if depth % 2 == 0 else {"type": "string"}
+    for _ in range((depth - 1) // 2):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+def _format(schema: dict) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "out", "schema": schema}}
+
+
+def _encoded(body, how: str) -> bytes:
+    """A body as a client sends it: surrogates as `\\ud800` escapes (json.dumps, most
+    clients), or raw in the codec `how` (in UTF-8 the bytes ED A0 80, which `json.loads`
+    decodes)."""
+    if how == "escaped":
+        return json.dumps(body).encode()
+    return json.dumps(body, ensure_ascii=False).encode(how, "surrogatepass")
+
+
+ENCODINGS = ("escaped", "utf-8", "utf-16-le")
+_CALL = {"id": "c1", "type": "function",
+         "function": {"name": "lookup", "arguments": '{"q": "\ud800"}'}}
+# (route, body, the field its 400 names): the tester's 8 (chat content, a system message, a
+# tool description, a prompt with and without echo, /tokenize, streamed), and every other
+# kind of string: a part, a key, a stop string, call arguments, a schema, the model
+LONE_SURROGATES = [
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": "Hi \ud800"}]},
+     "messages[0].content"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "system", "content": "\udfff"},
+                                                   {"role": "user", "content": "Hi"}]},
+     "messages[0].content"),
+    ("/v1/chat/completions", {**CHAT, "tools": [_tool(description="Find \ud83d it")]},
+     "tools[0].function.description"),
+    ("/v1/chat/completions", {**CHAT, "stream": True, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "a\udc00"}]}]},
+     "messages[0].content[0].text"),
+    ("/v1/chat/completions", {**CHAT, "stream": True, "tool_choice": "required", "tools": [
+        _tool(parameters={"type": "object", "properties": {"q\ud800": {"type": "string"}}})]},
+     'tools[0].function.parameters.properties["q\\ud800"]'),
+    ("/v1/chat/completions", {**CHAT, "response_format": _format({"enum": ["a", "\udbff"]})},
+     "response_format.json_schema.schema.enum[1]"),
+    ("/v1/chat/completions", {**CHAT, "stop": ["\ud800"]}, "stop[0]"),
+    ("/v1/chat/completions", {**CHAT, "guided_regex": "a\ud800"}, "guided_regex"),
+    ("/v1/chat/completions", {"messages": [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "tool_calls": [_CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]},
+     "messages[1].tool_calls[0].function.arguments"),
+    ("/v1/chat/completions", {**CHAT, "\ud800": 1}, '["\\ud800"]'),
+    ("/v1/completions", {"prompt": "Once \ud800", "max_tokens": 2}, "prompt"),
+    ("/v1/completions", {"prompt": "Once \ud800", "max_tokens": 2, "stream": True}, "prompt"),
+    ("/v1/completions", {"prompt": ["fine", "Once \ud800"], "max_tokens": 0, "echo": True},
+     "prompt[1]"),
+    ("/v1/completions", {"prompt": "\ud800", "max_tokens": 0, "echo": True, "logprobs": 2},
+     "prompt"),
+    ("/v1/completions", {"prompt": "Once", "max_tokens": 2, "echo": True, "stop": "\udbff"},
+     "stop"),
+    ("/tokenize", {"prompt": "\ud800"}, "prompt"),
+    ("/tokenize", {"messages": [{"role": "user", "content": "\ud800"}]}, "messages[0].content"),
+    ("/tokenize", {"prompt": "x", "tools": [_tool(description="\ud800")]},
+     "tools[0].function.description"),
+    ("/detokenize", {"tokens": [1, 2], "model": "\ud800"}, "model"),
+]
+
+
+def test_lone_surrogates_get_a_400_naming_the_field_on_every_route(tiny_server):
+    """A lone UTF-16 surrogate in any string, key or depth of any route's body, sent three
+    ways: a 400 naming the field (before: 500 on all 8 routes the tester tried), a streamed
+    request's before its stream starts; the server goes on serving."""
+    base, _ = tiny_server
+    for route, body, field in LONE_SURROGATES:
+        for how in ENCODINGS:
+            r = httpx.post(base + route, content=_encoded(body, how), timeout=60,
+                           headers={"content-type": "application/json"})
+            assert r.headers["content-type"] == "application/json", (route, field, how)
+            err = assert_openai_error(r, 400)
+            assert err["param"] == field, (route, how, err)
+            assert err["message"].startswith(f"{field}: ") and "lone UTF-16 surrogate" in \
+                err["message"], err
+    fine = {**CHAT, "messages": [{"role": "user", "content": "Hi \\ud800 \U0001f600 é"}]}
+    for how in ENCODINGS:  # an astral character (a surrogate pair), and the text `\ud800`
+        r = httpx.post(base + "/v1/chat/completions", content=_encoded(fine, how), timeout=60,
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 200, (how, r.text)
+
+
+# (route, body, the field named, what the message says)
+PAST_THE_BOUNDS = [
+    ("/v1/chat/completions", {**CHAT, "tools": [_tool(parameters=_nested(901))]},
+     "tools[0].function.parameters", "901 levels deep, over the depth limit of 64"),
+    ("/v1/chat/completions", {**CHAT, "stream": True, "tool_choice": "required",
+                              "tools": [_tool(parameters=_nested(901))]},
+     "tools[0].function.parameters", "over the depth limit of 64"),
+    ("/tokenize", {"prompt": "x", "tools": [_tool(parameters=_nested(65))]},
+     "tools[0].function.parameters", "65 levels deep, over the depth limit of 64"),
+    ("/v1/chat/completions", {**CHAT, "response_format": _format(_nested(65))},
+     "response_format.json_schema.schema", "65 levels deep, over the depth limit of 64"),
+    ("/v1/chat/completions", {**CHAT, "tools": [_tool(), _tool("pick", parameters={
+        "anyOf": [{"const": i} for i in range(1001)]})]},
+     "tools[1].function.parameters",
+     "1001 alternatives (anyOf, oneOf and enum members), over the alternatives limit of 1000"),
+    ("/v1/chat/completions", {**CHAT, "stream": True, "response_format": _format({
+        "oneOf": [{"const": i} for i in range(501)], "enum": list(range(500))})},
+     "response_format.json_schema.schema", "1001 alternatives"),
+    ("/v1/chat/completions", {**CHAT, "response_format": _format(
+        {"type": "string", "description": "x" * 100_000})},
+     "response_format.json_schema.schema", "over the size limit of 100000"),
+    ("/v1/chat/completions", {**CHAT, "guided_regex": "(" * 65 + "a" + ")" * 65},
+     "guided_regex", "nests brackets 65 levels deep, over the depth limit of 64"),
+    ("/v1/chat/completions", {**CHAT, "guided_regex": "|".join(map(str, range(1001)))},
+     "guided_regex", "1001 alternatives (`|`), over the alternatives limit of 1000"),
+    ("/v1/chat/completions", {**CHAT, "guided_grammar": f"start: {'(' * 65}\"a\"{')' * 65}\n"},
+     "guided_grammar", "65 levels deep, over the depth limit of 64"),
+    ("/v1/chat/completions", {**CHAT, "guided_grammar": "start: %json " + json.dumps(
+        _nested(65)) + "\n"}, "guided_grammar", "65 levels deep"),
+    ("/v1/chat/completions", {**CHAT, "guided_grammar": "start: " + " | ".join(
+        f'"{i}"' for i in range(1001)) + "\n"},
+     "guided_grammar", "1001 alternatives"),
+    ("/v1/chat/completions", {**CHAT, "guided_choice": ["x" * 50_001, "y" * 50_000]},
+     "guided_choice", "100001 characters in all, over the size limit of 100000"),
+]
+AT_THE_BOUNDS = [  # served: the limits are generous for real use
+    ("/v1/chat/completions", {**CHAT, "tools": [_tool(parameters=_nested(64))]}),
+    ("/v1/chat/completions", {**CHAT, "tools": [_tool(parameters=_nested(64))],
+                              "tool_choice": "required"}),
+    ("/v1/chat/completions", {**CHAT, "response_format": _format(_nested(64))}),
+    ("/v1/chat/completions", {**CHAT, "response_format": _format(
+        {"enum": [f"v{i}" for i in range(1000)]})}),
+    ("/v1/chat/completions", {**CHAT, "guided_regex": "(" * 64 + "a" + ")" * 64}),
+    ("/v1/chat/completions", {**CHAT, "guided_grammar": "start: " + " | ".join(
+        f'"{i}"' for i in range(1000)) + "\n"}),
+    ("/tokenize", {"prompt": "x", "tools": [_tool(parameters=_nested(64))]}),
+]
+
+
+def test_caller_schemas_regexes_and_grammars_are_bounded_before_compiling(tiny_server,
+                                                                           monkeypatch):
+    """Tool parameter schemas (chat and /tokenize), response_format's schema, guided regexes,
+    grammars and choices past the depth (64), alternatives (1,000) or size (100,000) limit:
+    a 400 naming the field, the bound and its limit, with no grammar compiled (before: a
+    450-level tool schema gave a 500); at the limits they are served."""
+    from workbench.models.constrain import Constraint
+
+    base, _ = tiny_server
+    compiled = []
+    real = Constraint.grammar
+    monkeypatch.setattr(Constraint, "grammar", lambda self: compiled.append(1) or real(self))
+    for route, body, field, says in PAST_THE_BOUNDS:
+        r = httpx.post(base + route, json=body, timeout=60)
+        err = assert_openai_error(r, 400)
+        assert err["param"] == field and err["message"].startswith(f"{field}: "), err
+        assert says in err["message"], err
+    assert compiled == []
+    for route, body in AT_THE_BOUNDS:
+        r = httpx.post(base + route, json=body, timeout=60)
+        assert r.status_code == 200, (route, r.text[:300])
+    assert len(compiled) >= 4  # the constrained ones above were compiled, and served
+
+
 # --- fuzzing ----------------------------------------------------------------------------
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
@@ -401,6 +570,105 @@ _chat_bomb = st.fixed_dictionaries(
               "top_logprobs": st.integers(0, 10**6), "n": st.integers(1, 10**6)})
 _tokenize_bomb = st.fixed_dictionaries(
     {"prompt": st.builds(lambda n: "ab " * n, st.integers(1, 300_000))})
+# issue 46's classes: a lone surrogate put into one string or key, at any depth, of a body of
+# any route (streamed ones among them), sent three ways; and schemas nested deep or offering
+# many alternatives in every place a schema goes, regexes and grammars likewise
+_near_valid_completion = st.fixed_dictionaries(
+    {"prompt": st.text(max_size=30) | st.lists(st.text(max_size=10), min_size=1, max_size=3)},
+    optional={"max_tokens": st.integers(0, 8), "echo": st.booleans(),
+              "logprobs": st.integers(0, 3), "stream": st.booleans(),
+              "stop": st.text(min_size=1, max_size=5)})
+_schema = st.one_of(
+    st.builds(_nested, st.integers(1, 300)),
+    st.builds(lambda key, n: {"enum": list(range(n))} if key == "enum" else
+              {key: [{"const": i} for i in range(n)]},
+              st.sampled_from(["anyOf", "oneOf", "enum"]), st.integers(0, 2_500)),
+    st.dictionaries(st.sampled_from(["type", "properties", "items", "anyOf", "enum"]), _json,
+                    max_size=3))
+_tools = st.lists(st.builds(lambda d, p: _tool(description=d, parameters=p),
+                            st.text(max_size=20), _schema), min_size=1, max_size=2)
+_hi = st.just([{"role": "user", "content": "Hi"}])
+_tool_chat = st.fixed_dictionaries(
+    {"messages": _hi, "max_tokens": st.integers(1, 8), "tools": _tools},
+    optional={"tool_choice": st.sampled_from(["auto", "none", "required"]),
+              "stream": st.booleans()})
+_format_chat = st.fixed_dictionaries(
+    {"messages": _hi, "max_tokens": st.integers(1, 8), "response_format": _schema.map(_format)},
+    optional={"stream": st.booleans()})
+
+
+def _pattern(field: str, n: int, deep: bool):
+    if field == "guided_choice":
+        return [str(i) for i in range(n)]
+    if field == "guided_regex":
+        return "(" * n + "a" + ")" * n if deep else "|".join(map(str, range(n)))
+    return f"start: {'(' * n}\"a\"{')' * n}\n" if deep else \
+        "start: " + " | ".join(f'"{i}"' for i in range(n)) + "\n"
+
+
+_pattern_chat = st.builds(
+    lambda field, n, deep, stream: {"messages": [{"role": "user", "content": "Hi"}],
+                                    "max_tokens": 4, "stream": stream,
+                                    field: _pattern(field, n, deep)},
+    st.sampled_from(["guided_regex", "guided_grammar", "guided_choice"]),
+    st.integers(1, 3_000), st.booleans(), st.booleans())
+_bombs = st.one_of(
+    st.tuples(st.just("/v1/chat/completions"), _tool_chat | _format_chat | _pattern_chat),
+    st.tuples(st.just("/tokenize"), st.fixed_dictionaries({"prompt": st.just("x"),
+                                                           "tools": _tools})))
+_SURROGATES = st.integers(0xD800, 0xDFFF).map(chr)
+
+
+def _path(parent: str, key: str) -> str:
+    """A key's path as a 400 names it: `a.b`, or `a["not a name"]` in ASCII."""
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        return f"{parent}.{key}" if parent else key
+    return f"{parent}[{json.dumps(key)}]"
+
+
+def _places(v, parent: str = ""):
+    """Every key and string of a JSON value: (parent's path, container, key or index,
+    whether the key itself is the place)."""
+    for k, x in (v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list)
+                 else ()):
+        if isinstance(v, dict):
+            yield parent, v, k, True
+        if isinstance(x, str):
+            yield parent, v, k, False
+        yield from _places(x, _path(parent, k) if isinstance(v, dict) else f"{parent}[{k}]")
+
+
+_SURROGATE_INTO = [("/v1/chat/completions", _near_valid_chat), ("/v1/chat/completions", _chat),
+                   ("/v1/chat/completions", _tool_chat), ("/v1/completions", _completion),
+                   ("/v1/completions", _near_valid_completion), ("/tokenize", _tokenize),
+                   ("/detokenize", _detokenize)]
+
+
+@st.composite
+def _with_a_lone_surrogate(draw):
+    """(route, body, the field its 400 names): a lone surrogate put into one string or key
+    of a body of any route, at any depth."""
+    route, bodies = draw(st.sampled_from(_SURROGATE_INTO))
+    body = json.loads(json.dumps(draw(bodies)))  # a copy: st.just's objects are shared
+    places, s = list(_places(body)), draw(_SURROGATES)
+    if not places:
+        body["model"] = s
+        return route, _encoded(body, draw(st.sampled_from(ENCODINGS))), "model"
+    parent, where, k, is_key = draw(st.sampled_from(places))
+    text = k if is_key else where[k]
+    i = draw(st.integers(0, len(text)))
+    bad = text[:i] + s + text[i:]
+    if is_key:
+        where[bad] = where.pop(k)
+        k = bad
+    else:
+        where[k] = bad
+    field = _path(parent, k) if isinstance(where, dict) else f"{parent}[{k}]"
+    return route, _encoded(body, draw(st.sampled_from(ENCODINGS))), field
+
+
+_hostile = st.one_of(_with_a_lone_surrogate(),
+                     _bombs.map(lambda rb: (rb[0], json.dumps(rb[1]).encode(), None)))
 _ROUTES = [("/v1/chat/completions", _near_valid_chat), ("/v1/chat/completions", _chat),
            ("/v1/completions", _completion), ("/tokenize", _tokenize),
            ("/detokenize", _detokenize), ("/v1/completions", _scoring_bomb),
@@ -409,7 +677,8 @@ REQUEST_BOUND_S = 20.0  # every fuzzed request, bombs included, is answered with
 _request = st.one_of(
     *[st.tuples(st.just(path), strat.map(lambda b: json.dumps(b).encode()))
       for path, strat in _ROUTES],
-    st.tuples(st.sampled_from([p for p, _ in _ROUTES]), st.binary(max_size=60)))
+    st.tuples(st.sampled_from([p for p, _ in _ROUTES]), st.binary(max_size=60)),
+    _hostile.map(lambda r: r[:2]))
 
 _seen: dict[str, dict] = {"quick": {}, "thorough": {}}  # + "memory_mb": the sampler's
 
@@ -452,6 +721,7 @@ def _fuzz_one(servers, req, which, run):
         assert_openai_error(r)
     elif "text/event-stream" not in r.headers.get("content-type", ""):
         r.json()
+    return r
 
 
 FUZZ_SETTINGS = dict(deadline=None, derandomize=True, database=None,
@@ -464,6 +734,20 @@ FUZZ_SETTINGS = dict(deadline=None, derandomize=True, database=None,
 def test_fuzzed_bodies_never_get_a_500_quick(fuzz_servers, req, which):
     """50 fuzzed bodies (fast tier); the thorough run below sends over a thousand."""
     _fuzz_one(fuzz_servers, req, which, "quick")
+
+
+@settings(max_examples=60, **FUZZ_SETTINGS)
+@given(req=_hostile, which=st.integers(0, 1))
+def test_fuzzed_lone_surrogates_and_schema_bombs_never_get_a_5xx_quick(fuzz_servers, req,
+                                                                       which):
+    """Issue 46's classes (fast tier; the thorough run sends them among its bodies): a lone
+    surrogate anywhere in any route's body gets a 400 naming its field; schemas, regexes and
+    grammars nested deep or with many alternatives a 200 or a 400; never a 5xx."""
+    route, body, field = req
+    r = _fuzz_one(fuzz_servers, (route, body), which, "quick")
+    if field is not None:
+        err = assert_openai_error(r, 400)
+        assert err["param"] == field, (err, body[:300])
 
 
 @settings(max_examples=1200, **FUZZ_SETTINGS)

@@ -14,9 +14,9 @@ Tool calls are parsed from the generated text with the syntax of the model's cha
 and then sent as chunks, since a half-written call cannot be parsed.
 
 The modules: `app` (the factory and the server), `state` (what the routes share), `work`
-(running work off the event loop), `limits` (key, body size, admission), `batching`,
-`schemas` (request bodies), `replies` (error and event shapes), and one per route group:
-`chat`, `completions`, `tokenizer`.
+(running work off the event loop), `limits` (key, body size, text that can become UTF-8,
+the bounds on caller schemas, admission), `batching`, `schemas` (request bodies), `replies`
+(error and event shapes), and one per route group: `chat`, `completions`, `tokenizer`.
 """
 
 from workbench.serve.app import create_app, make_server, serve

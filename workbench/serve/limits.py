@@ -1,12 +1,15 @@
-"""What the server accepts and from whom: the limits (`ServerLimits`, the CLI's options),
-the ASGI guard that enforces the API key and the body size, and the admission gate that
+"""What the server accepts and from whom: the limits (`ServerLimits`, the CLI's options, and
+the bounds on caller-supplied schemas, regexes and grammars), the ASGI guard that enforces
+the API key, the body size and text that can become UTF-8, and the admission gate that
 bounds how many generation requests run or wait at once."""
 
 from __future__ import annotations
 
 import hmac
 import json
+import re
 import threading
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +30,16 @@ class ServerLimits(BaseModel):
     batch_window_ms: float = Field(10.0, ge=0, description="How long a greedy chat request "
                                    "waits for others to share its batch; 0 turns batching "
                                    "off.")
+
+
+# Caller-supplied schemas (tool parameters, response_format's json_schema), regexes and
+# grammars are held to these before anything renders or compiles them (a tool schema 450
+# levels deep got a 500). OpenAI's structured outputs take at most 10 levels of nesting,
+# 1,000 enum values and 120,000 characters of names and values; these are looser, for real
+# use, and well inside what pydantic's serializer, the chat template and llguidance take.
+MAX_SCHEMA_DEPTH = 64  # nested objects and arrays (a level of `properties` is two)
+MAX_SCHEMA_CHARS = 100_000  # of its JSON text: a tenth of the default body, guided_grammar's cap
+MAX_SCHEMA_ALTERNATIVES = 1_000  # anyOf + oneOf + enum members; `|` in a regex or grammar
 
 
 class Gate:
@@ -69,9 +82,10 @@ class Guard:
         self.app, self.limits = app, limits
 
     @staticmethod
-    async def _reply(send, status: int, message: str, code: str) -> None:
+    async def _reply(send, status: int, message: str, code: str,
+                     param: str | None = None) -> None:
         body = json.dumps({"error": {"message": message, "type": "invalid_request_error",
-                                     "param": None, "code": code}}).encode()
+                                     "param": param, "code": code}}).encode()
         headers = [(b"content-type", b"application/json"),
                    (b"content-length", str(len(body)).encode())]
         if status == 401:
@@ -107,6 +121,10 @@ class Guard:
                 return await self._reply(send, 413, too_big, "request_too_large")
             if not message.get("more_body"):
                 break
+        if (bad := unencodable_text(b"".join(chunks))) is not None:
+            where, problem = bad
+            return await self._reply(send, 400, f"{where or 'the body'}: {problem}",
+                                     "invalid_request", where or None)
         replayed = False
 
         async def replay():
@@ -117,3 +135,73 @@ class Guard:
             return await receive()  # from here on only http.disconnect comes
 
         return await self.app(scope, replay, send)
+
+
+# In a UTF-8 body a surrogate can only come from a `\uD800`-`\uDFFF` escape or from the bytes
+# ED A0-BF (which `json.loads` decodes with "surrogatepass"): a body without either is parsed
+# once, by the route, not twice.
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def unencodable_text(body: bytes) -> tuple[str, str] | None:
+    """(the field's path, the problem) when a string of the JSON body, a key included, at any
+    depth, holds a lone UTF-16 surrogate: legal JSON (`"\\ud800"`), but no character, and
+    nothing can encode it as UTF-8, so it raised wherever the text went (a tokenizer, a reply
+    echoing it: a 500 on every route). The Guard refuses such a body with a 400 naming the
+    field, before any route (or stream) starts. What OpenAI's API does with one is not
+    documented; clients report its 400 "could not parse the JSON body" for bodies it cannot
+    read, and Anthropic's answers 400 "no low surrogate in string". A body that is not JSON
+    is left to the route, which refuses it."""
+    try:
+        if json.detect_encoding(body).startswith("utf-8") and not _MAYBE_SURROGATE.search(body):
+            return None
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    try:
+        json.dumps(value, ensure_ascii=False).encode()  # in C: raises when there is one
+        return None
+    except (UnicodeEncodeError, RecursionError):
+        pass  # there is one (or the body is too deep to tell): find it
+    # iteratively, as the body may nest deeply; a trail (the parent's trail, key or index)
+    # is made into a path only for the string refused
+    stack: list[tuple[Any, Any]] = [(value, None)]
+    while stack:
+        v, trail = stack.pop()
+        if isinstance(v, str):
+            if m := _SURROGATE.search(v):
+                return _path(trail), _lone_surrogate(v, m.start(), "the text")
+            continue
+        inner = []
+        for k, x in v.items() if isinstance(v, dict) else enumerate(v):
+            if isinstance(k, str) and not k.isascii() and (m := _SURROGATE.search(k)):
+                return _path((trail, k)), _lone_surrogate(k, m.start(), "the key")
+            if isinstance(x, list | dict) or (isinstance(x, str) and not x.isascii()):
+                inner.append((x, (trail, k)))
+        stack.extend(reversed(inner))
+    return None
+
+
+def _path(trail) -> str:
+    """`messages[0].content`; a key that is no name as `["a key"]`, in ASCII."""
+    keys = []
+    while trail is not None:
+        trail, key = trail
+        keys.append(key)
+    out = ""
+    for key in reversed(keys):
+        if isinstance(key, int):
+            out += f"[{key}]"
+        elif _NAME.fullmatch(key):
+            out += f".{key}" if out else key
+        else:
+            out += f"[{json.dumps(key)}]"
+    return out
+
+
+def _lone_surrogate(text: str, at: int, what: str) -> str:
+    return (f"{what} holds a lone UTF-16 surrogate (U+{ord(text[at]):04X} at character "
+            f"{at}): not a character, it cannot be encoded as UTF-8; send valid Unicode (a "
+            "character beyond U+FFFF as a pair of \\u escapes)")

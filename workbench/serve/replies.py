@@ -20,6 +20,15 @@ class ApiError(Exception):
         self.status, self.message, self.param, self.kind = status, message, param, kind
 
 
+class WithinField(ValueError):
+    """A request validator's error at a place within its field (`[2].function.parameters`
+    of `tools`): the error handler names that place, not just the field."""
+
+    def __init__(self, place: str, message: str):
+        super().__init__(message)
+        self.place = place
+
+
 def error_body(message: str, kind: str, param: str | None, code: Any) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
@@ -80,6 +89,8 @@ def add_error_handlers(app) -> None:
                 field = ""
             else:
                 msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+                if isinstance(cause := (err.get("ctx") or {}).get("error"), WithinField):
+                    field, msg = field + cause.place, str(cause)
                 problems.append(f"{field}: {msg}" if field else msg)
             params.append(field or None)
         unique = list(dict.fromkeys(problems))

@@ -1,20 +1,89 @@
 """The request bodies the server accepts (OpenAI's and vLLM's fields, each one implemented:
-any other field is refused), and the generation settings a request asks for."""
+any other field is refused; caller-supplied schemas, regexes and grammars within the bounds of
+`limits`), and the generation settings a request asks for."""
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from workbench.models.base import GenerationParams
 from workbench.models.constrain import Constraint
 from workbench.models.messages import NamedToolChoice, ToolCall, ToolSpec
+from workbench.serve.limits import MAX_SCHEMA_ALTERNATIVES, MAX_SCHEMA_CHARS, MAX_SCHEMA_DEPTH
+from workbench.serve.replies import WithinField
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def bounded_schema(schema: Any) -> str | None:
+    """What is past the limits in a caller's JSON schema (None when nothing is), measured
+    before anything renders or compiles it: nesting (walked without recursion, since it may
+    be deep), alternatives, then size."""
+    deepest, alternatives, stack = 0, 0, [(schema, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if not isinstance(v, dict | list):
+            continue
+        deepest = max(deepest, depth)
+        if isinstance(v, dict):
+            alternatives += sum(len(v[k]) for k in ("anyOf", "oneOf", "enum")
+                                if isinstance(v.get(k), list))
+        stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    if deepest > MAX_SCHEMA_DEPTH:
+        return (f"the schema nests objects and arrays {deepest} levels deep, over the depth "
+                f"limit of {MAX_SCHEMA_DEPTH}")
+    if alternatives > MAX_SCHEMA_ALTERNATIVES:
+        return (f"the schema has {alternatives} alternatives (anyOf, oneOf and enum members), "
+                f"over the alternatives limit of {MAX_SCHEMA_ALTERNATIVES}")
+    if (size := len(json.dumps(schema, ensure_ascii=False))) > MAX_SCHEMA_CHARS:
+        return (f"the schema is {size} characters of JSON, over the size limit of "
+                f"{MAX_SCHEMA_CHARS}")
+    return None
+
+
+# what nests and what is an alternative in a regex (a character class neither) and in a Lark
+# grammar (a quoted string neither; `{` nests a `%json` schema)
+_REGEX_PARTS = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()|]", re.DOTALL)
+_GRAMMAR_PARTS = re.compile(r'\\.|"(?:\\.|[^"\\\n])*"|[(\[{}\])|]', re.DOTALL)
+
+
+def bounded_pattern(text: str, grammar: bool) -> str | None:
+    """What is past the limits in a caller's regex or Lark grammar (None when nothing is),
+    counted before llguidance compiles it: brackets nested and `|` alternatives."""
+    depth = deepest = bars = 0
+    for m in (_GRAMMAR_PARTS if grammar else _REGEX_PARTS).finditer(text):
+        c = m.group()
+        if c in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c == "|":
+            bars += 1
+    what = "grammar" if grammar else "regex"
+    if deepest > MAX_SCHEMA_DEPTH:
+        return (f"the {what} nests brackets {deepest} levels deep, over the depth limit of "
+                f"{MAX_SCHEMA_DEPTH}")
+    if bars + 1 > MAX_SCHEMA_ALTERNATIVES:
+        return (f"the {what} has {bars + 1} alternatives (`|`), over the alternatives "
+                f"limit of {MAX_SCHEMA_ALTERNATIVES}")
+    return None
+
+
+def _bounded_tools(tools: list[ToolSpec] | None) -> list[ToolSpec] | None:
+    for i, t in enumerate(tools or ()):
+        if problem := bounded_schema(t.function.parameters):
+            raise WithinField(f"[{i}].function.parameters", problem)
+    return tools
+
+
+BoundedTools = Annotated[list[ToolSpec] | None, AfterValidator(_bounded_tools)]
 
 
 class TextPart(_Strict):
@@ -97,6 +166,8 @@ class ResponseFormat(_Strict):
             raise ValueError("json_schema.name: 1 to 64 letters, digits, _ or -")
         if not isinstance(v.get("schema", {}), dict):
             raise ValueError("json_schema.schema: a JSON schema object")
+        if problem := bounded_schema(v.get("schema", {})):
+            raise WithinField(".schema", problem)
         return v
 
     def constraint(self) -> Constraint | None:
@@ -139,14 +210,30 @@ class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessageIn] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    tools: list[ToolSpec] | None = None
+    tools: BoundedTools = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
     # vLLM's guided decoding fields (what `models.openai_compat` sends for non-JSON shapes)
     guided_regex: str | None = Field(None, max_length=10_000)
-    guided_choice: list[str] | None = Field(None, min_length=1, max_length=1_000)
-    guided_grammar: str | None = Field(None, max_length=100_000, description="Lark")
+    guided_choice: list[str] | None = Field(None, min_length=1,
+                                            max_length=MAX_SCHEMA_ALTERNATIVES)
+    guided_grammar: str | None = Field(None, max_length=MAX_SCHEMA_CHARS, description="Lark")
+
+    @field_validator("guided_regex", "guided_grammar")
+    @classmethod
+    def _bounded_pattern(cls, v, info: ValidationInfo):
+        if v is not None and (problem := bounded_pattern(v, info.field_name == "guided_grammar")):
+            raise ValueError(problem)
+        return v
+
+    @field_validator("guided_choice")
+    @classmethod
+    def _bounded_choices(cls, v):
+        if v is not None and (size := sum(len(c) for c in v)) > MAX_SCHEMA_CHARS:
+            raise ValueError(f"the choices are {size} characters in all, over the size "
+                             f"limit of {MAX_SCHEMA_CHARS}")
+        return v
 
     def constraint(self) -> tuple[Constraint | None, str]:
         """The output constraint asked for, and the field that asked (at most one)."""
@@ -193,7 +280,7 @@ class TokenizeRequest(_Strict):
     messages: list[ChatMessageIn] | None = Field(None, min_length=1)
     add_generation_prompt: bool = True
     add_special_tokens: bool | None = None
-    tools: list[ToolSpec] | None = None
+    tools: BoundedTools = None
 
 
 class DetokenizeRequest(_Strict):
