@@ -57,16 +57,18 @@ def run(backend: str, extra: list[str], folder: Path, config: str) -> dict:
 
 
 def _accepted_tasks(out: Path) -> set[str]:
-    """The tasks (section, perspective, kind) that gave a kept sample or benchmark item: the
-    same task list on every engine (it comes from the sections and the seed), so each task
-    is a pair of outcomes."""
+    """The tasks (span, perspective, kind) that gave a kept sample or benchmark item: the same
+    task list on every engine (it comes from the sections and the seed), so each task is a
+    pair of outcomes. (With `benchmark_per_fact` a span has several benchmark tasks; they
+    count as one here.)"""
     keys = set()
     for name, kind in (("mcQTSA.jsonl", None), ("ndQTSA.jsonl", None),
                        ("benchmark.jsonl", "mc")):
         for line in (out / name).read_text().splitlines():
             r = json.loads(line)
             p = r["provenance"]
-            keys.add(f"{p['section_id']}:{p['perspective']}:{kind or r['kind']}")
+            keys.add(f"{p['section_id']}:{p.get('span_hash')}:{p['perspective']}:"
+                     f"{kind or r['kind']}")
     return keys
 
 

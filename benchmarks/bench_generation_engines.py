@@ -134,9 +134,10 @@ def main() -> None:
                                                "--backend", "transformers"],
             "workbench serve (llama.cpp backend)": [sys.executable, "-m", "workbench",
                                                     "serve"]}
-    for ref in a.llama_server:
+    for i, ref in enumerate(a.llama_server):
         label, _, path = ref.rpartition("=")
-        cmds[f"llama.cpp llama-server ({label or 'native'} build)"] = [
+        label = label or ("native" if len(a.llama_server) == 1 else f"build {i + 1}")
+        cmds[f"llama.cpp llama-server ({label} build)"] = [
             path, "-m", str(gguf), "-np", "8", "--no-kv-unified", "-c",
             str(8 * 4096), "-t", "2", "-cram", "0", "--no-webui", "--host", "127.0.0.1"]
     try:

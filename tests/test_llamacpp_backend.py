@@ -303,13 +303,16 @@ def test_a_small_quantised_file_is_decoded_from_an_f16_copy(peaked, engines, tmp
         from workbench.models.resolve import resolve_chat_model
 
         cache = gguf_cache_dir(resolve_chat_model(str(q8)))
-        assert file_type(cache.with_name(cache.name + "-f16") / "model-f16.gguf") == 1
+        copy = cache.with_name(cache.name + "-f16") / "model-f16.gguf"
+        assert file_type(copy) == 1
+        made = (copy.stat().st_ino, copy.stat().st_mtime_ns)
         assert [g.text for g in auto.generate(convs, params)] == want
     finally:
         auto.close()
     again = load_model(str(q8), batch_size=2)  # made once: the second load reuses it
     try:
         assert again.identity == auto.identity
+        assert (copy.stat().st_ino, copy.stat().st_mtime_ns) == made
     finally:
         again.close()
     as_is = load_model(str(q8), batch_size=2, weights="file")

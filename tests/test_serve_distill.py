@@ -45,7 +45,7 @@ def test_default_distillation_config_against_workbench_serve(served, tmp_path, m
     assert set(report["models"].values()) == {f"openai:{served}"}
     verifier = report["verifier"]
     assert verifier["method"] == "loglik" and verifier["checked"] > 0, report
-    # questions were written and reached the end (kept or not: which ones the 135M model's
-    # verifier keeps moves with the engine and, on llama.cpp, with how requests share a batch)
+    # questions were written and reached the end, kept or not: which ones the 135M model's
+    # verifier keeps moves with the engine (one CI run on llama.cpp kept none at seed 4)
     assert report["model_calls"]["made"] > 0 and report["stages"]["written"] > 0, report
     assert "verifier (loglik" in markdown

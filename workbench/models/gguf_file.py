@@ -6,7 +6,7 @@ quantises to 8 bits as well. On the bundled 135M model that changed 9 of 16 gree
 against the same weights in fp32 ("What is the capital of France?" -> "L'Étoile, la
 Marseillaise, ..."), and a distillation in the browser test accepted nothing. The same
 weights dequantised to f16 (exact for Q4_1's 4-bit codes and f16 scales up to one f16
-rounding) gave 15 of 16 answers identical to transformers at 0.85x the quantised file's
+rounding) gave 15 of 16 answers identical to transformers at about 0.7x the quantised file's
 speed (BENCHMARKS.md, "Generation engines"). Writing uses ggml-org's `gguf` package, which
 transformers already needs to read GGUF files.
 """
@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 FLOAT_FILE_TYPES = {0: "f32", 1: "f16", 32: "bf16"}  # general.file_type of unquantised files
 
 
-def write_gguf(out: Path, reader, arch: str, tensors: dict[str, Any], *, out_type: str,
+def write_gguf(out: Path, reader, arch: str, tensors: Mapping[str, Any], *, out_type: str,
                name: str) -> None:
     """Write `out` atomically: `reader`'s metadata (but its name and file type) and
     `tensors` (GGUF name -> float32 array) in the reader's order, as `out_type` ("f32",
@@ -70,12 +71,30 @@ def write_gguf(out: Path, reader, arch: str, tensors: dict[str, Any], *, out_typ
         raise
 
 
-def dequantised_tensors(reader) -> dict[str, Any]:
-    """Every tensor of a GGUF file as a float32 array in GGUF layout."""
-    import gguf
+class _Dequantised(Mapping):
+    """GGUF name -> float32 array, dequantised when read: `write_gguf` reads one tensor at a
+    time and keeps only its output type, so a copy never holds the whole model in f32."""
 
-    return {t.name: gguf.quants.dequantize(t.data, t.tensor_type)
-            .reshape([int(d) for d in reversed(t.shape)]) for t in reader.tensors}
+    def __init__(self, reader):
+        self.tensors = {t.name: t for t in reader.tensors}
+
+    def __getitem__(self, name: str):
+        import gguf
+
+        t = self.tensors[name]
+        return gguf.quants.dequantize(t.data, t.tensor_type).reshape(
+            [int(d) for d in reversed(t.shape)])
+
+    def __iter__(self):
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+
+def dequantised_tensors(reader) -> Mapping[str, Any]:
+    """Every tensor of a GGUF file as a float32 array in GGUF layout (each made when read)."""
+    return _Dequantised(reader)
 
 
 F16_FILE = "model-f16.gguf"

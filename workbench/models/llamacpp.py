@@ -17,7 +17,7 @@ by a random key that never leaves the process, and talks to it through its nativ
 - a small quantised GGUF (the bundled Q4_1 model) is decoded from an f16 copy made once
   (`gguf_file.f16_copy`): against quantised weights llama.cpp quantises activations to 8
   bits, which changed most greedy answers of the 135M model; the f16 copy gives transformers'
-  answers at 0.85x the quantised speed (the `weights` option);
+  answers at about 0.7x the quantised speed (the `weights` option);
 - constraints (forced tool calls, JSON schemas, regexes, choices, Lark grammars) go to
   llama.cpp's llguidance sampler as Lark text, the same grammars the transformers backend
   masks with;
@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -64,6 +63,7 @@ from workbench.models.base import (
 from workbench.models.ct2_watch import held_back
 from workbench.models.gguf_header import context_length
 from workbench.models.hf_chat import TokenizerChatModel
+from workbench.models.llamacpp_server import Server, gpu_build
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
 from workbench.models.resolve import ModelSource, workbench_home
@@ -95,7 +95,7 @@ def fallback_reason() -> str | None:
     the engine cannot use while transformers can."""
     if not available():
         return f"the llama.cpp engine is not installed (`{PIP}`)"
-    if _nvidia_gpu() and not _gpu_build():
+    if _nvidia_gpu() and not gpu_build():
         return ("this machine has an NVIDIA GPU and the installed llama.cpp engine is a CPU "
                 "build (install xllamacpp's CUDA wheel to generate there from GGUF files)")
     return None
@@ -121,8 +121,8 @@ class LlamaCppOptions(BaseModel):
         "quantised matrices dequantised to f16 (made once, in the model cache), since "
         "llama.cpp quantises activations to 8 bits against quantised weights, which changed "
         "most greedy answers of the bundled 135M model; `auto`: the f16 copy for quantised "
-        f"files up to {F16_AUTO_MAX_MB} MB (small models, where it costs little speed), "
-        "else the file."))
+        f"files up to {F16_AUTO_MAX_MB} MB (small models: the bundled one decodes its copy "
+        "at about 0.7x the Q4_1 file's speed), else the file."))
     lora: str | None = Field(None, description="A GGUF LoRA adapter file to apply.")
     lora_scale: float = Field(1.0, description="Scale of the adapter.")
     chat_template: str | None = Field(None, description="Jinja template when the model has "
@@ -162,7 +162,16 @@ def _weights_file(source: ModelSource, gguf: Path, weights: str) -> Path:
     if weights == "auto" and gguf.stat().st_size > F16_AUTO_MAX_MB * 2**20:
         return gguf
     cache = gguf_cache_dir(source)
-    return f16_copy(gguf, cache.with_name(cache.name + "-f16"))
+    try:
+        return f16_copy(gguf, cache.with_name(cache.name + "-f16"))
+    except (OSError, ValueError, NotImplementedError, KeyError) as e:
+        # a quantisation the gguf package cannot dequantise, a full disk...
+        why = f"{type(e).__name__}: {e}"
+        if weights == "f16":
+            raise WorkbenchError(f"{gguf.name}: could not make its f16 copy ({why})") from e
+        log.warning("%s: no f16 copy (%s); llama.cpp decodes the file as it is", gguf.name,
+                    why)
+        return gguf
 
 
 def tokenizer_folder(source: ModelSource) -> Path:
@@ -189,64 +198,6 @@ def tokenizer_folder(source: ModelSource) -> Path:
     return target
 
 
-def _gpu_build() -> bool:
-    import xllamacpp
-
-    try:
-        return any("GPU" in str(d.get("type")) for d in xllamacpp.get_device_info())
-    except Exception:  # noqa: BLE001 - a binding without device info: treat as CPU-only
-        return False
-
-
-class _Server:
-    """llama.cpp's server in this process: 127.0.0.1, a port the OS picks, a random key."""
-
-    def __init__(self, gguf: Path, *, slots: int, context: int, threads: int,
-                 gpu_layers: int, lora: Path | None, lora_scale: float, timeout_s: float):
-        import httpx
-        import xllamacpp as xlc
-
-        p = xlc.CommonParams()
-        p.model.path = str(gguf)
-        p.n_parallel = slots
-        p.n_ctx = context * slots
-        # a cache per slot: in one shared cache a reply's rounding depended on the other
-        # requests in flight (the same seeded batch twice: 2 of 12 replies alike; per slot,
-        # 12 of 12, and each the same as when it ran alone)
-        p.kv_unified = False
-        p.ctx_shift = False  # a prompt that does not fit is refused, never silently cut
-        p.cpuparams.n_threads = threads
-        p.cpuparams_batch.n_threads = threads
-        p.n_gpu_layers = gpu_layers
-        p.fit_params = False  # the sizes asked for, not ones fitted to free memory
-        p.cache_ram_mib = 0  # no host-memory prompt cache beyond the slots' own
-        p.verbosity = -1
-        p.ui = False
-        p.endpoint_slots = False
-        p.hostnames = ["127.0.0.1"]
-        p.port = 0
-        self.key = secrets.token_urlsafe(24)
-        p.api_keys = [self.key]
-        if lora is not None:
-            p.lora_adapters = [xlc.CommonAdapterLoraInfo(str(lora), float(lora_scale))]
-        try:
-            self.server = xlc.Server(p)
-        except Exception as e:
-            raise BackendError(f"llama.cpp could not load {gguf.name}: {e}") from e
-        self.url = self.server.listening_address.rstrip("/")
-        self.http = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {self.key}"},
-            timeout=httpx.Timeout(30.0, read=timeout_s), trust_env=False,
-            limits=httpx.Limits(max_connections=slots + 4, max_keepalive_connections=slots + 4))
-        meta = self.http.get("/v1/models").json()["data"][0].get("meta") or {}
-        self.n_ctx_train = int(meta.get("n_ctx_train") or 0) or None
-
-    def close(self) -> None:
-        self.http.close()
-        server, self.server = getattr(self, "server", None), None
-        del server  # the binding stops the server's threads when the object goes
-
-
 @register_backend("llamacpp")
 class LlamaCppChatModel(TokenizerChatModel):
     capabilities = Capabilities(score=True, tool_calls=True, token_logprobs=True, stream=True,
@@ -263,6 +214,14 @@ class LlamaCppChatModel(TokenizerChatModel):
 
         self.source = source
         gguf = _gguf_file(source)
+        # the options checked before anything is converted or loaded
+        if self.opts.adapter and self.opts.lora:
+            raise WorkbenchError("pass either `adapter` (a PEFT folder) or `lora` (a GGUF "
+                                 "LoRA file), not both")
+        device = self.opts.device.split(":")[0]
+        if device not in ("auto", "cpu", "gpu", "cuda"):
+            raise WorkbenchError(f"device {self.opts.device!r}: the llamacpp backend takes "
+                                 "auto, cpu or gpu")
         t0 = time.perf_counter()
         weights = _weights_file(source, gguf, self.opts.weights)
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder(source))
@@ -270,9 +229,6 @@ class LlamaCppChatModel(TokenizerChatModel):
             self.tokenizer.chat_template = self.opts.chat_template
         self._tool_notice = False
         lora, self._adapter_id = None, ""
-        if self.opts.adapter and self.opts.lora:
-            raise WorkbenchError("pass either `adapter` (a PEFT folder) or `lora` (a GGUF "
-                                 "LoRA file), not both")
         if self.opts.adapter:
             from workbench.models.local import check_adapter_dir
 
@@ -291,16 +247,12 @@ class LlamaCppChatModel(TokenizerChatModel):
         if lora is not None and self.opts.lora_scale != 1.0:
             self._adapter_id += f"x{self.opts.lora_scale:g}"
         self.slots = self.opts.batch_size
-        device = self.opts.device.split(":")[0]
-        if device not in ("auto", "cpu", "gpu", "cuda"):
-            raise WorkbenchError(f"device {self.opts.device!r}: the llamacpp backend takes "
-                                 "auto, cpu or gpu")
-        gpu = device in ("gpu", "cuda") or (device == "auto" and _gpu_build())
+        gpu = device in ("gpu", "cuda") or (device == "auto" and gpu_build())
         self.device = "gpu" if gpu else "cpu"
         positions = context_length(gguf)
         context = self.opts.slot_context or min(positions or SLOT_CONTEXT, SLOT_CONTEXT)
         self.threads = self.opts.threads or max(1, os.cpu_count() or 1)
-        self.server = _Server(weights, slots=self.slots, context=context, threads=self.threads,
+        self.server = Server(weights, slots=self.slots, context=context, threads=self.threads,
                               gpu_layers=-1 if gpu else 0, lora=lora,
                               lora_scale=self.opts.lora_scale, timeout_s=self.opts.timeout_s)
         self.slot_context, self.model_positions = context, positions

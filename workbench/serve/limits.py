@@ -29,7 +29,8 @@ class ServerLimits(BaseModel):
                                                            "checks that its client is there.")
     batch_window_ms: float = Field(10.0, ge=0, description="How long a greedy chat request "
                                    "waits for others to share its batch; 0 turns batching "
-                                   "off.")
+                                   "off. An engine that batches concurrent requests itself "
+                                   "(llama.cpp's slots) takes each as it comes.")
 
 
 # Caller-supplied schemas (tool parameters, response_format's json_schema), regexes and
@@ -75,8 +76,9 @@ def _auth_ok(header: bytes | None, key: str) -> bool:
 
 
 class Guard:
-    """ASGI middleware: the API key on every route (401), and the body limit (413) enforced
-    while the body streams in, so an oversized body is never held whole."""
+    """ASGI middleware: the API key on every route (401), the body limit (413) enforced
+    while the body streams in, so an oversized body is never held whole, and text that
+    cannot become UTF-8 (400 naming the field: `unencodable_text`)."""
 
     def __init__(self, app, limits: ServerLimits):
         self.app, self.limits = app, limits

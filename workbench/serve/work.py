@@ -35,7 +35,7 @@ class Work:
 
     async def run(self, fn, *args, **kwargs):
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, functools.partial(self.context.run, fn, *args,
+        fut = loop.run_in_executor(self.s.workers, functools.partial(self.context.run, fn, *args,
                                                            **kwargs))
         stopping = self.s.stopping
         try:

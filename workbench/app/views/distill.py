@@ -49,11 +49,13 @@ def verdict_hidden(s, vc) -> bool:
 
 
 # what the form does not ask, as the demo config (configs/rf_demo.yaml) distils with a small
-# teacher: under the grammar (no question lost to its format), questions sampled at 0.7 and
-# short, the verifier flagging rather than rejecting. On a 3-section upload the free-text
-# defaults kept 0-1 samples by seed, these 2-6 (a test checks they match the demo config).
-FORM_SETTINGS = {"constrained": "auto", "writer_temperature": 0.7, "writer_max_tokens": 48,
+# teacher: under the grammar (no question lost to its format), questions sampled at 0.7, the
+# verifier flagging rather than rejecting, and in composed mode short questions (single
+# mode's writer writes a whole MC block). On a 3-section upload the free-text defaults kept
+# 0-1 samples by seed, these 2-6 (a test checks they match the demo config).
+FORM_SETTINGS = {"constrained": "auto", "writer_temperature": 0.7,
                  "verifier": {"method": "loglik", "on_disagree": "flag"}}
+COMPOSED_SETTINGS = {"writer_max_tokens": 48}
 
 st.title("Distill QTSA data")
 st.caption("A teacher model reads each section of the corpus and writes training samples in "
@@ -93,7 +95,8 @@ with st.form("distill-form"):
 if go:
     try:
         cfg = base_config(name, corpus=str(ws / "corpus"), domain=pack, distill={
-            **FORM_SETTINGS, "perspectives": perspectives, "kinds": kinds, "mode": mode,
+            **FORM_SETTINGS, **(COMPOSED_SETTINGS if mode == "composed" else {}),
+            "perspectives": perspectives, "kinds": kinds, "mode": mode,
             "answer_source": answers, "max_sections": max_sections or None})
         if teacher != "default":
             cfg["models"]["chat"] = {"spec": teacher}

@@ -1,0 +1,69 @@
+"""llama.cpp's own server inside this process (the `xllamacpp` binding), as the llamacpp
+backend runs it: bound to 127.0.0.1 on a port the OS picks, locked by a random key that never
+leaves the process, one KV cache per parallel slot."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from workbench.errors import BackendError
+
+
+def gpu_build() -> bool:
+    """Whether the installed xllamacpp can offload to a GPU."""
+    import xllamacpp
+
+    try:
+        return any("GPU" in str(d.get("type")) for d in xllamacpp.get_device_info())
+    except Exception:  # noqa: BLE001 - a binding without device info: treat as CPU-only
+        return False
+
+
+class Server:
+    """llama.cpp's server in this process: 127.0.0.1, a port the OS picks, a random key."""
+
+    def __init__(self, gguf: Path, *, slots: int, context: int, threads: int,
+                 gpu_layers: int, lora: Path | None, lora_scale: float, timeout_s: float):
+        import httpx
+        import xllamacpp as xlc
+
+        p = xlc.CommonParams()
+        p.model.path = str(gguf)
+        p.n_parallel = slots
+        p.n_ctx = context * slots
+        # a cache per slot: in one shared cache a reply's rounding depended on the other
+        # requests in flight (the same seeded batch twice: 2 of 12 replies alike; per slot,
+        # 12 of 12, and each the same as when it ran alone)
+        p.kv_unified = False
+        p.ctx_shift = False  # a prompt that does not fit is refused, never silently cut
+        p.cpuparams.n_threads = threads
+        p.cpuparams_batch.n_threads = threads
+        p.n_gpu_layers = gpu_layers
+        p.fit_params = False  # the sizes asked for, not ones fitted to free memory
+        p.cache_ram_mib = 0  # no host-memory prompt cache beyond the slots' own
+        p.verbosity = -1
+        p.ui = False
+        p.endpoint_slots = False
+        p.hostnames = ["127.0.0.1"]
+        p.port = 0
+        self.key = secrets.token_urlsafe(24)
+        p.api_keys = [self.key]
+        if lora is not None:
+            p.lora_adapters = [xlc.CommonAdapterLoraInfo(str(lora), float(lora_scale))]
+        try:
+            self.server = xlc.Server(p)
+        except Exception as e:
+            raise BackendError(f"llama.cpp could not load {gguf.name}: {e}") from e
+        self.url = self.server.listening_address.rstrip("/")
+        self.http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.key}"},
+            timeout=httpx.Timeout(30.0, read=timeout_s), trust_env=False,
+            limits=httpx.Limits(max_connections=slots + 4, max_keepalive_connections=slots + 4))
+        meta = self.http.get("/v1/models").json()["data"][0].get("meta") or {}
+        self.n_ctx_train = int(meta.get("n_ctx_train") or 0) or None
+
+    def close(self) -> None:
+        self.http.close()
+        server, self.server = getattr(self, "server", None), None
+        del server  # the binding stops the server's threads when the object goes
