@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
-from test_serve_hardening import _encoded, _path, _places
+from test_serve_hardening import _encoded, _places, _plant
 
 from workbench.config import experiment_config_model, load_config
 from workbench.errors import DataError, WorkbenchError
@@ -285,15 +285,7 @@ def test_the_server_finds_a_lone_surrogate_anywhere_by_its_path(value, depth, ki
     body = {"prompt": _nest(value, depth, kind), "note": "a\\ud800 is text"}
     assert unencodable_text(_encoded(body, how)) is None
     places = list(_places(body))
-    parent, where, k, is_key = places[pick % len(places)]
-    text = k if is_key else where[k]
-    bad = text[:at % (len(text) + 1)] + char + text[at % (len(text) + 1):]
-    if is_key:
-        where[bad] = where.pop(k)
-        k = bad
-    else:
-        where[k] = bad
-    field = _path(parent, k) if isinstance(where, dict) else f"{parent}[{k}]"
+    field = _plant(places[pick % len(places)], at, char)
     found = unencodable_text(_encoded(body, how))
     assert found is not None and found[0] == field, (found, field)
     assert "lone UTF-16 surrogate" in found[1] and found[1].isascii()

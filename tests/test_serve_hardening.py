@@ -654,17 +654,25 @@ def _with_a_lone_surrogate(draw):
     if not places:
         body["model"] = s
         return route, _encoded(body, draw(st.sampled_from(ENCODINGS))), "model"
-    parent, where, k, is_key = draw(st.sampled_from(places))
+    place = draw(st.sampled_from(places))
+    _, where, k, is_key = place
+    field = _plant(place, draw(st.integers(0, len(k if is_key else where[k]))), s)
+    return route, _encoded(body, draw(st.sampled_from(ENCODINGS))), field
+
+
+def _plant(place, at: int, s: str) -> str:
+    """Put `s` at character `at` (modulo the length) of a place's key or text, as `_places`
+    gives it; the field's path."""
+    parent, where, k, is_key = place
     text = k if is_key else where[k]
-    i = draw(st.integers(0, len(text)))
-    bad = text[:i] + s + text[i:]
+    at %= len(text) + 1
+    bad = text[:at] + s + text[at:]
     if is_key:
         where[bad] = where.pop(k)
         k = bad
     else:
         where[k] = bad
-    field = _path(parent, k) if isinstance(where, dict) else f"{parent}[{k}]"
-    return route, _encoded(body, draw(st.sampled_from(ENCODINGS))), field
+    return _path(parent, k) if isinstance(where, dict) else f"{parent}[{k}]"
 
 
 _hostile = st.one_of(_with_a_lone_surrogate(),
