@@ -373,6 +373,23 @@ def test_distill_from_the_app_with_a_scripted_model(ws):
     assert (w / "runs" / "app-run" / "distill" / "review.jsonl").exists()
 
 
+def test_the_checkout_entry_runs_the_packaged_app_with_its_settings(tmp_path, monkeypatch):
+    """apps/streamlit/app.py (`streamlit run apps/streamlit/app.py` from a checkout) renders
+    the packaged app, and its .streamlit/config.toml is the package's."""
+    from streamlit.testing.v1 import AppTest
+
+    entry = REPO / "apps" / "streamlit"
+    assert (entry / ".streamlit" / "config.toml").read_text() == \
+        (APP / ".streamlit" / "config.toml").read_text()
+    monkeypatch.chdir(tmp_path)  # its workspace is ./workspace, as with `workbench app`
+    monkeypatch.delenv("WB_WORKSPACE", raising=False)
+    monkeypatch.delenv("WB_ROOT", raising=False)
+    at = AppTest.from_file(str(entry / "app.py"), default_timeout=120).run()
+    assert not at.exception
+    assert [t.value for t in at.title] == [TITLES["projects"]]
+    assert (tmp_path / "workspace").is_dir()
+
+
 def test_streamlit_config_is_secure():
     cfg = tomllib.loads((APP / ".streamlit" / "config.toml").read_text())
     s = cfg["server"]
