@@ -79,6 +79,29 @@ def test_a_gguf_generates_on_llama_cpp_by_default_with_transformers_tokens(engin
     assert raw.ok and raw.completion_tokens == 5 and raw.finish_reason == "length"
 
 
+def test_a_batch_counts_its_replies_as_they_come(engines, monkeypatch):
+    """A log's progress line moves with each reply of a batch, not once per batch: the
+    replies are counted as they come back, out of the batch's size (a prompt too long for a
+    slot is no reply)."""
+    import workbench.models.llamacpp as backend
+
+    seen = []
+
+    def counting(items, desc="", total=None, unit="it", *, delay=0.0):
+        seen.append([desc, total, unit, 0])
+        for x in items:
+            assert x.done()  # a finished request, counted when it finishes
+            seen[-1][3] += 1
+            yield x
+
+    monkeypatch.setattr(backend, "progress", counting)
+    _, cpp = engines
+    too_long = [{"role": "user", "content": "filter " * cpp.max_positions}]
+    gens = cpp.generate(_convs(6) + [too_long], GenerationParams(max_tokens=4))
+    assert [g.ok for g in gens] == [True] * 6 + [False]
+    assert seen == [["generating", 6, "reply", 6]]
+
+
 def test_stops_streaming_and_seeds(engines):
     _, cpp = engines
     conv = _convs(1)[0]

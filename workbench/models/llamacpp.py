@@ -40,7 +40,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,6 +68,7 @@ from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
 from workbench.models.resolve import ModelSource, workbench_home
 from workbench.models.tools import strip_special_tokens
+from workbench.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -370,6 +371,11 @@ class LlamaCppChatModel(TokenizerChatModel):
         with ThreadPoolExecutor(min(self.slots, len(rows))) as pool:
             futures = [None if len(ids) >= limit else
                        pool.submit(self._tokens, ids, params, cancel) for ids in rows]
+            # counted as each reply comes back, so a log says how far a batch has got
+            running = [f for f in futures if f is not None]
+            for _ in progress(as_completed(running), desc="generating", total=len(running),
+                              unit="reply", delay=2):
+                pass
             results = [(([], None, self._too_long(len(ids))) if f is None else f.result())
                        for f, ids in zip(futures, rows, strict=True)]
         gens = []
