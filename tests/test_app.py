@@ -373,6 +373,24 @@ def test_distill_from_the_app_with_a_scripted_model(ws):
     assert (w / "runs" / "app-run" / "distill" / "review.jsonl").exists()
 
 
+def test_work_on_an_empty_corpus_is_refused_before_a_job_starts(ws):
+    """Distil, build an index or run the comparison over an empty corpus: one line says to
+    upload documents first and no job starts (it used to start, fail in a collapsed panel
+    and leave a stale lock)."""
+    from workbench.jobs import list_jobs
+    from workbench.workspace import open_workspace
+
+    w = open_workspace(ws)
+    for name, click in (("distill", lambda at: at.button[0]),
+                        ("retrieval", lambda at: at.button(key="r-build")),
+                        ("evaluate", lambda at: at.button(key="e-start"))):
+        at = page(name).run()
+        click(at).click().run()
+        assert not at.exception, name
+        assert any("the corpus is empty" in e.value for e in at.error), name
+    assert list_jobs(w) == []
+
+
 def test_the_checkout_entry_runs_the_packaged_app_with_its_settings(tmp_path, monkeypatch):
     """apps/streamlit/app.py (`streamlit run apps/streamlit/app.py` from a checkout) renders
     the packaged app, and its .streamlit/config.toml is the package's."""

@@ -142,6 +142,30 @@ def base_config(name: str, **sections) -> dict:
     return cfg
 
 
+# what the app's forms do not ask of a distillation, as the demo config (configs/rf_demo.yaml)
+# distils with a small teacher: under the grammar (no question lost to its format), questions
+# sampled at 0.7, the verifier flagging rather than rejecting, and in composed mode short
+# questions (single mode's writer writes a whole MC block). On a 3-section upload the
+# free-text defaults kept 0-1 samples by seed, these 2-6 (a test checks they match the demo).
+DISTILL_SETTINGS = {"constrained": "auto", "writer_temperature": 0.7,
+                    "verifier": {"method": "loglik", "on_disagree": "flag"}}
+COMPOSED_SETTINGS = {"writer_max_tokens": 48}
+
+
+def distill_settings(mode: str = "composed") -> dict[str, Any]:
+    return {**DISTILL_SETTINGS, **(COMPOSED_SETTINGS if mode == "composed" else {})}
+
+
+def require_corpus(ws: Path) -> None:
+    """Refuse to start work on the corpus when it holds no document (the job failed later,
+    in a collapsed panel, and left a stale lock)."""
+    from workbench.workspace import corpus_files
+
+    folder = ws / "corpus"
+    if not folder.is_dir() or not corpus_files(ws):
+        raise WorkbenchError("the corpus is empty: upload documents on the Corpus page first")
+
+
 def show_error(e: Exception) -> None:
     st.error(str(e) if isinstance(e, WorkbenchError | ValueError) else f"{type(e).__name__}: {e}")
 

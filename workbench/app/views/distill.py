@@ -2,11 +2,13 @@ import streamlit as st
 
 from workbench.app.common import (
     base_config,
+    distill_settings,
     job_panel,
     not_ready,
     options_html,
     pick_run,
     rate_decisions,
+    require_corpus,
     runs,
     sections_of,
     show_error,
@@ -48,15 +50,6 @@ def verdict_hidden(s, vc) -> bool:
     return vc.check.next is not None and s.id not in vc.check.rated
 
 
-# what the form does not ask, as the demo config (configs/rf_demo.yaml) distils with a small
-# teacher: under the grammar (no question lost to its format), questions sampled at 0.7, the
-# verifier flagging rather than rejecting, and in composed mode short questions (single
-# mode's writer writes a whole MC block). On a 3-section upload the free-text defaults kept
-# 0-1 samples by seed, these 2-6 (a test checks they match the demo config).
-FORM_SETTINGS = {"constrained": "auto", "writer_temperature": 0.7,
-                 "verifier": {"method": "loglik", "on_disagree": "flag"}}
-COMPOSED_SETTINGS = {"writer_max_tokens": 48}
-
 st.title("Distill QTSA data")
 st.caption("A teacher model reads each section of the corpus and writes training samples in "
            "four parts: **Q**uestion, **T**hinking (its reasoning), **S**olution and "
@@ -94,9 +87,9 @@ with st.form("distill-form"):
     go = st.form_submit_button("Start distillation")
 if go:
     try:
+        require_corpus(ws)
         cfg = base_config(name, corpus=str(ws / "corpus"), domain=pack, distill={
-            **FORM_SETTINGS, **(COMPOSED_SETTINGS if mode == "composed" else {}),
-            "perspectives": perspectives, "kinds": kinds, "mode": mode,
+            **distill_settings(mode), "perspectives": perspectives, "kinds": kinds, "mode": mode,
             "answer_source": answers, "max_sections": max_sections or None})
         if teacher != "default":
             cfg["models"]["chat"] = {"spec": teacher}

@@ -3,10 +3,12 @@ import streamlit as st
 from workbench.app.common import (
     acc_text,
     base_config,
+    distill_settings,
     job_panel,
     not_ready,
     options_html,
     pct,
+    require_corpus,
     runs,
     sections_of,
     show_error,
@@ -37,10 +39,10 @@ with st.expander("Run the whole comparison (distil, index, base vs RAG vs SFT)")
                       "on the held-out benchmark. Its progress shows here and in the Task "
                       "centre."):
         try:
+            require_corpus(ws)
             cfg = base_config(name, corpus=str(ws / "corpus"),
-                              distill={"perspectives": persp, "kinds": ["mc", "nd"],
-                                       "answer_source": "text",
-                                       "verifier": {"on_disagree": "flag"}},
+                              distill={**distill_settings(), "perspectives": persp,
+                                       "kinds": ["mc", "nd"], "answer_source": "text"},
                               train={"max_steps": int(steps), "batch_size": 2,
                                      "max_length": 512},
                               eval={"methods": ["loglik", "generate"], "max_tokens": 32},

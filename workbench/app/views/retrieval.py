@@ -8,6 +8,7 @@ from workbench.app.common import (
     job_panel,
     not_ready,
     pick_run,
+    require_corpus,
     runs,
     show_error,
     workspace,
@@ -28,6 +29,7 @@ with st.expander("Build an index from the corpus", expanded=not indexes):
                  help="Starts a background job that splits the workspace's corpus into chunks "
                       "and indexes them for all three retrievers, as a run of this name."):
         try:
+            require_corpus(ws)
             job = start_job(ws, "rag", base_config(name, corpus=str(ws / "corpus")))
             st.success(f"Started job {job.id}")
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
