@@ -173,12 +173,14 @@ def test_compare_table_with_intervals_and_significance(finished):
     table = frame(at, "configuration", "s/item")
     assert list(table["configuration"]) == [r.name for r in report.rows]
     head = report.rows[0].headline
-    col = next(c for c in table.columns if c.endswith("★"))
+    col = next(c for c in table.columns if str(table[c][0]).endswith("★"))
     assert col.startswith({"letter": "letter", "cloze_norm": "cloze, per-char",
                            "cloze": "cloze (CF)", "generate": "generation"}[head])
     a = report.rows[0].scorings[head]
     assert table[col][0].startswith(f"{100 * a.value:.1f}% [{100 * a.ci_low:.1f}, "
                                     f"{100 * a.ci_high:.1f}]")
+    # one column per scoring for every row: a cell is a figure or empty, never None
+    assert not table.isna().any().any() and "None" not in table.to_string()
     assert list(table["headline"]) == [r.headline or "none (all degenerate)"
                                        for r in report.rows]
     assert "degenerate" in table.columns
@@ -405,6 +407,8 @@ def test_the_checkout_entry_runs_the_packaged_app_with_its_settings(tmp_path, mo
     at = AppTest.from_file(str(entry / "app.py"), default_timeout=120).run()
     assert not at.exception
     assert [t.value for t in at.title] == [TITLES["projects"]]
+    # every page says what the bundled model is
+    assert any("135M-parameter demonstration model" in c.value for c in at.sidebar.caption)
     assert (tmp_path / "workspace").is_dir()
 
 

@@ -12,5 +12,9 @@ from workbench.app.common import navigation_pages
 
 st.set_page_config(page_title="Domain-Agent Workbench",
                    page_icon=":material/settings_input_antenna:", layout="wide")
+st.sidebar.caption("The bundled model, SmolLM2-135M-Instruct, is a 135M-parameter "
+                   "demonstration model: with it the pages show how the workbench works, not "
+                   "the gains a capable model brings. Name a larger teacher in a form (a model "
+                   "folder, a GGUF file or an OpenAI-compatible URL#model) for real data.")
 st.navigation([st.Page(path, title=title, icon=icon, default=default)
                for path, title, icon, default in navigation_pages()]).run()

@@ -108,19 +108,23 @@ def eval_folder(lay, which: str):
 
 
 def comparison_table(report, key: str) -> None:
+    # every scoring any row has is a column, the same for every row (the headline's star
+    # goes in its cell); a row not scored that way has an empty cell, not "None"
+    scored = [k for k in SCORINGS if any(k in row.scorings for row in report.rows)]
     st.dataframe([
         {"configuration": row.name,
          "items": f"{row.n} ({acc.clusters} clusters)"
          if (acc := row.headline_accuracy) and acc.clusters else str(row.n),
-         **{SCORING_LABELS.get(k, k) + (" ★" if k == row.headline else ""):
+         **{SCORING_LABELS.get(k, k):
             acc_text(row.scorings.get(k)) + (" ⚠" if k in row.degenerate else "")
-            for k in SCORINGS if k in row.scorings},
+            + (" ★" if k == row.headline else "") if k in row.scorings else ""
+            for k in scored},
          "headline": row.headline or "none (all degenerate)",
          "degenerate": ", ".join(SCORING_LABELS.get(k, k) for k in row.degenerate) or "-",
          "s/item": round(row.seconds_per_item, 2)} for row in report.rows],
         hide_index=True, key=key,
-        column_config={SCORING_LABELS.get(k, k) + star: st.column_config.TextColumn(width=160)
-                       for k in SCORINGS for star in ("", " ★")})  # "71.0% [53.4, 83.9] ⚠"
+        column_config={SCORING_LABELS.get(k, k): st.column_config.TextColumn(width=170)
+                       for k in SCORINGS})  # "71.0% [53.4, 83.9] ⚠ ★"
     why = [f"{row.name} / {SCORING_LABELS.get(k, k)}: {w}" for row in report.rows
            for k, w in row.degenerate.items()]
     st.caption("Accuracy with its Wilson 95% interval (at the effective sample size where "
@@ -148,7 +152,8 @@ def comparisons_view(comparisons, key: str) -> None:
                    "accuracy a": pct(c.accuracy_a), "accuracy b": pct(c.accuracy_b),
                    "difference b - a (95% CI)": f"{100 * c.difference:+.1f} "
                    f"[{100 * c.difference_ci_low:+.1f}, {100 * c.difference_ci_high:+.1f}]",
-                   "only a / only b": f"{c.only_a} / {c.only_b}",
+                   "only a / only b": f"{c.only_a} / {c.only_b}" + (
+                       " (no item changed)" if c.only_a == c.only_b == 0 else ""),
                    "items": f"{c.n} ({c.clusters} clusters)" if c.clusters else str(c.n),
                    "p (Holm)": round(c.p_holm, 4),
                    "significant": "yes" if c.significant else "no"}
@@ -157,7 +162,10 @@ def comparisons_view(comparisons, key: str) -> None:
                "b, got right; difference in points with its 95% interval; p (Holm): the "
                "paired test's p-value (exact McNemar; a sign-flip test where items form "
                "clusters), adjusted for the number of pairs (Holm); significant: p (Holm) "
-               "under 0.05.")
+               "under 0.05. The interval (a bootstrap over items) and p (an exact test) are "
+               "computed apart: with few items that changed, an interval may reach 0 while "
+               "p is 1; \"no item changed\": both got the same items right, as when an "
+               "adapter moved no prediction across the answer.")
     sig = [c for c in comparisons if c.significant]
     if sig:
         st.markdown("**Significant differences:** " + "; ".join(
