@@ -128,7 +128,7 @@ def test_streamed_tool_calls(client):
     ({"n": 2}, "n"),
     ({"tool_choice": "required"}, "tool_choice"),  # no tools
     ({"tools": [{"type": "function", "function": {"name": "a b"}}]},
-     "tools.0.function.name"),
+     "tools[0].function.name"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
      "tool_choice"),
 ])
@@ -145,13 +145,13 @@ def test_unsupported_or_invalid_fields_are_400_naming_the_field(client, extra, p
 def test_malformed_messages_are_400_naming_the_message_field(fake_server):
     url = fake_server[0]
     cases = [
-        ([{"role": "tool", "content": "21C"}], "messages.0.tool_call_id"),
-        ([{"role": "user", "content": "x", "tool_call_id": "c"}], "messages.0.tool_call_id"),
+        ([{"role": "tool", "content": "21C"}], "messages[0].tool_call_id"),
+        ([{"role": "user", "content": "x", "tool_call_id": "c"}], "messages[0].tool_call_id"),
         ([{"role": "user", "tool_calls": [{"id": "c", "type": "function", "function": {
-            "name": "f", "arguments": "{}"}}]}], "messages.0.tool_calls"),
-        ([{"role": "assistant"}], "messages.0.content"),
-        ([{"role": "user", "content": "x", "weight": 1}], "messages.0.weight"),
-        ([{"role": "robot", "content": "x"}], "messages.0.role"),
+            "name": "f", "arguments": "{}"}}]}], "messages[0].tool_calls"),
+        ([{"role": "assistant"}], "messages[0].content"),
+        ([{"role": "user", "content": "x", "weight": 1}], "messages[0].weight"),
+        ([{"role": "robot", "content": "x"}], "messages[0].role"),
         ([], "messages"),
     ]
     for messages, param in cases:

@@ -45,14 +45,17 @@ def sse(body: dict[str, Any]) -> str:
 _TYPE_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
 
 
-def _field_path(loc) -> list[str]:
-    """A validation error's location as request fields: pydantic also names the branch of a
-    union it tried (`str`, `list[TextPart]`, `NamedToolChoice`), which is no field."""
-    out = []
+def _field_path(loc) -> str:
+    """A validation error's location as a request field, as OpenAI's errors name it and the
+    guard's do (`messages[0].content`): pydantic also names the branch of a union it tried
+    (`str`, `list[TextPart]`, `NamedToolChoice`), which is no field."""
+    out = ""
     for x in loc:
-        if isinstance(x, int) or (isinstance(x, str) and re.fullmatch(r"[a-z_][a-z0-9_]*", x)
-                                  and x not in _TYPE_TAGS and x != "body"):
-            out.append(str(x))
+        if isinstance(x, int):
+            out += f"[{x}]"
+        elif (isinstance(x, str) and re.fullmatch(r"[a-z_][a-z0-9_]*", x)
+              and x not in _TYPE_TAGS and x != "body"):
+            out += f".{x}" if out else x
     return out
 
 
@@ -80,7 +83,7 @@ def add_error_handlers(app) -> None:
     async def _invalid(_: Request, exc: RequestValidationError):
         problems, params = [], []
         for err in exc.errors():
-            field = ".".join(_field_path(err.get("loc", ())))
+            field = _field_path(err.get("loc", ()))
             if err.get("type") == "extra_forbidden":
                 problems.append(f"{field}: unsupported field (this server does not implement "
                                 "it; leave it out)")
