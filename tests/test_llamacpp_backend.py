@@ -102,6 +102,22 @@ def test_a_batch_counts_its_replies_as_they_come(engines, monkeypatch):
     assert seen == [["generating", 6, "reply", 6]]
 
 
+def test_the_prompt_cache_gives_the_same_replies(peaked, engines):
+    """With llama.cpp's host-memory prompt cache a slot may start from another prompt's KV
+    (a shared section text read once): the replies are the ones each prompt gets without."""
+    _, gguf = peaked
+    _, cpp = engines
+    text = "A quarter-wave line matches two impedances at one frequency. " * 6
+    convs = [[{"role": "user", "content": text + f"Question {i}?"}] for i in range(8)]
+    want = [g.text for g in cpp.generate(convs, GREEDY)]
+    cached = load_model(str(gguf), batch_size=4, prompt_cache_mib=64)
+    try:
+        for _ in range(2):  # the second pass finds every prompt's prefix in the cache
+            assert [g.text for g in cached.generate(convs, GREEDY)] == want
+    finally:
+        cached.close()
+
+
 def test_stops_streaming_and_seeds(engines):
     _, cpp = engines
     conv = _convs(1)[0]

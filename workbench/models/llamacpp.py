@@ -124,6 +124,10 @@ class LlamaCppOptions(BaseModel):
         "most greedy answers of the bundled 135M model; `auto`: the f16 copy for quantised "
         f"files up to {F16_AUTO_MAX_MB} MB (small models: the bundled one decodes its copy "
         "at about 0.7x the Q4_1 file's speed), else the file."))
+    prompt_cache_mib: int = Field(0, ge=0, description=(
+        "Host memory for llama.cpp's prompt cache: the KV of earlier prompts, from which any "
+        "slot takes the longest prefix it shares (a section's text read once for all its "
+        "questions); 0: each slot reuses only its own last prompt."))
     lora: str | None = Field(None, description="A GGUF LoRA adapter file to apply.")
     lora_scale: float = Field(1.0, description="Scale of the adapter.")
     chat_template: str | None = Field(None, description="Jinja template when the model has "
@@ -255,7 +259,8 @@ class LlamaCppChatModel(TokenizerChatModel):
         self.threads = self.opts.threads or max(1, os.cpu_count() or 1)
         self.server = Server(weights, slots=self.slots, context=context, threads=self.threads,
                               gpu_layers=-1 if gpu else 0, lora=lora,
-                              lora_scale=self.opts.lora_scale, timeout_s=self.opts.timeout_s)
+                              lora_scale=self.opts.lora_scale, timeout_s=self.opts.timeout_s,
+                              prompt_cache_mib=self.opts.prompt_cache_mib)
         self.slot_context, self.model_positions = context, positions
         self._positions = min(positions or self.server.n_ctx_train or context, context)
         self.load_seconds = time.perf_counter() - t0

@@ -24,7 +24,8 @@ class Server:
     """llama.cpp's server in this process: 127.0.0.1, a port the OS picks, a random key."""
 
     def __init__(self, gguf: Path, *, slots: int, context: int, threads: int,
-                 gpu_layers: int, lora: Path | None, lora_scale: float, timeout_s: float):
+                 gpu_layers: int, lora: Path | None, lora_scale: float, timeout_s: float,
+                 prompt_cache_mib: int = 0):
         import httpx
         import xllamacpp as xlc
 
@@ -41,7 +42,7 @@ class Server:
         p.cpuparams_batch.n_threads = threads
         p.n_gpu_layers = gpu_layers
         p.fit_params = False  # the sizes asked for, not ones fitted to free memory
-        p.cache_ram_mib = 0  # no host-memory prompt cache beyond the slots' own
+        p.cache_ram_mib = prompt_cache_mib  # 0: no prompt cache beyond the slots' own
         p.verbosity = -1
         p.ui = False
         p.endpoint_slots = False
