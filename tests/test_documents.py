@@ -7,7 +7,6 @@ import zipfile
 import pytest
 
 from docgen import make_docx, make_epub, make_pptx, make_table_pdf, make_xlsx
-from pdfgen import make_pdf
 from workbench.corpus import ingest
 from workbench.corpus import formats as fmts
 from workbench.errors import DataError
@@ -72,8 +71,6 @@ def test_pdf_tables_come_out_as_markdown_tables_in_reading_order_with_pages(tmp_
     make_table_pdf(tmp_path / "sheet.pdf", ["Datasheet of the LNA-7.", "Typical values."],
                    [["Parameter", "Value", "Unit"], ["Gain", "18", "dB"], ["NF", "0.8", "dB"]],
                    ["Absolute maximum input: 10 dBm."], second_page=["About packaging."])
-    make_pdf(tmp_path / "notes.pdf", [["# Gain", "Gain is a ratio."],
-                                      ["more on gain", "# Noise", "Noise adds."]])
     got = by_source(ingest(tmp_path))
     sheet = got["sheet.pdf"]
     assert [(s.heading_path, s.metadata) for s in sheet] == [
@@ -81,10 +78,7 @@ def test_pdf_tables_come_out_as_markdown_tables_in_reading_order_with_pages(tmp_
     assert sheet[0].text == ("Datasheet of the LNA-7.\nTypical values.\n"
                              "| Parameter | Value | Unit |\n|---|---|---|\n| Gain | 18 | dB |\n"
                              "| NF | 0.8 | dB |\nAbsolute maximum input: 10 dBm.")
-    # a PDF written from markdown splits on its headings, each knowing the pages it spans
-    notes = got["notes.pdf"]
-    assert [(s.heading_path, s.metadata) for s in notes] == [
-        (["Gain"], {"pages": [1, 2]}), (["Noise"], {"pages": [2, 2]})]
+    # a PDF's sections follow its outline (tests/test_document_structure.py), never `#` lines
 
 
 def test_bad_and_hostile_files_are_named_and_skipped(tmp_path, monkeypatch):

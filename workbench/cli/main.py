@@ -235,8 +235,8 @@ def data_convert(src: Annotated[Path, typer.Argument(help="Input JSONL.")],
 
 
 @data_app.command("ingest")
-def data_ingest(corpus: Annotated[Path, typer.Argument(help="Folder or file (md, txt, html, "
-                                                            "pdf).")],
+def data_ingest(corpus: Annotated[Path, typer.Argument(help="Folder or file: markdown, text, HTML, PDF, Word (docx), PowerPoint (pptx), "
+    "Excel (xlsx), CSV or EPUB; a folder is read whole, and every file not read is named.")],
                 out: Annotated[Path, typer.Option("--out", "-o", help="Section JSONL to "
                                                                      "write.")],
                 on_error: Annotated[str, typer.Option(help="skip bad files (reported) or "
@@ -251,8 +251,8 @@ def data_ingest(corpus: Annotated[Path, typer.Argument(help="Folder or file (md,
     for f, why in report.skipped:
         echo_err(f"skipped {f}: {why}")
     if not report.sections:  # never write (or replace a file with) an empty corpus
-        raise DataError("no sections found (no readable md, txt, html or pdf file); nothing "
-                        "written", path=str(corpus), code="empty")
+        raise DataError("no sections found (no readable md, txt, html, pdf, docx, pptx, xlsx, "
+                        "csv or epub file); nothing written", path=str(corpus), code="empty")
     n = write_jsonl(out, report.sections)
     typer.echo(f"{report.summary()}; wrote {n} sections to {out}")
 

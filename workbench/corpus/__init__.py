@@ -3,20 +3,24 @@
 
 Sections keep their heading path (chapter > section > subsection) and, where the format has
 them, the pages, slides, sheet or rows they came from (`Section.metadata`; the readers of the
-binary formats are in `formats.py`). Ids are deterministic:
-the same corpus gives the same ids. Unreadable, empty, binary or unsupported files are
-reported by name and skipped, or refused with `on_error="fail"`; one bad file never stops
-a run half-way.
+binary formats are in `office.py` and `formats.py`). Headings come from each format's own
+structure (`blocks.py`): a line that starts with `#` is a heading only in a markdown file.
+Ids are deterministic: the same corpus gives the same ids. Unreadable, empty, binary or
+unsupported files are reported by name and skipped, or refused with `on_error="fail"`; one
+bad file never stops a run half-way. Nothing in a folder is passed over without a line in
+the report: hidden files and folders, links, and the folder's own top-level README.md (which
+describes the corpus; a README.md deeper down is read like any document) are listed too.
 """
 
 from __future__ import annotations
 
-import re
+import os
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 
-from workbench.corpus.formats import Part, read_office, read_pdf, split_marked
+from workbench.corpus.blocks import blocks_to_markdown, html_blocks, split_blocks
+from workbench.corpus.formats import Part, read_pdf, split_marked
+from workbench.corpus.office import read_structured
 from workbench.errors import DataError
 from workbench.io import sha256_text
 from workbench.records import Document, Section
@@ -24,7 +28,7 @@ from workbench.records import Document, Section
 SUPPORTED = {".md": "md", ".markdown": "md", ".txt": "txt", ".text": "txt", ".html": "html",
              ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx",
              ".csv": "csv", ".epub": "epub"}
-OFFICE = {"docx", "pptx", "xlsx", "csv", "epub"}  # read through MarkItDown (formats.py)
+OFFICE = {"docx", "pptx", "xlsx", "csv", "epub"}  # read by their structure (office.py)
 
 
 @dataclass
@@ -48,58 +52,10 @@ def split_markdown(text: str, title: str) -> list[tuple[list[str], str]]:
     return [(h, b) for h, b, _ in split_marked(text, title)]
 
 
-class _HTMLSections(HTMLParser):
-    BLOCK = {"p", "div", "li", "br", "tr", "section", "article", "pre", "blockquote", "td",
-             "dd", "dt", "table", "ul", "ol"}
-    SKIP = {"script", "style", "noscript", "head", "template"}
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.lines: list[str] = []
-        self.cur: list[str] = []
-        self.skip = 0
-        self.heading: int | None = None
-
-    def _end_line(self):
-        text = " ".join("".join(self.cur).split())
-        if text:
-            self.lines.append(text)
-        self.cur = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag in self.SKIP:
-            self.skip += 1
-        elif re.fullmatch(r"h[1-6]", tag):
-            self._end_line()
-            self.heading = int(tag[1])
-        elif tag in self.BLOCK:
-            self._end_line()
-
-    def handle_endtag(self, tag):
-        if tag in self.SKIP:
-            self.skip = max(0, self.skip - 1)
-        elif re.fullmatch(r"h[1-6]", tag) and self.heading is not None:
-            text = " ".join("".join(self.cur).split())
-            self.cur = []
-            if text:
-                self.lines.append("#" * self.heading + " " + text)
-            self.heading = None
-        elif tag in self.BLOCK:
-            self._end_line()
-            if tag == "p":
-                self.lines.append("")
-
-    def handle_data(self, data):
-        if not self.skip:
-            self.cur.append(data)
-
-
 def html_to_markdown(html: str) -> str:
-    parser = _HTMLSections()
-    parser.feed(html)
-    parser.close()
-    parser._end_line()
-    return "\n".join(parser.lines)
+    """HTML as markdown: its h1-h6 tags as `#` headings; a body line that starts with `#` (a
+    code comment, a shell prompt) escaped, so it never reads as a heading."""
+    return blocks_to_markdown(html_blocks(html))
 
 
 def _looks_binary(data: bytes) -> bool:
@@ -126,7 +82,7 @@ def read_file(path: Path) -> tuple[str, str, list[Part]]:
         title, parts = read_pdf(path)
         return fmt, title, parts
     if fmt in OFFICE and fmt != "csv":
-        title, parts = read_office(path, fmt, data)
+        title, parts = read_structured(path, fmt, data)
         return fmt, title, parts
     if _looks_binary(data):
         raise DataError("binary content in a text file", path=str(path), code="binary")
@@ -136,11 +92,11 @@ def read_file(path: Path) -> tuple[str, str, list[Part]]:
         raise DataError(f"not UTF-8 (byte {e.start})", path=str(path), code="bad_encoding") \
             from None
     if fmt == "csv":
-        title, parts = read_office(path, fmt, text.encode())
+        title, parts = read_structured(path, fmt, text.encode())
         return fmt, title, parts
-    if fmt == "html":
-        text = html_to_markdown(text)
-    if fmt in ("md", "html"):
+    if fmt == "html":  # headings from the heading tags only
+        parts = split_blocks(html_blocks(text), path.stem)
+    elif fmt == "md":
         parts = split_marked(text, path.stem)
     else:  # plain text: paragraphs of the file form one section titled by the file name
         parts = [([path.stem], text.strip(), None)]
@@ -156,15 +112,22 @@ def ingest(paths: list[Path] | Path, *, root: Path | None = None, on_error: str 
     items = [paths] if isinstance(paths, Path) else list(paths)
     files: list[Path] = []
     links: list[Path] = []
+    notes: list[tuple[Path, str]] = []  # files and folders of a folder not read, and why
     for p in items:
         p = Path(p)
         if p.is_dir():
             root = root or p
-            found = sorted(f for f in p.rglob("*") if not f.name.startswith(".")
-                           and f.name.lower() != "readme.md")
+            found, hidden = _walk(p)
+            notes += [(h, "hidden (name starts with '.'): not read") for h in hidden]
+            own = [f for f in found if f.parent == p and f.name.lower() == "readme.md"]
+            notes += [(f, "the folder's own description, not read; name the file to read it")
+                      for f in own]  # a README.md deeper down is a document
+            found = [f for f in found if f not in own]
             # only regular files inside the folder are opened: a link may point anywhere
             links += [f for f in found if f.is_symlink()]
             files += [f for f in found if f.is_file() and not f.is_symlink()]
+            notes += [(f, "not a regular file: not read") for f in found
+                      if not f.is_symlink() and not f.is_file()]
         elif p.exists():
             files.append(p)
         else:
@@ -175,6 +138,9 @@ def ingest(paths: list[Path] | Path, *, root: Path | None = None, on_error: str 
         if on_error == "fail":
             raise DataError("a link, not a regular file: not read", path=str(f), code="link")
         report.skipped.append((rel, "a link, not a regular file: not read"))
+    for f, why in notes:  # said, never an error: a folder holds such things
+        rel = str(f.relative_to(root)) if root and f.is_relative_to(root) else str(f)
+        report.skipped.append((rel + ("/" if f.is_dir() and not f.is_symlink() else ""), why))
     for f in files:
         rel = str(f.relative_to(root)) if root and f.is_relative_to(root) else str(f)
         try:
@@ -198,6 +164,24 @@ def ingest(paths: list[Path] | Path, *, root: Path | None = None, on_error: str 
                                          content_hash=sha256_text(full)[:16],
                                          n_sections=len(parts)))
     return report
+
+
+def _walk(folder: Path) -> tuple[list[Path], list[Path]]:
+    """(every entry under `folder` that is not a folder, sorted; the hidden files and folders,
+    whose insides are not listed). Links to folders are listed, never followed."""
+    found: list[Path] = []
+    hidden: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        here = Path(dirpath)
+        for d in list(dirnames):
+            if d.startswith("."):
+                hidden.append(here / d)
+                dirnames.remove(d)
+            elif (here / d).is_symlink():
+                found.append(here / d)
+        for f in filenames:
+            (hidden if f.startswith(".") else found).append(here / f)
+    return sorted(found), sorted(hidden)
 
 
 def load_sections(corpus: str | Path, on_error: str = "skip"

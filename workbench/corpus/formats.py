@@ -1,23 +1,20 @@
-"""Readers for the formats a domain's documents arrive in besides markdown, text and HTML:
-Word (docx), PowerPoint (pptx), Excel (xlsx), CSV, EPUB and PDF.
+"""Containers, markdown splitting and PDF: the pieces the readers share.
 
-Office formats and EPUB go through MarkItDown (Microsoft's converter: MIT, about 30 MB with its
-docx/pptx/xlsx/pdf extras, no model downloads; docling needs layout models from a hub and
-unstructured pulls hundreds of MB). Its converters are called directly by format, so no file
-type is guessed. PDF goes through pdfplumber (MarkItDown's own PDF dependency) page by page,
-because MarkItDown's PDF output drops page boundaries: each page's ruled tables come out as
-markdown tables in reading order, and every section knows its pages. pypdf reads the text of
-pages that draw no rules (pdfplumber's layout analysis is ~20x slower).
+Word, PowerPoint, Excel, CSV and EPUB are read by their own structure in `office.py` (through
+python-pptx and openpyxl, MarkItDown's own dependencies, and the Word and EPUB XML); every
+container is checked here first (a zip that expands past `MAX_EXPANDED_MB`, or holds more than
+`MAX_MEMBERS` entries, is refused unread). PDF goes through pypdf page by page, and pages that
+draw rules through pdfplumber, whose tables come out as markdown tables in reading order. A
+PDF's sections follow its outline (bookmarks) when it has one, else one section per page;
+a line of its text that starts with `#` is text, never a heading.
 
 Each reader returns `Part`s: (heading path, body, provenance). Provenance holds `pages`,
 `slides` (first and last) or `sheet`/`rows`. A file that cannot be read raises `DataError`
-naming it; every container is checked before it is opened (a zip that expands past
-`MAX_EXPANDED_MB`, or holds more than `MAX_MEMBERS` entries, is refused unread).
+naming it.
 """
 
 from __future__ import annotations
 
-import io
 import re
 import zipfile
 from pathlib import Path
@@ -34,10 +31,6 @@ TABLE_ROWS = 40         # a spreadsheet table is cut into sections of this many 
 _MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _MARK = re.compile(r"^<!-- (page|slide) (\d+) -->$")
-_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
-# a header row of empty cells, its rule, and the first real row (Word tables have no header)
-_EMPTY_HEADER = re.compile(r"^\|(?:[ \t]*\|)+[ \t]*\n(\|(?:[ \t]*:?-+:?[ \t]*\|)+)[ \t]*\n(\|.*)$",
-                           re.M)
 
 
 # --- splitting markdown with unit marks -------------------------------------------------------
@@ -163,77 +156,12 @@ def _sheet_span(chunk: bytes) -> tuple[int, int]:
     return cols, rows
 
 
-def _converter(fmt: str):
-    from markitdown import StreamInfo  # noqa: F401  (checked import: the extra is installed)
-    from markitdown.converters import (CsvConverter, DocxConverter, EpubConverter,
-                                       PptxConverter, XlsxConverter)
-
-    return {"docx": DocxConverter, "pptx": PptxConverter, "xlsx": XlsxConverter,
-            "csv": CsvConverter, "epub": EpubConverter}[fmt]()
-
-
-def _markitdown(path: Path, fmt: str, data: bytes) -> tuple[str, str | None]:
-    """(markdown, title) through MarkItDown's converter for `fmt`."""
-    from markitdown import StreamInfo
-
-    info = StreamInfo(extension="." + fmt, filename=path.name,
-                      charset="utf-8" if fmt == "csv" else None)
-    try:
-        res = _converter(fmt).convert(io.BytesIO(data), info)
-    except DataError:
-        raise
-    except Exception as e:  # noqa: BLE001  a converter's failure names the file, never stops a run
-        raise DataError(f"unreadable {fmt} ({type(e).__name__}: {str(e)[:200]})",
-                        path=str(path), code="unreadable") from None
-    return res.markdown or "", res.title
-
-
-def read_office(path: Path, fmt: str, data: bytes) -> tuple[str, list[Part]]:
-    """(title, parts) of a docx, pptx, xlsx, csv or epub file."""
-    if fmt != "csv":
-        check_zip(path, fmt)
-    md, title = _markitdown(path, fmt, data)
-    title = (title or "").strip() or path.stem
-    md = _IMAGE.sub(lambda m: m.group(1), md)  # pictures keep their alt text only
-    md = _EMPTY_HEADER.sub(r"\2\n\1", md)  # a headerless table: its first row heads it
-    if fmt == "pptx":  # slide marks; speaker notes stay in their slide's section
-        md = re.sub(r"<!-- Slide number: (\d+) -->", r"<!-- slide \1 -->", md)
-        md = md.replace("### Notes:", "Notes:")
-    if fmt == "epub":  # MarkItDown puts the book's metadata first as **Key:** lines
-        md = re.sub(r"\A(\*\*[A-Z][a-z]+:\*\* .*\n?)+", "", md)
-    if fmt in ("csv", "xlsx"):  # the file's name heads its sheets' (or its one) table
-        md = f"# {path.stem}\n\n{md}"
-    parts = split_marked(md, title)
-    if fmt in ("xlsx", "csv"):
-        parts = [p for part in parts for p in _table_blocks(part, fmt)]
-    return title, parts
-
-
-def _table_blocks(part: Part, fmt: str) -> list[Part]:
-    """A long spreadsheet table as sections of `TABLE_ROWS` rows, each with the header, so a
-    retrieved block still says what its columns are."""
-    heading, body, meta = part
-    lines = body.splitlines()
-    if len(lines) <= TABLE_ROWS + 2 or not (lines[0].startswith("|") and
-                                            set(lines[1].replace("|", "").strip()) <= set("-: ")):
-        return [(heading, body, ({**(meta or {}), "sheet": heading[-1]} if fmt == "xlsx"
-                                 else meta))]
-    head, rows = lines[:2], lines[2:]
-    out: list[Part] = []
-    for i in range(0, len(rows), TABLE_ROWS):
-        block = rows[i:i + TABLE_ROWS]
-        span = [i + 1, i + len(block)]
-        extra = {"sheet": heading[-1]} if fmt == "xlsx" else {}
-        out.append(([*heading, f"rows {span[0]}-{span[1]}"], "\n".join(head + block),
-                    {**(meta or {}), **extra, "rows": span}))
-    return out
-
-
 # --- PDF --------------------------------------------------------------------------------------
 
 def read_pdf(path: Path) -> tuple[str, list[Part]]:
     """(title, parts) of a PDF: text and ruled tables of every page in reading order, one
-    section per page (or per heading, for PDFs written from markdown). pypdf reads the text
+    section per outline entry (`pdf_sections`), or per page without an outline. pypdf reads
+    the text
     (about 20x faster than pdfplumber's layout analysis); only pages that draw rules (four or
     more rectangles or lines: a table's cells) go through pdfplumber for their tables."""
     from pypdf import PdfReader
@@ -256,15 +184,99 @@ def read_pdf(path: Path) -> tuple[str, list[Part]]:
                     page = pdf.pages[i]
                     texts[i] = _page_markdown(page)
                     page.close()  # frees the page's parsed objects
-        pages = [f"<!-- page {i + 1} -->\n" + (texts[i] if i in texts else
-                                               (page.extract_text() or ""))
+        pages = [texts[i] if i in texts else (page.extract_text() or "")
                  for i, page in enumerate(reader.pages)]
+        outline = pdf_outline(reader)
     except DataError:
         raise
     except Exception as e:  # noqa: BLE001  pypdf and pdfminer raise many types; all unreadable
         raise DataError(f"unreadable PDF ({type(e).__name__}: {str(e)[:200]})",
                         path=str(path), code="unreadable") from None
-    return meta_title or path.stem, split_marked("\n".join(pages), meta_title or path.stem)
+    title = meta_title or path.stem
+    return title, pdf_sections(pages, outline, title)
+
+
+MAX_OUTLINE = 5_000
+
+
+def pdf_outline(reader) -> list[tuple[int, str, int]]:
+    """The PDF's outline (bookmarks) as (level, title, page index), in the outline's order;
+    entries without a page, and levels past 6, folded; at most `MAX_OUTLINE` entries."""
+    out: list[tuple[int, str, int]] = []
+
+    def walk(items, level: int) -> None:
+        for item in items:
+            if len(out) >= MAX_OUTLINE:
+                return
+            if isinstance(item, list):
+                walk(item, level + 1)
+                continue
+            try:
+                page = reader.get_destination_page_number(item)
+            except Exception:  # noqa: BLE001  a broken destination: the entry is left out
+                page = None
+            title = " ".join(str(getattr(item, "title", "") or "").split())
+            if title and page is not None and page >= 0:
+                out.append((min(level, 6), title, page))
+
+    try:
+        walk(reader.outline, 1)
+    except RecursionError:
+        pass
+    return out
+
+
+def _norm_line(s: str) -> str:
+    return " ".join(s.split()).casefold()
+
+
+def pdf_sections(pages: list[str], outline: list[tuple[int, str, int]], title: str
+                 ) -> list[Part]:
+    """Sections of a PDF's page texts: one per outline entry, starting at the line of its page
+    that begins with the entry's title (that line is the heading), else at the page's top;
+    without an outline, one per page. Each knows the pages it spans."""
+    lines = [(p, ln) for p, text in enumerate(pages) for ln in text.splitlines()]
+    if not outline:
+        out: list[Part] = []
+        for p, text in enumerate(pages):
+            if text.strip():
+                out.append(([title, f"page {p + 1}"], text.strip(), {"pages": [p + 1, p + 1]}))
+        return out
+    first_line = {}
+    for i, (p, _) in enumerate(lines):
+        first_line.setdefault(p, i)
+    cuts: list[tuple[int, int, str, bool]] = []  # (line index, level, title, line is heading)
+    cursor = 0
+    for level, head, page in outline:
+        start = max(cursor, next((first_line[q] for q in range(page, len(pages))
+                                  if q in first_line), len(lines)))
+        want = _norm_line(head)[:60]
+        at, is_head = start, False
+        for j in range(start, len(lines)):
+            if lines[j][0] != page:
+                break
+            if want and _norm_line(lines[j][1]).startswith(want):
+                at, is_head = j, True
+                break
+        cuts.append((at, level, head, is_head))
+        cursor = at + 1 if is_head else at
+    out = []
+    path: list[tuple[int, str]] = []
+
+    def emit(lo: int, hi: int, skip: int | None) -> None:
+        body = [lines[j] for j in range(lo, hi) if j != skip]
+        text = "\n".join(ln for _, ln in body).strip()
+        if text:
+            used = [p for p, ln in body if ln.strip()]
+            out.append(([h for _, h in path] or [title], text,
+                        {"pages": [used[0] + 1, used[-1] + 1]}))
+
+    emit(0, cuts[0][0], None)
+    for k, (at, level, head, is_head) in enumerate(cuts):
+        path = [(lv, h) for lv, h in path if lv < level] + [(level, head)]
+        end = cuts[k + 1][0] if k + 1 < len(cuts) else len(lines)
+        emit(at, max(end, at), at if is_head else None)
+    return out
 
 
 PDF_PAGE_MB = 64
@@ -351,8 +363,9 @@ def _page_markdown(page) -> str:
     return "\n".join(text for _, text in blocks)
 
 
-def markdown_table(rows: list[list[Any]]) -> str:
-    """Rows (the first is the header) as a markdown table; empty rows dropped."""
+def markdown_table(rows: list[list[Any]], spaced: bool = False) -> str:
+    """Rows (the first is the header) as a markdown table; empty rows dropped. `spaced`
+    writes the rule as `| --- |` (the office readers' tables), else `|---|`."""
     cells = [[" ".join(str(c or "").split()).replace("|", "\\|") for c in row] for row in rows]
     cells = [r for r in cells if any(r)]
     if not cells:
@@ -360,6 +373,7 @@ def markdown_table(rows: list[list[Any]]) -> str:
     width = max(len(r) for r in cells)
     cells = [r + [""] * (width - len(r)) for r in cells]
     head, *body = cells
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * width]
+    rule = "| " + " | ".join(["---"] * width) + " |" if spaced else "|" + "---|" * width
+    lines = ["| " + " | ".join(head) + " |", rule]
     lines += ["| " + " | ".join(r) + " |" for r in body]
     return "\n".join(lines)
