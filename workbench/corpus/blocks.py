@@ -58,9 +58,10 @@ class HTMLBlocks(HTMLParser):
     """HTML (or XHTML) into blocks: h1-h6 are headings; `pre` keeps its lines in a code
     fence; tables become markdown tables; list items `- ` lines; scripts and styles dropped."""
 
-    BLOCK: ClassVar[set[str]] = {"p", "div", "li", "br", "section", "article", "blockquote", "dd", "dt", "ul", "ol",
-             "table", "figure", "figcaption", "header", "footer", "aside", "nav", "main", "hr",
-             "dl", "address", "caption"}
+    BLOCK: ClassVar[set[str]] = {
+        "p", "div", "li", "br", "section", "article", "blockquote", "dd", "dt", "ul", "ol",
+        "table", "figure", "figcaption", "header", "footer", "aside", "nav", "main", "hr", "dl",
+        "address", "caption"}
     SKIP: ClassVar[set[str]] = {"script", "style", "noscript", "head", "template", "svg", "math"}
 
     def __init__(self):
