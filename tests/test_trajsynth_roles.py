@@ -122,3 +122,94 @@ def test_save_profile_keeps_roles(tmp_path):
     save_profile(env.profile, tmp_path / "p.json")
     assert {c.name: c.role for c in load_profile(tmp_path / "p.json").table("flights")
             .columns} == ROLES
+
+
+def transit_folder(folder):
+    """Five tables as a public relational database comes: two of them samples of larger
+    tables (their row index `X` keeps the rows' original numbers, so it has gaps), a numeric
+    route number, a bearing in degrees, and a text stop code that is a key in one table and a
+    repeated value in another."""
+    import csv
+    import random
+
+    rnd = random.Random(7)
+    folder.mkdir()
+
+    def write(name, header, rows):
+        with open(folder / f"{name}.csv", "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(header)
+            w.writerows(rows)
+
+    routes = [7, 12, 15, 21, 33, 40, 41, 58, 60, 72, 88, 95]
+    write("routes", ["X", "route", "route_name", "route_type"],
+          [[i + 1, r, f"Line {r} {['North', 'South', 'East'][i % 3]}", i % 3]
+           for i, r in enumerate(routes)])
+    stops = [f"S{k:03d}" for k in range(1, 17)]
+    write("stops", ["X", "stop_code", "stop_name", "zone"],
+          [[i + 1, s, f"Stop {s}", 1 + i % 4] for i, s in enumerate(stops)])
+    index = sorted(rnd.sample(range(1, 4000), 80))  # a sample of a 4,000-row table
+    write("trips_sample", ["X", "route", "stop_code", "order_number", "bearing_deg",
+                           "speed_kmh", "passengers"],
+          [[ix, rnd.choice(routes), rnd.choice(stops[:10]), 500000 + rnd.randrange(90000),
+            round(rnd.uniform(0, 359.9), 1), round(rnd.uniform(12, 60), 1),
+            rnd.randrange(0, 80)] for ix in index])
+    index = sorted(rnd.sample(range(1, 900), 40))
+    write("delays_sample", ["X", "route", "wind_dir", "delay_minutes"],
+          [[ix, rnd.choice(routes), rnd.randrange(0, 360), rnd.randrange(0, 30)]
+           for ix in index])
+    write("zones", ["X", "zone", "fare"], [[i + 1, i + 1, 2.0 + i] for i in range(4)])
+    return folder
+
+
+def test_roles_come_from_the_values_not_the_tables_size(tmp_path):
+    env = DataEnvironment.open(transit_folder(tmp_path / "transit"),
+                               cache_dir=tmp_path / "cache")
+    roles = {(t.name, c.name): c.role for t in env.profile.tables for c in t.columns}
+    # the row index: an identifier in every table, sampled (gaps) or not
+    assert {t: roles[(t, "X")] for t in ("routes", "stops", "zones", "trips_sample",
+                                         "delays_sample")} == dict.fromkeys(
+        ("routes", "stops", "zones", "trips_sample", "delays_sample"), "identifier")
+    # numbers that name things, and a code whose values join another table's key
+    assert roles[("trips_sample", "route")] == roles[("routes", "route")] == "identifier"
+    assert roles[("trips_sample", "order_number")] == "identifier"
+    assert roles[("trips_sample", "stop_code")] == roles[("stops", "stop_code")] == \
+        "identifier"
+    # angles are not averaged; real measurements and amounts keep their roles
+    assert roles[("trips_sample", "bearing_deg")] == roles[("delays_sample", "wind_dir")] == \
+        "angle"
+    assert roles[("trips_sample", "speed_kmh")] == "measurement"
+    assert roles[("delays_sample", "delay_minutes")] == "amount"
+    assert roles[("routes", "route_type")] == "category"
+
+
+def test_a_pool_never_aggregates_an_identifier_a_row_index_or_an_angle(tmp_path):
+    env = DataEnvironment.open(transit_folder(tmp_path / "transit"),
+                               cache_dir=tmp_path / "cache")
+    pool = build_pool(env, PoolConfig(seed=0, python_check=False))
+    slices = Slices(env.profile)
+    assert pool.tasks and not _summed_or_averaged(pool, slices)
+    kept = pool.summary.aggregated_by_role
+    assert kept and not [k for k in kept if k.endswith(("identifier", "angle"))], kept
+    assert any(k.endswith("measurement") for k in kept)  # speed is still averaged
+    removed = pool.summary.removed_by_role
+    assert removed.get("avg of an angle", 0) >= 1, removed
+    assert "aggregations kept, by column role: " in format_summary(pool.summary)
+
+
+def test_angles_and_codes_from_a_column_alone():
+    from workbench.dataenv.profile import ColumnProfile, infer_role
+
+    def col(name, kind="real", lo=0, hi=359, unique=False):
+        return ColumnProfile(name=name, kind=kind, null_count=0, distinct_count=50,
+                             is_unique=unique, min=lo, max=hi)
+
+    assert infer_role(col("heading"), 100, []) == "angle"
+    assert infer_role(col("temp_deg_c", lo=-10, hi=40), 100, []) == "measurement"
+    assert infer_role(col("direction", lo=0, hi=4000), 100, []) == "measurement"
+    assert infer_role(col("route_no", "integer", 1, 99), 100, []) == "identifier"
+    assert infer_role(col("number_of_stops", "integer", 1, 30), 100, []) != "identifier"
+    # a unique integer that rises row by row is a row index, gaps or not
+    sampled = col("X", "integer", 3, 3990, unique=True)
+    assert infer_role(sampled, 80, []) == "measurement"
+    assert infer_role(sampled, 80, [], in_row_order=True) == "identifier"

@@ -16,19 +16,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbench.dataenv.roles import ColumnRole, infer_role, name_tokens
 from workbench.dataenv.sqlsandbox import open_readonly, quote_ident
 from workbench.errors import DataError
 from workbench.io import atomic_write_text, sha256_file
 
-PROFILE_VERSION = 2  # 2: column roles
+# 2: column roles; 3: angles, row indexes by their order, codes that join by value
+PROFILE_VERSION = 3
 Scalar = str | int | float | bool | None
 ColumnKind = Literal["integer", "real", "text", "datetime", "blob", "null", "mixed"]
-# What a column is, for the aggregations a question may ask of it: an identifier (a key or a
-# row index) is counted, never added; a timestamp or a clock time has an earliest and a latest;
-# an intensive measurement (a temperature, an altitude, a price per unit) an average, a minimum
-# and a maximum; only an additive amount (a quantity, a total, a duration, bytes) a sum.
-ColumnRole = Literal["identifier", "timestamp", "clock", "amount", "measurement", "category",
-                     "text", "other"]
 
 # A column whose name normalises to one of these is never a join key by name alone.
 _GENERIC = {"name", "title", "description", "value", "type", "date", "country", "city", "state",
@@ -65,7 +61,8 @@ class ColumnProfile(_Frozen):
     role: ColumnRole | None = Field(
         None, description="What the column is (inferred from its name, type and values when "
                           "profiled; correct it here): identifier, timestamp, clock, amount "
-                          "(additive), measurement (intensive), category, text or other.")
+                          "(additive), measurement (intensive), category, text, angle or "
+                          "other.")
 
 
 class TableProfile(_Frozen):
@@ -202,13 +199,14 @@ def profile_database(db_path: str | Path, *, name: str, kind: Literal["sqlite", 
         by_name = {t.name: t for t in tables}
         fks = [_with_containment(con, fk, by_name) for fk in fks]
         inferred = _infer_joins(con, tables, fks)
+        codes = _codes_that_join(con, tables)
     finally:
         con.close()
     keys = {(j.from_table, c) for j in (*fks, *inferred) for c in j.from_columns} | {
-        (j.to_table, c) for j in (*fks, *inferred) for c in j.to_columns}
+        (j.to_table, c) for j in (*fks, *inferred) for c in j.to_columns} | codes
     tables = [t.model_copy(update={"columns": [
         c.model_copy(update={"role": "identifier"}) if (t.name, c.name) in keys else c
-        for c in t.columns]}) for t in tables]  # a join key (ReportsTo) is an identifier
+        for c in t.columns]}) for t in tables]  # a join key (ReportsTo, a code) is an identifier
     return EnvProfile(name=name, kind=kind, source=str(source), content_hash=content,
                       tables=tables, foreign_keys=fks, inferred_joins=inferred,
                       dictionary_max=dictionary_max)
@@ -227,7 +225,9 @@ def _profile_table(con: sqlite3.Connection, table: str, dictionary_max: int,
     rows = con.execute(f"SELECT COUNT(*) FROM {q}").fetchone()[0]
     pk = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
     cols = [_profile_column(con, table, r[1], r[2] or "", rows, dictionary_max) for r in info]
-    cols = [c.model_copy(update={"role": infer_role(c, rows, pk)}) for c in cols]
+    cols = [c.model_copy(update={"role": infer_role(
+        c, rows, pk, in_row_order=c.kind == "integer" and c.is_unique
+        and _rises(con, table, c.name))}) for c in cols]
     return TableProfile(name=table, row_count=rows, columns=cols, primary_key=pk,
                         source_file=source_file)
 
@@ -273,59 +273,49 @@ def _profile_column(con: sqlite3.Connection, table: str, column: str, declared: 
                          samples=samples, dictionary=dictionary)
 
 
-# --- column roles --------------------------------------------------------------------------------
-
-_ID_TOKENS = {"id", "key", "pk", "index", "idx", "rowid", "unnamed", "uuid", "guid"}
-_CLOCK_TOKENS = {"time", "hour", "hr", "minute", "clock", "hhmm", "oclock"}
-_DURATION_TOKENS = {"elapsed", "worked", "air", "spent", "duration", "runtime", "uptime",
-                    "downtime", "minutes", "hours"}
-_CALENDAR_TOKENS = {"year", "yr", "month", "day", "week", "quarter", "date", "dob", "weekday"}
-_AMOUNT_TOKENS = {"total", "amount", "quantity", "qty", "count", "sales", "revenue", "cost",
-                  "costs", "spend", "spent", "paid", "bytes", "milliseconds", "ms", "seconds",
-                  "duration", "population", "volume", "units", "income", "profit", "budget",
-                  "fee", "fees", "charge", "charges", "sum", "visits", "deaths", "cases",
-                  "points", "goals", "wins", "losses", "tons", "kwh", "rainfall",
-                  "precipitation", "distance", "miles", "km"}
-_CATEGORY_TOKENS = {"class", "type", "grade", "level", "code", "category", "group", "kind",
-                    "status", "flag", "tier", "zip", "postcode", "phone"}
+def _rises(con: sqlite3.Connection, table: str, column: str) -> bool:
+    """Whether the column's values rise row by row, in the order the rows were stored (a row
+    index, gaps or not). A table without rowids never counts."""
+    t, c = quote_ident(table), quote_ident(column)
+    try:
+        falls = con.execute(f"SELECT COUNT(*) FROM (SELECT {c} AS v, LAG({c}) OVER (ORDER BY "
+                            f"rowid) AS p FROM {t}) WHERE p IS NOT NULL AND v <= p").fetchone()
+    except sqlite3.Error:
+        return False
+    return falls[0] == 0
 
 
-def name_tokens(name: str) -> list[str]:
-    """`DepTime` -> dep, time; `dew_point_c` -> dew, point, c; `Unnamed: 0` -> unnamed, 0."""
-    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
-    return [t for t in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if t]
+def _codes_that_join(con: sqlite3.Connection, tables: list[TableProfile],
+                     min_containment: float = 0.9) -> set[tuple[str, str]]:
+    """Columns whose values are another table's key, both sides: (table, column) pairs.
 
-
-def infer_role(c: ColumnProfile, rows: int, primary_key: list[str]) -> ColumnRole:
-    """A column's role from its name, type and values (see `ColumnRole`)."""
-    tokens = set(name_tokens(c.name))
-    numeric = c.kind in ("integer", "real")
-    if c.kind == "datetime":
-        return "timestamp"
-    if c.name in primary_key or tokens & _ID_TOKENS:  # ArtistId, flower_id, Unnamed: 0
-        return "identifier"
-    if numeric and c.kind == "integer" and c.is_unique and rows > 2 and \
-            c.min in (0, 1) and c.max == c.min + rows - 1:
-        return "identifier"  # 0..n-1 or 1..n: a row index, whatever its name
-    if tokens & _CLOCK_TOKENS and not tokens & (_AMOUNT_TOKENS | _DURATION_TOKENS):
-        return "clock"
-    if numeric and tokens & _DURATION_TOKENS:
-        return "amount"  # hours_worked, AirTime, ElapsedTime: durations add up
-    if tokens & _CALENDAR_TOKENS:
-        return "timestamp"
-    if c.kind == "text":
-        return "category" if c.dictionary and not c.is_unique else "text"
-    if not numeric:
-        return "other"
-    rest = tokens - {"total"}
-    total_of_a_quantity = "total" in tokens and rest and not rest & _AMOUNT_TOKENS
-    if tokens & _AMOUNT_TOKENS and not total_of_a_quantity:
-        return "amount"  # "Total", "total_sales"; not "total_phenols" (a concentration)
-    if c.distinct_count <= 2 and c.min in (0, 1) and c.max in (0, 1):
-        return "amount"  # a 0/1 flag: its sum counts the yeses, its average is a share
-    if tokens & _CATEGORY_TOKENS and c.kind == "integer" and c.dictionary:
-        return "category"
-    return "measurement"
+    A name says which pairs to try (the same name in both tables, whatever it is; or a
+    column named after the other table, `route` -> `routes`, pointing at its key); the values
+    decide (at least 90% of the distinct values found among the key's), whatever the tables'
+    sizes. A name match alone is not enough, nor are values alone (1..n keys of unrelated
+    tables overlap)."""
+    out: set[tuple[str, str]] = set()
+    for ft in tables:
+        for fc in ft.columns:
+            if fc.kind not in ("integer", "text") or fc.distinct_count < 2:
+                continue
+            for tt in tables:
+                if tt.name == ft.name:
+                    continue
+                for tc in tt.columns:
+                    if tc.kind != fc.kind or not tc.is_unique or \
+                            {(tt.name, tc.name), (ft.name, fc.name)} <= out:
+                        continue
+                    same = _norm(fc.name) == _norm(tc.name)
+                    named = _norm(fc.name) in (_singular(tt.name), _norm(tt.name)) and (
+                        tc.name in tt.primary_key or set(name_tokens(tc.name)) & {"id", "key",
+                                                                                 "code"})
+                    if not (same or named):
+                        continue
+                    share = _containment(con, ft.name, fc.name, tt.name, tc.name)
+                    if share is not None and share >= min_containment:
+                        out |= {(ft.name, fc.name), (tt.name, tc.name)}
+    return out
 
 
 def _declared_fks(con: sqlite3.Connection, tables: list[str]) -> list[JoinKey]:

@@ -119,6 +119,11 @@ class PoolSummary(BaseModel):
         default_factory=dict, description="Rule → candidate aggregations the column roles "
                                           "removed before verification (a sum of an intensive "
                                           "measurement, an average of a clock time...).")
+    aggregated_by_role: dict[str, int] = Field(
+        default_factory=dict, description="Kept tasks by the aggregation they ask and its "
+                                          "column's role (\"avg of a measurement\": 12): no "
+                                          "identifier, row index or angle is added, averaged "
+                                          "or ranked.")
     python_check: str = "off"
 
 

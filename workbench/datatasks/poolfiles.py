@@ -62,4 +62,5 @@ def format_summary(summary: PoolSummary) -> str:
         f"  split: {row(summary.by_split)}; held out: {', '.join(summary.held_out) or '-'}",
         f"  dropped: {row(summary.drops)}",
         f"  left out by column role: {row(summary.removed_by_role)}",
+        f"  aggregations kept, by column role: {row(summary.aggregated_by_role)}",
         f"  pandas cross-check: {summary.python_check}"])

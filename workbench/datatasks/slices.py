@@ -24,7 +24,22 @@ MAX_VALUE_CHARS = 60
 # the aggregations a question may ask of a column, by its role (profile.ColumnRole)
 AGGS_BY_ROLE = {"amount": {"sum", "avg", "min", "max"}, "measurement": {"avg", "min", "max"},
                 "timestamp": {"min", "max"}, "clock": {"min", "max"}, "identifier": set(),
-                "category": set(), "text": set(), "other": {"min", "max"}}
+                "category": set(), "text": set(), "angle": set(), "other": {"min", "max"}}
+
+
+def aggregated_roles(tasks, roles: dict[tuple[str, str], str]) -> dict[str, int]:
+    """Kept tasks by the aggregation they ask of a column and that column's role ("avg of a
+    measurement": 12); an above-average filter averages its column, an argmax takes a
+    maximum. The pool summary's check that no task adds or averages an identifier, a row
+    index or an angle."""
+    out: Counter[str] = Counter()
+    for t in tasks:
+        q = t.query
+        agg = {"above_avg": "avg", "argmax": "max"}.get(q.op, q.agg)
+        if q.column and agg in ("sum", "avg", "min", "max"):
+            role = roles.get((q.table, q.column), "measurement")
+            out[f"{agg} of {'an' if role[0] in 'aeiou' else 'a'} {role}"] += 1
+    return dict(sorted(out.items()))
 
 
 def is_keylike(name: str) -> bool:

@@ -73,7 +73,7 @@ from workbench.datatasks.queryfacts import (
     tables_used,
 )
 from workbench.datatasks.questions import question
-from workbench.datatasks.slices import Slices
+from workbench.datatasks.slices import Slices, aggregated_roles
 from workbench.datatasks.templates import (
     CATEGORIES,
     TEMPLATES,
@@ -402,6 +402,7 @@ class TaskSynthesizer:
             drops=dict(sorted(self.drops.items())), held_out=held,
             drops_by_template=self._drops_by_template(),
             removed_by_role=dict(sorted(self.slices.removed.items())),
+            aggregated_by_role=aggregated_roles(tasks, self.slices.roles),
             python_check=self.python_status if cfg.python_check else "off")
         return TaskPool(tasks=tasks, summary=summary)
 
