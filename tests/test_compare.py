@@ -9,8 +9,8 @@ def test_compare_end_to_end_and_cached_rerun(compare_run, cli):
     run = compare_run.run
     report = read_report(run)
     names = [row.name for row in report.rows]
-    assert names[:4] == ["Base", "Base + semantic RAG", "Base + keyword RAG",
-                         "Base + hybrid RAG"]
+    assert names[:5] == ["Base", "Base + oracle context", "Base + semantic RAG",
+                         "Base + keyword RAG", "Base + hybrid RAG"]
     assert "SFT" in names and any(n.startswith("SFT + ") for n in names)
     n_items = {row.n for row in report.rows}
     assert len(n_items) == 1 and 0 < n_items.pop() <= 8

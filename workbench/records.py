@@ -290,8 +290,10 @@ class QTSASample(Record):
     answer: StrictStr
     difficulty: StrictInt | None = None
     provenance: Provenance
-    # which side of the section split the sample comes from: training data or the benchmark
-    split: Literal["train", "benchmark"] = "train"
+    # which side of the split the sample comes from: training data, the benchmark of held-out
+    # sections ("benchmark": transfer), or a held-out item about a trained fact ("seen":
+    # RF-Agent's item-level protocol). Only "train" samples are ever trained on.
+    split: Literal["train", "benchmark", "seen"] = "train"
     flags: list[StrictStr] = Field(default_factory=list)
 
     @model_validator(mode="before")

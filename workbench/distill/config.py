@@ -127,6 +127,23 @@ class DistillConfig(_Section):
                           "trained on: false saves a long model call per item and leaves "
                           "their `thinking` empty (their difficulty is then judged from the "
                           "question and solution alone).")
+    distractors: Literal["siblings", "perturbed"] = Field(
+        "siblings", description="Composed mode with answers from the text: where an MC item's "
+                                "three wrong options come from. siblings: the answers of other "
+                                "questions (true sentences of the same section, so an item can "
+                                "be solved by matching words, without knowing the fact); "
+                                "perturbed: the answer sentence with a number, an opposite or "
+                                "a term changed (two changes, in a 2 x 2 design), checked "
+                                "false against the section: only knowing the fact (or reading "
+                                "it) tells the options apart.")
+    seen_fraction: float = Field(
+        0.0, ge=0, le=1, description="Composed mode with answers from the text: the share of "
+                                     "training tasks whose sentence also gets a held-out MC "
+                                     "item, asked from another perspective (RF-Agent's "
+                                     "item-level protocol: the `seen` benchmark measures "
+                                     "whether training taught the fact). The item is kept only "
+                                     "if its training twin is, and never when its question is "
+                                     "a near-duplicate of a training question.")
     max_train_tasks: int | None = Field(
         None, ge=1, description="Training tasks kept, a seeded draw spread evenly over "
                                 "perspectives and kinds; None: all. Held-out (benchmark) tasks "
@@ -148,10 +165,12 @@ class DistillConfig(_Section):
 
     @model_validator(mode="after")
     def _by_fact(self) -> DistillConfig:
-        if (self.benchmark_per_fact or self.write_attempts > 1
+        if (self.benchmark_per_fact or self.write_attempts > 1 or self.seen_fraction
+                or self.distractors != "siblings"
                 or not self.benchmark_rationales) and not (
                 self.mode == "composed" and self.answer_source == "text"):
-            raise ValueError("distill.benchmark_per_fact, write_attempts and "
-                             "benchmark_rationales need mode: composed with answer_source: "
+            raise ValueError("distill.benchmark_per_fact, write_attempts, seen_fraction, "
+                             "distractors and benchmark_rationales need mode: composed with "
+                             "answer_source: "
                              "text (questions written for sentences of the text)")
         return self

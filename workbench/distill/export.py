@@ -4,7 +4,10 @@
   models;
 - `thinking`: the thinking in the reasoning channel (`reasoning_content`; a `<think>` block
   in ShareGPT/Alpaca), the solution and `<answer>` as the reply, for thinking models.
-Only training-split samples are exported: benchmark sections never reach training data.
+A multiple-choice reply starts with its letter and option ("B) ..."): the letter scoring
+reads the reply's first token, so that is the token training has to teach.
+Only training-split samples are exported: held-out items (either benchmark) never reach
+training data.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 
 from workbench.distill.parse import format_options
 from workbench.formats import write_dataset
-from workbench.records import ChatExample, Message, QTSASample
+from workbench.records import LETTERS, ChatExample, Message, QTSASample
 
 STYLES = ("instruct", "thinking")
 
@@ -26,12 +29,24 @@ def question_text(s: QTSASample) -> str:
     return s.question
 
 
+def _lead(s: QTSASample) -> str:
+    """An MC reply's first line: the letter and its option ("B) ..."), so the letter is the
+    reply's first token, the one the letter scoring reads (and what the answer parser reads
+    first). Open answers have none."""
+    if s.kind != "mc" or not s.options or len(s.answer) != 1:
+        return ""
+    return f"{s.answer}) {s.options[LETTERS.index(s.answer)]}\n\n"
+
+
 def to_chat(s: QTSASample, style: str = "instruct") -> ChatExample:
     final = f"{s.solution}\n\n<answer>{s.answer}</answer>"
+    lead = _lead(s)
     if style == "instruct":
-        reply = Message(role="assistant", content=f"{s.thinking}\n\n{final}")
+        body = f"{s.thinking}\n\n{final}" if s.thinking else final
+        reply = Message(role="assistant", content=f"{lead}{body}")
     elif style == "thinking":
-        reply = Message(role="assistant", content=final, reasoning_content=s.thinking)
+        reply = Message(role="assistant", content=f"{lead}{final}",
+                        reasoning_content=s.thinking)
     else:
         raise ValueError(f"style must be one of {', '.join(STYLES)}")
     return ChatExample(id=s.id, messages=[Message(role="user", content=question_text(s)),
@@ -43,5 +58,5 @@ def export_sft(samples: Iterable[QTSASample], path: str | Path, *, fmt: str = "m
                style: str = "instruct", kinds: tuple[str, ...] = ("mc", "nd"),
                include_benchmark: bool = False) -> int:
     chosen = [s for s in samples if s.kind in kinds
-              and (include_benchmark or s.split != "benchmark")]
+              and (include_benchmark or s.split == "train")]
     return write_dataset(path, [to_chat(s, style) for s in chosen], fmt)

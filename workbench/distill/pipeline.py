@@ -136,20 +136,46 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
         progress(f"verifying {len(mc)} multiple-choice items")
         verify(tasks, pack, agents, cfg, stats)
     _dedup(tasks, cfg, seed, stats)
+    _check_seen(tasks, cfg, stats)
     accepted = _tally(tasks, stats)
     write_jsonl(run_dir / "verifier.jsonl", _verifier_rejects(tasks, agents, cfg))
     samples = [_to_sample(t, pack, agents) for t in accepted]
-    bench = [MCItem(id=s.id, question=s.question, options=s.options, answer=s.answer,
-                    difficulty=s.difficulty, provenance=s.provenance)
-             for s in samples if s.kind == "mc" and s.split == "benchmark"][:cfg.benchmark_size]
+    bench, seen = (_items(samples, split, cfg.benchmark_size) for split in ("benchmark",
+                                                                          "seen"))
     by_id = {t.id: t for t in tasks}
     for row in gate_rows:
         row["final"] = by_id[row["task"]].reject or "accepted"
     report = _report(cfg, pack, stats, samples, bench, agents, ingest_report, removed,
-                     time.perf_counter() - t_start, seed, gate_rows)
-    _write_outputs(run_dir, cfg, samples, bench, report, seed, sections)
+                     time.perf_counter() - t_start, seed, gate_rows, seen)
+    _write_outputs(run_dir, cfg, samples, bench, report, seed, sections, seen)
     write_jsonl(run_dir / "gates.jsonl", gate_rows)
     return DistillResult(run_dir, report, samples, bench)
+
+
+def _items(samples: list[QTSASample], split: str, cap: int) -> list[MCItem]:
+    return [MCItem(id=s.id, question=s.question, options=s.options, answer=s.answer,
+                   difficulty=s.difficulty, provenance=s.provenance)
+            for s in samples if s.kind == "mc" and s.split == split][:cap]
+
+
+def _check_seen(tasks: list[Task], cfg: DistillConfig, stats: Stats) -> None:
+    """A `seen` item stays only if its training twin was accepted (else its fact is not in
+    the training data) and its question is not a near-duplicate of any accepted training
+    question (word 3-gram Jaccard at the dedup threshold): it must test the fact, not
+    recall a trained question."""
+    from workbench.distill.quality import jaccard, shingles
+
+    seen = [t for t in tasks if t.heldout == "seen" and t.reject is None]
+    if not seen:
+        return
+    by_id = {t.id: t for t in tasks}
+    train = [shingles(t.question) for t in tasks if t.split == "train" and t.reject is None]
+    for t in seen:
+        if by_id[t.twin].reject is not None:
+            t.fail("seen_twin_rejected")
+        elif any(jaccard(shingles(t.question), q) >= cfg.dedup.threshold for q in train):
+            t.fail("seen_near_training")
+    stats.stages["seen_kept"] = sum(t.reject is None for t in seen)
 
 
 def _pack(cfg: DistillConfig) -> tuple[DomainPack, list[str]]:
@@ -288,7 +314,7 @@ def apply_gates(tasks: list[Task], corpus: list[Section], pack: DomainPack, cfg:
                           max_foreign=cfg.gates.max_foreign_words,
                           min_letters=cfg.gates.foreign_min_letters)
         row = {"task": t.id, "section_id": sec.id, "section": sec.title, "kind": t.kind,
-               "split": t.span.split, "question": t.question}
+               "split": t.split, "question": t.question}
         if res.question != t.question:
             row["stripped_to"] = res.question
             t.question = res.question
@@ -353,11 +379,11 @@ def _to_sample(t: Task, pack: DomainPack, agents: Agents) -> QTSASample:
                       thinking=t.thinking, solution=t.solution, answer=t.answer,
                       difficulty=difficulty(t.question, t.solution, t.thinking,
                                             pack.advanced_terms),
-                      provenance=prov, split=t.span.split, flags=list(t.flags))
+                      provenance=prov, split=t.split, flags=list(t.flags))
 
 
 def _report(cfg, pack, stats: Stats, samples, bench, agents, ingest_report, removed, seconds,
-            seed, gate_rows=()) -> DistillReport:
+            seed, gate_rows=(), seen=()) -> DistillReport:
     mc = [s for s in samples if s.kind == "mc"]
     accepted = len(samples)
     verified = stats.stages.get("verified_mc", 0)
@@ -375,7 +401,7 @@ def _report(cfg, pack, stats: Stats, samples, bench, agents, ingest_report, remo
         "constrained": agents.constrained,
         "accepted": {"total": accepted, "mc": len(mc), "nd": accepted - len(mc),
                      "train": sum(s.split == "train" for s in samples),
-                     "benchmark_items": len(bench)},
+                     "benchmark_items": len(bench), "seen_items": len(seen)},
         "verifier": {"checked": verified, "agreed": stats.stages.get("verifier_agreed", 0),
                      "agreement": (stats.stages.get("verifier_agreed", 0) / verified
                                    if verified else None),
@@ -396,12 +422,15 @@ def _report(cfg, pack, stats: Stats, samples, bench, agents, ingest_report, remo
     })
 
 
-def _write_outputs(run_dir: Path, cfg, samples, bench, report, seed, sections) -> None:
+def _write_outputs(run_dir: Path, cfg, samples, bench, report, seed, sections, seen=()
+                   ) -> None:
     from workbench.distill.export import export_sft
 
     write_jsonl(run_dir / "mcQTSA.jsonl", [s for s in samples if s.kind == "mc"])
     write_jsonl(run_dir / "ndQTSA.jsonl", [s for s in samples if s.kind == "nd"])
     write_jsonl(run_dir / "benchmark.jsonl", bench)
+    if cfg.seen_fraction:
+        write_jsonl(run_dir / "benchmark_seen.jsonl", seen)
     write_jsonl(run_dir / "sections.jsonl", sections)
     for style in ("instruct", "thinking"):
         export_sft(samples, run_dir / "sft" / f"{style}_mixed.messages.jsonl", fmt="messages",
@@ -411,6 +440,7 @@ def _write_outputs(run_dir: Path, cfg, samples, bench, report, seed, sections) -
     manifest = RunManifest(run_id=run_dir.name, kind="distill", config=cfg.model_dump(
         mode="json"), input_hashes={"sections": sha256_text("".join(
             s.content_hash for s in sections))[:16]}, versions=library_versions(), seed=seed,
-        status="completed", outputs={"samples": len(samples), "benchmark": len(bench)},
+        status="completed", outputs={"samples": len(samples), "benchmark": len(bench),
+                                     "benchmark_seen": len(seen)},
         models=report.models)
     atomic_write_json(run_dir / "manifest.json", manifest.to_json())

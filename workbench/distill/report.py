@@ -19,6 +19,8 @@ class Accepted(_Part):
     nd: int
     train: int = Field(description="Samples of training sections (the SFT data).")
     benchmark_items: int = Field(description="MC items of held-out sections.")
+    seen_items: int = Field(0, description="Held-out MC items about trained sentences "
+                                           "(distill.seen_fraction).")
 
 
 class VerifierStats(_Part):

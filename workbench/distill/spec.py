@@ -14,7 +14,11 @@ PIPELINE = Pipeline(
                       Artifact("samples_mc", "mcQTSA.jsonl", "QTSASample"),
                       Artifact("samples_nd", "ndQTSA.jsonl", "QTSASample"),
                       Artifact("benchmark", "benchmark.jsonl", "MCItem",
-                               "multiple-choice items from held-out sections"),
+                               "multiple-choice items from held-out sections (unseen)"),
+                      Artifact("benchmark_seen", "benchmark_seen.jsonl", "MCItem",
+                               "held-out items about trained sentences (distill."
+                               "seen_fraction; RF-Agent's item-level protocol)",
+                               required=False),
                       Artifact("sft", "sft/instruct_mixed.messages.jsonl", "ChatExample",
                                "training split, mc + nd, OpenAI messages"),
                       Artifact("gates", "gates.jsonl", required=False,

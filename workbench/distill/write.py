@@ -55,6 +55,15 @@ class Task:
     reject: str | None = None
     flags: list[str] = field(default_factory=list)
     verifier_pred: str | None = None
+    # a held-out item about a training task's sentence ("seen"), and that task's id
+    heldout: str | None = None
+    twin: str | None = None
+
+    @property
+    def split(self) -> str:
+        """train, benchmark (a held-out section) or seen (a held-out item of a trained
+        sentence)."""
+        return self.heldout or self.span.split
 
     def fail(self, reason: str) -> None:
         if self.reject is None:
@@ -336,7 +345,46 @@ def make_tasks(spans: list[Span], perspectives: list[str], cfg: DistillConfig,
         tasks += [Task(f"{sp.id}:{pid}:{kind}", sp, pid, kind) for pid in perspectives
                   for kind in cfg.kinds
                   if not (kind == "nd" and sp.split == "benchmark")]  # nd of benchmark: unused
-    return _cap_train(tasks, cfg.max_train_tasks, seed)
+    tasks = _cap_train(tasks, cfg.max_train_tasks, seed)
+    if cfg.mode == "composed" and cfg.answer_source == "text":
+        assign_facts(tasks, seed)
+    return tasks + _seen_tasks(tasks, perspectives, cfg.seen_fraction, seed)
+
+
+def assign_facts(tasks: list[Task], seed: int) -> None:
+    """Each task without a reference gets the next answer-sized sentence of its span (in the
+    span's seeded order); a task left without one fails (no_fact_left)."""
+    by_span: dict[str, list[Task]] = {}
+    for t in tasks:
+        if t.reference is None and t.reject is None:
+            by_span.setdefault(t.span.id, []).append(t)
+    for span_tasks in by_span.values():
+        facts = _facts(span_tasks[0].span, seed)
+        for k, t in enumerate(span_tasks):
+            if k < len(facts):
+                t.reference = facts[k]
+            else:
+                t.fail("no_fact_left")
+
+
+def _seen_tasks(tasks: list[Task], perspectives: list[str], share: float, seed: int
+                ) -> list[Task]:
+    """RF-Agent's item-level hold-out: for a seeded `share` of the training tasks that have a
+    sentence, one more MC task about the same sentence, asked from the next perspective, held
+    out as the `seen` benchmark (the training task teaches the fact; this one tests it)."""
+    if not share:
+        return []
+    out = []
+    for t in tasks:
+        if t.split != "train" or t.reference is None or t.reject is not None:
+            continue
+        if int(sha256_text(f"{seed}:seen:{t.id}")[:8], 16) / 16**8 >= share:
+            continue
+        i = perspectives.index(t.perspective) if t.perspective in perspectives else -1
+        pid = perspectives[(i + 1) % len(perspectives)]
+        out.append(Task(f"{t.id}:seen:{pid}", t.span, pid, "mc", reference=t.reference,
+                        heldout="seen", twin=t.id))
+    return out
 
 
 def _cap_train(tasks: list[Task], cap: int | None, seed: int) -> list[Task]:
@@ -363,17 +411,7 @@ def write_from_facts(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: D
     as the reference answer (unless it was made with one), and the model writes the
     question that sentence answers, starting with its perspective's word. A question that
     fails validation is asked again with the next seed, up to `write_attempts` calls."""
-    by_span: dict[str, list[Task]] = {}
-    for t in tasks:
-        if t.reference is None:
-            by_span.setdefault(t.span.id, []).append(t)
-    for span_tasks in by_span.values():
-        facts = _facts(span_tasks[0].span, seed)
-        for k, t in enumerate(span_tasks):
-            if k < len(facts):
-                t.reference = facts[k]
-            else:
-                t.fail("no_fact_left")
+    assign_facts(tasks, seed)
 
     def conv(t: Task):
         p = pack.perspective(t.perspective)
@@ -441,14 +479,17 @@ def _rationales(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: Distil
     """Options for MC items, then (after `before`, e.g. the gates) the model explains each
     known answer step by step."""
     live = [t for t in tasks if t.reject is None]
-    _assemble_options(live, seed)
+    if cfg.distractors == "perturbed":
+        _perturbed_options(live, seed)
+    else:
+        _assemble_options(live, seed)
     _balance(live, seed)
     if before is not None:
         before(tasks)
     live = [t for t in live if t.reject is None]
     if not cfg.benchmark_rationales:  # held-out items are scored, never trained on
         for t in live:
-            if t.span.split == "benchmark" and t.kind == "mc":
+            if t.split != "train" and t.kind == "mc":
                 t.thinking, t.answer = "", t.gold
                 t.solution = (f"The correct option is {t.gold}: "
                               f"{t.options[LETTERS.index(t.gold)]}")
@@ -513,6 +554,36 @@ def _assemble_options(tasks: list[Task], seed: int) -> None:
             continue
         t.options = [t.reference, *picked]
         t.gold = "A"  # letter balance moves it
+        try:
+            parse.check_options(t.options)
+        except Reject as r:
+            t.fail(r.reason)
+
+
+def _perturbed_options(tasks: list[Task], seed: int) -> None:
+    """An MC item's options: its sentence and three perturbed copies that the section
+    contradicts (`workbench.distill.perturb`); an item whose sentence has fewer than two
+    changes that read false fails (no_distractors), and is never padded with a true
+    sentence."""
+    from workbench.distill import perturb
+
+    docs: dict[str, list[str]] = {}
+    for t in tasks:
+        texts = docs.setdefault(t.span.section.doc_id, [])
+        if t.span.text not in texts:
+            texts.append(t.span.text)
+    vocab: dict[str, list[str]] = {}
+    for t in tasks:
+        if t.kind != "mc":
+            continue
+        if t.span.id not in vocab:
+            vocab[t.span.id] = perturb.vocabulary(t.span.text, *docs[t.span.section.doc_id])
+        opts = perturb.factorial_options(t.reference, t.question or "", t.span.section.text,
+                                         vocab[t.span.id], f"{seed}:{t.id}")
+        if opts is None:
+            t.fail("no_distractors")
+            continue
+        t.options, t.gold = opts, "A"  # letter balance moves it
         try:
             parse.check_options(t.options)
         except Reject as r:

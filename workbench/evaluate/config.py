@@ -6,7 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-CONDITIONS = ("none", "semantic", "keyword", "hybrid")
+# none: the question alone; semantic, keyword, hybrid: retrieved passages; oracle: the item's
+# own source passage (the bound a retriever cannot pass; needs items with provenance)
+CONDITIONS = ("none", "semantic", "keyword", "hybrid", "oracle")
+Condition = Literal["none", "semantic", "keyword", "hybrid", "oracle"]
 
 
 class EvalConfig(BaseModel):
@@ -21,10 +24,20 @@ class EvalConfig(BaseModel):
         None, description="Other field names, e.g. {question: stem, choices: opts, answer: "
                           "label, id: qid}; choices may list option columns.")
     open_ended: str | None = Field(None, description="ndQTSA JSONL to score open answers.")
-    conditions: list[Literal["none", "semantic", "keyword", "hybrid"]] = Field(
-        default_factory=lambda: list(CONDITIONS))
+    conditions: list[Condition] = Field(
+        default_factory=lambda: list(CONDITIONS[:4]),
+        description="none, the retrievers (semantic, keyword, hybrid: need eval.index) and "
+                    "oracle (each item's own source passage: needs items with provenance "
+                    "and the sections they came from, eval.sections).")
     index: str | None = Field(None, description="RAG index folder; the caller builds one "
                                                 "context provider per RAG condition from it.")
+    sections: str | None = Field(None, description="Section JSONL the benchmark was distilled "
+                                                   "from, for the oracle condition (default: "
+                                                   "the run's distill/sections.jsonl).")
+    oracle_tokens: int = Field(256, ge=16, description="oracle: the passage around the "
+                                                       "item's answer sentence, at most this "
+                                                       "many words (a whole section may be "
+                                                       "longer than a retriever's context).")
     methods: list[Literal["loglik", "generate"]] = Field(
         default_factory=lambda: ["loglik", "generate"])
     formulations: list[Literal["letter", "cloze"]] = Field(
@@ -32,7 +45,7 @@ class EvalConfig(BaseModel):
         description="Log-likelihood formulations (OLMES): letter lists the options and "
                     "scores letters (MCF); cloze asks the question only and scores each "
                     "option's text (CF, acc and length-normalised acc_norm).")
-    letter_conditions: list[Literal["none", "semantic", "keyword", "hybrid"]] | None = Field(
+    letter_conditions: list[Condition] | None = Field(
         None, description="Conditions under which the letter formulation is scored (None: "
                           "all of them). A model too small to follow the option list answers "
                           "'A' to nearly every item there: scoring it under one condition "

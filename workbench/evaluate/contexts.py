@@ -36,3 +36,53 @@ def miss_ranks(provider: ContextProvider) -> tuple[int, int]:
     """The ranks just below the provider's top k (RF-Agent: top 3 vs ranks 4-6)."""
     k = provider.top_k
     return (k + 1, 2 * k)
+
+
+class OracleContexts:
+    """The oracle condition's contexts: each item's own source passage, found through its
+    provenance (the section it was distilled from), cut to a window of at most `max_words`
+    words around the sentence its correct option quotes (the whole section when that sentence
+    is not found). The bound retrieval cannot pass: a retriever that always found the right
+    passage would give these contexts."""
+
+    top_k = 1
+
+    def __init__(self, items, sections, *, max_words: int = 256):
+        from workbench.errors import WorkbenchError
+
+        by_id = {s.id: s for s in sections}
+        self._by_question: dict[str, str] = {}
+        missing = []
+        for it in items:
+            sec = by_id.get(it.provenance.section_id) if it.provenance else None
+            if sec is None:
+                missing.append(it.id)
+                continue
+            gold = it.options["ABCDEFGHIJ".index(it.answer[0])]
+            self._by_question[it.question] = (f"[1] {sec.title}\n"
+                                              f"{_window(sec.text, gold, max_words)}")
+        if missing:
+            raise WorkbenchError(
+                f"the oracle condition needs each item's source section: {len(missing)} "
+                f"item(s) have no provenance or a section id not in the sections file (first: "
+                f"{missing[0]})")
+
+    def __call__(self, questions: Sequence[str], ranks: tuple[int, int] | None = None
+                 ) -> list[str]:
+        if ranks is not None:  # there is no "rank below" the source passage
+            return ["" for _ in questions]
+        return [self._by_question.get(q, "") for q in questions]
+
+
+def _window(text: str, sentence: str, max_words: int) -> str:
+    """At most `max_words` words of `text`, centred on `sentence` where it occurs."""
+    words = text.split()
+    if len(words) <= max_words:
+        return text.strip()
+    at = text.find(sentence)
+    if at < 0:
+        return " ".join(words[:max_words]) + " ..."
+    centre = len(text[:at].split()) + len(sentence.split()) // 2
+    lo = max(0, min(centre - max_words // 2, len(words) - max_words))
+    return (("... " if lo else "") + " ".join(words[lo:lo + max_words])
+            + (" ..." if lo + max_words < len(words) else ""))

@@ -86,7 +86,8 @@ def accuracy_of(preds: Sequence[str | None], items: Sequence[MCItem]) -> float:
 
 
 _ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S | re.I)
-_PATTERNS = [re.compile(r"answer\s*(?:is|:)\s*\(?([A-J])\b"),
+# "answer is C", "answer: C", "answer is: C)", "answer is (C)"
+_PATTERNS = [re.compile(r"answer\s*(?:is\b)?\s*:?\s*\(?([A-J])\b"),
              re.compile(r"^\s*\(?([A-J])[).:]", re.M),
              re.compile(r"\boption\s*\(?([A-J])\b"),
              re.compile(r"^\s*([A-J])\s*$", re.M)]

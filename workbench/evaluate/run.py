@@ -116,7 +116,8 @@ def evaluate_conditions(model: ChatModel, items: Sequence[MCItem], cfg: EvalConf
             if rows else {}
         log(f"{name} / {cond}: " + (", ".join(f"{k}={v:.3f}" for k, v in accs.items())
                                     or "no items"))
-        if cfg.hit_vs_miss and provider is not None and "loglik" in cfg.methods:
+        if cfg.hit_vs_miss and provider is not None and "loglik" in cfg.methods \
+                and cond != "oracle":
             lo, hi = miss_ranks(provider)
             results += evaluate_mc(model, items, condition=f"{cond}_ranks{lo}-{hi}",
                                    contexts=_contexts(provider, cond, items, (lo, hi)),

@@ -28,8 +28,10 @@ def resolved(cfg, layout):
     update = {}
     if not ec.benchmark and layout.has("distill", "benchmark"):
         update["benchmark"] = str(layout.artifact("distill", "benchmark"))
-    if not ec.index and any(c != "none" for c in ec.conditions) and layout.has("rag",
-                                                                               "manifest"):
+    if not ec.sections and "oracle" in ec.conditions and layout.has("distill", "sections"):
+        update["sections"] = str(layout.artifact("distill", "sections"))
+    if not ec.index and any(c not in ("none", "oracle") for c in ec.conditions) \
+            and layout.has("rag", "manifest"):
         update["index"] = str(layout.folder("rag"))
     if not ec.output:
         update["output"] = str(layout.folder("eval"))
@@ -40,7 +42,7 @@ def context_providers(index: str | None, conditions) -> dict:
     """Retrieval contexts through the "contexts" service (no import of rag)."""
     from workbench import services
 
-    rag_conditions = [c for c in conditions if c != "none"]
+    rag_conditions = [c for c in conditions if c not in ("none", "oracle")]
     if not rag_conditions:
         return {}
     if not index:
@@ -51,13 +53,30 @@ def context_providers(index: str | None, conditions) -> dict:
     return services.contexts()(index, rag_conditions)
 
 
+def oracle_provider(ec):
+    """The oracle condition's contexts for eval.benchmark's items, from eval.sections."""
+    from workbench.errors import WorkbenchError
+    from workbench.evaluate.benchmark import load_benchmark
+    from workbench.evaluate.contexts import OracleContexts
+    from workbench.records import Section, read_records
+
+    if not ec.sections:
+        raise WorkbenchError("the oracle condition needs eval.sections: the Section JSONL the "
+                             "benchmark was distilled from (a run's distill/sections.jsonl)")
+    items = load_benchmark(ec.benchmark, fmt=ec.benchmark_format, mapping=ec.field_map,
+                           max_items=ec.max_items)
+    return OracleContexts(items, read_records(ec.sections, Section), max_words=ec.oracle_tokens)
+
+
 def run(cfg, ctx) -> PipelineResult:
     from workbench.evaluate.report import summary_markdown
     from workbench.evaluate.run import run_eval
 
     cfg = resolved(cfg, ctx.layout)
-    out = run_eval(cfg, contexts=context_providers(cfg.eval.index, cfg.eval.conditions),
-                   log=ctx.log)
+    providers = context_providers(cfg.eval.index, cfg.eval.conditions)
+    if "oracle" in cfg.eval.conditions:
+        providers["oracle"] = oracle_provider(cfg.eval)
+    out = run_eval(cfg, contexts=providers, log=ctx.log)
     s = out.summary
     return PipelineResult(
         pipeline="eval", run_dir=str(ctx.layout.root), outputs={"eval": str(out.output)},

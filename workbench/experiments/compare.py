@@ -1,10 +1,12 @@
 """The `compare` experiment: RF-Agent's comparison for any domain, with one command.
 
     distil (the distill pipeline) -> index the distilled sections (the rag pipeline)
-    -> evaluate base x {none, semantic, keyword, hybrid} -> LoRA SFT on the training split
-    (the train pipeline) -> evaluate SFT x {none, best RAG} -> report.md / report.json with
-    every accuracy's 95% interval, both OLMES formulations, prediction distributions, and
-    paired tests of which differences are significant.
+    -> evaluate base x {none, oracle, semantic, keyword, hybrid} on each benchmark (unseen:
+    held-out sections; seen: held-out items of trained sentences) -> LoRA SFT on the training
+    split (the train pipeline) -> evaluate SFT x {none, best RAG} on each -> report.md /
+    report.json (`compare_report`) with every accuracy's 95% interval, both OLMES
+    formulations, prediction distributions, knowledge-free shortcut rules, the oracle bound,
+    and paired tests of which differences are significant.
 
 Every stage is hashed by the shared stage runner; a re-run skips the stages whose inputs did
 not change, and the model calls of a re-run distillation come from the call cache.
@@ -17,84 +19,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from workbench.evaluate.benchmark import load_benchmark
 from workbench.evaluate.report import (
-    SCORING_LABELS, comparisons_markdown, plot_conditions, read_eval_results,
-    read_eval_summary, write_eval,
+    plot_conditions,
+    read_eval_results,
+    read_eval_summary,
+    write_eval,
 )
 from workbench.evaluate.run import evaluate_conditions
-from workbench.evaluate.summary import (
-    Accuracy, EvalSummary, PairedComparison, compare_runs, summarize_eval,
+from workbench.evaluate.shortcuts import best as best_shortcut
+from workbench.evaluate.shortcuts import shortcut_baselines
+from workbench.evaluate.summary import EvalSummary, compare_runs, summarize_eval
+from workbench.experiments.compare_report import (  # noqa: F401  (read by the app and tests)
+    MEASURES,
+    RAG,
+    ROW_NAMES,
+    BenchmarkInfo,
+    CompareReport,
+    CompareRow,
+    read_report,
+    report_markdown,
 )
 from workbench.io import atomic_write_text
+from workbench.records import MCItem
 from workbench.registry import PipelineResult
 from workbench.runs import RunContext, file_hash, run_pipeline
 
-RAG = ("semantic", "keyword", "hybrid")
-ROW_NAMES = {"none": "", "semantic": " + semantic RAG", "keyword": " + keyword RAG",
-             "hybrid": " + hybrid RAG"}
-REPORT_SCHEMA = 2  # 2: accuracies and comparisons may carry `clusters`
+BASE_CONDITIONS = ("none", "oracle", *RAG)
 
 
-class CompareRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str  # "Base" or "SFT"
-    condition: str
-    name: str
-    n: int
-    scorings: dict[str, Accuracy] = Field(description="Accuracy with 95% interval per scoring"
-                                                      " (letter, cloze, cloze_norm, generate).")
-    degenerate: dict[str, str] = Field(default_factory=dict,
-                                       description="Scorings flagged degenerate, and why.")
-    predictions: dict[str, dict[str, int]] = Field(default_factory=dict)
-    headline: str | None = None
-    seconds_per_item: float = 0.0
-
-    @property
-    def headline_accuracy(self) -> Accuracy | None:
-        return self.scorings.get(self.headline) if self.headline else None
-
-
-class CompareReport(BaseModel):
-    """report.json of a compare run."""
-
-    model_config = ConfigDict(extra="forbid")
-    schema_version: int = REPORT_SCHEMA
-    name: str
-    seed: int
-    model: str
-    domain: str
-    chance: float
-    headline_rule: str
-    degenerate_rule: str
-    comparison_rule: str
-    rows: list[CompareRow]
-    comparisons: list[PairedComparison] = Field(default_factory=list)
-    best_rag: str | None = None
-    hit_vs_miss: dict[str, dict[str, Accuracy]] = Field(default_factory=dict)
-    retrieval: dict[str, dict[str, float]] = Field(default_factory=dict)
-    distill: dict[str, Any] = Field(default_factory=dict)
-    train: dict[str, Any] = Field(default_factory=dict)
-    stage_seconds: dict[str, float] = Field(default_factory=dict)
-    seconds: float = 0.0
-
-
-def read_report(run) -> CompareReport:
-    """The report of a compare run folder (or report.json path)."""
-    from workbench.errors import DataError
-
-    p = Path(run)
-    p = p / "report.json" if p.is_dir() else p
-    if not p.exists():
-        raise DataError("no report.json: run `workbench compare run` first", path=str(p),
-                        code="not_found")
-    try:
-        return CompareReport.model_validate_json(p.read_bytes())
-    except ValueError as e:
-        raise DataError(f"not a compare report of this workbench version ({str(e)[:200]}); "
-                        "re-run the experiment", path=str(p), code="old_schema") from None
+def stage_name(stage: str, benchmark: str) -> str:
+    """A benchmark's evaluation stage (and artifact): unseen keeps the plain name."""
+    return stage if benchmark == "unseen" else f"{stage}_{benchmark}"
 
 
 @dataclass
@@ -104,9 +60,9 @@ class _Job:
 
     cfg: Any
     ctx: RunContext
-    bench_path: Path
+    bench_paths: dict[str, Path]
     index_dir: Path
-    items: list
+    benches: dict[str, list[MCItem]]
     stages: Any
     providers: dict | None = None
 
@@ -114,70 +70,88 @@ class _Job:
     def lay(self):
         return self.ctx.layout
 
-    def contexts(self, conditions) -> dict[str, Any]:
+    def contexts(self, conditions, items: list[MCItem]) -> dict[str, Any]:
         if self.providers is None:
             from workbench.rag.api import context_providers  # an experiment composes pipelines
 
             self.providers = context_providers(self.index_dir, RAG)
-        return {c: self.providers[c] for c in conditions if c != "none"}
+        out = {c: self.providers[c] for c in conditions if c in RAG}
+        if "oracle" in conditions:
+            from workbench.evaluate.contexts import OracleContexts
+            from workbench.records import Section, read_records
+
+            out["oracle"] = OracleContexts(
+                items, read_records(self.lay.artifact("distill", "sections"), Section),
+                max_words=self.cfg.eval.oracle_tokens)
+        return out
 
 
 def run(cfg, ctx: RunContext) -> PipelineResult:
     t_all = time.perf_counter()
     job = _distil_and_index(cfg, ctx)  # 1-2. the pipelines, each with its own hashed stage
-    base_inputs = _evaluate_base(job)  # 3. the base model under every condition
-    base = _summary(job.lay, "eval_base", cfg.eval.bootstrap_seed)
+    inputs = {b: _evaluate_base(job, b) for b in job.benches}  # 3. base x every condition
+    seed = cfg.eval.bootstrap_seed
+    base = {b: _summary(job.lay, stage_name("eval_base", b), seed) for b in job.benches}
     _train_sft(job)  # 4. LoRA SFT on the training split (the train pipeline)
-    best = _best_rag(base)  # 5. the SFT model without RAG and with the base's best RAG
-    _evaluate_sft(job, best, base_inputs)
-    sft = _summary(job.lay, "eval_sft", cfg.eval.bootstrap_seed)
-    report = build_report(cfg, job.lay, base, sft, best, time.perf_counter() - t_all)  # 6.
+    # 5. the SFT model without RAG and with the best RAG (of the base model on unseen items)
+    best = _best_rag(base.get("unseen") or next(iter(base.values()), None))
+    for b in job.benches:
+        _evaluate_sft(job, b, best, inputs[b])
+    sft = {b: _summary(job.lay, stage_name("eval_sft", b), seed) for b in job.benches}
+    report = build_report(cfg, job, base, sft, best, time.perf_counter() - t_all)  # 6.
     job.stages.mark("report", file_hash(job.lay.artifact("compare", "report")) or "", 0.0)
     ctx.log(f"== report: {job.lay.artifact('compare', 'report_md')}")
     return _pipeline_result(job.lay, report)
 
 
 def _distil_and_index(cfg, ctx: RunContext) -> _Job:
-    """Distil, index the distilled sections, and read the benchmark items (none: evaluation
-    is skipped, with a warning)."""
+    """Distil, index the distilled sections, and read the benchmarks' items: unseen (held-out
+    sections) and, with distill.seen_fraction, seen (held-out items of trained sentences).
+    None at all: evaluation is skipped, with a warning."""
     lay = ctx.layout
     run_pipeline("distill", cfg, ctx)
-    bench_path = lay.artifact("distill", "benchmark")
     run_pipeline("rag", cfg.model_copy(update={"corpus": str(lay.artifact("distill",
                                                                           "sections"))}), ctx)
-    index_dir = lay.folder("rag")
-    items = load_benchmark(bench_path, max_items=cfg.compare.eval_items) \
-        if bench_path.exists() and bench_path.stat().st_size else []
-    if not items:
+    paths = {"unseen": lay.artifact("distill", "benchmark"),
+             "seen": lay.artifact("distill", "benchmark_seen")}
+    benches = {}
+    for name, path in paths.items():
+        items = load_benchmark(path, max_items=cfg.compare.eval_items) \
+            if path.exists() and path.stat().st_size else []
+        if items:
+            benches[name] = items
+    if not benches:
         ctx.log("warning: the distillation produced no benchmark items; evaluation is skipped")
-    return _Job(cfg, ctx, bench_path, index_dir, items, ctx.stages("compare"))
+    return _Job(cfg, ctx, paths, lay.folder("rag"), benches, ctx.stages("compare"))
 
 
-def _evaluate_base(job: _Job) -> tuple:
-    """The base model under no RAG and every retriever, with the retrievers' own metrics;
-    returns the stage's inputs (the SFT stage's key includes them)."""
+def _evaluate_base(job: _Job, bench: str) -> tuple:
+    """The base model on one benchmark under no context, the oracle and every retriever,
+    with the retrievers' own metrics; returns the stage's inputs (the SFT stage's key
+    includes them)."""
     from workbench.models.factory import open_chat_model
 
-    cfg, lay = job.cfg, job.lay
-    ec = cfg.eval.model_copy(update={"conditions": ["none", *RAG]})
-    base_inputs = (cfg.models.chat.model_dump(), cfg.seed, file_hash(job.bench_path),
-                   file_hash(lay.artifact("rag", "manifest")), ec.model_dump(),
+    cfg, lay, items = job.cfg, job.lay, job.benches[bench]
+    ec = cfg.eval.model_copy(update={"conditions": list(BASE_CONDITIONS)})
+    base_inputs = (cfg.models.chat.model_dump(), cfg.seed, file_hash(job.bench_paths[bench]),
+                   file_hash(lay.artifact("rag", "manifest")),
+                   file_hash(lay.artifact("distill", "sections")), ec.model_dump(),
                    cfg.compare.eval_items)
 
     def eval_base():
         model = open_chat_model(cfg.models.chat, cfg)
         results, summary = evaluate_conditions(
-            model, job.items, ec, contexts=job.contexts(ec.conditions),
+            model, items, ec, contexts=job.contexts(ec.conditions, items),
             model_name=f"base ({cfg.models.chat.spec})", log=job.ctx.log)
         from workbench.rag.evaluate import benchmark_retrieval_metrics
 
         retrieval = benchmark_retrieval_metrics(
-            job.providers["hybrid"].index if job.providers else job.index_dir, job.items)
+            job.providers["hybrid"].index if job.providers else job.index_dir, items)
         summary = summary.model_copy(update={"retrieval": retrieval})
-        write_eval(lay.artifact("compare", "eval_base").parent, results, summary)
+        write_eval(lay.artifact("compare", stage_name("eval_base", bench)).parent, results,
+                   summary)
 
-    if job.items:
-        job.stages.run("eval_base", base_inputs, eval_base)
+    job.stages.run(stage_name("eval_base", bench), base_inputs, eval_base)
     return base_inputs
 
 
@@ -185,16 +159,18 @@ def _train_sft(job: _Job) -> None:
     cfg, lay = job.cfg, job.lay
     tc = cfg.train.model_copy(update={"data": str(lay.artifact("distill", "sft")),
                                       "output": None}, deep=True)
-    tc.domain_eval.benchmark = str(job.bench_path) if job.items else None
+    bench = "unseen" if "unseen" in job.benches else next(iter(job.benches), None)
+    tc.domain_eval.benchmark = str(job.bench_paths[bench]) if bench else None
     run_pipeline("train", cfg.model_copy(update={"train": tc}), job.ctx)
 
 
-def _evaluate_sft(job: _Job, best: str | None, base_inputs: tuple) -> None:
-    """The SFT model without RAG and with the base model's best retriever (or with all)."""
+def _evaluate_sft(job: _Job, bench: str, best: str | None, base_inputs: tuple) -> None:
+    """The SFT model on one benchmark without RAG and with the base model's best retriever
+    (or under every condition)."""
     from workbench.models.factory import open_chat_model
 
-    cfg, lay = job.cfg, job.lay
-    conds = ["none", *RAG] if cfg.compare.sft_conditions == "all" \
+    cfg, lay, items = job.cfg, job.lay, job.benches[bench]
+    conds = list(BASE_CONDITIONS) if cfg.compare.sft_conditions == "all" \
         else ["none"] + ([best] if best else [])
     ec_sft = cfg.eval.model_copy(update={"conditions": conds, "hit_vs_miss": False})
     adapter = lay.artifact("train", "adapter")
@@ -205,24 +181,27 @@ def _evaluate_sft(job: _Job, best: str | None, base_inputs: tuple) -> None:
         mc = cfg.models.chat.model_copy(update={"options": {
             **cfg.models.chat.options, "adapter": str(adapter), "merge_adapter": True}})
         model = open_chat_model(mc, cfg)
-        results, summary = evaluate_conditions(model, job.items, ec_sft,
-                                               contexts=job.contexts(conds),
+        results, summary = evaluate_conditions(model, items, ec_sft,
+                                               contexts=job.contexts(conds, items),
                                                model_name="SFT (LoRA)", log=job.ctx.log)
-        write_eval(lay.artifact("compare", "eval_sft").parent, results, summary)
+        write_eval(lay.artifact("compare", stage_name("eval_sft", bench)).parent, results,
+                   summary)
 
-    if job.items:
-        job.stages.run("eval_sft", sft_inputs, eval_sft)
+    job.stages.run(stage_name("eval_sft", bench), sft_inputs, eval_sft)
 
 
 def _pipeline_result(lay, report: CompareReport) -> PipelineResult:
     """The headline accuracies, one line per configuration."""
-    lines = [f"{r.name:<28} " + "  ".join(
-        f"{k} {_acc(r.scorings[k])}" for k in ("letter", "cloze_norm", "generate")
+    from workbench.experiments.compare_report import acc_text
+
+    lines = [f"{r.benchmark:<7} {r.name:<28} " + "  ".join(
+        f"{k} {acc_text(r.scorings[k])}" for k in ("letter", "cloze_norm", "generate")
         if k in r.scorings) for r in report.rows]
     return PipelineResult(
         pipeline="compare", run_dir=str(lay.root),
         outputs={"report": str(lay.artifact("compare", "report_md"))},
-        figures={r.name: (r.headline_accuracy.value if r.headline_accuracy else None)
+        figures={f"{r.benchmark}: {r.name}": (r.headline_accuracy.value
+                                              if r.headline_accuracy else None)
                  for r in report.rows},
         message="\n".join(lines + [f"report: {lay.artifact('compare', 'report_md')}"]))
 
@@ -251,7 +230,7 @@ def _best_rag(base: EvalSummary | None) -> str | None:
     return max(scored)[1] if scored else None
 
 
-def _rows(who: str, summary: EvalSummary | None) -> list[CompareRow]:
+def _rows(who: str, bench: str, summary: EvalSummary | None) -> list[CompareRow]:
     rows = []
     for cond, s in (summary.conditions.items() if summary else []):
         if cond not in ROW_NAMES:
@@ -259,7 +238,7 @@ def _rows(who: str, summary: EvalSummary | None) -> list[CompareRow]:
         scorings = {k: f for k in ("letter", "cloze", "cloze_norm", "generate")
                     if (f := s.scoring(k)) is not None}
         rows.append(CompareRow(
-            model=who, condition=cond, name=who + ROW_NAMES[cond], n=s.n,
+            model=who, condition=cond, name=who + ROW_NAMES[cond], benchmark=bench, n=s.n,
             scorings={k: f.accuracy for k, f in scorings.items()},
             degenerate={k: f.degenerate_reason or "" for k, f in scorings.items()
                         if f.degenerate},
@@ -268,192 +247,76 @@ def _rows(who: str, summary: EvalSummary | None) -> list[CompareRow]:
     return rows
 
 
-def build_report(cfg, lay, base: EvalSummary | None, sft: EvalSummary | None,
-                 best: str | None, seconds: float) -> CompareReport:
+def _benchmark_info(cfg, lay, bench: str, items: list[MCItem], base: EvalSummary | None,
+                    sft: EvalSummary | None) -> BenchmarkInfo:
+    """A benchmark's shortcut floor (flagged when a rule reaches the base model without
+    context) and its paired tests (conditions of the base model, then base vs SFT)."""
+    comparisons = list(base.comparisons) if base else []
+    if base and sft:
+        comparisons += compare_runs(
+            base, read_eval_results(lay.artifact("compare", stage_name("eval_base_results",
+                                                                         bench))),
+            sft, read_eval_results(lay.artifact("compare", stage_name("eval_sft_results",
+                                                                        bench))),
+            seed=cfg.eval.bootstrap_seed)
+    shortcuts = shortcut_baselines(items)
+    top = best_shortcut(shortcuts)
+    alone = base.headline_accuracy.get("none") if base else None
+    flag = None
+    if top and alone and top.accuracy.value >= alone.value:
+        flag = (f"The rule \"{top.description}\" scores {100 * top.accuracy.value:.1f}%, at "
+                f"least the base model's {100 * alone.value:.1f}% without context: this "
+                "benchmark can be solved from the items' wording, so its accuracies say little "
+                "about knowledge (distill.distractors: perturbed writes items that need it).")
+    return BenchmarkInfo(items=len(items), measures=MEASURES.get(bench, ""),
+                         shortcuts=shortcuts, shortcut_flag=flag, comparisons=comparisons,
+                         retrieval=base.retrieval if base else {})
+
+
+def build_report(cfg, job: _Job, base: dict[str, EvalSummary | None],
+                 sft: dict[str, EvalSummary | None], best: str | None,
+                 seconds: float) -> CompareReport:
     import json
 
+    from workbench.distill.report import DistillReport
     from workbench.domain_packs import load_pack
     from workbench.io import atomic_write_json
 
-    comparisons = list(base.comparisons) if base else []
-    if base and sft:
-        comparisons += compare_runs(base, read_eval_results(lay.artifact("compare",
-                                                                         "eval_base_results")),
-                                    sft, read_eval_results(lay.artifact("compare",
-                                                                        "eval_sft_results")),
-                                    seed=cfg.eval.bootstrap_seed)
+    lay = job.lay
+    first = next(iter(job.benches), None)
     hit_miss = {}
-    for cond, s in (base.conditions.items() if base else []):
+    b0 = base.get(first) if first else None
+    for cond, s in (b0.conditions.items() if b0 else []):
         if cond not in ROW_NAMES and "_ranks" in cond:
             top = cond.split("_ranks")[0]
             f = s.scoring("letter") or s.scoring("cloze_norm")
-            if f and top in base.conditions and base.conditions[top].scoring("letter"):
-                hit_miss[top] = {"top": base.conditions[top].scoring("letter").accuracy,
+            if f and top in b0.conditions and b0.conditions[top].scoring("letter"):
+                hit_miss[top] = {"top": b0.conditions[top].scoring("letter").accuracy,
                                  "below": f.accuracy}
-    from workbench.distill.report import DistillReport
-
     distill_report = lay.artifact("distill", "report")
     distill = DistillReport.model_validate_json(distill_report.read_bytes()).summary() \
         if distill_report.exists() else {}
     manifest = lay.artifact("train", "manifest")
     train = json.loads(manifest.read_text()).get("outputs", {}) if manifest.exists() else {}
     state = lay.stages().stages
-    ref = base or sft
+    ref = next((s for s in [*base.values(), *sft.values()] if s), None)
+    rows = [r for b in job.benches for r in _rows("Base", b, base.get(b)) + _rows(
+        "SFT", b, sft.get(b))]
     report = CompareReport(
         name=cfg.name, seed=cfg.seed, model=cfg.models.chat.spec, domain=cfg.domain,
         chance=ref.chance if ref else load_pack(cfg.domain).eval.chance_level,
         headline_rule=ref.headline.rule if ref else "",
         degenerate_rule=ref.degenerate_rule if ref else "",
         comparison_rule=ref.comparison_rule if ref else "",
-        rows=_rows("Base", base) + _rows("SFT", sft), comparisons=comparisons,
-        best_rag=best, hit_vs_miss=hit_miss, retrieval=base.retrieval if base else {},
-        distill=distill,
+        rows=rows, benchmarks={b: _benchmark_info(cfg, lay, b, items, base.get(b), sft.get(b))
+                               for b, items in job.benches.items()},
+        best_rag=best, hit_vs_miss=hit_miss, distill=distill,
         train=train, stage_seconds={k: v.seconds for k, v in state.items()},
         seconds=round(seconds, 1))
     atomic_write_json(lay.artifact("compare", "report"), report.model_dump(mode="json"))
-    if base or sft:
-        plot_conditions([s for s in (base, sft) if s], lay.artifact("compare", "plot"),
+    sums = [s for b in job.benches for s in (base.get(b), sft.get(b)) if s]
+    if sums:
+        plot_conditions(sums, lay.artifact("compare", "plot"),
                         title="Base vs RAG vs SFT (95% intervals)")
     atomic_write_text(lay.artifact("compare", "report_md"), report_markdown(report))
     return report
-
-
-def _acc(a: Accuracy | None) -> str:
-    if a is None:
-        return "-"
-    return f"{100 * a.value:.1f}% [{100 * a.ci_low:.0f}, {100 * a.ci_high:.0f}]"
-
-
-def _fmt(v, pct: bool = False) -> str:
-    if v is None:
-        return "-"
-    return f"{100 * v:.1f}%" if pct else f"{v:.3f}"
-
-
-def report_markdown(r: CompareReport) -> str:
-    return "\n".join([*_comparison_table(r), *_rules(r), *_prediction_table(r),
-                      *_significance(r), *_hit_vs_miss(r), *_retrieval(r), *_data(r),
-                      *_training(r), *_stage_times(r)]) + "\n"
-
-
-def _comparison_table(r: CompareReport) -> list[str]:
-    """The title and RF-Agent's table: every configuration under every scoring."""
-    scorings = [k for k in ("letter", "cloze_norm", "cloze", "generate")
-                if any(k in row.scorings for row in r.rows)]
-    lines = [f"# {r.name}: base vs RAG vs SFT", "",
-             f"Model `{r.model}`, domain `{r.domain}`, seed {r.seed}, total {r.seconds} s "
-             "(stages skipped on a re-run take ~0 s).", "",
-             "## The comparison (RF-Agent's table)", "",
-             "Accuracy with its 95% Wilson interval; **bold** is each model's headline "
-             "scoring, ⚠ marks a degenerate scoring (never headlined).", "",
-             "| configuration | items | " + " | ".join(SCORING_LABELS[k] for k in scorings)
-             + " | s/item |", "|---|---|" + "---|" * len(scorings) + "---|"]
-    for row in r.rows:
-        cells = []
-        for k in scorings:
-            cell = _acc(row.scorings.get(k))
-            if k in row.degenerate:
-                cell = f"⚠ {cell}"
-            cells.append(f"**{cell}**" if k == row.headline else cell)
-        lines.append(f"| {row.name} | {row.n} | " + " | ".join(cells)
-                     + f" | {_fmt(row.seconds_per_item)} |")
-    return lines
-
-
-def _rules(r: CompareReport) -> list[str]:
-    """How the intervals treat clustered items, chance, the headline and degenerate rules,
-    and the scorings flagged degenerate."""
-    lines = []
-    clustered = [(row.n, row.headline_accuracy.clusters) for row in r.rows
-                 if row.headline_accuracy and row.headline_accuracy.clusters]
-    if clustered:
-        n, k = clustered[0]
-        lines += ["", f"The {n} items form {k} independent clusters: items asked for one "
-                  "sentence of the held-out text share their correct option (and distractors "
-                  "come from sibling sentences, so even clusters are not fully independent). "
-                  "Each interval is the Wilson interval at the effective sample size (Kish's "
-                  "design effect over clusters); comparisons marked with clusters use an exact "
-                  "sign-flip test over clusters and a bootstrap over clusters."]
-    lines += ["", f"Chance is {r.chance:.0%}. ![comparison](comparison.png)", "",
-              f"**Headline rule.** {r.headline_rule}", "",
-              f"**Degenerate rule.** {r.degenerate_rule}", ""]
-    flagged = [(row.name, k, why) for row in r.rows for k, why in row.degenerate.items()]
-    if flagged:
-        lines += ["Flagged: " + "; ".join(f"{n} / {SCORING_LABELS[k]}: {why}"
-                                          for n, k, why in flagged), ""]
-    return lines
-
-
-def _prediction_table(r: CompareReport) -> list[str]:
-    lines = ["## Prediction distributions (how often each letter was predicted)", "",
-             "| configuration | scoring | " + " | ".join("ABCD") + " |",
-             "|---|---|" + "---|" * 4]
-    for row in r.rows:
-        for k, dist in row.predictions.items():
-            lines.append(f"| {row.name} | {SCORING_LABELS.get(k, k)} | "
-                         + " | ".join(str(dist.get(x, 0)) for x in "ABCD") + " |")
-    return lines
-
-
-def _significance(r: CompareReport) -> list[str]:
-    """The paired comparisons, and which survive Holm's correction."""
-    if not r.comparisons:
-        return []
-    sig = [c for c in r.comparisons if c.significant]
-    return ["", "## Which differences are real (paired, same items)", "",
-            comparisons_markdown(r.comparisons), "", r.comparison_rule, "",
-            f"{len(sig)} of {len(r.comparisons)} differences are significant at 5% "
-            "after Holm's correction" + (": " + "; ".join(
-                f"{c.b} vs {c.a} ({100 * c.difference:+.1f} points)" for c in sig)
-                if sig else ".")]
-
-
-def _hit_vs_miss(r: CompareReport) -> list[str]:
-    if not r.hit_vs_miss:
-        return []
-    return ["", "## Does retrieval quality matter? (contexts from the top ranks vs the "
-            "ranks just below, letter scoring)", "",
-            "| retriever | top ranks | ranks below |", "|---|---|---|",
-            *(f"| {k} | {_acc(v['top'])} | {_acc(v['below'])} |"
-              for k, v in r.hit_vs_miss.items())]
-
-
-def _retrieval(r: CompareReport) -> list[str]:
-    if not r.retrieval:
-        return []
-    return ["", "## Retrieval (each benchmark question's source section is its relevant "
-            "document)", "", "| retriever | Hit@1 | Hit@3 | Hit@10 | MRR | nDCG@10 |",
-            "|---|---|---|---|---|---|",
-            *(f"| {k} | {_fmt(m.get('hit@1'))} | {_fmt(m.get('hit@3'))} | "
-              f"{_fmt(m.get('hit@10'))} | {_fmt(m.get('mrr'))} | {_fmt(m.get('ndcg@10'))} |"
-              for k, m in r.retrieval.items())]
-
-
-def _data(r: CompareReport) -> list[str]:
-    if not r.distill.get("accepted"):
-        return []
-    a = r.distill["accepted"]
-    return ["", "## Data", "", f"- distilled samples: {a['total']} ({a['mc']} multiple-"
-            f"choice, {a['nd']} open), {a['train']} for training, "
-            f"{a['benchmark_items']} benchmark items from held-out sections",
-            "- details: [distill/report.md](distill/report.md)"]
-
-
-def _training(r: CompareReport) -> list[str]:
-    t = r.train
-    if not t:
-        return []
-    fin = t.get("final", {})
-    return ["", "## Training", "", f"- {t.get('steps')} steps on "
-            f"{t.get('train_examples')} examples, {t.get('device')} {t.get('dtype')}, "
-            f"{_fmt(t.get('tokens_per_s'))} tokens/s, padding share "
-            f"{_fmt(t.get('padding_share'), True)}",
-            f"- final loss {_fmt(fin.get('loss'))}, eval loss "
-            f"{_fmt(fin.get('eval_loss'))}, domain accuracy "
-            f"{_fmt(fin.get('domain_accuracy'), True)}",
-            "- curves: ![training](adapter/training_curves.png)"]
-
-
-def _stage_times(r: CompareReport) -> list[str]:
-    return ["", "## Stage times (s)", "", "| stage | seconds |", "|---|---|",
-            *(f"| {k} | {v} |" for k, v in r.stage_seconds.items())]

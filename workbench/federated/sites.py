@@ -108,7 +108,7 @@ def _read_source(src: Path) -> tuple[list[QTSASample], list[MCItem]]:
         for p in (src / name, src / "distill" / name):
             if p.exists():
                 rows += [s for s in read_jsonl(p, QTSASample.model_validate)
-                         if s.split != "benchmark"]
+                         if s.split == "train"]
                 break
     if not rows:
         raise WorkbenchError(f"{src}: no mcQTSA.jsonl / ndQTSA.jsonl rows to split")

@@ -1,0 +1,305 @@
+"""The compare experiment's report: report.json's types and report.md.
+
+One distillation gives up to two benchmarks, named for what they measure (RF-Agent's two
+protocols):
+
+- `unseen`: items from sections held out of the training data: does what training and
+  retrieval bring carry over to texts the model was not trained on;
+- `seen`: held-out questions about sentences the training data teaches (no held-out question,
+  nor a near-duplicate of one, is trained on): did training teach the facts.
+
+Every condition of each benchmark is a row with its interval; beside them, the knowledge-free
+shortcut rules (a benchmark a rule solves as well as the base model is flagged), the oracle
+bound (the item's own passage) and how far each retriever is from it, and the paired tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.evaluate.report import SCORING_LABELS, comparisons_markdown
+from workbench.evaluate.shortcuts import ShortcutRow
+from workbench.evaluate.summary import Accuracy, PairedComparison
+
+REPORT_SCHEMA = 3  # 3: rows carry their benchmark; benchmarks (seen/unseen), shortcuts, oracle
+RAG = ("semantic", "keyword", "hybrid")
+ROW_NAMES = {"none": "", "oracle": " + oracle context", "semantic": " + semantic RAG",
+             "keyword": " + keyword RAG", "hybrid": " + hybrid RAG"}
+MEASURES = {
+    "unseen": "Items about sections held out of the training data: whether what training and "
+              "retrieval bring carries over to texts the model was not trained on.",
+    "seen": "Held-out questions about sentences the training data teaches, none of them (nor a "
+            "near-duplicate) trained on (RF-Agent's item-level protocol): whether training "
+            "taught the facts.",
+}
+ORACLE = ("oracle: each item's own source passage as context, the bound a retriever cannot "
+          "pass (a retriever that always found the right passage would give it).")
+
+
+class CompareRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str  # "Base" or "SFT"
+    condition: str
+    name: str
+    benchmark: str = Field("unseen", description="unseen or seen (see MEASURES).")
+    n: int
+    scorings: dict[str, Accuracy] = Field(description="Accuracy with 95% interval per scoring"
+                                                      " (letter, cloze, cloze_norm, generate).")
+    degenerate: dict[str, str] = Field(default_factory=dict,
+                                       description="Scorings flagged degenerate, and why.")
+    predictions: dict[str, dict[str, int]] = Field(default_factory=dict)
+    headline: str | None = None
+    seconds_per_item: float = 0.0
+
+    @property
+    def headline_accuracy(self) -> Accuracy | None:
+        return self.scorings.get(self.headline) if self.headline else None
+
+
+class BenchmarkInfo(BaseModel):
+    """One benchmark of the run: what it measures, its shortcut floor and its paired tests."""
+
+    model_config = ConfigDict(extra="forbid")
+    items: int
+    measures: str
+    shortcuts: list[ShortcutRow] = Field(default_factory=list)
+    shortcut_flag: str | None = Field(None, description="Set when a knowledge-free rule "
+                                                        "scores at least the base model's "
+                                                        "accuracy without context.")
+    comparisons: list[PairedComparison] = Field(default_factory=list)
+    retrieval: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+
+class CompareReport(BaseModel):
+    """report.json of a compare run."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int = REPORT_SCHEMA
+    name: str
+    seed: int
+    model: str
+    domain: str
+    chance: float
+    headline_rule: str
+    degenerate_rule: str
+    comparison_rule: str
+    rows: list[CompareRow]
+    benchmarks: dict[str, BenchmarkInfo] = Field(default_factory=dict)
+    best_rag: str | None = None
+    hit_vs_miss: dict[str, dict[str, Accuracy]] = Field(default_factory=dict)
+    distill: dict[str, Any] = Field(default_factory=dict)
+    train: dict[str, Any] = Field(default_factory=dict)
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
+    seconds: float = 0.0
+
+    def _first(self) -> BenchmarkInfo | None:
+        return next(iter(self.benchmarks.values()), None)
+
+    @property
+    def comparisons(self) -> list[PairedComparison]:
+        """The first benchmark's (unseen's when there is one) paired comparisons."""
+        b = self._first()
+        return b.comparisons if b else []
+
+    @property
+    def retrieval(self) -> dict[str, dict[str, float]]:
+        b = self._first()
+        return b.retrieval if b else {}
+
+    def rows_of(self, benchmark: str) -> list[CompareRow]:
+        return [r for r in self.rows if r.benchmark == benchmark]
+
+
+def read_report(run) -> CompareReport:
+    """The report of a compare run folder (or report.json path)."""
+    from workbench.errors import DataError
+
+    p = Path(run)
+    p = p / "report.json" if p.is_dir() else p
+    if not p.exists():
+        raise DataError("no report.json: run `workbench compare run` first", path=str(p),
+                        code="not_found")
+    try:
+        return CompareReport.model_validate_json(p.read_bytes())
+    except ValueError as e:
+        raise DataError(f"not a compare report of this workbench version ({str(e)[:200]}); "
+                        "re-run the experiment", path=str(p), code="old_schema") from None
+
+
+def acc_text(a: Accuracy | None) -> str:
+    if a is None:
+        return "-"
+    return f"{100 * a.value:.1f}% [{100 * a.ci_low:.0f}, {100 * a.ci_high:.0f}]"
+
+
+def _fmt(v, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:.1f}%" if pct else f"{v:.3f}"
+
+
+def report_markdown(r: CompareReport) -> str:
+    lines = [f"# {r.name}: base vs RAG vs SFT", "",
+             f"Model `{r.model}`, domain `{r.domain}`, seed {r.seed}, total {r.seconds} s "
+             "(stages skipped on a re-run take ~0 s).", ""]
+    for name, b in r.benchmarks.items():
+        lines += _benchmark(r, name, b)
+    return "\n".join([*lines, *_rules(r), *_prediction_table(r), *_hit_vs_miss(r),
+                      *_retrieval(r), *_data(r), *_training(r), *_stage_times(r)]) + "\n"
+
+
+def _benchmark(r: CompareReport, name: str, b: BenchmarkInfo) -> list[str]:
+    rows = r.rows_of(name)
+    return [f"## Benchmark `{name}` ({b.items} items): RF-Agent's table", "", b.measures, "",
+            *_comparison_table(rows), *_reading(rows), *_shortcuts(r, b),
+            *_significance(r, b), ""]
+
+
+def _comparison_table(rows: list[CompareRow]) -> list[str]:
+    """RF-Agent's table: every configuration under every scoring."""
+    scorings = [k for k in ("letter", "cloze_norm", "cloze", "generate")
+                if any(k in row.scorings for row in rows)]
+    lines = ["Accuracy with its 95% Wilson interval; **bold** is each model's headline "
+             "scoring, ⚠ marks a degenerate scoring (never headlined).", "",
+             "| configuration | items | " + " | ".join(SCORING_LABELS[k] for k in scorings)
+             + " | s/item |", "|---|---|" + "---|" * len(scorings) + "---|"]
+    for row in rows:
+        cells = []
+        for k in scorings:
+            cell = acc_text(row.scorings.get(k))
+            if k in row.degenerate:
+                cell = f"⚠ {cell}"
+            cells.append(f"**{cell}**" if k == row.headline else cell)
+        lines.append(f"| {row.name} | {row.n} | " + " | ".join(cells)
+                     + f" | {_fmt(row.seconds_per_item)} |")
+    return lines
+
+
+def _reading(rows: list[CompareRow]) -> list[str]:
+    """(none, oracle) first, then how far each retriever is from the oracle."""
+    base = {r.condition: r.headline_accuracy for r in rows if r.model == "Base"}
+    none, oracle = base.get("none"), base.get("oracle")
+    if none is None or oracle is None:
+        return []
+    gaps = [f"{c} {100 * a.value:.1f}% ({100 * (a.value - oracle.value):+.1f} points from "
+            "the oracle)" for c in RAG if (a := base.get(c)) is not None]
+    return ["", f"Base model without context {acc_text(none)}; with the item's own passage "
+            f"(the oracle bound) {acc_text(oracle)}" + ("; retrievers: " + ", ".join(gaps)
+                                                        if gaps else "") + ". " + ORACLE]
+
+
+def _shortcuts(r: CompareReport, b: BenchmarkInfo) -> list[str]:
+    if not b.shortcuts:
+        return []
+    lines = ["", "Knowledge-free rules (the floor a model must clear before its accuracy says "
+             "anything about knowledge):", "", "| rule | accuracy | A | B | C | D |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {s.description} | {acc_text(s.accuracy)} | "
+              + " | ".join(str(s.predictions.get(x, 0)) for x in "ABCD") + " |"
+              for s in b.shortcuts]
+    if b.shortcut_flag:
+        lines += ["", f"⚠ **{b.shortcut_flag}**"]
+    return lines
+
+
+def _significance(r: CompareReport, b: BenchmarkInfo) -> list[str]:
+    if not b.comparisons:
+        return []
+    sig = [c for c in b.comparisons if c.significant]
+    return ["", "Which differences are real (paired, same items):", "",
+            comparisons_markdown(b.comparisons), "",
+            f"{len(sig)} of {len(b.comparisons)} differences are significant at 5% after "
+            "Holm's correction" + (": " + "; ".join(
+                f"{c.b} vs {c.a} ({100 * c.difference:+.1f} points)" for c in sig)
+                if sig else ".")]
+
+
+def _rules(r: CompareReport) -> list[str]:
+    """How the intervals treat clustered items, chance, the headline and degenerate rules,
+    and the scorings flagged degenerate."""
+    lines = ["## How to read the tables", ""]
+    clustered = [(row.n, row.headline_accuracy.clusters) for row in r.rows
+                 if row.headline_accuracy and row.headline_accuracy.clusters]
+    if clustered:
+        n, k = clustered[0]
+        lines += [f"The {n} items form {k} independent clusters: items asked for one "
+                  "sentence of the held-out text share their correct option. "
+                  "Each interval is the Wilson interval at the effective sample size (Kish's "
+                  "design effect over clusters); comparisons marked with clusters use an exact "
+                  "sign-flip test over clusters and a bootstrap over clusters.", ""]
+    lines += [f"Chance is {r.chance:.0%}. ![comparison](comparison.png)", "",
+              f"**Headline rule.** {r.headline_rule}", "",
+              f"**Degenerate rule.** {r.degenerate_rule}", "",
+              f"**Comparisons.** {r.comparison_rule}", ""]
+    flagged = [(row.name, row.benchmark, k, why) for row in r.rows
+               for k, why in row.degenerate.items()]
+    if flagged:
+        lines += ["Flagged: " + "; ".join(f"{n} ({b}) / {SCORING_LABELS[k]}: {why}"
+                                          for n, b, k, why in flagged), ""]
+    return lines
+
+
+def _prediction_table(r: CompareReport) -> list[str]:
+    lines = ["## Prediction distributions (how often each letter was predicted)", "",
+             "| benchmark | configuration | scoring | " + " | ".join("ABCD") + " |",
+             "|---|---|---|" + "---|" * 4]
+    for row in r.rows:
+        for k, dist in row.predictions.items():
+            lines.append(f"| {row.benchmark} | {row.name} | {SCORING_LABELS.get(k, k)} | "
+                         + " | ".join(str(dist.get(x, 0)) for x in "ABCD") + " |")
+    return lines
+
+
+def _hit_vs_miss(r: CompareReport) -> list[str]:
+    if not r.hit_vs_miss:
+        return []
+    return ["", "## Does retrieval quality matter? (contexts from the top ranks vs the "
+            "ranks just below, letter scoring)", "",
+            "| retriever | top ranks | ranks below |", "|---|---|---|",
+            *(f"| {k} | {acc_text(v['top'])} | {acc_text(v['below'])} |"
+              for k, v in r.hit_vs_miss.items())]
+
+
+def _retrieval(r: CompareReport) -> list[str]:
+    if not r.retrieval:
+        return []
+    return ["", "## Retrieval (each benchmark question's source section is its relevant "
+            "document)", "", "| retriever | Hit@1 | Hit@3 | Hit@10 | MRR | nDCG@10 |",
+            "|---|---|---|---|---|---|",
+            *(f"| {k} | {_fmt(m.get('hit@1'))} | {_fmt(m.get('hit@3'))} | "
+              f"{_fmt(m.get('hit@10'))} | {_fmt(m.get('mrr'))} | {_fmt(m.get('ndcg@10'))} |"
+              for k, m in r.retrieval.items())]
+
+
+def _data(r: CompareReport) -> list[str]:
+    if not r.distill.get("accepted"):
+        return []
+    a = r.distill["accepted"]
+    return ["", "## Data", "", f"- distilled samples: {a['total']} ({a['mc']} multiple-"
+            f"choice, {a['nd']} open), {a['train']} for training, "
+            f"{a['benchmark_items']} benchmark items from held-out sections, "
+            f"{a.get('seen_items', 0)} held-out items about trained sentences",
+            "- details: [distill/report.md](distill/report.md)"]
+
+
+def _training(r: CompareReport) -> list[str]:
+    t = r.train
+    if not t:
+        return []
+    fin = t.get("final", {})
+    return ["", "## Training", "", f"- {t.get('steps')} steps on "
+            f"{t.get('train_examples')} examples, {t.get('device')} {t.get('dtype')}, "
+            f"{_fmt(t.get('tokens_per_s'))} tokens/s, padding share "
+            f"{_fmt(t.get('padding_share'), True)}",
+            f"- final loss {_fmt(fin.get('loss'))}, eval loss "
+            f"{_fmt(fin.get('eval_loss'))}, domain accuracy "
+            f"{_fmt(fin.get('domain_accuracy'), True)}",
+            "- curves: ![training](adapter/training_curves.png)"]
+
+
+def _stage_times(r: CompareReport) -> list[str]:
+    return ["", "## Stage times (s)", "", "| stage | seconds |", "|---|---|",
+            *(f"| {k} | {v} |" for k, v in r.stage_seconds.items())]
