@@ -404,7 +404,9 @@ def test_a_decision_interrupted_after_the_state_was_saved_can_be_retried(tmp_pat
     loop.plan()
     loop.approve(1, by="ana")
     r = loop.run_round(1)
-    loop._keep(r, loop.state())  # the state is saved, then the process dies
+    from workbench.loop.decide import keep
+
+    keep(loop.store, r, loop.state())  # the state is saved, then the process dies
     assert loop.round(1).status == "awaiting_decision"
     r = loop.decide(1, "keep", reason="retry", by="ana")
     st = loop.state()
@@ -581,8 +583,8 @@ def test_a_person_checks_the_judge_and_the_guard_says_whether_to_trust_the_rubri
         judge_guard,
         rate_item,
         read_ratings,
-        refresh_round_guard,
     )
+    from workbench.loop.decide import refresh_round_guard
 
     cfg = _cfg(tmp_path, "loop.weightings=[1.0]", "loop.guards.judge_min_items=6",
                "loop.guards.judge_sample=12")
@@ -606,7 +608,7 @@ def test_a_person_checks_the_judge_and_the_guard_says_whether_to_trust_the_rubri
     assert a.n == 8 and a.confusion["yes/yes"] + a.confusion["no/no"] == 0
     g = judge_guard(check, cfg.loop.guards)
     assert not g.passed and "not evidence" in g.detail
-    refreshed = refresh_round_guard(loop)
+    refreshed = refresh_round_guard(loop.store, loop.evaluator)
     r = loop.round(r.index)
     assert not refreshed.passed and r.recommendation == "revert"
     report = (loop.folder(r.index) / "report.md").read_text()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,7 +28,11 @@ from workbench.errors import WorkbenchError
 from workbench.evaluate import agreement as generic
 from workbench.evaluate.agreement import Check, Decision, Rating, Reading, Shown
 from workbench.evaluate.stats import Agreement
+from workbench.io import read_jsonl
+from workbench.loop.files import LoopFiles
 from workbench.loop.records import Guard, GuardResult
+from workbench.loop.suites import Suites
+from workbench.records import EvalResult
 
 OPEN_SUITES = ("open", "open_dev")
 QUESTION = "Does the answer meet the criterion?"
@@ -89,11 +94,25 @@ class JudgeCheck(BaseModel):
                               min_rated=settings.judge_min_items)
 
 
-def judged_items(loop) -> list[JudgedItem]:
-    """Every (answer, criterion) decision the judge made in the loop's evaluations."""
-    from workbench.io import read_jsonl
-    from workbench.records import EvalResult
+class Judged(Protocol):
+    """What the check reads of a loop: its files (the evaluations, the ratings), its suites
+    (the open questions) and its settings; a `Loop` or its `Evaluator`."""
 
+    @property
+    def files(self) -> LoopFiles: ...
+
+    @property
+    def suites(self) -> Suites: ...
+
+    @property
+    def lc(self) -> Any: ...
+
+    @property
+    def cfg(self) -> Any: ...
+
+
+def judged_items(loop: Judged) -> list[JudgedItem]:
+    """Every (answer, criterion) decision the judge made in the loop's evaluations."""
     questions = _questions(loop)
     out: dict[str, JudgedItem] = {}
     evals = loop.files.evals
@@ -116,7 +135,7 @@ def judged_items(loop) -> list[JudgedItem]:
     return [out[k] for k in sorted(out)]
 
 
-def _questions(loop) -> dict:
+def _questions(loop: Judged) -> dict:
     return {q.id: q for suite in OPEN_SUITES for q in loop.suites.opens(suite)}
 
 
@@ -128,17 +147,17 @@ def sample_items(items: Sequence[JudgedItem], n: int, seed: int = 0) -> list[Jud
     return [by_key[d.key] for d in chosen]
 
 
-def _ratings_path(loop) -> Path:
+def _ratings_path(loop: Judged) -> Path:
     return loop.files.judge_ratings
 
 
-def read_ratings(loop) -> dict[str, Rating]:
+def read_ratings(loop: Judged) -> dict[str, Rating]:
     """The person's ratings by item key (the last rating of an item counts; a skip is a
     rating whose verdict is None)."""
     return generic.read_ratings(_ratings_path(loop))
 
 
-def judge_check(loop, *, n: int | None = None, seed: int | None = None) -> JudgeCheck:
+def judge_check(loop: Judged, *, n: int | None = None, seed: int | None = None) -> JudgeCheck:
     """The sample to rate (`loop.guards.judge_sample` items besides the skipped ones), the
     ratings and the agreement of the rated ones."""
     items = judged_items(loop)
@@ -155,7 +174,7 @@ def judge_check(loop, *, n: int | None = None, seed: int | None = None) -> Judge
                       decisions=c)
 
 
-def rate_item(loop, key: str, met: bool | None, *, by: str) -> JudgeCheck:
+def rate_item(loop: Judged, key: str, met: bool | None, *, by: str) -> JudgeCheck:
     """Keep a person's verdict on one judged item (None: skipped, the person could not
     tell), appended to the ratings file; returns the check with it counted."""
     if not (by or "").strip():
@@ -187,25 +206,6 @@ def judge_guard(check: JudgeCheck, settings) -> GuardResult:
         f"kappa {a.kappa:.2f} [{a.ci_low:.2f}, {a.ci_high:.2f}] over {n} items; "
         + ("the rubric delta can be trusted" if ok else
            f"below {settings.judge_kappa_min:.2f}: the rubric delta is not evidence")))
-
-
-def refresh_round_guard(loop) -> GuardResult | None:
-    """Put the judge guard, as the ratings now stand, into the latest round that awaits a
-    decision (and its recommendation); returns it, or None when no round awaits one."""
-    from workbench.loop.guards import recommend
-
-    rounds = [r for r in loop.rounds() if r.status == "awaiting_decision" and r.guards]
-    if not rounds:
-        return None
-    r = rounds[-1]
-    g = judge_guard(judge_check(loop), loop.lc.guards)
-    guards = [x for x in r.guards if x.guard.kind != "judge_agreement"] + [g]
-    choice, _ = recommend(guards, r.deltas, loop.lc.guards.min_gain)
-    r = loop.save(r.model_copy(update={"guards": guards, "recommendation": choice}))
-    from workbench.loop.report import write_round_report
-
-    write_round_report(loop, r)
-    return g
 
 
 def agreement_markdown(check: JudgeCheck) -> list[str]:

@@ -16,7 +16,10 @@ continues at the first unfinished step.
 
 `Loop` is the loop's folder and its four verbs; each verb's work is its own module:
 `plan` (the plan and its approval), `review` (a person's review of the data), `steps` (a
-round's run), `decide` (keep / revert), `report` (report.md, history.md).
+round's run), `decide` (keep / revert), `report` (report.md, history.md). Those modules take
+the two parts a `Loop` is made of, never the `Loop`: its `RoundStore` (`store`: the state and
+the rounds on disk) and its `Evaluator` (`evaluator`: the suites, the models and the cached
+evaluations).
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import DataError, WorkbenchError
-from workbench.io import atomic_write_json, read_jsonl, write_jsonl
-from workbench.loop.decide import decide_round, keep
+from workbench.errors import WorkbenchError
+from workbench.loop.decide import decide_round
+from workbench.loop.evaluator import Evaluator
 from workbench.loop.files import LoopFiles
 from workbench.loop.guards import recommend
 from workbench.loop.pack import loop_pack
@@ -37,33 +40,31 @@ from workbench.loop.records import Choice, KeptAdapter, LoopState, Round
 from workbench.loop.report import history_rows, write_history
 from workbench.loop.review import approve_data
 from workbench.loop.steps import run_steps
-from workbench.loop.suites import Suites, evaluate_suites, load_suites
+from workbench.loop.store import RoundStore
+from workbench.loop.suites import Suites
 from workbench.loop.synth import LoopPack
-from workbench.loop.train import adapter_hash
 from workbench.records import EvalResult
 from workbench.registry import PipelineResult
-from workbench.runs import RunContext, RunLayout, hash_inputs
+from workbench.runs import RunContext, RunLayout
 
 # older imports of these names from here keep working
 __all__ = ["Loop", "history_rows", "loop_pack", "make_plan", "run"]
 
 
 class Loop:
-    """One loop's folder: `state.json`, `rounds/NN/`, `adapters/<sha>/`, `evals/<key>/`."""
+    """One loop's folder: `state.json`, `rounds/NN/`, `adapters/<sha>/`, `evals/<key>/`; its
+    rounds are the `store`'s, its suites and models the `evaluator`'s, and each verb is a
+    function of the two (and of the run's context, for a round's run)."""
 
     def __init__(self, cfg, ctx: RunContext | None = None, *, log: Callable[[str], None]
                  = print):
-        from workbench.runs import RunLayout
-
         self.cfg, self.lc = cfg, cfg.loop
         self.ctx = ctx or RunContext(layout=RunLayout.of(cfg), log=log)
         self.log = self.ctx.log
         self.root = self.ctx.layout.folder("loop")
-        self.files = LoopFiles(self.root)
-        self._suites: Suites | None = None
-        self._pack: LoopPack | None = None
-        self._searcher = None
-        self._judge = None
+        self.store = RoundStore(self.root, log=self.log)
+        self.files = self.store.files
+        self.evaluator = Evaluator(cfg, self.files, log=self.log)
 
     @classmethod
     def at(cls, run_dir: str | Path, *, log: Callable[[str], None] = print) -> Loop:
@@ -79,159 +80,73 @@ class Loop:
         return cls(cfg, RunContext(layout=RunLayout.at(run_dir), log=log))
 
     def save_config(self) -> None:
-        import yaml
+        self.store.save_config(self.cfg)
 
-        from workbench.config import dump_config
-        from workbench.io import atomic_write_text
+    # ------------------------------------------------------------------ the store's
+    def state(self) -> LoopState:
+        return self.store.state()
 
-        atomic_write_text(self.files.config,
-                          yaml.safe_dump(dump_config(self.cfg), sort_keys=False))
+    def save_state(self, st: LoopState) -> None:
+        self.store.save_state(st)
 
-    # ------------------------------------------------------------------ state on disk
+    def folder(self, index: int) -> Path:
+        return self.store.folder(index)
+
+    def rounds(self) -> list[Round]:
+        return self.store.rounds()
+
+    def round(self, index: int | None = None) -> Round:
+        return self.store.round(index)
+
+    def save(self, r: Round) -> Round:
+        return self.store.save(r)
+
+    # ------------------------------------------------------------------ the evaluator's
     @property
     def suites(self) -> Suites:
-        if self._suites is None:
-            self._suites = load_suites(self.lc.suites, seed=self.cfg.seed)
-        return self._suites
+        return self.evaluator.suites
 
     @property
     def pack(self) -> LoopPack:
-        if self._pack is None:
-            self._pack = loop_pack(self.lc.pack)
-        return self._pack
-
-    def state(self) -> LoopState:
-        p = self.files.state
-        if not p.exists():
-            return LoopState()
-        try:
-            return LoopState.model_validate_json(p.read_bytes())
-        except ValueError as e:
-            raise DataError(f"not a loop state file ({str(e)[:160]})", path=str(p)) from None
-
-    def save_state(self, st: LoopState) -> None:
-        atomic_write_json(self.files.state, st.model_dump(mode="json"))
-
-    def folder(self, index: int) -> Path:
-        return self.files.round(index).folder
-
-    def rounds(self) -> list[Round]:
-        out = []
-        for p in self.files.round_records():
-            out.append(self._read_round(p))
-        return out
-
-    def _read_round(self, p: Path) -> Round:
-        try:
-            return Round.model_validate_json(p.read_bytes())
-        except ValueError as e:
-            raise DataError(f"not a round record ({str(e)[:160]})", path=str(p)) from None
-
-    def round(self, index: int | None = None) -> Round:
-        rs = self.rounds()
-        if not rs:
-            raise WorkbenchError("no rounds yet: run `workbench loop plan CONFIG` first")
-        if index is None:
-            return rs[-1]
-        for r in rs:
-            if r.index == index:
-                return r
-        raise WorkbenchError(f"no round {index} (rounds: {', '.join(str(r.index) for r in rs)})")
-
-    def save(self, r: Round) -> Round:
-        atomic_write_json(self.files.round(r.index).record, r.model_dump(mode="json"))
-        return r
-
-    # ------------------------------------------------------------------ models
-    def _model_config(self, adapter: KeptAdapter | Path | None):
-        mc = self.cfg.models.chat
-        path = adapter.path if isinstance(adapter, KeptAdapter) else adapter
-        if path is None:
-            return mc
-        return mc.model_copy(update={"options": {**mc.options, "adapter": str(path),
-                                                 "merge_adapter": True}})
+        return self.evaluator.pack
 
     def open_model(self, adapter: KeptAdapter | Path | None):
-        from workbench.models.factory import open_chat_model
-
-        return open_chat_model(self._model_config(adapter), self.cfg)
+        return self.evaluator.open_model(adapter)
 
     def judge(self):
-        """The rubric judge: the same for every adapter (a model judge is `judge_model`, or
-        the base model without any adapter), so a delta measures the answers only."""
-        from workbench.loop.rubric import KeywordJudge, ModelJudge
-
-        s = self.lc.suites
-        if s.judge == "keyword":
-            return KeywordJudge()
-        if self._judge is None:
-            from workbench.models.factory import open_chat_model
-
-            self._judge = ModelJudge(open_chat_model(s.judge_model or self.cfg.models.chat,
-                                                     self.cfg))
-        return self._judge
+        return self.evaluator.judge()
 
     def search(self, queries: list[str], k: int):
-        if self._searcher is None:
-            # the test terms' sections are never searched: nothing is made from them
-            from workbench.rag.api import Searcher  # the loop composes pipelines
+        return self.evaluator.search(queries, k)
 
-            self._searcher = Searcher(
-                self.suites.training_sections(), self.files.index, retriever="keyword",
-                log=self.log)
-        return self._searcher(queries, k)
-
-    # ------------------------------------------------------------------ evaluation (cached)
     def evaluation(self, adapter: KeptAdapter | Path | None, *, model=None,
-                   name: str | None = None,
-                   suites: tuple[str, ...] = ("dev", "open_dev", *("test", "retention",
-                                                                    "open"))
+                   name: str | None = None, suites: tuple[str, ...] | None = None
                    ) -> list[EvalResult]:
-        """The rows of `suites` for the base model plus `adapter`; each suite is computed once
-        per adapter and suite settings (a candidate's dev rows only when a plan needs them)."""
-        sha = (adapter.sha256 if isinstance(adapter, KeptAdapter)
-               else adapter_hash(adapter) if adapter is not None else "base")
-        s = self.lc.suites
-        key = hash_inputs(sha, self.suites.digest, self.cfg.models.chat.model_dump(),
-                          s.model_dump(mode="json"))[:12]
-        folder = self.files.evals / f"{sha[:12]}-{key}"
-        rows: list[EvalResult] = []
-        todo = [x for x in suites if not (folder / f"{x}.jsonl").exists()]
-        if todo:
-            who = "the base model" if sha == "base" else "adapter " + sha[:12]
-            self.log(f"== evaluating {who} on {', '.join(todo)}")
-            model = model or self.open_model(adapter)
-            judge = self.judge() if {"open", "open_dev"} & set(todo) else None
-            for suite in todo:
-                got = evaluate_suites(model, self.suites, s, judge=judge, suites_run=(suite,),
-                                      name=name or sha[:12], log=self.log)
-                write_jsonl(folder / f"{suite}.jsonl", got)
-        for suite in suites:
-            rows += read_jsonl(folder / f"{suite}.jsonl", EvalResult.model_validate)
-        return rows
+        return self.evaluator.evaluation(adapter, model=model, name=name,
+                                         **({"suites": suites} if suites else {}))
 
     # ------------------------------------------------------------------ the verbs
     def plan(self) -> Round:
         """Evaluate the current model, mine its failures and write the next round's plan."""
-        return plan_round(self)
+        return plan_round(self.store, self.evaluator)
 
     def approve(self, index: int | None = None, *, by: str, edits: dict[str, Any] | None = None,
                 data: bool = False, review: dict[str, Any] | None = None) -> Round:
         """Approve the planned round's plan, or (`data=True`) the synthesised data of a
         running round, with `review` = {sample id: "reject" | {"answer": edited text}}."""
         if data:
-            return approve_data(self, index, by=by, review=review or {})
-        return approve_plan(self, index, by=by, edits=edits)
+            return approve_data(self.store, index, by=by, review=review or {})
+        return approve_plan(self.store, self.evaluator, index, by=by, edits=edits)
 
     def run_round(self, index: int | None = None) -> Round:
-        return run_steps(self, index)
+        return run_steps(self.store, self.evaluator, self.ctx, index)
 
     def decide(self, index: int | None, choice: Choice, *, reason: str, by: str,
                plan_next: bool = True) -> Round:
-        return decide_round(self, index, choice, reason=reason, by=by, plan_next=plan_next)
-
-    def _keep(self, r: Round, st: LoopState) -> KeptAdapter:
-        return keep(self, r, st)
+        r = decide_round(self.store, self.evaluator, index, choice, reason=reason, by=by)
+        if choice == "continue" and plan_next:
+            self.plan()
+        return r
 
     # ------------------------------------------------------------------ unattended
     def auto(self, rounds: int) -> list[Round]:
@@ -282,7 +197,7 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
                                       + (f"; the guards recommend {r.recommendation}"
                                          if r.recommendation else ""))
     done = loop.auto(cfg.loop.rounds)
-    write_history(loop)
+    write_history(loop.store)
     lines = [f"round {r.index}: target {r.plan.target}, "
              f"{r.decision.choice if r.decision else r.status}"
              + (f" ({r.decision.reason})" if r.decision else "") for r in done]

@@ -155,12 +155,8 @@ def register(group: typer.Typer) -> None:
         and whether the open questions' rubric delta can be trusted. With --rate, show the
         next unrated items (the judge's verdict hidden) and keep your verdicts."""
         from workbench.evaluate.agreement import agreement_lines, ask_in_terminal
-        from workbench.loop.agreement import (
-            judge_check,
-            judge_guard,
-            rate_item,
-            refresh_round_guard,
-        )
+        from workbench.loop.agreement import judge_check, judge_guard, rate_item
+        from workbench.loop.decide import refresh_round_guard
 
         loop = _loop(config, set_)
         check = judge_check(loop)
@@ -184,7 +180,7 @@ def register(group: typer.Typer) -> None:
                                     prompt=lambda text: typer.prompt(text, default="s"),
                                     stop_on=(typer.Abort,))
             with _locked(loop, "judge-check"):
-                refresh_round_guard(loop)
+                refresh_round_guard(loop.store, loop.evaluator)
         a = check.agreement
         g = judge_guard(check, loop.lc.guards)
         typer.echo(f"judge {check.judge or '-'}: {a.n if a else 0} of {len(check.sample)} "
@@ -205,6 +201,6 @@ def register(group: typer.Typer) -> None:
         if not loop.rounds():
             typer.echo("no rounds yet")
             return
-        path = write_history(loop)
+        path = write_history(loop.store)
         typer.echo(path.read_text())
         typer.echo(f"plot: {loop.files.history_plot}")

@@ -1,26 +1,29 @@
 """Deciding a finished round: keep, continue or deploy its candidate, or revert to the
 adapter it started from; each proven by the sha256 of the weights, and safe to retry after a
-kill."""
+kill. And the judge guard of the round that awaits a decision, refreshed as a person's
+ratings of the judge stand."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import replace_dir
-from workbench.loop.records import Choice, Decision, KeptAdapter, LoopState, Round, now
+from workbench.loop.agreement import judge_check, judge_guard
+from workbench.loop.evaluator import Evaluator
+from workbench.loop.guards import recommend
+from workbench.loop.records import Choice, Decision, GuardResult, KeptAdapter, LoopState, Round, now
 from workbench.loop.report import write_history, write_round_report
+from workbench.loop.store import RoundStore
 from workbench.loop.train import adapter_hash
 
-if TYPE_CHECKING:
-    from workbench.loop.api import Loop
 
-
-def decide_round(loop: Loop, index: int | None, choice: Choice, *, reason: str, by: str,
-                 plan_next: bool = True) -> Round:
-    r = loop.round(index)
+def decide_round(store: RoundStore, ev: Evaluator, index: int | None, choice: Choice, *,
+                 reason: str, by: str) -> Round:
+    """Decide round `index` (the latest by default); a `continue` plans no next round here
+    (the caller does, as `Loop.decide` does)."""
+    r = store.round(index)
     unfinished = r.status in ("planned", "approved", "running")
     if r.status == "decided" or (unfinished and choice != "revert"):
         raise WorkbenchError(f"round {r.index} is {r.status}: only a finished round is "
@@ -32,17 +35,17 @@ def decide_round(loop: Loop, index: int | None, choice: Choice, *, reason: str, 
     if choice != "revert" and (r.candidate is None or "guards" not in r.steps):
         raise WorkbenchError(f"round {r.index} has no measured candidate: it can only be "
                              "reverted")
-    st = loop.state()
+    st = store.state()
     before = st.current.sha256 if st.current else None
     if unfinished:  # abandoned: whatever is current stays, checked byte for byte
-        after = verify_current(loop, st, before)
+        after = verify_current(store, st, before)
         d = Decision(choice="revert", reason=reason, by=by, at=now(),
                      adapter_before=before, adapter_after=after)
-        r = loop.save(r.model_copy(update={"status": "decided", "decision": d}))
-        loop.log(f"== round {r.index} abandoned ({reason}); current adapter "
+        r = store.save(r.model_copy(update={"status": "decided", "decision": d}))
+        store.log(f"== round {r.index} abandoned ({reason}); current adapter "
                  f"{(after or 'base model')[:12]}")
-        write_round_report(loop, r)
-        write_history(loop)
+        write_round_report(store, ev, r)
+        write_history(store)
         return r
     if choice != "revert" and before is not None and before == r.candidate:
         before = r.parent  # a keep that a kill interrupted after the state was saved
@@ -50,65 +53,63 @@ def decide_round(loop: Loop, index: int | None, choice: Choice, *, reason: str, 
         raise DataError(f"the current adapter ({str(before or 'base model')[:12]}) is not "
                         f"the one round {r.index} started from "
                         f"({str(r.parent or 'base model')[:12]})",
-                        path=str(loop.files.state))
+                        path=str(store.files.state))
     if choice == "revert":
-        after = verify_current(loop, st, r.parent)
+        after = verify_current(store, st, r.parent)
     else:
-        kept = keep(loop, r, st)
-        st = loop.state()
+        kept = keep(store, r, st)
+        st = store.state()
         after = kept.sha256
         if choice == "deploy":
-            replace_dir(_copy_tmp(loop, Path(kept.path), "deployed"), loop.files.deployed)
+            replace_dir(_copy_tmp(store, Path(kept.path), "deployed"), store.files.deployed)
             st.deployed = kept.sha256
-            loop.save_state(st)
+            store.save_state(st)
     d = Decision(choice=choice, reason=reason, by=by, at=now(), adapter_before=before,
                  adapter_after=after)
-    r = loop.save(r.model_copy(update={"status": "decided", "decision": d}))
-    loop.log(f"== round {r.index}: {choice} ({reason}); current adapter "
+    r = store.save(r.model_copy(update={"status": "decided", "decision": d}))
+    store.log(f"== round {r.index}: {choice} ({reason}); current adapter "
              f"{(after or 'base model')[:12]}")
-    write_round_report(loop, r)
-    write_history(loop)
-    if choice == "continue" and plan_next:
-        loop.plan()
+    write_round_report(store, ev, r)
+    write_history(store)
     return r
 
 
-def _copy_tmp(loop: Loop, src: Path, name: str) -> Path:
-    tmp = loop.root / f".{name}.tmp"
+def _copy_tmp(store: RoundStore, src: Path, name: str) -> Path:
+    tmp = store.root / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)
     return tmp
 
 
-def keep(loop: Loop, r: Round, st: LoopState) -> KeptAdapter:
+def keep(store: RoundStore, r: Round, st: LoopState) -> KeptAdapter:
     """The round's candidate, copied into `adapters/` and made the current adapter."""
-    cand = loop.files.round(r.index).candidate
+    cand = store.files.round(r.index).candidate
     sha = adapter_hash(cand)
     if sha != r.candidate:
         raise DataError(f"the candidate's weights changed since round {r.index} measured "
                         f"them (sha256 {sha[:12]}, measured {str(r.candidate)[:12]})",
                         path=str(cand))
-    dest = loop.files.adapters / sha[:16]
+    dest = store.files.adapters / sha[:16]
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
-        replace_dir(_copy_tmp(loop, cand, f"adapter-{sha[:16]}"), dest)
+        replace_dir(_copy_tmp(store, cand, f"adapter-{sha[:16]}"), dest)
     kept = KeptAdapter(sha256=sha, path=str(dest.resolve()), round=r.index,
-                       data=[str(loop.files.round(r.index).train.resolve())])
+                       data=[str(store.files.round(r.index).train.resolve())])
     if st.current is not None and st.current.sha256 == sha:
         return st.current  # already kept (a retried decision)
     if st.current is not None:
         st.history.append(st.current)
     st.current = kept
-    loop.save_state(st)
+    store.save_state(st)
     return kept
 
 
-def verify_current(loop: Loop, st: LoopState, parent: str | None) -> str | None:
+def verify_current(store: RoundStore, st: LoopState, parent: str | None) -> str | None:
     """Revert: the current adapter is the round's parent, byte for byte."""
     if st.current is None:
         if parent is not None:
             raise DataError("the loop state has no current adapter but the round started "
-                            "from one", path=str(loop.files.state))
+                            "from one", path=str(store.files.state))
         return None
     sha = adapter_hash(st.current.path)
     if sha != parent or sha != st.current.sha256:
@@ -116,3 +117,18 @@ def verify_current(loop: Loop, st: LoopState, parent: str | None) -> str | None:
                         f"{str(parent)[:12]} the round started from; restore "
                         f"{st.current.path} before reverting", path=st.current.path)
     return sha
+
+
+def refresh_round_guard(store: RoundStore, ev: Evaluator) -> GuardResult | None:
+    """Put the judge guard, as the ratings now stand, into the latest round that awaits a
+    decision (and its recommendation); returns it, or None when no round awaits one."""
+    rounds = [r for r in store.rounds() if r.status == "awaiting_decision" and r.guards]
+    if not rounds:
+        return None
+    r = rounds[-1]
+    g = judge_guard(judge_check(ev), ev.lc.guards)
+    guards = [x for x in r.guards if x.guard.kind != "judge_agreement"] + [g]
+    choice, _ = recommend(guards, r.deltas, ev.lc.guards.min_gain)
+    r = store.save(r.model_copy(update={"guards": guards, "recommendation": choice}))
+    write_round_report(store, ev, r)
+    return g

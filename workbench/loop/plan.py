@@ -4,53 +4,52 @@ failures, and its approval by a person (who may change the target or the weighti
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.io import read_jsonl, write_jsonl
+from workbench.loop.evaluator import Evaluator
 from workbench.loop.failures import count_modes, mine
 from workbench.loop.guards import plan_guards
 from workbench.loop.records import FailureRow, Plan, Round, now
+from workbench.loop.store import RoundStore
 from workbench.loop.suites import Suites, per_subset
 from workbench.loop.synth import by_job
 from workbench.records import EvalResult
 
-if TYPE_CHECKING:
-    from workbench.loop.api import Loop
 
-
-def plan_round(loop: Loop) -> Round:
+def plan_round(store: RoundStore, ev: Evaluator) -> Round:
     """Evaluate the current model, mine its failures and write the next round's plan."""
-    rs = loop.rounds()
+    rs = store.rounds()
     if rs and rs[-1].status != "decided":
         raise WorkbenchError(f"round {rs[-1].index} is {rs[-1].status}: decide it before "
                              "planning the next (`workbench loop decide`)")
-    loop.save_config()
+    store.save_config(ev.cfg)
     t0 = time.perf_counter()
-    st = loop.state()
+    st = store.state()
     index = rs[-1].index + 1 if rs else 1
-    model = loop.open_model(st.current)
-    rows = loop.evaluation(st.current, model=model)
-    failures, info = mine(rows, loop.suites, model=model, search=loop.search,
-                          scoring=loop.lc.suites.scoring, k=loop.lc.synth.retrieve_k,
-                          log=loop.log)
-    folder = loop.folder(index)
+    model = ev.open_model(st.current)
+    rows = ev.evaluation(st.current, model=model)
+    failures, info = mine(rows, ev.suites, model=model, search=ev.search,
+                          scoring=ev.lc.suites.scoring, k=ev.lc.synth.retrieve_k,
+                          log=store.log)
+    folder = store.folder(index)
     folder.mkdir(parents=True, exist_ok=True)
-    write_jsonl(loop.files.round(index).failures, failures)
-    plan = make_plan(loop.lc, loop.suites, rows, failures, rs)
+    write_jsonl(store.files.round(index).failures, failures)
+    plan = make_plan(ev.lc, ev.suites, rows, failures, rs)
     r = Round(index=index, parent=st.current.sha256 if st.current else None, plan=plan,
-              created_at=now(), suites_digest=loop.suites.digest,
+              created_at=now(), suites_digest=ev.suites.digest,
               steps={"failures": {**info, "rows": len(failures),
                                   "modes": count_modes(failures),
                                   "seconds": round(time.perf_counter() - t0, 1)}})
-    loop.log(f"== round {index} planned: target {plan.target} ({plan.rationale})")
-    return loop.save(r)
+    store.log(f"== round {index} planned: target {plan.target} ({plan.rationale})")
+    return store.save(r)
 
 
-def approve_plan(loop: Loop, index: int | None, *, by: str,
+def approve_plan(store: RoundStore, ev: Evaluator, index: int | None, *, by: str,
                  edits: dict[str, Any] | None) -> Round:
     """Approve the planned round's plan, with `edits` (target, weightings) re-planned."""
-    r = loop.round(index)
+    r = store.round(index)
     if r.status != "planned":
         raise WorkbenchError(f"round {r.index} is {r.status}, not planned")
     if not by.strip():
@@ -66,15 +65,15 @@ def approve_plan(loop: Loop, index: int | None, *, by: str,
                                  f"({', '.join(plan.subsets)})")
         if not edits.get("weightings", plan.weightings):
             raise WorkbenchError("weightings: give at least one anchor weight")
-        lc = loop.lc.model_copy(update={
+        lc = ev.lc.model_copy(update={
             "target": edits.get("target", plan.target),
             "weightings": edits.get("weightings", plan.weightings)})
         # a new target gets its own recipe, modes and rationale, from the same failures
-        st = loop.state()
-        rows = loop.evaluation(st.current)
-        failures = read_jsonl(loop.files.round(r.index).failures,
+        st = store.state()
+        rows = ev.evaluation(st.current)
+        failures = read_jsonl(store.files.round(r.index).failures,
                               FailureRow.model_validate)
-        plan = make_plan(lc, loop.suites, rows, failures, loop.rounds()[:-1])
+        plan = make_plan(lc, ev.suites, rows, failures, store.rounds()[:-1])
         # what the plan was made with stays (a later config does not rewrite it)
         plan = plan.model_copy(update={"hyper": r.plan.hyper, "guards": r.plan.guards,
                                        "review_data": r.plan.review_data,
@@ -83,8 +82,8 @@ def approve_plan(loop: Loop, index: int | None, *, by: str,
             plan.rationale = f"set by {by} at approval (planned: {r.plan.target})"
     r = r.model_copy(update={"plan": plan, "status": "approved", "approved_by": by,
                              "approved_at": now()})
-    loop.log(f"== round {r.index} approved by {by}")
-    return loop.save(r)
+    store.log(f"== round {r.index} approved by {by}")
+    return store.save(r)
 
 
 def make_plan(lc, suites: Suites, rows: list[EvalResult], failures: list[FailureRow],

@@ -4,19 +4,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from workbench.io import atomic_savefig, atomic_write_text
+from workbench.loop.agreement import agreement_markdown, judge_check
+from workbench.loop.evaluator import Evaluator
 from workbench.loop.records import JOBS, MODES, Round
-
-if TYPE_CHECKING:
-    from workbench.loop.api import Loop
+from workbench.loop.store import RoundStore
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def round_markdown(loop: Loop, r: Round) -> str:
+def round_markdown(ev: Evaluator, r: Round) -> str:
     p = r.plan
     lines = [f"# Round {r.index}: {p.target}", "",
              f"Status **{r.status}**; started from "
@@ -73,9 +74,7 @@ def round_markdown(loop: Loop, r: Round) -> str:
         lines += [f"| {x.guard.name} | {x.guard.limit:g} | {'yes' if x.passed else '**NO**'} "
                   f"| {x.detail} |" for x in r.guards]
     if any(x.guard.kind == "judge_agreement" for x in r.guards):
-        from workbench.loop.agreement import agreement_markdown, judge_check
-
-        lines += agreement_markdown(judge_check(loop))
+        lines += agreement_markdown(judge_check(ev))
     if r.recommendation:
         lines += ["", f"The guards recommend **{r.recommendation}**."]
     if r.decision:
@@ -88,17 +87,15 @@ def round_markdown(loop: Loop, r: Round) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_round_report(loop: Loop, r: Round) -> Path:
-    from workbench.io import atomic_write_text
-
-    p = loop.files.round(r.index).report
-    atomic_write_text(p, round_markdown(loop, r))
+def write_round_report(store: RoundStore, ev: Evaluator, r: Round) -> Path:
+    p = store.files.round(r.index).report
+    atomic_write_text(p, round_markdown(ev, r))
     return p
 
 
-def history_rows(loop: Loop) -> list[dict[str, Any]]:
+def history_rows(store: RoundStore) -> list[dict[str, Any]]:
     rows = []
-    for r in loop.rounds():
+    for r in store.rounds():
         row = {"round": r.index, "target": r.plan.target, "status": r.status,
                "decision": r.decision.choice if r.decision else None,
                "by": r.decision.by if r.decision else None,
@@ -109,11 +106,9 @@ def history_rows(loop: Loop) -> list[dict[str, Any]]:
     return rows
 
 
-def write_history(loop: Loop) -> Path:
+def write_history(store: RoundStore) -> Path:
     """history.md (a table) and history.png (deltas per subset, round by round)."""
-    from workbench.io import atomic_savefig, atomic_write_text
-
-    rows = history_rows(loop)
+    rows = history_rows(store)
     keys = sorted({k for r in rows for k in r if "/" in k})
     lines = ["# Improvement history", "", "Kept and reverted interventions, with each "
              "subset's delta in points (candidate - current).", "",
@@ -123,7 +118,7 @@ def write_history(loop: Loop) -> Path:
         lines.append(f"| {r['round']} | {r['target']} | {r['decision'] or r['status']} | "
                      f"{r['by'] or '-'} | {r['flags']} | "
                      + " | ".join(f"{r[k]:+.1f}" if k in r else "-" for k in keys) + " |")
-    atomic_write_text(loop.files.history, "\n".join(lines) + "\n")
+    atomic_write_text(store.files.history, "\n".join(lines) + "\n")
     if rows and keys:
         import matplotlib
 
@@ -146,6 +141,6 @@ def write_history(loop: Loop) -> Path:
         ax.set_title("Evolution map: kept (green) and reverted (red) rounds")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        atomic_savefig(fig, loop.files.history_plot)
+        atomic_savefig(fig, store.files.history_plot)
         plt.close(fig)
-    return loop.files.history
+    return store.files.history

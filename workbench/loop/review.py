@@ -3,21 +3,20 @@ each accepted sample (`review.json`), and the samples as the review leaves them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json, read_jsonl
 from workbench.loop.records import Round
+from workbench.loop.store import RoundStore
 from workbench.records import ChatExample
 
-if TYPE_CHECKING:
-    from workbench.loop.api import Loop
 
-
-def approve_data(loop: Loop, index: int | None, *, by: str, review: dict[str, Any]) -> Round:
+def approve_data(store: RoundStore, index: int | None, *, by: str,
+                 review: dict[str, Any]) -> Round:
     """Record `review` = {sample id: "reject" | {"answer": edited text}} for the running
     round whose data waits for it."""
-    r = loop.round(index)
+    r = store.round(index)
     if r.status != "running" or "gates" not in r.steps or "mixture" in r.steps:
         raise WorkbenchError(f"round {r.index} has no synthesised data waiting for review "
                              f"(status {r.status}"
@@ -25,7 +24,7 @@ def approve_data(loop: Loop, index: int | None, *, by: str, review: dict[str, An
                              + ")")
     if not by.strip():
         raise WorkbenchError("say who reviewed the data (--by NAME)")
-    accepted = {e.id for e in read_jsonl(loop.files.round(r.index).accepted,
+    accepted = {e.id for e in read_jsonl(store.files.round(r.index).accepted,
                                          ChatExample.model_validate)}
     unknown = sorted(set(review) - accepted)
     if unknown:
@@ -33,12 +32,12 @@ def approve_data(loop: Loop, index: int | None, *, by: str, review: dict[str, An
     for k, v in review.items():
         if v != "reject" and not (isinstance(v, dict) and str(v.get("answer", "")).strip()):
             raise WorkbenchError(f"review of {k}: 'reject' or {{'answer': text}}")
-    atomic_write_json(loop.files.round(r.index).review, review)
+    atomic_write_json(store.files.round(r.index).review, review)
     rejected = sum(v == "reject" for v in review.values())
     edited = sum(isinstance(v, dict) for v in review.values())
-    loop.log(f"== round {r.index}: data reviewed by {by} ({rejected} rejected, {edited} "
+    store.log(f"== round {r.index}: data reviewed by {by} ({rejected} rejected, {edited} "
              "edited)")
-    return loop.save(r.model_copy(update={"reviewed_by": by}))
+    return store.save(r.model_copy(update={"reviewed_by": by}))
 
 
 def apply_review(samples: list[ChatExample], review: dict[str, Any]) -> list[ChatExample]:

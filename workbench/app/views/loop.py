@@ -259,13 +259,8 @@ st.caption("The rubric judge decides, item by item, whether an open answer meets
            "verdict: Cohen's kappa between the judge and you, with its 95% interval, says how "
            "far it can be trusted, and the guard judge-person agreement flags a round when "
            "it cannot.")
-from workbench.loop.agreement import (
-    QUESTION,
-    judge_check,
-    judge_guard,
-    rate_item,
-    refresh_round_guard,
-)
+from workbench.loop.agreement import QUESTION, judge_check, judge_guard, rate_item
+from workbench.loop.decide import refresh_round_guard
 
 jc = read_or_none("the judge's decisions", lambda: judge_check(loop))
 if jc is not None and not jc.decisions.sample:
@@ -274,7 +269,8 @@ elif jc is not None:
     def rate_judged(key: str, verdict: bool | None, by: str) -> None:
         with locked("judge-check"):
             rate_item(loop, key, verdict, by=by)
-            refresh_round_guard(loop)  # the round awaiting a decision, as the ratings stand
+            # the round awaiting a decision, as the ratings stand
+            refresh_round_guard(loop.store, loop.evaluator)
 
     guards = loop.lc.guards
     rate_decisions("lp-judge", jc.decisions, jc.reading(guards), rate_judged,
@@ -289,6 +285,6 @@ if any(x.decision for x in rounds):
     st.subheader("History")
     from workbench.loop.api import history_rows
 
-    st.dataframe(pd.DataFrame(history_rows(loop)), hide_index=True)
+    st.dataframe(pd.DataFrame(history_rows(loop.store)), hide_index=True)
     if loop.files.history_plot.exists():
         show_image(loop.files.history_plot, "deltas per subset, round by round")
