@@ -45,7 +45,8 @@ def fcfg(model: str, **kw) -> FederatedConfig:
 
 
 def serve(cfg, sites, out, client=None, **kw):
-    from workbench.federated.inprocess import InProcessGrid, client_app, site_node_configs
+    from workbench.federated.flower_app import client_app
+    from workbench.federated.inprocess import InProcessGrid, site_node_configs
     from workbench.federated.server import FedServer
 
     grid = InProcessGrid(client or client_app(), site_node_configs(sites),
@@ -142,7 +143,7 @@ class Flaky:
     """The real client app, except that chosen (site, round) pairs raise."""
 
     def __init__(self, fail):
-        from workbench.federated.inprocess import client_app
+        from workbench.federated.flower_app import client_app
 
         self.app, self.fail = client_app(), fail
 
@@ -195,7 +196,7 @@ def test_too_few_sites_abort_within_the_wait(tiny_model, sites, tmp_path):
 def test_replies_outside_the_allow_list_are_rejected(tiny_model, sites, tmp_path):
     from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
-    from workbench.federated.inprocess import client_app
+    from workbench.federated.flower_app import client_app
 
     app = client_app()
 

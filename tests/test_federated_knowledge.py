@@ -115,9 +115,11 @@ def test_knowledge_experiment_end_to_end(knowledge_run):
 
 
 def test_knowledge_server_resumes_after_a_crash(knowledge_run, tmp_path, kill_injection):
+    from workbench.federated.flower_app import client_app
     from workbench.federated.knowledge.api import knowledge_sites, run_knowledge_rounds
 
     cfg, out = knowledge_run.cfg, knowledge_run.report_dir
+    app = client_app()
     fc = cfg.federated.model_copy(update={"rounds": 2})
     sites = knowledge_sites(fc, out)
 
@@ -126,12 +128,13 @@ def test_knowledge_server_resumes_after_a_crash(knowledge_run, tmp_path, kill_in
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_knowledge_rounds(fc, sites, tmp_path / "cut", on_round=crash, log=lambda m: None)
+        run_knowledge_rounds(fc, sites, tmp_path / "cut", app, on_round=crash,
+                             log=lambda m: None)
     logs = []
-    run_knowledge_rounds(fc, sites, tmp_path / "cut", log=logs.append)
+    run_knowledge_rounds(fc, sites, tmp_path / "cut", app, log=logs.append)
     assert logs[0].startswith("resuming after round 1")
     whole = tmp_path / "whole"
-    run_knowledge_rounds(fc, sites, whole, log=lambda m: None)
+    run_knowledge_rounds(fc, sites, whole, app, log=lambda m: None)
     a = json.loads((tmp_path / "cut" / "kb" / "round-0002.json").read_text())
     b = json.loads((whole / "kb" / "round-0002.json").read_text())
     assert a["units"].keys() == b["units"].keys()

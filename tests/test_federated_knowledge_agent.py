@@ -155,6 +155,7 @@ def test_federated_rounds_with_prompted_sites(tmp_path):
     """Two rounds over the real ClientApp in process: prompted sites send operations and
     counts only, no canary leaves, and the listener's scaffold contributes nothing."""
     from workbench.config import load_config
+    from workbench.federated.flower_app import client_app
     from workbench.federated.knowledge.api import knowledge_sites, run_knowledge_rounds
 
     cfg = load_config(None, [
@@ -167,7 +168,7 @@ def test_federated_rounds_with_prompted_sites(tmp_path):
         f"output_dir={tmp_path}", "name=kp"])
     fc = cfg.federated
     sites = knowledge_sites(fc, tmp_path / "fed")
-    summary = run_knowledge_rounds(fc, sites, tmp_path / "fed" / "federated",
+    summary = run_knowledge_rounds(fc, sites, tmp_path / "fed" / "federated", client_app(),
                                    log=lambda m: None)
     assert summary["wire"]["canary_leaks"] == 0 and summary["wire"]["long_strings"] == 0
     rounds = [json.loads(x) for x in

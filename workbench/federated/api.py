@@ -15,49 +15,8 @@ from workbench.federated.config import FederatedConfig
 from workbench.federated.results import FederationFiles, FedFiles
 from workbench.federated.sites import SiteData, load_site, site_folders, split_sites
 from workbench.federated.weights import GlobalStore, State, state_hash
+from workbench.federated.wire import WireAudit
 from workbench.io import atomic_path, atomic_write_json, write_jsonl
-
-
-def wire_payload(msg) -> bytes:
-    """Everything a reply carries, as bytes: record names, keys, values and tensor bytes."""
-    from flwr.app import ArrayRecord
-
-    parts: list[bytes] = []
-    if msg.has_error():
-        return (msg.error.reason or "").encode()
-    for name, rec in msg.content.items():
-        parts.append(name.encode())
-        if isinstance(rec, ArrayRecord):
-            for k in rec:
-                parts += [k.encode(), bytes(rec[k].data)]
-        else:
-            for k, v in rec.items():
-                parts += [str(k).encode(), str(v).encode()]
-    return b"\0".join(parts)
-
-
-class WireAudit:
-    """Sees every reply leaving a site: counts bytes, long strings and planted canaries."""
-
-    def __init__(self, canaries: list[str]):
-        self.canaries = [c.encode() for c in canaries]
-        self.replies = self.leaks = self.long_strings = self.bytes = 0
-        self.keys: set[str] = set()
-
-    def __call__(self, msg) -> None:
-        from flwr.app import ArrayRecord
-
-        self.replies += 1
-        data = wire_payload(msg)
-        self.bytes += len(data)
-        self.leaks += sum(data.count(c) for c in self.canaries)
-        if msg.has_error():
-            return
-        for name, rec in msg.content.items():
-            self.keys.add(name)
-            if not isinstance(rec, ArrayRecord):
-                self.long_strings += sum(1 for v in rec.values()
-                                         if isinstance(v, str) and len(v) > 64)
 
 
 def _save(path: Path, state: State) -> None:
@@ -84,7 +43,8 @@ def pooled(sites: list[SiteData]) -> SiteData:
 def run_federated(fc: FederatedConfig, folders: list[Path], out: Path, *, log=print,
                   on_round=None) -> dict[str, Any]:
     """The rounds, in process (resumes from `out/global` when it holds saved rounds)."""
-    from workbench.federated.inprocess import InProcessGrid, client_app, site_node_configs
+    from workbench.federated.flower_app import client_app
+    from workbench.federated.inprocess import InProcessGrid, site_node_configs
     from workbench.federated.server import FedServer
 
     files = FederationFiles(out)
@@ -179,9 +139,10 @@ def run(cfg, ctx):
     out = ctx.layout.folder("fed")
     files = FedFiles(out)
     if fc.track == "knowledge":
+        from workbench.federated.flower_app import client_app
         from workbench.federated.knowledge.api import run_knowledge
 
-        return run_knowledge(fc, ctx, out)
+        return run_knowledge(fc, ctx, out, client_app())
     t0 = time.perf_counter()
     if fc.sites_dir:
         folders = site_folders(fc.sites_dir)

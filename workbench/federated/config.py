@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from workbench.errors import WorkbenchError
 from workbench.train.config import LoraSettings
 
 
@@ -67,6 +68,31 @@ class DeploySettings(_Section):
     home: str = Field(".fed", description="Deployment folder: FLWR_HOME, pids, logs, certs.")
 
 
+class AgentSettings(BaseModel):
+    """How a prompted data agent works a task (`knowledge.prompted`; the agent is
+    `knowledge.agent.DataAgent`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("default", description="Chat model that chooses the calls.")
+    candidates: int = Field(8, ge=2, le=32, description="Grammar plans offered per task.")
+    rollouts: int = Field(40, ge=1, description="Plan samples drawn to find the candidates.")
+    max_steps: int = Field(4, ge=2, description="Model turns per trial (a plan counts).")
+    max_tool_calls: int = Field(2, ge=1, description="run_sql calls per trial.")
+    trials: int = Field(2, ge=1, description="reflexion: trials per task.")
+    rows: int = Field(5, ge=1, description="Rows a run_sql observation shows.")
+
+
+def parse_agent_settings(raw: dict | None) -> AgentSettings:
+    """`knowledge.prompted` validated (errors name the field)."""
+    try:
+        return AgentSettings.model_validate(raw or {})
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "(settings)"
+        raise WorkbenchError(f"knowledge.prompted.{where}: {first['msg']}") from None
+
+
 class KnowledgeSettings(_Section):
     """Track B: knowledge units (workflows) evolved across data-agent sites."""
 
@@ -86,11 +112,7 @@ class KnowledgeSettings(_Section):
     @field_validator("prompted")
     @classmethod
     def _prompted_settings(cls, v: dict[str, Any]) -> dict[str, Any]:
-        """Checked here, not at the first round on every site (the settings live with the
-        agent, `knowledge.agent.AgentSettings`)."""
-        from workbench.errors import WorkbenchError
-        from workbench.federated.knowledge.site import parse_agent_settings
-
+        """Checked here, not at the first round on every site (`AgentSettings`)."""
         try:
             parse_agent_settings(v)
         except WorkbenchError as e:

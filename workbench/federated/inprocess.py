@@ -5,6 +5,7 @@ holds the site's data path), one node after another, and turns an exception into
 reply a SuperNode would send (code 2, CLIENT_APP_RAISED_EXCEPTION). Nothing listens on a
 socket, which keeps development runs and most tests fast; the deployment path
 (`workbench.federated.deploy`) runs the same apps under real SuperLink/SuperNode processes.
+The ClientApp it runs is the caller's (`flower_app.client_app()`, which serves both tracks).
 """
 
 from __future__ import annotations
@@ -95,10 +96,3 @@ class InProcessGrid(Grid):
 def site_node_configs(sites: list[Path], model: str | None = None) -> list[dict[str, Any]]:
     return [{"data-path": str(Path(s).resolve()), **({"model": model} if model else {})}
             for s in sites]
-
-
-def client_app():
-    """The FAB's ClientApp object (the same one a SuperNode loads)."""
-    from workbench.federated.flower_app.wbfed.client_app import app
-
-    return app

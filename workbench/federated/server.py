@@ -21,12 +21,12 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
+from workbench.federated.guards import FedAbort, RoundBase, sort_replies, wait_for_nodes
 from workbench.federated.results import FederationFiles
 from workbench.federated.sites import SITE_NAME
 from workbench.federated.weights import (
@@ -48,33 +48,6 @@ if TYPE_CHECKING:
 REPLY_KEYS = {"arrays", "metrics", "site"}
 METRIC_KEYS = {"num-examples", "train-loss", "eval-loss", "eval-loss-before", "steps",
                "seconds", "mc-correct", "mc-n"}
-
-
-class FedAbort(WorkbenchError):
-    """The run cannot go on (too few sites, too many failed rounds); exit non-zero."""
-
-    exit_code = 4
-
-    def __init__(self, message: str, **details: Any):
-        super().__init__(message)
-        self.details = details
-
-
-@dataclass
-class RoundBase:
-    """What every round log row holds, in both tracks (`rounds.jsonl`)."""
-
-    round: int
-    kind: str  # train | evaluate | knowledge
-    status: str = "ok"  # ok | failed
-    sent: int = 0
-    used: int = 0
-    failures: list[dict] = field(default_factory=list)  # {node, code, reason}
-    bytes_down: int = 0
-    bytes_up: int = 0
-    seconds: float = 0.0
-    sites: dict[str, dict[str, float]] = field(default_factory=dict)
-    failed_streak: int = 0
 
 
 @dataclass
@@ -147,34 +120,6 @@ def check_reply(msg: Message, global_state: State | None) -> tuple[str, State | 
     return name, state, metrics
 
 
-def sort_replies(replies: list, sent: int, check: Callable[[Any], tuple], log, timeout: float
-                 ) -> list[tuple[int, Any, tuple]]:
-    """(node, reply, check(reply)) for every usable reply, its metrics in `log.sites`; an
-    error reply, a rejected one (check raised, or a site name already seen this round) and
-    the sites that sent nothing go into `log.failures`. `check` returns (name, ..., metrics)."""
-    good = []
-    for r in replies:
-        node = r.metadata.src_node_id
-        if r.has_error():
-            log.failures.append({"node": node, "code": r.error.code,
-                                 "reason": (r.error.reason or "")[:200]})
-            continue
-        try:
-            res = check(r)
-            if res[0] and res[0] in log.sites:
-                raise ValueError(f"site name {res[0]!r} already replied this round")
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
-            log.failures.append({"node": node, "code": "rejected", "reason": str(e)[:200]})
-            continue
-        log.sites[res[0] or f"node-{node}"] = res[-1]
-        good.append((node, r, res))
-    if len(replies) < sent:
-        log.failures.append({"node": None, "code": "timeout",
-                             "reason": f"{sent - len(replies)} of {sent} sites sent no reply "
-                                       f"within {timeout:g} s"})
-    return good
-
-
 class FedServer:
     """Rounds of FedAvg-LoRA over any Flower Grid; everything lands in `out`:
     `global/round-NNNN/` (adapters), `rounds.jsonl` (one RoundLog per round), `summary.json`.
@@ -192,20 +137,7 @@ class FedServer:
 
     # -- guards -------------------------------------------------------------------------------
     def wait_for_nodes(self, grid: Grid) -> list[int]:
-        g = self.cfg.guards
-        t0 = time.monotonic()
-        while True:
-            nodes = sorted(grid.get_node_ids())
-            if len(nodes) >= g.min_nodes:
-                return nodes
-            waited = time.monotonic() - t0
-            if waited >= g.wait_nodes_s:
-                raise FedAbort(f"{len(nodes)} of the {g.min_nodes} required sites connected "
-                               f"after {waited:.0f} s (guards.min_nodes="
-                               f"{g.min_nodes}, guards.wait_nodes_s={g.wait_nodes_s:g}); "
-                               f"start more SuperNodes or lower guards.min_nodes",
-                               connected=len(nodes), required=g.min_nodes, waited_s=waited)
-            time.sleep(min(self.poll_s, g.wait_nodes_s - waited))
+        return wait_for_nodes(grid, self.cfg.guards, self.poll_s)
 
     # -- one exchange -------------------------------------------------------------------------
     def _exchange(self, grid: Grid, nodes: list[int], kind: str, rnd: int, state: State
@@ -316,34 +248,3 @@ def read_rounds(out: str | Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return rows
-
-
-def serve(grid: Grid, config_file: str, out_dir: str) -> dict[str, Any]:
-    """The ServerApp's body: read the config `workbench fed run` wrote, run the rounds. An
-    abort is written to `out_dir/abort.json` (the launcher reports it) and re-raised, so
-    the run ends as failed."""
-    import logging
-
-    if not config_file or not out_dir:
-        raise FedAbort("run config needs config-file and out-dir (use `workbench fed run`)")
-    cfg = FederatedConfig.model_validate_json(Path(config_file).read_text())
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = FederationFiles(out)
-    files.abort.unlink(missing_ok=True)  # a resumed run starts without the old one
-    logger = logging.getLogger("workbench.federated")
-
-    def log(line: str) -> None:
-        logger.info(line)
-        append_line(files.server_log, f"{time.strftime('%H:%M:%S')} {line}")
-
-    server = FedServer
-    if cfg.track == "knowledge":
-        from workbench.federated.knowledge.server import KnowledgeServer as server
-    try:
-        return server(cfg, out, log=log).run(grid)
-    except FedAbort as e:
-        atomic_write_json(files.abort, {"message": str(e), "exit_code": e.exit_code,
-                                               **e.details})
-        log(f"abort: {e}")
-        raise

@@ -9,6 +9,11 @@
 - `client`: the site's Flower handler (`query.knowledge`). `server`: the rounds on the
   server. `api`: the experiment (federated, local-only, no units). `report`: its report.
 
+- `workflows`: what a workflow is (a verified plan's transferable steps, in words) and a
+  task's `Outcome`, shared by the site's search and the prompted agent.
+
 The LoRA track (track A) is the rest of `workbench.federated`; both share its round guards
-(`server.FedServer`), site-name and reply checks, run layout (`results`) and deployment.
+(`guards`), site-name checks, run layout (`results`), wire audit (`wire`) and deployment. This
+package sits below the Flower apps and `serving`, which dispatch to both tracks: its
+experiment is handed the ClientApp it runs in process.
 """

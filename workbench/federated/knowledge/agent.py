@@ -36,59 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from workbench.datatasks.grammar import OP_TEXT, Move
-from workbench.federated.knowledge.site import Outcome, workflow_of
+from workbench.datatasks.grammar import Move
+from workbench.federated.config import AgentSettings
+from workbench.federated.knowledge.workflows import Outcome, step_text, workflow_of
 from workbench.io import append_line
 
 # bump when sampling, scaffolds or prompts change: cached outcomes of older code are not reused
 CACHE_VERSION = "data-agent-2"
 # site scaffold -> agent-loop scaffold
 LOOP_SCAFFOLD = {"react": "react", "plan": "plan_execute", "reflexion": "reflexion"}
-
-_MEASURE = {"count": "the number of rows", "sum": "the total of a column",
-            "avg": "the average of a column", "min": "the minimum of a column",
-            "max": "the maximum of a column"}
-_GROUP = {"column": "grouped by a column", "via": "grouped by a column of a linked table",
-          "year": "grouped by year", "month": "grouped by month"}
-_COND = {"eq": "is <value>", "gt": "is greater than <value>", "lt": "is less than <value>",
-         "year": "is in <year>"}
-
-
-# words that are also common column names ("Total") would make a site's privacy filter drop
-# an insight that carries them: on the wire the ops say "sum"
-_WIRE_OP = {"agg": "the sum, average, minimum or maximum of a column",
-            "group": "list the groups, each with its count or sum"}
-
-
-def step_text(step: str, *, wire: bool = False) -> str:
-    """A workflow step in the words the plans' descriptions use (so a model can match them);
-    `wire`: the words of a text that leaves the site (an insight)."""
-    slot, _, rest = step.partition("=")
-    if slot == "op":
-        return (_WIRE_OP.get(rest) if wire else None) or OP_TEXT.get(rest, rest)
-    if slot == "measure":
-        return _MEASURE.get(rest, rest)
-    if slot == "group":
-        return _GROUP.get(rest, rest)
-    if slot == "direction":
-        return "highest first" if rest == "desc" else "lowest first"
-    if slot == "lit":
-        parts = rest.split(":")
-        if parts[0] == "skip":
-            return "a stated value that is not a filter"
-        kind = parts[1] if len(parts) > 1 else ""
-        cmp = _COND.get(kind, "matches <value>")
-        text = f"a filter: whose <column> {cmp}"
-        if len(parts) > 2 and parts[2].startswith("via"):
-            text = f"a filter on a linked table: linked to a <table> row whose <column> {cmp}"
-        elif kind == "ref":
-            text = "a filter on a child table: referenced by a <table> row that matches <value>"
-        if parts[0] == "extra":
-            text += " (in the numerator)"
-        return text
-    return step
 
 
 def shown_units(units: Sequence[dict], family: str, limit: int = 3) -> list[dict]:
@@ -121,20 +77,6 @@ def render_units(units: Sequence[dict], family: str, limit: int = 3) -> str:
         lines.append("- " + ("; ".join(step_text(s) for s in u["steps"])
                              if u.get("kind", "workflow") == "workflow" else u["text"]))
     return "\n".join(lines)
-
-
-class AgentSettings(BaseModel):
-    """How a prompted data agent works a task."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str = Field("default", description="Chat model that chooses the calls.")
-    candidates: int = Field(8, ge=2, le=32, description="Grammar plans offered per task.")
-    rollouts: int = Field(40, ge=1, description="Plan samples drawn to find the candidates.")
-    max_steps: int = Field(4, ge=2, description="Model turns per trial (a plan counts).")
-    max_tool_calls: int = Field(2, ge=1, description="run_sql calls per trial.")
-    trials: int = Field(2, ge=1, description="reflexion: trials per task.")
-    rows: int = Field(5, ge=1, description="Rows a run_sql observation shows.")
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Track B as an experiment: the data-agent sites (or `sites_dir`), federated knowledge rounds
 in process (through the same Flower apps a deployment runs), each site alone (local-only,
 `k_min` 1), then no units / local-only / federated units on every site's eval slice, and the
-report."""
+report. The Flower ClientApp, which serves both tracks, is the caller's to give
+(`inprocess.client_app()`): this track's modules sit below it."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.federated.api import WireAudit
 from workbench.federated.config import FederatedConfig
+from workbench.federated.inprocess import InProcessGrid, site_node_configs
 from workbench.federated.knowledge.report import write_knowledge_report
 from workbench.federated.knowledge.server import KnowledgeServer
 from workbench.federated.knowledge.site import DataAgentSite, make_data_sites
 from workbench.federated.knowledge.units import load_latest_kb
 from workbench.federated.results import FederationFiles, FedFiles
+from workbench.federated.wire import WireAudit
 from workbench.io import atomic_write_json, write_jsonl
 
 
@@ -36,14 +38,14 @@ def knowledge_sites(fc: FederatedConfig, out: Path) -> list[Path]:
     return folders
 
 
-def run_knowledge_rounds(fc: FederatedConfig, folders: list[Path], out: Path, *, log=print,
-                         on_round=None) -> dict[str, Any]:
-    from workbench.federated.inprocess import InProcessGrid, client_app, site_node_configs
-
+def run_knowledge_rounds(fc: FederatedConfig, folders: list[Path], out: Path, client_app, *,
+                         log=print, on_round=None) -> dict[str, Any]:
+    """The knowledge rounds in process, each site's replies from `client_app` (the
+    deployment's ClientApp) through an `InProcessGrid`, every reply audited on the wire."""
     canaries = [c for d in folders
                 for c in json.loads((d / "site.json").read_text()).get("canaries", [])]
     audit = WireAudit(canaries)
-    grid = InProcessGrid(client_app(), site_node_configs(folders), wire=audit)
+    grid = InProcessGrid(client_app, site_node_configs(folders), wire=audit)
     summary = KnowledgeServer(fc, out, log=log, on_round=on_round).run(grid)
     summary["wire"] = {"replies": audit.replies, "bytes": audit.bytes,
                        "canary_leaks": audit.leaks, "long_strings": audit.long_strings,
@@ -78,7 +80,7 @@ def evaluate_knowledge(fc: FederatedConfig, folders: list[Path], views: dict[str
     return rows
 
 
-def run_knowledge(fc: FederatedConfig, ctx, out: Path):
+def run_knowledge(fc: FederatedConfig, ctx, out: Path, client_app):
     """Track B experiment: federated rounds, each site alone (local-only, k_min=1), final
     evaluation of no units / local-only / federated units on every site's eval slice."""
     from workbench.registry import PipelineResult
@@ -86,14 +88,14 @@ def run_knowledge(fc: FederatedConfig, ctx, out: Path):
     t0 = time.perf_counter()
     files = FedFiles(out)
     folders = knowledge_sites(fc, out)
-    fed = run_knowledge_rounds(fc, folders, files.federated, log=ctx.log)
+    fed = run_knowledge_rounds(fc, folders, files.federated, client_app, log=ctx.log)
     local_views = {}
     solo = fc.model_copy(update={
         "knowledge": fc.knowledge.model_copy(update={"k_min": 1}),
         "guards": fc.guards.model_copy(update={"min_nodes": 1, "min_replies": 1})})
     for d in folders:
         name = json.loads((d / "site.json").read_text())["name"]
-        run_knowledge_rounds(solo, [d], files.local / name, log=ctx.log)
+        run_knowledge_rounds(solo, [d], files.local / name, client_app, log=ctx.log)
         local_views[name] = final_views(files.local / name)
     fed_view = final_views(files.federated)
     rows = evaluate_knowledge(fc, folders, {"none": [], "local": lambda n: local_views[n],

@@ -13,8 +13,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.federated.config import FederatedConfig
-from workbench.federated.knowledge.site import POISON, parse_agent_settings
+from workbench.federated.config import FederatedConfig, parse_agent_settings
+from workbench.federated.knowledge.site import POISON
 from workbench.federated.knowledge.units import Unit, votes
 from workbench.federated.report import fmt, write_files
 from workbench.federated.results import (

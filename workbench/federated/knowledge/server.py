@@ -1,7 +1,9 @@
 """Track B's server: each round sends every site its view of the active units and the
 candidates it should review, checks each reply against an allow-list, and folds the
 operations that come back into the knowledge base (`units.apply_round`), saved atomically per
-round so a restarted server resumes. The guards are the adapter rounds' (`FedServer`)."""
+round so a restarted server resumes. The guards are the adapter rounds' (`guards`): a
+bounded wait for sites, replies sorted into usable ones and failures, an abort after too many
+failed rounds."""
 
 from __future__ import annotations
 
@@ -9,9 +11,13 @@ import json
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.federated.config import FederatedConfig
+from workbench.federated.guards import FedAbort, RoundBase, sort_replies, wait_for_nodes
 from workbench.federated.knowledge.units import (
     KnowledgeBase,
     apply_round,
@@ -23,7 +29,7 @@ from workbench.federated.knowledge.units import (
     record_bytes,
     save_kb,
 )
-from workbench.federated.server import FedAbort, FedServer, RoundBase, sort_replies
+from workbench.federated.results import FederationFiles
 from workbench.federated.sites import SITE_NAME
 from workbench.io import atomic_write_json
 
@@ -40,16 +46,25 @@ class KnowledgeRound(RoundBase):
     candidates: int = 0
 
 
-
-class KnowledgeServer(FedServer):
+class KnowledgeServer:
     """Track B rounds: send each site its view of the active units, fold the operations that
     come back into the knowledge base (saved atomically per round; a restart resumes), with
-    the same guards as the adapter rounds."""
+    the same guards as the adapter rounds. Everything lands in `out`: `kb/round-NNNN.json`,
+    `rounds.jsonl` (one KnowledgeRound per round), `summary.json`."""
 
     REPLY_KEYS = frozenset({"knowledge", "families", "metrics", "site"})
     METRICS = frozenset({"learn-tasks", "learn-success", "eval-tasks", "eval-success",
                          "eval-iterations", "proposed", "dropped-privacy", "dropped-gate",
                          "reviewed", "sent-ops"})
+
+    def __init__(self, cfg: FederatedConfig, out: str | Path, *,
+                 log: Callable[[str], None] = print,
+                 on_round: Callable[[int], None] | None = None,
+                 poll_s: float = 0.5):
+        self.cfg, self.out, self.log = cfg, Path(out), log
+        self.files = FederationFiles(self.out)
+        self.on_round = on_round
+        self.poll_s = poll_s
 
     def check(self, msg: Message) -> tuple[str, list, dict[str, int], dict[str, float]]:
         from flwr.app import ConfigRecord, MetricRecord
@@ -92,7 +107,7 @@ class KnowledgeServer(FedServer):
         families = kb.families  # node -> its task families (saved with the KB)
         streak = kb.failed_streak
         for rnd in range(kb.round + 1, cfg.rounds + 1):
-            nodes = self.wait_for_nodes(grid)
+            nodes = wait_for_nodes(grid, g, self.poll_s)
             log = KnowledgeRound(round=rnd, sent=len(nodes))
             msgs = []
             for n in nodes:

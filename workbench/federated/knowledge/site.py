@@ -23,12 +23,20 @@ import shutil
 import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workbench.datatasks.grammar import Move
 from workbench.errors import WorkbenchError
+from workbench.federated.config import parse_agent_settings
+from workbench.federated.knowledge.agent import DataAgent
+from workbench.federated.knowledge.workflows import (
+    Outcome,
+    abstract_step,
+    step_text,
+    workflow_of,
+    workflow_text,
+)
 from workbench.io import atomic_write_json
 from workbench.records import KnowledgeOp
 
@@ -44,43 +52,11 @@ SCAFFOLDS: dict[str, dict[str, Any]] = {
 POISON = ("op=count", "lit=conds:gt")
 
 
-def abstract_step(m: Move) -> str | None:
-    """The transferable part of a move, or None for what names the schema or the data."""
-    k = m.key
-    if m.slot == "op":
-        return f"op={k}"
-    if m.slot == "measure":
-        return f"measure={k.split(':')[0]}"
-    if m.slot == "group":
-        return f"group={k.split(':')[0]}"
-    if m.slot == "direction":
-        return f"direction={k}"
-    if m.slot == "lit":
-        tokens = k.split(":")
-        kind, i, hops = tokens[0], 1, 0
-        while i + 1 < len(tokens) and tokens[i] == "via":
-            hops, i = hops + 1, i + 2
-        if kind in ("conds", "extra") and i < len(tokens):
-            return f"lit={kind}:{tokens[i]}" + (f":via{hops}" if hops else "")
-        return f"lit={kind}"
-    return None  # table, column, target, values, k, submit: schema- or data-specific
-
-
-def workflow_of(moves: Sequence[Move]) -> tuple[str, ...]:
-    return tuple(s for s in (abstract_step(m) for m in moves) if s)
-
-
-def workflow_text(family: str, steps: Sequence[str]) -> str:
-    return f"{family}: " + " -> ".join(steps)
-
-
 def contrast_insight(family: str, wins: Sequence[Sequence[str]],
                      fails: Sequence[Sequence[str]], margin: float = 0.5) -> str | None:
     """ExpeL's comparison of successes with failures, without an LLM: the step found in the
     largest share of the family's verified plans beyond its share in the failed ones (and
     the reverse), when the gap is at least `margin`; None when nothing separates them."""
-    from workbench.federated.knowledge.agent import step_text
-
     def share(step: str, flows: Sequence[Sequence[str]]) -> float:
         return sum(step in f for f in flows) / len(flows)
 
@@ -118,19 +94,6 @@ class WorkflowGuide:
             return w
         return [x * (self.boost if abstract_step(m) in expected else 1.0)
                 for x, m in zip(w, moves, strict=True)]
-
-
-@dataclass
-class Outcome:
-    task_id: str
-    family: str
-    verified: bool
-    iterations: int
-    executions: int
-    workflow: tuple[str, ...] = ()
-    guided: bool = False  # a workflow of its family was in the view
-    tried: tuple[str, ...] = ()  # the workflow of the plan it answered with, right or wrong
-    texts: list[str] = field(default_factory=list)  # question, program, SQL run (private)
 
 
 # --- a site -----------------------------------------------------------------------------------
@@ -226,8 +189,6 @@ class DataAgentSite:
     def prompted(self, scaffold: str):
         """The site's prompted agent for a scaffold (its outcomes cached in the site folder:
         the same prompt is never run twice, across rounds and runs)."""
-        from workbench.federated.knowledge.agent import DataAgent
-
         if scaffold not in self._agents:
             self._agents[scaffold] = DataAgent(
                 self.env, chat_model(self.agent_settings.model), scaffold,
@@ -296,20 +257,6 @@ def chat_model(spec: str):
     if spec not in _MODELS:
         _MODELS[spec] = load_model(spec)
     return _MODELS[spec]
-
-
-def parse_agent_settings(raw: dict | None):
-    """`knowledge.prompted` validated (errors name the field)."""
-    from pydantic import ValidationError
-
-    from workbench.federated.knowledge.agent import AgentSettings
-
-    try:
-        return AgentSettings.model_validate(raw or {})
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(map(str, first["loc"])) or "(settings)"
-        raise WorkbenchError(f"knowledge.prompted.{where}: {first['msg']}") from None
 
 
 # --- experiment sites ---------------------------------------------------------------------

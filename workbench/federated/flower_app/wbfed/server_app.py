@@ -1,5 +1,7 @@
-"""ServerApp: FedAvg / FFA-LoRA rounds with bounded waits, a minimum-success check, atomic
-per-round adapters and resume (workbench.federated.server.FedServer).
+"""ServerApp: FedAvg / FFA-LoRA rounds (workbench.federated.server.FedServer) or knowledge
+rounds (workbench.federated.knowledge.server.KnowledgeServer), by the config's track, with
+bounded waits, a minimum-success check, atomic per-round saves and resume
+(workbench.federated.serving.serve).
 
 Run config: `config-file` (the resolved federated config as JSON) and `out-dir` (where the
 global adapters, rounds.jsonl and summary.json go), both set by `workbench fed run`."""
@@ -7,7 +9,7 @@ global adapters, rounds.jsonl and summary.json go), both set by `workbench fed r
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from workbench.federated.server import serve
+from workbench.federated.serving import serve
 
 app = ServerApp()
 
