@@ -163,3 +163,60 @@ def test_a_linked_file_in_a_graph_folder_is_not_followed(tmp_path):
     (data / "claims.tsv").symlink_to(outside)
     with pytest.raises(WorkbenchError, match="claims.tsv is a link"):
         load_kg(data)
+
+
+def test_fever_labels_and_lines_are_read_and_not_enough_info_is_one_line(tmp_path):
+    (tmp_path / "graph.tsv").write_text("A\tknows\tB\nB\tknows\tC\n")
+    fever = [{"id": 75397, "verifiable": "VERIFIABLE", "label": "SUPPORTS",
+              "claim": "A knows B.", "evidence": [[[92206, 104971, "A", 7]]]},
+             {"id": 150448, "verifiable": "VERIFIABLE", "label": "REFUTES",
+              "claim": "C knows A.", "evidence": [[[174271, 187498, "C", 0]]]}]
+    (tmp_path / "claims.jsonl").write_text("".join(json.dumps(r) + "\n" for r in fever))
+    claims, _, _ = load_kg(tmp_path)
+    assert [(c.id, c.label, c.evidence) for c in claims] == [
+        ("75397", "SUPPORTED", []), ("150448", "REFUTED", [])]
+    (tmp_path / "claims.jsonl").unlink()
+    (tmp_path / "claims.tsv").write_text("A\tknows\tB\tSupports\nB\tknows\tA\trefutes\n"
+                                         "A\tknows\tC\tFALSE\n")
+    assert [c.label for c in load_kg(tmp_path)[0]] == ["SUPPORTED", "REFUTED", "REFUTED"]
+    (tmp_path / "claims.tsv").write_text("A\tknows\tB\tSUPPORTS\nB\tknows\tA\tNOT ENOUGH INFO\n")
+    with pytest.raises(DataError, match=r"claims.tsv:2.*NOT ENOUGH INFO.*SUPPORTED or "
+                                        r"REFUTED only"):
+        load_kg(tmp_path)
+
+
+def test_a_predicate_written_as_users_write_it_is_the_graphs(tmp_path):
+    import rdflib
+    from rdflib.namespace import RDFS
+
+    g = rdflib.Graph()
+    ex = rdflib.Namespace(EX)
+    for k, label in (("HeartFailure", "heart failure"), ("Disease", "disease"),
+                     ("Heart", "heart"), ("Body", "body")):
+        g.add((ex[k], RDFS.label, rdflib.Literal(label)))
+    g.add((ex.HeartFailure, RDFS.subClassOf, ex.Disease))
+    g.add((ex.Heart, ex.part_of, ex.Body))
+    g.serialize(tmp_path / "graph.ttl", format="turtle")
+    (tmp_path / "claims.tsv").write_text(
+        "heart failure\tsubClassOf\tdisease\tSUPPORTED\n"
+        "heart failure\trdfs:subClassOf\tdisease\tSUPPORTED\n"
+        "heart failure\tsub class of\tdisease\tSUPPORTED\n"
+        "heart\tpartOf\tbody\tSUPPORTED\n"
+        "heart\ttreats\tdisease\tREFUTED\n")  # no wording anywhere: said as a sentence
+    claims, _, extra = load_kg(tmp_path)
+    assert [c.predicate for c in claims[:4]] == [str(RDFS.subClassOf)] * 3 + [EX + "part_of"]
+    assert all(c.predicate in extra for c in claims[:4])
+    assert (claims[4].form, claims[4].text) == ("sentence", "heart treats disease")
+
+
+def test_names_that_differ_only_in_case_resolve_to_their_own_entity(tmp_path):
+    (tmp_path / "graph.tsv").write_text(
+        "ex:AppleInc\tlabel\tApple\nex:apple\tlabel\tapple\nex:fruit\tlabel\tfruit\n"
+        "ex:company\tlabel\tcompany\nex:apple\tis a\tex:fruit\nex:AppleInc\tis a\tex:company\n"
+        "ex:pear\tlabel\tpear\nex:pear\tis a\tex:fruit\n")
+    (tmp_path / "claims.tsv").write_text("apple\tis a\tfruit\tSUPPORTED\n"
+                                         "Apple\tis a\tcompany\tSUPPORTED\n"
+                                         "PEAR\tis a\tfruit\tSUPPORTED\n"
+                                         "APPLE\tis a\tfruit\tSUPPORTED\n")
+    claims, _, _ = load_kg(tmp_path)
+    assert [c.subject.id for c in claims] == ["ex:apple", "ex:AppleInc", "ex:pear", "APPLE"]

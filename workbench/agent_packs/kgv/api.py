@@ -93,7 +93,8 @@ def read_kg(folder: str | Path, pack: str = "kgv", index: str | Path | None = No
     pack_words = settings(load_pack(pack)).predicates
     extra = G.graph_wordings(graph, pack_words) if graph else {}
     words = SimpleNamespace(settings=SimpleNamespace(predicates={**extra, **pack_words}))
-    claims = G.read_claims(cfile, graph, lambda text: read_claim(text, words))
+    claims = G.read_claims(cfile, graph, lambda text: read_claim(text, words),
+                           predicates={*extra, *pack_words})
     return KG(claims, built or folder_evidence(folder, graph, {**extra, **pack_words}), extra)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,18 +57,51 @@ class Graph:
         return {"id": eid, "label": self.name(eid), "aliases": self.aliases.get(eid, [])}
 
     def find(self, text: str) -> str | None:
-        """The entity an id, IRI, label or alias names (case-insensitive), or None."""
+        """The entity an id, IRI, label or alias names, or None: a name spelt exactly as
+        given first (a label before an alias), then one that differs only in case where just
+        one entity has it ("apple" never picks "Apple" when both exist)."""
         if text in self.labels or text in self.aliases:
             return text
         index = self.__dict__.get("_index")
         if index is None:
-            index = {}
-            for eid in {*self.labels, *(s for s, _, _ in self.facts),
-                        *(o for _, _, o in self.facts)}:
-                for n in (self.name(eid), *self.aliases.get(eid, [])):
-                    index.setdefault(n.lower(), eid)
+            exact: dict[str, str] = {}
+            folded: dict[str, set[str]] = {}
+            ids = sorted({*self.labels, *(s for s, _, _ in self.facts),
+                          *(o for _, _, o in self.facts)})
+            for rank in (0, 1):  # labels first, then aliases
+                for eid in ids:
+                    names = [self.name(eid)] if rank == 0 else self.aliases.get(eid, [])
+                    for n in names:
+                        exact.setdefault(n, eid)
+                        folded.setdefault(n.casefold(), set()).add(eid)
+            index = (exact, folded)
             self.__dict__["_index"] = index
-        return index.get(text.strip().lower())
+        exact, folded = index
+        key = text.strip()
+        if key in exact:
+            return exact[key]
+        found = folded.get(key.casefold(), set())
+        return next(iter(found)) if len(found) == 1 else None
+
+    def predicate(self, text: str, known: set[str] = frozenset()) -> str | None:
+        """The graph's (or a known) predicate that `text` names, as users write it: its IRI,
+        its label, its local name in any case or spelling (`subClassOf`, `rdfs:subClassOf`,
+        `sub class of`, `subclass_of` for rdfs:subClassOf), the graph's before the others;
+        None if none or several do."""
+        if text in self.predicate_labels or text in known:
+            return text
+        want = {_squash(text), _squash(re.split(r"[#/:]", text.rstrip("/#"))[-1])} - {""}
+        for cands in (self.predicate_labels, known):  # the graph's own first
+            hits = {p for p in cands if want & {_squash(p), _squash(local_name(p)),
+                                                _squash(self.predicate_labels.get(p, ""))}}
+            if hits:
+                return next(iter(hits)) if len(hits) == 1 else None
+        return None
+
+
+def _squash(text: str) -> str:
+    """`subClassOf`, `sub_class_of`, `Sub class of` -> `subclassof`."""
+    return re.sub(r"[^0-9a-z]", "", text.casefold())
 
 
 def local_name(iri: str) -> str:
@@ -226,9 +260,14 @@ def graph_wordings(g: Graph, pack_wordings: dict[str, Any]) -> dict[str, Any]:
 
 # --- claims -----------------------------------------------------------------------------------
 
-def read_claims(path: Path, g: Graph | None, read_sentence) -> list[Any]:
+def read_claims(path: Path, g: Graph | None, read_sentence,
+                predicates: Iterable[str] = ()) -> list[Any]:
     """Claims from claims.tsv, claims.txt or claims.jsonl (see the module's docstring).
-    `read_sentence(text)` is the pack's reader of a worded sentence -> (s, p, o) or None."""
+    `read_sentence(text)` is the pack's reader of a worded sentence -> (s, p, o) or None;
+    `predicates` the predicates with a wording (the pack's and the graph's): a claim's
+    predicate is matched to one of them as users write it (`subClassOf` for rdfs:subClassOf,
+    `part of` for part_of)."""
+    known = set(predicates)
     from workbench.agent_packs.kgv.pack import KGClaim
 
     rows: list[dict[str, Any]] = []
@@ -252,14 +291,18 @@ def read_claims(path: Path, g: Graph | None, read_sentence) -> list[Any]:
         for n, r in iter_jsonl_raw(path):
             if isinstance(r, dict) and "subject" in r:
                 rows.append({"line": n, "claim": r})
-            elif isinstance(r, dict) and isinstance(r.get("text"), str):
-                rows.append({"line": n, "text": r["text"], "label": r.get("label"),
-                             "part": r.get("part"), "id": r.get("id"),
-                             "evidence": r.get("evidence", [])})
+            elif isinstance(r, dict) and isinstance(r.get("text", r.get("claim")), str):
+                # {"text": ...} or FEVER's {"claim": ..., "label": "SUPPORTS"}; evidence ids
+                # are kept where they are strings (FEVER's [[ann, ev, page, line]] are not)
+                ev = r.get("evidence", [])
+                rows.append({"line": n, "text": r.get("text", r.get("claim")),
+                             "label": r.get("label"), "part": r.get("part"), "id": r.get("id"),
+                             "evidence": [e for e in ev if isinstance(e, str)]
+                             if isinstance(ev, list) else []})
             else:
-                raise DataError("a claim is a KGClaim (subject, predicate, object, label) or "
-                                '{"text": ..., "label": ...}', path=str(path), line=n,
-                                code="bad_record")
+                raise DataError("a claim is a KGClaim (subject, predicate, object, label), "
+                                '{"text": ..., "label": ...} or FEVER\'s {"claim": ..., '
+                                '"label": ...}', path=str(path), line=n, code="bad_record")
     else:
         raise DataError("claims are .tsv, .txt or .jsonl", path=str(path), code="unsupported")
     out = []
@@ -267,19 +310,17 @@ def read_claims(path: Path, g: Graph | None, read_sentence) -> list[Any]:
         where = {"path": str(path), "line": r["line"]}
         if "claim" in r:
             try:
-                out.append(KGClaim.model_validate(r["claim"]))
+                claim = dict(r["claim"])
+                if claim.get("label") is not None:
+                    claim["label"] = claim_label(claim["label"], where)
+                out.append(KGClaim.model_validate(claim))
             except ValueError as e:
                 from workbench.io import describe_validation_error
 
                 raise DataError(f"not a claim ({describe_validation_error(e)})", **where,
                                 code="bad_record") from None
             continue
-        raw = r.get("label")
-        label = raw.upper() if isinstance(raw, str) and raw.strip() else (
-            None if raw in (None, "") else raw)
-        if label not in (None, "SUPPORTED", "REFUTED"):
-            raise DataError(f"label {r['label']!r}: SUPPORTED or REFUTED", **where,
-                            code="bad_record")
+        label = claim_label(r.get("label"), where)
         part = r.get("part") or ("train" if i % 3 == 0 else "dev")
         if part not in ("train", "dev"):
             raise DataError(f"part {part!r}: train or dev", **where, code="bad_record")
@@ -287,7 +328,14 @@ def read_claims(path: Path, g: Graph | None, read_sentence) -> list[Any]:
                 "part": part, "evidence": r.get("evidence", [])}
         if "triple" in r:
             s, p, o = r["triple"]
-            fields = {**base, **_triple(g, s, p, o), "form": "triple"}
+            fields = {**base, **_triple(g, s, p, o, known=known), "form": "triple"}
+            if known and fields["predicate"] not in known and (
+                    g is None or fields["predicate"] not in g.predicate_labels):
+                # no wording for it: the claim is said plainly and verified as a sentence,
+                # never a stop of the whole run
+                subj, obj = fields["subject"]["label"], fields["object"]["label"]
+                fields = {**base, "form": "sentence",
+                          "text": f"{subj} {local_name(p)} {obj}"}
         elif (triple := read_sentence(r["text"])) is not None:
             s, p, o = triple
             fields = {**base, **_triple(g, s, p, o, worded=True), "form": "wording",
@@ -308,8 +356,8 @@ def _col(cols: list[str], i: int) -> str | None:
     return cols[i] if len(cols) > i and cols[i] else None
 
 
-def _triple(g: Graph | None, s: str, p: str, o: str, worded: bool = False
-            ) -> dict[str, Any]:
+def _triple(g: Graph | None, s: str, p: str, o: str, worded: bool = False,
+            known: set[str] = frozenset()) -> dict[str, Any]:
     """Entities found in the graph by id or name; a predicate named by its label becomes the
     graph's (a worded sentence's predicate is already a wording's key)."""
     def entity(x: str) -> dict[str, Any]:
@@ -318,5 +366,33 @@ def _triple(g: Graph | None, s: str, p: str, o: str, worded: bool = False
 
     pred = p
     if g is not None and not worded and p not in g.predicate_labels:
-        pred = next((k for k, v in g.predicate_labels.items() if v.lower() == p.lower()), p)
+        pred = g.predicate(p, known) or p
+    elif g is None and not worded and p not in known:
+        pred = Graph().predicate(p, known) or p
     return {"subject": entity(s), "predicate": pred, "object": entity(o)}
+
+
+SUPPORTED = {"SUPPORTED", "SUPPORTS", "SUPPORT", "TRUE", "T", "YES"}
+REFUTED = {"REFUTED", "REFUTES", "REFUTE", "CONTRADICT", "CONTRADICTS", "FALSE", "F", "NO"}
+UNDECIDED = {"NOT ENOUGH INFO", "NOT_ENOUGH_INFO", "NEI", "NOINFO", "NOT ENOUGH INFORMATION",
+             "UNVERIFIABLE"}
+
+
+def claim_label(raw: Any, where: dict[str, Any]) -> str | None:
+    """A gold label as the field writes it: SUPPORTED/REFUTED, FEVER's SUPPORTS/REFUTES,
+    SciFact's SUPPORT/CONTRADICT, TRUE/FALSE (any case); empty is no label. FEVER's NOT ENOUGH
+    INFO is refused with one line: the pack decides between two labels only."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    key = " ".join(raw.split()).upper() if isinstance(raw, str) else None
+    if key in SUPPORTED:
+        return "SUPPORTED"
+    if key in REFUTED:
+        return "REFUTED"
+    if key in UNDECIDED:
+        raise DataError(f"label {raw!r}: this pack decides SUPPORTED or REFUTED only; leave "
+                        "claims without enough evidence out of the file", **where,
+                        code="bad_record")
+    raise DataError(f"label {raw!r}: SUPPORTED or REFUTED (SUPPORTS/REFUTES, "
+                    "SUPPORT/CONTRADICT and TRUE/FALSE are read too)", **where,
+                    code="bad_record")
