@@ -40,8 +40,13 @@ def model_card(manifest: dict, metrics: list[dict]) -> str:
              (f"- steps: {o['steps']}, train examples: {o['train_examples']}, "
               f"eval examples: {o['eval_examples']}"),
              f"- device: {o['device']} ({o['dtype']})"]
+    if "adapter_step" in o:  # GRPO: which step's adapter this is, and its held-out reward
+        lines.append(f"- adapter of step {o['adapter_step']} (held-out reward "
+                     f"{o.get('heldout_reward_best')}, at the start "
+                     f"{o.get('heldout_reward_start')})")
     for k in ("loss", "eval_loss", "domain_accuracy", "reward_accuracy", "reward_margin",
-              "eval_reward_accuracy", "eval_preference_accuracy"):
+              "eval_reward_accuracy", "eval_preference_accuracy", "reward_mean",
+              "heldout_reward"):
         if k in final:
             lines.append(f"- final {k.replace('_', ' ')}: {final[k]:.4f}")
     lines += ["", "Hyper-parameters: see `manifest.json`; per-step metrics: `metrics.jsonl`."]
@@ -67,7 +72,18 @@ def _plot_curves(metrics: list[dict], path: Path) -> None:
     ax.set_ylabel("loss")
     dom = [m for m in metrics if "domain_accuracy" in m]
     rew = [m for m in metrics if "reward_accuracy" in m]
-    if dom or rew:
+    grpo = [m for m in metrics if "reward_mean" in m]
+    if grpo:  # GRPO: the rollouts' mean reward and the held-out reward
+        ax2 = ax.twinx()
+        ax2.plot([m["step"] for m in grpo], [m["reward_mean"] for m in grpo], ".-",
+                 color="tab:purple", label="rollout reward")
+        held = [m for m in grpo if "heldout_reward" in m]
+        if held:
+            ax2.plot([m["step"] for m in held], [m["heldout_reward"] for m in held], "s--",
+                     color="tab:green", label="held-out reward")
+        ax2.set_ylabel("reward")
+        ax2.legend(loc="lower left")
+    elif dom or rew:
         ax2 = ax.twinx()
         if dom:
             ax2.plot([m["step"] for m in dom], [m["domain_accuracy"] for m in dom], "s--",

@@ -40,8 +40,11 @@ def _optimizer_tensors(opt) -> tuple[dict, dict]:
 
 
 def save_checkpoint(folder: Path, step: int, *, model, optimizer, state: dict[str, Any],
-                    fault: Callable[[str], None] | None = None) -> Path:
-    """`fault(stage)` is a test hook called between the writes (crash injection)."""
+                    fault: Callable[[str], None] | None = None,
+                    extra: dict[str, dict[str, Any]] | None = None) -> Path:
+    """`fault(stage)` is a test hook called between the writes (crash injection).
+    `extra`: more safetensors files of the checkpoint ({file name: {name: tensor}}, e.g.
+    GRPO's best adapter so far), written before the marker like the rest."""
     import numpy as np
     import torch
     from safetensors.torch import save_file
@@ -67,6 +70,9 @@ def save_checkpoint(folder: Path, step: int, *, model, optimizer, state: dict[st
     full_state = dict(state, step=step, python_rng=_jsonable(random.getstate()),
                       numpy_rng=[np_state[0], np_state[1].tolist(), *np_state[2:]])
     (tmp / "trainer_state.json").write_text(json.dumps(full_state))
+    for name, group in (extra or {}).items():
+        save_file({k: v.detach().cpu().contiguous() for k, v in group.items()},
+                  str(tmp / name))
     fault("state")
     (tmp / MARKER).write_text("ok")
     fsync_tree(tmp)

@@ -42,11 +42,48 @@ class DPOSettings(_Section):
                                                     "them across epochs, resumes and re-runs.")
 
 
+class GRPOSettings(_Section):
+    group_size: int = Field(4, ge=2, le=64, description="Rollouts per task (G): advantages "
+                                                       "are rewards relative to the group.")
+    tasks_per_step: int = Field(4, ge=1, description="Tasks rolled out per optimizer step "
+                                                     "(the step's rollout batch is "
+                                                     "tasks_per_step x group_size).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the "
+                                                      "rollouts (over tokens, or over a "
+                                                      "guided policy's candidate scores).")
+    max_new_tokens: int = Field(160, ge=1, description="Tokens per model turn in a rollout.")
+    epsilon: float = Field(0.2, gt=0, lt=1, description="Clip range below 1 of the "
+                                                       "probability ratio.")
+    epsilon_high: float | None = Field(None, gt=0, description="Clip range above 1 (DAPO's "
+                                                               "clip-higher); None: epsilon.")
+    beta: float = Field(0.0, ge=0, description="Weight of the KL term to the starting "
+                                               "policy (train.init_adapter, or the base "
+                                               "model); 0: no reference pass at all.")
+    iterations: int = Field(1, ge=1, le=8, description="Updates per rollout batch (GRPO's "
+                                                       "mu); above 1 the probability ratio "
+                                                       "and its clipping come into play.")
+    scale_rewards: Literal["group", "none"] = Field(
+        "group", description="group: advantage = (r - group mean) / group std (GRPO); "
+                             "none: r - group mean (Dr. GRPO).")
+    loss: Literal["token", "sequence"] = Field(
+        "token", description="token: mean over every policy token of the step (DAPO, TRL's "
+                             "default); sequence: mean per rollout, then over rollouts "
+                             "(the GRPO paper).")
+    eval_every: int = Field(0, ge=0, description="Steps between held-out evaluations (greedy "
+                                                 "rollouts of the held-out tasks; 0: at "
+                                                 "the end only).")
+    keep_best: bool = Field(True, description="Export the adapter with the best held-out "
+                                              "reward (the peak, not a later collapse).")
+
+
 class TrainConfig(_Section):
-    method: Literal["sft", "dpo"] = Field(
+    method: Literal["sft", "dpo", "grpo"] = Field(
         "sft", description="sft: imitate the assistant turns of train.data; dpo: prefer the "
                            "chosen over the rejected side of each pair in train.data (a "
-                           "preference JSONL: prompt/chosen/rejected, TRL's format).")
+                           "preference JSONL: prompt/chosen/rejected, TRL's format); grpo: "
+                           "train an agent on its own rollouts against a pack's reward "
+                           "(the agent pipeline runs it: tasks, tools and the reward are "
+                           "the pack's).")
     data: str | None = Field(None, description="ChatExample JSONL (messages, sharegpt or "
                                                "alpaca) or a distillation run folder; with "
                                                "method dpo, preference pairs (JSONL).")
@@ -77,6 +114,7 @@ class TrainConfig(_Section):
     lora: LoraSettings = Field(default_factory=LoraSettings)
     domain_eval: DomainEvalSettings = Field(default_factory=DomainEvalSettings)
     dpo: DPOSettings = Field(default_factory=DPOSettings)
+    grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     chat_template: str | None = Field(None, description="Jinja chat template when the "
                                                         "tokenizer has none.")
     device: str = "auto"

@@ -150,6 +150,10 @@ def _check_inputs(cfg: TrainConfig, *, model_spec, model, tokenizer, examples, p
         raise WorkbenchError("pass a model_spec or an in-memory model, not both or neither")
     if model is not None and tokenizer is None:
         raise WorkbenchError("an in-memory model needs its tokenizer: pass tokenizer=")
+    if cfg.method == "grpo":
+        raise WorkbenchError("train.method grpo trains an agent on its rollouts: its tasks, "
+                             "tools and reward are a pack's, so the agent pipeline runs it "
+                             "(workbench.train.grpo_session.setup in a library)")
     dpo = cfg.method == "dpo"
     given = pairs if dpo else examples
     if (pairs if not dpo else examples) is not None:

@@ -27,6 +27,7 @@ from workbench.agents.steps import AgentTrajectory
 from workbench.agent_packs.kgv.evidence import Evidence
 from workbench.agent_packs.kgv.metrics import prediction, route
 from workbench.agent_packs.kgv.pack import KGClaim, KgvAgent, load_claims
+from workbench.agent_packs.kgv.reward import reward  # noqa: F401 (the pack's reward, for GRPO)
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams

@@ -168,15 +168,48 @@ def _direct(model, items: list[DesignItem], contexts: list[str] | None) -> list[
             for it, g in zip(items, gens, strict=True)]
 
 
-def _with_tools(model, items: list[DesignItem], ac) -> list[dict]:
+def tools_setup(ac, *, temperature: float = 0.0, seed: int = 0,
+                max_tokens: int = 160) -> AgentSetup:
+    """The tools condition's agent: the calculators and the answer tool, the configured
+    policy; `temperature` > 0 samples (a guided policy over its candidates' scores, a free
+    one over tokens), as on-policy training's rollouts do."""
     box = toolbox()
-    pol = GuidedPolicy(propose, final_names=box.final_names) if ac.policy == "guided" else \
-        FreePolicy(GenerationParams(max_tokens=160), constrained=ac.policy == "free")
-    setup = AgentSetup(toolbox=box, system=prompts()[1],
-                       policy=pol, budget=Budget(max_steps=4, max_tool_calls=2),
-                       errors=ac.errors, pack="rf",
-                       parse_final=lambda t: {"value": v} if (v := parse_number(t)) is not None
-                       else None)
+    pol = GuidedPolicy(propose, final_names=box.final_names, temperature=temperature,
+                       seed=seed) if ac.policy == "guided" else \
+        FreePolicy(GenerationParams(max_tokens=max_tokens, temperature=temperature,
+                                    seed=seed if temperature else None),
+                   constrained=ac.policy == "free")
+    return AgentSetup(toolbox=box, system=prompts()[1],
+                      policy=pol, budget=Budget(max_steps=4, max_tool_calls=2),
+                      errors=ac.errors, pack="rf",
+                      parse_final=lambda t: {"value": v} if (v := parse_number(t)) is not None
+                      else None)
+
+
+FORMAT_PENALTY = 0.1  # per model mistake, and once for a run that ends without an answer
+
+
+def design_task(item: DesignItem) -> AgentTask:
+    """A design item as an agent task carrying the item, so `reward` can check the answer."""
+    return AgentTask(item.id, item.question, metadata={"item": item.model_dump(mode="json")})
+
+
+def reward(trajectory: AgentTrajectory, *, format_penalty: float = FORMAT_PENALTY) -> float:
+    """The pack's reward for on-policy training: 1 when the run's answer is within the
+    item's tolerance of the calculators' value (`bench.correct`), else 0; minus
+    `format_penalty` for each mistake the model made (an unknown tool, arguments that break
+    a schema, a reply with neither a call nor an answer) and once more when the run ended
+    without an answer. The task was made by `design_task`."""
+    item = DesignItem.model_validate(trajectory.metadata["item"])
+    value = (trajectory.final or {}).get("value")
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+    return float(correct(number, item)) - format_penalty * (trajectory.errors
+                                                            + (not trajectory.ok))
+
+
+def _with_tools(model, items: list[DesignItem], ac) -> list[dict]:
+    setup = tools_setup(ac)
     trajs = run_agents(model, [AgentTask(it.id, it.question) for it in items], setup,
                        desc="rf tools")
     return [{"id": it.id, "family": it.family, "prediction": (t.final or {}).get("value"),

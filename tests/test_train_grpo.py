@@ -1,0 +1,399 @@
+"""GRPO in the training library, on the tiny random-init Llama and scripted models: advantages
+and group statistics, which tokens are the policy's (a tool observation's get no gradient),
+the loss against hand-computed values, an exact kill-and-resume, and a reward that prefers one
+answer moving the policy toward it."""
+
+import json
+import math
+
+import pytest
+
+from workbench.agents.rollout import Rollout, group_stats, sample_groups
+from workbench.agents.runner import (
+    AgentSetup,
+    AgentTask,
+    Budget,
+    ErrorPolicy,
+    FreePolicy,
+    GuidedPolicy,
+)
+from workbench.agents.tools import Tool, Toolbox
+from workbench.errors import TrainingInterrupted, WorkbenchError
+from workbench.models import load_model
+from workbench.models.base import GenerationParams
+from workbench.records import ToolCall
+from workbench.train import grpo_session as G
+from workbench.train.config import TrainConfig
+from workbench.train.grpo import (
+    PolicySequence,
+    group_advantages,
+    grpo_token_loss,
+    seq_batch,
+    token_logps,
+    token_weights,
+    tokenize_rollout,
+)
+
+ANSWER = {"type": "object", "properties": {"label": {"type": "string",
+                                                     "enum": ["YES", "NO"]}},
+          "required": ["label"], "additionalProperties": False}
+LOOKUP = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"],
+          "additionalProperties": False}
+SECRET = "ZEBRA-OBSERVATION-7731"
+
+
+def toolbox():
+    return Toolbox([Tool("lookup", "Look a key up.", LOOKUP, lambda key: f"{SECRET} {key}"),
+                    Tool("answer", "Give the verdict.", ANSWER, lambda label: {"label": label},
+                         final=True)])
+
+
+def call(name, **args):
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+
+def tasks(n, prefix="t"):
+    return [AgentTask(f"{prefix}{i}", f"Is claim {i} true?") for i in range(n)]
+
+
+def guided_setup(sampling: G.Sampling) -> AgentSetup:
+    """Guided choice between the two verdicts: sampling over the candidates' scores."""
+    def propose(state, allowed):
+        return [ToolCall.make("answer", {"label": x}) for x in ("YES", "NO")]
+    box = toolbox()
+    return AgentSetup(toolbox=box, system="Answer.", budget=Budget(max_steps=1),
+                      policy=GuidedPolicy(propose, temperature=sampling.temperature,
+                                          seed=sampling.seed, final_names=box.final_names))
+
+
+def free_setup(sampling: G.Sampling) -> AgentSetup:
+    """The model writes its turns (a random model: text, no call): tokens are sampled."""
+    return AgentSetup(toolbox=toolbox(), system="Answer.", budget=Budget(max_steps=2),
+                      errors=ErrorPolicy(max_errors=5),
+                      policy=FreePolicy(GenerationParams(
+                          max_tokens=sampling.max_tokens, temperature=sampling.temperature,
+                          seed=sampling.seed if sampling.temperature else None),
+                          constrained=False))
+
+
+def prefers_yes(t):
+    return 1.0 if (t.final or {}).get("label") == "YES" else 0.0
+
+
+def text_parity(t):
+    """A reward a random model's text earns about half the time."""
+    first = next(m for m in t.messages if m.role == "assistant")
+    return float(len(first.content or "") % 2 == 0)
+
+
+def config(**kw):
+    grpo = {"group_size": 4, "tasks_per_step": 2, "temperature": 1.0, "max_new_tokens": 6,
+            **kw.pop("grpo", {})}
+    base = {"method": "grpo", "max_length": 512, "batch_size": 4, "learning_rate": 1e-2,
+            "max_steps": 4, "warmup_ratio": 0.0, "scheduler": "constant",
+            "lora": {"r": 4, "alpha": 8, "dropout": 0.0}, "grpo": grpo}
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def session(tiny_model, *, agent_setup=guided_setup, reward=prefers_yes, n_tasks=6,
+            held_out=(), checkpoint_dir=None, **kw):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    return G.setup(config(**kw), model=model, tokenizer=tok, tasks=tasks(n_tasks),
+                   agent_setup=agent_setup, reward=reward, held_out=list(held_out), seed=3,
+                   checkpoint_dir=checkpoint_dir)
+
+
+# --- advantages, groups, masks ------------------------------------------------------------------
+
+def test_advantages_are_normalised_within_groups():
+    adv = group_advantages([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5], [1.0, 0.0]])
+    sd = math.sqrt(1 / 3)  # sample std of 1, 0, 0, 1
+    assert adv[0] == pytest.approx([0.5 / (sd + 1e-4), -0.5 / (sd + 1e-4)] * 1
+                                   + [-0.5 / (sd + 1e-4), 0.5 / (sd + 1e-4)])
+    assert adv[1] == [0.0] * 4  # no signal: nothing to learn from this group
+    assert adv[2] == pytest.approx([0.5 / (math.sqrt(0.5) + 1e-4),
+                                    -0.5 / (math.sqrt(0.5) + 1e-4)])
+    assert group_advantages([[2.0, 0.0]], scale="none") == [[1.0, -1.0]]
+
+
+def test_rollouts_form_groups_with_the_packs_reward_and_their_statistics():
+    replies = [call("lookup", key="k"), call("answer", label="YES"),
+               call("answer", label="NO")]
+    model = load_model("fake", responses=replies)
+    setup = AgentSetup(toolbox=toolbox(), system="Answer.", budget=Budget(max_steps=3))
+    groups = sample_groups(model, tasks(2), setup, group_size=3, reward=prefers_yes)
+    assert [[r.trajectory.task_id for r in g] for g in groups] == \
+        [["t0#0", "t0#1", "t0#2"], ["t1#0", "t1#1", "t1#2"]]
+    assert all(r.group == f"t{i}" and r.trajectory.metadata["group"] == f"t{i}"
+               for i, g in enumerate(groups) for r in g)
+    # one batched call per turn for all six runs (lockstep)
+    assert model.batches[0] == 6
+    st = group_stats(groups)
+    rewards = [r.reward for g in groups for r in g]
+    assert st["reward_mean"] == pytest.approx(sum(rewards) / 6)
+    assert 0 <= st["groups_no_signal"] <= 1 and st["tool_calls_per_rollout"] > 0
+    same = [[Rollout(group="a", sample=k, reward=1.0, trajectory=groups[0][0].trajectory)
+             for k in range(3)]]
+    assert group_stats(same)["groups_no_signal"] == 1.0
+    assert group_stats(same)["reward_std_in_group"] == 0.0
+
+
+def scripted_rollout():
+    replies = [call("lookup", key="alpha"), call("answer", label="YES")]
+    setup = AgentSetup(toolbox=toolbox(), system="Answer.", budget=Budget(max_steps=3))
+    (g,) = sample_groups(load_model("fake", responses=replies), tasks(1), setup,
+                         group_size=1, reward=prefers_yes)
+    return g[0]
+
+
+def test_only_the_policys_own_tokens_are_marked(tiny_model):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    r = scripted_rollout()
+    assert r.reward == 1.0 and r.trajectory.tool_calls == 1
+    seq = tokenize_rollout(tok, r, max_length=1024)
+    own = tok.decode([i for i, m in zip(seq.input_ids, seq.mask, strict=True) if m])
+    other = tok.decode([i for i, m in zip(seq.input_ids, seq.mask, strict=True) if not m])
+    assert '"lookup"' in own and '"YES"' in own  # the calls the policy wrote
+    assert SECRET not in own and SECRET in other  # the tool's observation: context
+    assert "Is claim 0 true?" in other and "Answer." in other  # the prompt: context
+    cut = tokenize_rollout(tok, r, max_length=20)
+    assert len(cut.input_ids) == 20 and sum(cut.mask) == 0
+
+
+def test_a_tool_observation_gets_no_gradient(tiny_model, monkeypatch):
+    """Through the generic path (full logits), the loss's gradient reaches the logits only at
+    positions that predict the policy's tokens: none at the observation's or the prompt's."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workbench.train import step
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    seq = tokenize_rollout(tok, scripted_rollout(), max_length=1024)
+    seq.advantage = 1.0
+    b = seq_batch([seq], tok.pad_token_id, "cpu")
+    captured = {}
+
+    def keep_logits(module, args, out):
+        out.retain_grad()
+        captured["logits"] = out
+
+    model.get_output_embeddings().register_forward_hook(keep_logits)
+    monkeypatch.setattr(step, "decoder_and_head", lambda m: None)
+    logp = token_logps(model, b)
+    assert logp.numel() == seq.n_policy
+    loss, _ = grpo_token_loss(logp, logp.detach(), torch.ones_like(logp), epsilon=0.2,
+                              epsilon_high=0.2)
+    loss.sum().backward()
+    grad = captured["logits"].grad[0].abs().sum(dim=-1)  # per position
+    predicts_policy = torch.tensor(seq.mask[1:] + [0], dtype=torch.bool)
+    assert (grad[~predicts_policy] == 0).all()
+    assert (grad[predicts_policy] > 0).all()
+    ids = torch.tensor(seq.input_ids)
+    secret = tok(SECRET, add_special_tokens=False)["input_ids"]
+    start = next(i for i in range(len(ids)) if ids[i:i + len(secret)].tolist() == secret)
+    assert (grad[start - 1:start - 1 + len(secret)] == 0).all()  # no gradient for them
+
+
+# --- the loss ------------------------------------------------------------------------------------
+
+def test_the_token_loss_equals_hand_computed_values():
+    import torch
+
+    logp = torch.tensor([-1.0, -2.0, -0.5])
+    old = torch.tensor([-1.2, -1.5, -0.5])
+    ref = torch.tensor([-1.1, -2.0, -0.7])
+    adv = torch.tensor([1.0, -1.0, 2.0])
+    loss, st = grpo_token_loss(logp, old, adv, epsilon=0.2, epsilon_high=0.2, beta=0.1,
+                               ref_logp=ref)
+    # token 1: ratio e^0.2 = 1.2214 > 1.2 with A > 0: clipped to 1.2
+    # token 2: ratio e^-0.5 = 0.6065 < 0.8 with A < 0: min(-0.6065, -0.8) = -0.8
+    # token 3: ratio 1: -2; KL k3 = e^(ref - logp) - (ref - logp) - 1
+    k3 = [math.exp(-0.1) + 0.1 - 1, 0.0, math.exp(-0.2) + 0.2 - 1]
+    want = [-1.2 + 0.1 * k3[0], 0.8 + 0.1 * k3[1], -2.0 + 0.1 * k3[2]]
+    assert loss.tolist() == pytest.approx(want, abs=1e-6)
+    assert st["clipped"].tolist() == [True, True, False]
+    assert st["kl"].tolist() == pytest.approx(k3, abs=1e-6)
+    # DAPO's clip-higher: a wider range above 1 leaves token 1 unclipped
+    loss, st = grpo_token_loss(logp, old, adv, epsilon=0.2, epsilon_high=0.28)
+    assert loss[0].item() == pytest.approx(-math.exp(0.2), abs=1e-6)
+    assert st["clipped"].tolist() == [False, True, False]
+
+
+def fixed_sequences(tok):
+    """Two rollouts with hand-set advantages (a fixed batch)."""
+    r = scripted_rollout()
+    a = tokenize_rollout(tok, r, max_length=1024)
+    b = PolicySequence(id="b", group="g", input_ids=a.input_ids[:-6], mask=a.mask[:-6],
+                       reward=0.0)
+    a.advantage, b.advantage = 0.75, -1.5
+    return [a, b]
+
+
+@pytest.mark.parametrize("kind", ["token", "sequence"])
+def test_the_step_loss_on_a_fixed_batch_equals_its_hand_computed_value(tiny_model, kind):
+    """With one update per batch the ratio is 1, so the loss is -sum(A_i n_i) / N (token
+    mean) or -mean(A_i) (sequence mean), whatever the model; the update changes the
+    adapter, and tokens of a zero-advantage rollout are never run."""
+    s = session(tiny_model, grpo={"loss": kind}, batch_size=1)
+    seqs = fixed_sequences(s.tokenizer)
+    n = [q.n_policy for q in seqs]
+    want = -(0.75 * n[0] - 1.5 * n[1]) / sum(n) if kind == "token" else -(0.75 - 1.5) / 2
+    assert token_weights(seqs, kind) == pytest.approx(
+        [1 / sum(n)] * 2 if kind == "token" else [1 / (2 * n[0]), 1 / (2 * n[1])])
+    before = {k: v.clone() for k, v in G.adapter_state(s).items()}
+    st = G.update(s, seqs)
+    assert st["loss"] == pytest.approx(want, abs=1e-6)
+    assert st["clip_fraction"] == 0.0 and st["grad_norm"] > 0
+    after = G.adapter_state(s)
+    assert any(not bool((after[k] == before[k]).all()) for k in before)
+    seqs[1].advantage = 0.0
+    seqs[0].advantage = 0.0
+    assert G.update(s, seqs)["update_tokens"] == 0  # nothing to learn: no forward pass
+
+
+def test_kl_to_the_starting_policy_is_zero_at_the_start_and_grows(tiny_model):
+    s = session(tiny_model, grpo={"beta": 0.5, "iterations": 2}, batch_size=2)
+    seqs = fixed_sequences(s.tokenizer)
+    st = G.update(s, seqs)
+    assert st["kl"] > 0  # the second iteration sees the first update
+    assert seqs[0].ref_logps == pytest.approx(seqs[0].old_logps, abs=1e-5)  # start = ref
+
+
+# --- the session ---------------------------------------------------------------------------------
+
+def test_kill_and_resume_is_exact(tiny_model, tmp_path):
+    """Four steps at once against two, a stop, and two more from the checkpoint; and a kill
+    after step 3's rollouts were saved, resumed from step 2's checkpoint: the same adapter
+    (within 1e-6) and the same rewards. Rollouts are sampled tokens (free policy)."""
+    kw = {"agent_setup": free_setup, "reward": text_parity, "save_every": 2}
+    whole = session(tiny_model, checkpoint_dir=tmp_path / "whole", **kw)
+    rows = G.train_steps(whole, 4)
+    assert any(r["groups_no_signal"] < 1 for r in rows)
+    ck = tmp_path / "ck"
+    first = session(tiny_model, checkpoint_dir=ck, **kw)
+    with pytest.raises(TrainingInterrupted) as e:
+        G.train_steps(first, 4, should_stop=lambda: first.step == 2)
+    assert e.value.step == 2
+
+    def boom(stage):
+        if stage == "rollouts" and killed.step == 2:
+            raise RuntimeError("killed")
+
+    killed = session(tiny_model, checkpoint_dir=ck, **kw)
+    assert G.restore_checkpoint(killed).name == "checkpoint-2"
+    with pytest.raises(RuntimeError, match="killed"):
+        G.train_steps(killed, 2, fault=boom)
+    assert (ck / "rollouts" / "step-000003.jsonl").is_file()
+    resumed = session(tiny_model, checkpoint_dir=ck, **kw)
+    G.restore_checkpoint(resumed)
+    more = G.train_steps(resumed, 2)
+    assert more[0]["rollouts_reread"] is True and more[1]["rollouts_reread"] is False
+    a, b = G.adapter_state(whole), G.adapter_state(resumed)
+    assert set(a) == set(b)
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-6
+    for x, y in zip(rows, resumed.metrics, strict=True):
+        assert x["reward_mean"] == y["reward_mean"]
+        assert x["loss"] == pytest.approx(y["loss"], abs=1e-6)
+
+
+def test_a_reward_that_prefers_one_answer_moves_the_policy_toward_it(tiny_model, tmp_path):
+    import torch
+
+    s = session(tiny_model, held_out=tasks(4, "dev"), max_steps=4, grpo={"eval_every": 2})
+
+    def margin():
+        """Mean log-probability of the YES call minus the NO call, over the tasks."""
+        from workbench.models.base import ScoreRequest
+        from workbench.models.tools import TemplateTools, template_messages, tool_call_text
+
+        m = G.policy_model(s, 8)
+        box = toolbox()
+        out = []
+        with torch.no_grad():
+            for t in s.tasks:
+                conv = [{"role": "system", "content": "Answer."},
+                        {"role": "user", "content": t.prompt}]
+                box_prompt = template_messages(conv, TemplateTools.of(None), box.specs())
+                texts = [tool_call_text([ToolCall.make("answer", {"label": x})
+                                         .model_dump(mode="json")]) for x in ("YES", "NO")]
+                yes, no = m.score([ScoreRequest(prompt=box_prompt, continuations=texts)])[0]
+                out.append(yes.logprob - no.logprob)
+        return sum(out) / len(out)
+
+    before = margin()
+    rows = G.train_steps(s, 4)
+    after = margin()
+    assert after > before + 1.0, (before, after)
+    # the greedy guided choice on tasks it never trained on: NO everywhere at the start
+    # (this seed), YES everywhere after
+    assert s.start_reward < 1.0 and rows[-1]["heldout_reward"] == 1.0
+    for k in ("reward_mean", "reward_std_in_group", "groups_no_signal", "clip_fraction",
+              "tool_calls_per_rollout", "rollout_tokens_per_s", "update_tokens_per_s"):
+        assert k in rows[0], k
+    assert rows[-1]["heldout_reward"] >= s.start_reward and s.best_step is not None
+    m = G.export(s, tmp_path / "adapter")
+    assert m["outputs"]["adapter_step"] == s.best_step
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_grpo_is_refused_where_it_cannot_run(tiny_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workbench.train.session import setup
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    with pytest.raises(WorkbenchError, match="agent pipeline runs it"):
+        setup(config(), model=model, tokenizer=tok, examples=[])
+    with pytest.raises(WorkbenchError, match="needs tasks"):
+        G.setup(config(), model=model, tokenizer=tok, tasks=[], agent_setup=guided_setup,
+                reward=prefers_yes)
+    s = session(tiny_model, max_steps=2)
+    with pytest.raises(WorkbenchError, match="cannot run 3 steps"):
+        G.train_steps(s, 3)
+
+
+# --- the packs' rewards ----------------------------------------------------------------------------
+
+def test_the_rf_and_kgv_packs_declare_their_rewards():
+    from workbench.agent_packs.config import AgentConfig
+    from workbench.agent_packs.kgv import api as kgv
+    from workbench.agent_packs.rf import api as rf
+    from workbench.agent_packs.rf.bench import DesignItem
+
+    item = DesignItem(id="rfd-x", question="A 50 ohm line is terminated in a 75 ohm resistive "
+                      "load. What is the VSWR on the line?", answer=1.5, quantity="vswr",
+                      tool="reflection", family="vswr")
+    ac = AgentConfig(pack="rf", policy="free_unconstrained")
+    right = [call("reflection", load="75 ohm", z0="50 ohm"), call("answer", value=1.5)]
+    wrong = [call("answer", value=2.0)]
+    mistake = ["no idea", call("answer", value=1.5)]
+    got = []
+    for replies in (right, wrong, mistake):
+        (g,) = sample_groups(load_model("fake", responses=replies), [rf.design_task(item)],
+                             rf.tools_setup(ac), group_size=1, reward=rf.reward)
+        got.append(g[0].reward)
+    assert got == pytest.approx([1.0, 0.0, 1.0 - rf.FORMAT_PENALTY])
+
+    # KGV: the gold label, less 0.1 a search (AgentKGV's cost of retrieval)
+    claim = {"label": "SUPPORTED"}
+    search = Tool("search", "Search.", LOOKUP, lambda key: "hits")
+    verdict = {"type": "object", "properties": {"label": {"type": "string"}},
+               "required": ["label"]}
+    box = Toolbox([search, Tool("verdict", "Verdict.", verdict,
+                                lambda label: {"label": label}, final=True)])
+    replies = [call("search", key="a"), call("search", key="b"),
+               call("verdict", label="SUPPORTED")]
+    (g,) = sample_groups(load_model("fake", responses=replies),
+                         [AgentTask("c1", "Is it so?", metadata={"claim": claim})],
+                         AgentSetup(toolbox=box, budget=Budget(max_steps=4)), group_size=1,
+                         reward=kgv.reward)
+    assert g[0].reward == pytest.approx(1.0 - 2 * 0.1)
