@@ -291,9 +291,10 @@ def test_the_server_is_loopback_and_locked(engines):
 
 def test_without_the_engine_a_gguf_falls_back_to_transformers_saying_so(
         peaked, monkeypatch, caplog):
-    from workbench.models import backends, llamacpp
+    from workbench.models import backends, llamacpp, llamacpp_server
 
-    monkeypatch.setattr(llamacpp, "available", lambda: False)
+    monkeypatch.setattr(llamacpp_server, "available", lambda: False)  # the registry's check
+    monkeypatch.setattr(llamacpp, "available", lambda: False)  # the backend's own
     monkeypatch.setattr(backends, "_FALLBACK_SAID", set())
     with caplog.at_level("WARNING", logger="workbench.models"):
         m = load_model(str(peaked[1]))

@@ -10,6 +10,7 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.models.base import ChatModel
+from workbench.models.llamacpp_server import fallback_reason
 
 _BACKENDS: dict[str, Callable[..., ChatModel]] = {}  # registered from code, or loaded
 # Other names a config may use: `-s models.chat.backend=transformers|ctranslate2|llama.cpp`.
@@ -59,9 +60,7 @@ def default_backend(kind: str, *, say: bool = False) -> str:
         return "openai"
     if kind not in ("bundled-gguf", "gguf"):
         return "local"
-    from workbench.models import llamacpp
-
-    why = llamacpp.fallback_reason()
+    why = fallback_reason()
     if why is None:
         return "llamacpp"
     if say and why not in _FALLBACK_SAID:

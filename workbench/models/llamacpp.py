@@ -63,7 +63,7 @@ from workbench.models.base import (
 from workbench.models.ct2_watch import held_back
 from workbench.models.gguf_header import context_length
 from workbench.models.hf_chat import TokenizerChatModel
-from workbench.models.llamacpp_server import Server, gpu_build
+from workbench.models.llamacpp_server import PIP, Server, available, gpu_build
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
 from workbench.models.resolve import ModelSource, workbench_home
@@ -72,34 +72,9 @@ from workbench.progress import progress
 
 log = logging.getLogger(__name__)
 
-PACKAGE = "xllamacpp"
-PIP = "pip install 'xllamacpp==2026.10.11549'"
 SLOT_CONTEXT = 4096  # most KV tokens per parallel slot by default (the model's own when less)
 F16_AUTO_MAX_MB = 512  # `weights: auto` decodes an f16 copy of quantised files up to this size
 SAMPLERS = ["penalties", "temperature", "top_k", "top_p"]  # transformers' order
-
-
-def available() -> bool:
-    """Whether the llama.cpp engine is installed (nothing is imported)."""
-    import importlib.util
-
-    return importlib.util.find_spec(PACKAGE) is not None
-
-
-def _nvidia_gpu() -> bool:
-    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
-
-
-def fallback_reason() -> str | None:
-    """Why a GGUF model's generation cannot go to llama.cpp here (None: it can): the engine
-    is not installed, or this machine has an NVIDIA GPU that the installed (CPU) build of
-    the engine cannot use while transformers can."""
-    if not available():
-        return f"the llama.cpp engine is not installed (`{PIP}`)"
-    if _nvidia_gpu() and not gpu_build():
-        return ("this machine has an NVIDIA GPU and the installed llama.cpp engine is a CPU "
-                "build (install xllamacpp's CUDA wheel to generate there from GGUF files)")
-    return None
 
 
 class LlamaCppOptions(BaseModel):

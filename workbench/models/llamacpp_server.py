@@ -1,13 +1,29 @@
 """llama.cpp's own server inside this process (the `xllamacpp` binding), as the llamacpp
 backend runs it: bound to 127.0.0.1 on a port the OS picks, locked by a random key that never
-leaves the process, one KV cache per parallel slot."""
+leaves the process, one KV cache per parallel slot. And whether the engine is installed and
+can use this machine (`available`, `gpu_build`, `fallback_reason`), which the backend
+registry asks before it picks llama.cpp for a GGUF file."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import secrets
 from pathlib import Path
 
 from workbench.errors import BackendError
+
+PACKAGE = "xllamacpp"
+PIP = "pip install 'xllamacpp==2026.10.11549'"
+
+
+def available() -> bool:
+    """Whether the llama.cpp engine is installed (nothing is imported)."""
+    return importlib.util.find_spec(PACKAGE) is not None
+
+
+def _nvidia_gpu() -> bool:
+    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
 
 
 def gpu_build() -> bool:
@@ -18,6 +34,18 @@ def gpu_build() -> bool:
         return any("GPU" in str(d.get("type")) for d in xllamacpp.get_device_info())
     except Exception:  # noqa: BLE001 - a binding without device info: treat as CPU-only
         return False
+
+
+def fallback_reason() -> str | None:
+    """Why a GGUF model's generation cannot go to llama.cpp here (None: it can): the engine
+    is not installed, or this machine has an NVIDIA GPU that the installed (CPU) build of
+    the engine cannot use while transformers can."""
+    if not available():
+        return f"the llama.cpp engine is not installed (`{PIP}`)"
+    if _nvidia_gpu() and not gpu_build():
+        return ("this machine has an NVIDIA GPU and the installed llama.cpp engine is a CPU "
+                "build (install xllamacpp's CUDA wheel to generate there from GGUF files)")
+    return None
 
 
 class Server:
