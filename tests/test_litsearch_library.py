@@ -228,3 +228,98 @@ def test_a_gzipped_pubmed_bomb_is_refused_with_little_memory(tmp_path):
             fh.write(b" " * (1 << 20))
     with pytest.raises(DataError, match="text without a tag"):
         read_library(tmp_path / "bomb.xml.gz")
+
+
+# three topics of four papers each, as a library exported without keywords
+LIBRARY = {
+    "lna": ["Cascode low-noise amplifier noise figure at millimetre-wave frequencies",
+            "Inductive degeneration matching of a cascode low-noise amplifier",
+            "Noise figure and gain of a wideband cascode low-noise amplifier",
+            "A low-noise amplifier with cascode inductive degeneration for receivers"],
+    "pll": ["Phase-locked loop jitter and reference spur suppression",
+            "Charge-pump phase-locked loop spur and jitter analysis",
+            "Fractional-N phase-locked loop jitter with a charge-pump",
+            "Reference spur reduction in charge-pump phase-locked loops"],
+    "ant": ["Microstrip patch antenna bandwidth with a slotted ground plane",
+            "Slotted patch antenna array gain and bandwidth",
+            "Bandwidth enhancement of a microstrip patch antenna array",
+            "Ground plane slots in microstrip antenna arrays"]}
+
+
+def test_a_bibtex_library_without_keywords_still_gives_intents(tmp_path):
+    from bibtexparser import Library, write_string
+    from bibtexparser.model import Entry, Field
+
+    entries = [Entry("article", f"{topic}{i}", [Field("title", t), Field("year", "2020"),
+                                                Field("abstract", f"We study {t.lower()}.")])
+               for topic, titles in LIBRARY.items() for i, t in enumerate(titles)]
+    (tmp_path / "lib.bib").write_text(write_string(Library(entries)))
+    papers, intents = load_corpus(tmp_path / "lib.bib")
+    assert len(papers) == 12 and not any(p.mesh for p in papers.values())
+    assert intents, "no intents from a library without keywords"
+    for it in intents:  # what an intent finds relevant is of its own topic
+        topic = it.anchor.rstrip("0123456789")
+        assert all(k.startswith(topic) for k, v in it.relevance.items() if v >= 2), it
+    # a keyword field under another name (Scopus, Web of Science, Mendeley) is read
+    scopus = Entry("article", "s1", [Field("title", "T"), Field("author_keywords", "LNA; PLL"),
+                                     Field("keywords-plus", "NOISE")])
+    (tmp_path / "lib.bib").write_text(write_string(Library([scopus])))
+    assert read_library(tmp_path / "lib.bib")[0]["s1"].mesh == ["LNA", "PLL", "NOISE"]
+
+
+def test_records_that_share_an_id_stay_apart_and_are_counted(tmp_path):
+    import rispy
+    from bibtexparser import Library, write_string
+    from bibtexparser.model import Entry, Field
+
+    (tmp_path / "lib.ris").write_text(rispy.dumps([
+        {"type_of_reference": "JOUR", "id": "1", "title": LIBRARY["lna"][0]},
+        {"type_of_reference": "JOUR", "id": "1", "title": LIBRARY["pll"][0]},
+        {"type_of_reference": "JOUR", "id": "2", "title": LIBRARY["ant"][0]},
+        {"type_of_reference": "JOUR", "id": "2", "title": LIBRARY["ant"][0]}]))  # one twice
+    papers, summary = read_library(tmp_path / "lib.ris")
+    assert {k: p.title for k, p in papers.items()} == {
+        "1": LIBRARY["lna"][0], "1-2": LIBRARY["pll"][0], "2": LIBRARY["ant"][0]}
+    assert summary["shared_ids"] == {"records": 1, "ids": ["1"]}
+    # BibTeX: a key used twice is two entries, not a refusal
+    (tmp_path / "lib.ris").unlink()
+    (tmp_path / "lib.bib").write_text(write_string(Library([
+        Entry("article", "k", [Field("title", LIBRARY["lna"][1])]),
+        Entry("article", "k2", [Field("title", LIBRARY["pll"][1])])])).replace("k2", "k"))
+    papers, summary = read_library(tmp_path / "lib.bib")
+    assert sorted(p.title for p in papers.values()) == sorted([LIBRARY["lna"][1],
+                                                               LIBRARY["pll"][1]])
+    assert summary["shared_ids"]["ids"] == ["k"]
+
+
+def test_a_large_pubmed_library_gives_intents_quickly(tmp_path):
+    """30,000 records with common headings: grading looks only at papers that share a
+    heading, a reference or a citation with the anchor (all of them share `Humans`)."""
+    import time
+
+    from workbench.agent_packs.litsearch.pack import Paper
+
+    papers = {str(i): Paper(pmid=str(i), title=f"Paper {i}", abstract="", year=2000,
+                            journal="J", mesh=["Humans", f"Topic{i % 3000}", f"Sub{i % 1500}"],
+                            major=[f"Topic{i % 3000}"], refs=[]) for i in range(30_000)}
+    t = time.perf_counter()
+    intents = anchors_for(papers, anchors=10)
+    assert len(intents) == 10 and time.perf_counter() - t < 60
+
+
+def test_embedding_a_large_library_counts_in_a_logs_progress_lines(embedder, monkeypatch):
+    """A 30,000-record library embeds for many minutes: with no terminal (a job's log), the
+    embedder's batches are counted, so the progress lines say how far it is."""
+    import workbench.progress as P
+
+    seen = []
+    real = P.progress
+
+    def spy(items, desc="", *a, **k):
+        seen.append(desc)
+        return real(items, desc, *a, **k)
+
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.setattr(P, "progress", spy)
+    vecs = embedder.embed([f"paper {i} on noise figure" for i in range(3 * embedder.batch_size)])
+    assert vecs.shape[0] == 3 * embedder.batch_size and seen == ["embedding"]

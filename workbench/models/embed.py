@@ -42,16 +42,27 @@ class Embedder:
         return int(fn())
 
     def embed(self, texts: Sequence[str], *, show_progress: bool | None = None):
-        """float32 array (n, dim), L2-normalised."""
+        """float32 array (n, dim), L2-normalised. Many texts show a bar on a terminal, or
+        count in the progress lines of a log (blocks of 16 batches)."""
         import numpy as np
 
-        from workbench.progress import bars_enabled
+        from workbench.progress import bars_enabled, progress
 
+        texts = list(texts)
         if show_progress is None:
-            show_progress = bars_enabled() and len(texts) > self.batch_size
-        vecs = self.model.encode(list(texts), batch_size=self.batch_size,
-                                 normalize_embeddings=True, convert_to_numpy=True,
-                                 show_progress_bar=show_progress)
+            show_progress = len(texts) > self.batch_size
+        if show_progress and not bars_enabled():  # a log: counted blocks, no bar
+            step = self.batch_size * 16
+            parts = [self.model.encode(texts[i:i + step], batch_size=self.batch_size,
+                                       normalize_embeddings=True, convert_to_numpy=True,
+                                       show_progress_bar=False)
+                     for i in progress(range(0, len(texts), step), desc="embedding",
+                                       unit="block")]
+            vecs = np.concatenate(parts) if parts else np.empty((0, self.dim))
+        else:
+            vecs = self.model.encode(texts, batch_size=self.batch_size,
+                                     normalize_embeddings=True, convert_to_numpy=True,
+                                     show_progress_bar=show_progress)
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
 
@@ -77,14 +88,14 @@ class OnnxEmbedder:
         """float32 array (n, dim), L2-normalised; batches of similar length."""
         import numpy as np
 
-        from workbench.progress import bars_enabled, progress
+        from workbench.progress import progress
 
         texts = list(texts)
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
-        if show_progress is None:
-            show_progress = bars_enabled() and len(texts) > self.batch_size
+        if show_progress is None:  # a bar on a terminal, else counted in a log's lines
+            show_progress = len(texts) > self.batch_size
         order = np.argsort([len(t) for t in texts], kind="stable")
         starts = range(0, len(texts), self.batch_size)
         # after a call of several batches, the last one hands ONNX Runtime's arena back: kept,

@@ -111,8 +111,10 @@ def parse_medline(path: Path) -> list[dict]:
 
 
 def grades_for(anchor: dict, papers: dict[str, dict], cites: dict[str, set[str]],
-               cited_by: dict[str, set[str]], ref_index: dict[str, set[str]]
-               ) -> dict[str, int]:
+               cited_by: dict[str, set[str]], ref_index: dict[str, set[str]],
+               share: float = 0.5) -> dict[str, int]:
+    """Each paper's grade for an anchor: 3 cites or is cited by it, 2 shares three
+    references or `share` of the headings (Jaccard), 1 a major heading and two headings."""
     pid = anchor["pmid"]
     g: dict[str, int] = {}
     shared: dict[str, int] = defaultdict(int)
@@ -128,7 +130,7 @@ def grades_for(anchor: dict, papers: dict[str, dict], cites: dict[str, set[str]]
         if other in cites[pid] or other in cited_by[pid]:
             g[other] = 3
         elif shared.get(other, 0) >= 3 or (amesh and len(amesh & mesh) / len(amesh | mesh)
-                                           >= 0.5):
+                                           >= share):
             g[other] = 2
         elif amajor & set(p["major"]) and len(amesh & mesh) >= 2:
             g[other] = 1
@@ -137,10 +139,10 @@ def grades_for(anchor: dict, papers: dict[str, dict], cites: dict[str, set[str]]
 
 def anchor_grades(pid: str, papers: dict[str, dict], cites: dict[str, set[str]],
                   cited_by: dict[str, set[str]], ref_index: dict[str, set[str]],
-                  max_grade1: int) -> dict[str, int] | None:
+                  max_grade1: int, share: float = 0.5) -> dict[str, int] | None:
     """An anchor's graded relevance (grade 1 cut to the `max_grade1` papers sharing the most
     headings), or None when fewer than three papers reach grade 2."""
-    g = grades_for(papers[pid], papers, cites, cited_by, ref_index)
+    g = grades_for(papers[pid], papers, cites, cited_by, ref_index, share)
     if sum(v >= 2 for v in g.values()) < 3:
         return None
     mine = set(papers[pid]["mesh"])

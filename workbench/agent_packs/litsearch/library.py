@@ -15,7 +15,11 @@ runs with the citation operators off (the agent is told, nothing fails).
 Intents (`anchors_for`): papers with at least two in-library citation neighbours (or, in a
 library without citations, any paper with keywords) whose graded relevance has three papers
 of grade >= 2; grades as in `data.grades_for`: 3 cites or is cited by, 2 shares three
-references or half the keywords, 1 shares a major heading and two keywords.
+references or half the keywords, 1 shares a major heading and two keywords. A library with
+no keywords at all is graded on each paper's four most particular title and abstract words
+(`derived_terms`; grade 2: two of them in common), a lexical stand-in weaker than a person's
+keywords; a record whose keys
+clash with another paper's is kept apart and counted (`_resolve`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ from workbench.errors import DataError, WorkbenchError
 FORMATS = {".bib": "bibtex", ".bibtex": "bibtex", ".ris": "ris", ".xml": "pubmed",
            ".jsonl": "jsonl", ".json": "jsonl", ".gz": "pubmed"}
 MAX_MB = 512  # one library file; larger exports should be split
+# where reference managers and databases put a record's keywords in BibTeX (Zotero, JabRef:
+# keywords; Scopus: author_keywords; Web of Science: keywords-plus, research-areas,
+# web-of-science-categories; Mendeley: mendeley-tags; PubMed exports: mesh)
+BIBTEX_KEYWORDS = ("keywords", "keyword", "author_keywords", "author-keywords",
+                   "keywords-plus", "keywords_plus", "mesh", "mesh-headings", "mendeley-tags",
+                   "tags", "research-areas", "web-of-science-categories")
 
 
 def library_files(folder: Path) -> list[Path]:
@@ -111,23 +121,28 @@ def _split_keywords(s: Any) -> list[str]:
 def _bibtex(path: Path) -> tuple[list[dict], str]:
     import bibtexparser
     from bibtexparser.middlewares import LatexDecodingMiddleware
+    from bibtexparser.model import DuplicateBlockKeyBlock
 
     text = _text(path)
     lib = bibtexparser.parse_string(text, append_middleware=[LatexDecodingMiddleware()])
-    if lib.failed_blocks:
-        b = lib.failed_blocks[0]
+    entries = list(lib.entries)
+    for b in lib.failed_blocks:
+        if isinstance(b, DuplicateBlockKeyBlock) and b.ignore_error_block is not None:
+            entries.append(b.ignore_error_block)  # a key used twice: both entries are read
+            continue
         raise DataError(f"BibTeX entry not parsed ({type(b).__name__}: "
                         f"{_clean(b.raw)[:80]})", path=str(path), line=b.start_line + 1,
                         code="bad_record")
     out = []
-    for e in lib.entries:
+    for e in entries:
         f = {k.lower(): v.value for k, v in e.fields_dict.items()}
         ids = [x for x in (str(f.get("pmid", "")).strip() or None, _doi(f.get("doi")),
                            e.key) if x]
-        out.append({"ids": ids, "title": _clean(f.get("title")),
+        keywords = [k for name in BIBTEX_KEYWORDS for k in _split_keywords(f.get(name))]
+        out.append({"ids": ids, "own": e.key, "title": _clean(f.get("title")),
                     "abstract": _clean(f.get("abstract")), "year": _year(f.get("year")),
                     "journal": _clean(f.get("journal") or f.get("booktitle")),
-                    "keywords": _split_keywords(f.get("keywords")), "major": [], "refs": []})
+                    "keywords": list(dict.fromkeys(keywords)), "major": [], "refs": []})
     return out, "bibtex"
 
 
@@ -143,7 +158,8 @@ def _ris(path: Path) -> tuple[list[dict], str]:
         pmid = next((str(r[k]).strip() for k in ("pubmed_id",) if r.get(k)), None)
         ids = [x for x in (pmid, _doi(r.get("doi")), str(r.get("id") or "").strip() or None)
                if x]
-        out.append({"ids": ids, "title": _clean(r.get("title") or r.get("primary_title")),
+        out.append({"ids": ids, "own": str(r.get("id") or "").strip() or None,
+                    "title": _clean(r.get("title") or r.get("primary_title")),
                     "abstract": _clean(r.get("abstract")),
                     "year": _year(r.get("year") or r.get("publication_year")),
                     "journal": _clean(r.get("journal_name") or r.get("secondary_title")
@@ -244,17 +260,38 @@ def _text(path: Path) -> str:
                         code="bad_encoding") from None
 
 
+def _title_key(title: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", title.casefold())
+
+
 def _resolve(records: list[dict], summary: dict) -> dict[str, Paper]:
     """Papers keyed by their preferred id; references mapped through every id a paper has
-    and kept only inside the library; a paper seen twice (two exports) is merged."""
+    and kept only inside the library; a paper seen twice (two exports: the same PMID or DOI,
+    or the same file id and title) is merged. Records that share only a file's own id (a RIS
+    ID, a BibTeX key) under different titles stay two papers, the later one's id suffixed
+    (`1-2`), and `summary["shared_ids"]` counts them."""
     alias: dict[str, str] = {}
     merged: dict[str, dict] = {}
+    clashes: list[str] = []
     for r in records:
         if not r["title"] or not r["ids"]:
             summary["skipped_without_title"] += 1
             continue
-        key = next((alias[i.lower()] for i in r["ids"] if i.lower() in alias), r["ids"][0])
-        for i in r["ids"]:
+        ids = list(r["ids"])
+        own = (r.get("own") or "").lower()
+        key = next((alias[i.lower()] for i in ids if i.lower() in alias), ids[0])
+        if key in merged and own and not any(
+                i.lower() in alias for i in ids if i.lower() != own) and \
+                _title_key(merged[key]["title"]) != _title_key(r["title"]):
+            # only a file's own id (a RIS ID, a BibTeX key) matches, and the titles differ:
+            # two papers that share an id, not one paper twice; each keeps its own
+            n = 2
+            while f"{ids[-1]}-{n}".lower() in alias:
+                n += 1
+            clashes.append(ids[-1])
+            ids = [i for i in ids if i.lower() != own] + [f"{ids[-1]}-{n}"]
+            key = next((alias[i.lower()] for i in ids if i.lower() in alias), ids[0])
+        for i in ids:
             alias.setdefault(i.lower(), key)
         if key in merged:
             m = merged[key]
@@ -264,6 +301,8 @@ def _resolve(records: list[dict], summary: dict) -> dict[str, Paper]:
                 m[f] = list(dict.fromkeys([*m.get(f, []), *r.get(f, [])]))
         else:
             merged[key] = {**r, "cited_by": list(r.get("cited_by", []))}
+    if clashes:  # said in the summary: never merged in silence
+        summary["shared_ids"] = {"records": len(clashes), "ids": sorted(set(clashes))[:20]}
     refs: dict[str, set[str]] = defaultdict(set)
     for key, r in merged.items():
         for x in r["refs"]:
@@ -282,10 +321,17 @@ def _resolve(records: list[dict], summary: dict) -> dict[str, Paper]:
 
 def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int = 25,
                 seed: int = 7) -> list[Intent]:
-    """Evaluation intents from the library itself (see the module's docstring)."""
+    """Evaluation intents from the library itself (see the module's docstring). A library
+    whose records carry no keywords at all (a BibTeX export without them) is graded on the
+    words most particular to each paper's title and abstract instead (`derived_terms`)."""
     from workbench.agent_packs.litsearch.data import anchor_grades
 
     allp = {k: p.model_dump() for k, p in papers.items()}
+    share = 0.5
+    if not any(p.mesh for p in papers.values()):  # two of four particular words in common
+        for k, terms in derived_terms(papers).items():
+            allp[k]["mesh"] = terms
+        share = 1 / 3
     cites: dict[str, set[str]] = defaultdict(set)
     cited_by: dict[str, set[str]] = defaultdict(set)
     ref_index: dict[str, set[str]] = defaultdict(set)
@@ -294,23 +340,68 @@ def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int 
             ref_index[r].add(p.pmid)
             cites[p.pmid].add(r)
             cited_by[r].add(p.pmid)
+    by_term: dict[str, set[str]] = defaultdict(set)
+    for k, p in allp.items():
+        for t in p["mesh"]:
+            by_term[t].add(k)
     with_citations = any(p.refs for p in papers.values())
-    cands = sorted(k for k, p in papers.items()
-                   if (len(cites[k] | cited_by[k]) >= 2 if with_citations else bool(p.mesh)))
+    cands = sorted(k for k in papers
+                   if (len(cites[k] | cited_by[k]) >= 2 if with_citations
+                       else bool(allp[k]["mesh"])))
     random.Random(seed).shuffle(cands)
     out: list[Intent] = []
-    for pid in cands:
-        g = anchor_grades(pid, allp, cites, cited_by, ref_index, max_grade1)
+    for pid in cands[:MAX_ANCHOR_TRIES]:
+        # only papers that can reach a grade: cited, citing, sharing a reference or a term
+        near = {pid, *cites[pid], *cited_by[pid]}
+        for r in allp[pid]["refs"]:
+            near |= ref_index.get(r, set())
+        for t in allp[pid]["mesh"]:
+            near |= by_term[t]
+        g = anchor_grades(pid, {k: allp[k] for k in near}, cites, cited_by, ref_index,
+                          max_grade1, share)
         if g is None:
             continue
         g = dict(sorted(g.items()))
         i = len(out)
         p = papers[pid]
         out.append(Intent(id=f"ls-{i:03d}", anchor=pid, query=p.title,
-                          intent=(p.major or p.mesh)[:3], relevance=g,
+                          intent=(p.major or allp[pid]["mesh"])[:3], relevance=g,
                           part="train" if i % 3 == 0 else "dev"))
         if len(out) == anchors:
             break
+    return out
+
+
+MAX_ANCHOR_TRIES = 5_000  # candidate anchors graded at most (a 30,000-paper library)
+_STOP_WORDS = """about above after again against also although among analysis approach based
+because been before being between both case cases could data different does during each
+effect effects either from further have having here however into more most much must only
+other over paper papers present presented provide provides result results same several
+shown should show shows since some such than that their them then there these they this
+those through under using very were what when where whether which while with within
+without would study studies method methods model models used use also can may our its
+new two three one first second well high higher low lower large small"""
+_STOP = frozenset(_STOP_WORDS.split())
+
+
+def derived_terms(papers: dict[str, Paper], per_paper: int = 4) -> dict[str, list[str]]:
+    """For a library without keywords: each paper's `per_paper` words most its own (tf-idf
+    over titles, counted twice, and abstracts), among words that at least two papers use and
+    at most half of them."""
+    import math
+    from collections import Counter
+
+    words = {k: re.findall(r"[a-z][a-z0-9-]{3,}", f"{p.title} {p.title} {p.abstract}".lower())
+             for k, p in papers.items()}
+    words = {k: [w for w in ws if w not in _STOP] for k, ws in words.items()}
+    df = Counter(w for ws in words.values() for w in set(ws))
+    n = len(papers)
+    top = max(3, n // 2)
+    out = {}
+    for k, ws in words.items():
+        tf = Counter(w for w in ws if 2 <= df[w] <= top)
+        ranked = sorted(tf, key=lambda w: (-tf[w] * math.log(n / df[w]), w))
+        out[k] = ranked[:per_paper]
     return out
 
 
