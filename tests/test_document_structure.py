@@ -27,8 +27,18 @@ def test_code_comments_and_shell_prompts_never_become_headings(tmp_path):
     # Word (python-docx): a paragraph that starts with #
     make_docx(tmp_path / "notes.docx", [("h1", "Notes"), ("p", "# a comment in code"),
                                         ("p", "More text.")])
+    # a Sphinx page: a navigation sidebar, permalinks, a highlighted code block
+    (tmp_path / "sphinx.html").write_text(
+        '<nav class="sidebar"><ul><li><a href="#">Home</a></li></ul></nav>'
+        '<h1>Setup<a class="headerlink" href="#setup">¶</a></h1><div class="highlight"><pre>'
+        '<span></span><span class="c1"># create the folder</span>\nmkdir out\n</pre></div>'
+        '<h2>Learn C#<a class="headerlink" href="#c">#</a></h2><p>Types.</p>')
     rep = ingest(tmp_path)
     assert not rep.skipped, rep.skipped
+    sphinx = sections(rep, "sphinx.html")
+    assert [(s.heading_path, s.text) for s in sphinx] == [
+        (["Setup"], "```\n# create the folder\nmkdir out\n```"),
+        (["Setup", "Learn C#"], "Types.")]
     assert [s.heading_path for s in sections(rep, "manual.epub")] == [["Installing"],
                                                                        ["Using"]]
     assert "# apt-get install workbench" in sections(rep, "manual.epub")[0].text

@@ -56,19 +56,23 @@ def blocks_to_markdown(blocks: list[Block]) -> str:
 
 class HTMLBlocks(HTMLParser):
     """HTML (or XHTML) into blocks: h1-h6 are headings; `pre` keeps its lines in a code
-    fence; tables become markdown tables; list items `- ` lines; scripts and styles dropped."""
+    fence; tables become markdown tables; list items `- ` lines; scripts, styles and
+    navigation menus dropped; a heading's permalink sign (¶) dropped."""
 
     BLOCK: ClassVar[set[str]] = {
         "p", "div", "li", "br", "section", "article", "blockquote", "dd", "dt", "ul", "ol",
-        "table", "figure", "figcaption", "header", "footer", "aside", "nav", "main", "hr", "dl",
+        "table", "figure", "figcaption", "header", "footer", "aside", "main", "hr", "dl",
         "address", "caption"}
-    SKIP: ClassVar[set[str]] = {"script", "style", "noscript", "head", "template", "svg", "math"}
+    # a page's navigation menu (a manual's sidebar) is not its text
+    SKIP: ClassVar[set[str]] = {"script", "style", "noscript", "head", "template", "svg", "math",
+                                "nav"}
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.blocks: list[Block] = []
         self.cur: list[str] = []
         self.skip = 0
+        self.skip_tags: list[str] = []  # the open skipped elements, innermost last
         self.heading: int | None = None
         self.head_text: list[str] = []
         self.pre = 0
@@ -96,8 +100,10 @@ class HTMLBlocks(HTMLParser):
 
     # -- parser callbacks
     def handle_starttag(self, tag, attrs):
-        if tag in self.SKIP:
-            self.skip += 1
+        if tag in self.SKIP or (tag == "a" and self.heading is not None and re.search(
+                r"\b(headerlink|anchor|permalink)\b", dict(attrs).get("class") or "")):
+            self.skip += 1  # (a heading's permalink: its sign is not the title's)
+            self.skip_tags.append(tag)
             return
         if self.skip:
             return
@@ -140,8 +146,10 @@ class HTMLBlocks(HTMLParser):
                 self.cur.append("- ")
 
     def handle_endtag(self, tag):
-        if tag in self.SKIP:
-            self.skip = max(0, self.skip - 1)
+        if tag in self.skip_tags:  # closes it and any skipped element left open inside it
+            while self.skip_tags and self.skip_tags.pop() != tag:
+                pass
+            self.skip = len(self.skip_tags)
             return
         if self.skip:
             return
@@ -167,7 +175,8 @@ class HTMLBlocks(HTMLParser):
             self._end_cell()
             return
         if self.heading is not None and re.fullmatch(r"h[1-6]", tag):
-            text = self._text(self.head_text)
+            # a permalink sign after the title (Sphinx's ¶, MkDocs' #) is not part of it
+            text = re.sub(r"(\s*[¶§]|\s+#)+$", "", self._text(self.head_text))
             if text:
                 self.blocks.append((self.heading, text))
             self.heading = None
