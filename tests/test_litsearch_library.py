@@ -323,3 +323,22 @@ def test_embedding_a_large_library_counts_in_a_logs_progress_lines(embedder, mon
     monkeypatch.setattr(P, "progress", spy)
     vecs = embedder.embed([f"paper {i} on noise figure" for i in range(3 * embedder.batch_size)])
     assert vecs.shape[0] == 3 * embedder.batch_size and seen == ["embedding"]
+
+
+def test_a_library_says_what_it_kept_apart_derived_or_could_not_make(tmp_path):
+    import rispy
+
+    from workbench.agent_packs.litsearch.library import library_hash
+
+    (tmp_path / "lib.ris").write_text(rispy.dumps([
+        {"type_of_reference": "JOUR", "id": "1", "title": LIBRARY["lna"][0]},
+        {"type_of_reference": "JOUR", "id": "1", "title": LIBRARY["pll"][0]}]))
+    lines = []
+    papers, intents = load_corpus(tmp_path / "lib.ris", log=lines.append)
+    assert len(papers) == 2 and not intents
+    text = "\n".join(lines)
+    assert "1 record(s) share an id" in text and "no record has keywords" in text
+    assert "no evaluation intents: none of the 2 papers" in text
+    before = library_hash(tmp_path / "lib.ris")
+    (tmp_path / "lib.ris").write_text((tmp_path / "lib.ris").read_text() + "\n")
+    assert library_hash(tmp_path / "lib.ris") != before  # an edited export is new input

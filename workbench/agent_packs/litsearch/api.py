@@ -174,16 +174,24 @@ def evaluate(cfg, ctx):
                 "from the SFT adapter, but no paired comparison against SFT is made")
     out = ctx.layout.folder("agent")
     out.mkdir(parents=True, exist_ok=True)
-    _, intents = load_corpus(ac.data)
+    _, intents = load_corpus(ac.data, log=ctx.log)
     dev = [i for i in intents if i.part == "dev"][:ac.dev_limit or None]
     train = [i for i in intents if i.part == "train"][:ac.train_limit or None]
     if not dev:
-        raise WorkbenchError(f"{ac.data}/anchors.jsonl: no intents with part 'dev'")
+        where = f"{ac.data}/anchors.jsonl" if Path(ac.data, "anchors.jsonl").is_file() \
+            else str(ac.data)
+        raise WorkbenchError(f"{where}: no intents with part 'dev' to evaluate on ("
+                             f"{len(intents)} intents in all)")
     model = open_chat_model(cfg.models.chat, cfg) if "agent" in wanted else None
     lib = make_library(cfg, out, model=model, log=ctx.log)
     lib.intents = intents
-    key = (file_hash(Path(ac.data) / "papers.jsonl"), file_hash(Path(ac.data) /
-                                                                "anchors.jsonl"), ac.turns)
+    if Path(ac.data, "papers.jsonl").is_file():
+        key = (file_hash(Path(ac.data) / "papers.jsonl"), file_hash(Path(ac.data) /
+                                                                    "anchors.jsonl"), ac.turns)
+    else:  # a library file or folder: an edited export is new input
+        from workbench.agent_packs.litsearch.library import library_hash
+
+        key = (library_hash(ac.data), None, ac.turns)
     # the teacher's training data first: the trained conditions learn from it
     exports = _training_data(ctx, out, key, train, lib, ac)
     tuned = {f"agent+{name}": _with_adapter(cfg, path) for name, path in ac.adapters.items()}

@@ -50,6 +50,21 @@ def library_files(folder: Path) -> list[Path]:
                   and _format(p) is not None)
 
 
+def library_hash(path: str | Path) -> str:
+    """sha256 over a library file, or over the library files of a folder (names and
+    contents), so a stage keyed on it reruns when an export changes."""
+    import hashlib
+
+    from workbench.io import sha256_file
+
+    path = Path(path)
+    files = library_files(path) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + sha256_file(f).encode() + b"\n")
+    return h.hexdigest()
+
+
 def _format(path: Path) -> str | None:
     name = path.name.lower()
     if name.endswith(".xml.gz"):
@@ -405,7 +420,35 @@ def derived_terms(papers: dict[str, Paper], per_paper: int = 4) -> dict[str, lis
     return out
 
 
-def load_library(path: str | Path) -> tuple[dict[str, Paper], list[Intent]]:
-    papers, _ = read_library(path)
-    return papers, anchors_for(papers)
+def load_library(path: str | Path, log=None) -> tuple[dict[str, Paper], list[Intent]]:
+    """Papers and intents of a library; `log` gets a line for each thing a person should
+    know (records kept apart or skipped, keywords derived, no intents and why)."""
+    papers, summary = read_library(path)
+    intents = anchors_for(papers)
+    for line in library_notes(path, papers, summary, intents) if log else ():
+        log(line)
+    return papers, intents
+
+
+def library_notes(path: str | Path, papers: dict[str, Paper], summary: dict[str, Any],
+                  intents: list[Intent]) -> list[str]:
+    out = []
+    if summary.get("shared_ids"):
+        sh = summary["shared_ids"]
+        out.append(f"{path}: {sh['records']} record(s) share an id with another paper under a "
+                   f"different title (ids {', '.join(sh['ids'][:5])}): kept as separate "
+                   "papers, the later one's id suffixed -2, -3...")
+    if summary.get("skipped_without_title"):
+        out.append(f"{path}: {summary['skipped_without_title']} record(s) without a title or "
+                   "an id left out")
+    if not any(p.mesh for p in papers.values()):
+        out.append(f"{path}: no record has keywords: the evaluation's relevance grades use "
+                   "each paper's most particular title and abstract words instead")
+    if not intents:
+        cites = any(p.refs for p in papers.values())
+        out.append(f"{path}: no evaluation intents: none of the {len(papers)} papers has "
+                   "three others related to it (" + ("citing or cited by it, or " if cites
+                                                     else "") +
+                   "sharing three references or half its keywords)")
+    return out
 

@@ -51,10 +51,10 @@ class Intent(Record):
     part: str = "dev"
 
 
-def load_corpus(folder: str | Path) -> tuple[dict[str, Paper], list[Intent]]:
+def load_corpus(folder: str | Path, log=None) -> tuple[dict[str, Paper], list[Intent]]:
     """Papers and intents: the pack's own papers.jsonl + anchors.jsonl, or a researcher's
     library (BibTeX, RIS, PubMed XML, OpenAlex or Semantic Scholar JSONL; a file or a folder
-    of them), its intents made from its citations (`library.py`)."""
+    of them), its intents made from its citations (`library.py`; `log` gets its notes)."""
     from workbench.io import read_jsonl
 
     folder = Path(folder)
@@ -62,7 +62,7 @@ def load_corpus(folder: str | Path) -> tuple[dict[str, Paper], list[Intent]]:
         from workbench.agent_packs.litsearch.library import library_files, load_library
 
         if folder.is_file() or (folder.is_dir() and library_files(folder)):
-            return load_library(folder)
+            return load_library(folder, log)
     for name in ("papers.jsonl", "anchors.jsonl"):
         if not (folder / name).is_file():
             raise WorkbenchError(f"{folder}: no {name} (agent.data for the litsearch pack: "
