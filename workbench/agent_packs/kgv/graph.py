@@ -17,7 +17,13 @@ object label) may name the entities instead. A predicate the pack has no wording
 Claims:
 - claims.tsv: `subject predicate object [label [part]]`, entities by id/IRI or by name;
 - claims.txt: one sentence a line, optionally a tab and SUPPORTED or REFUTED;
-- claims.jsonl: the pack's `KGClaim`s, or {"text": ..., "label": ...} for sentences.
+- claims.jsonl: the pack's `KGClaim`s, or {"text": ..., "label": ...} for sentences, or
+  FEVER's lines ({"claim": ..., "label": "SUPPORTS"}) as they come.
+Labels as the field writes them (`claim_label`: FEVER's SUPPORTS/REFUTES, SciFact's
+SUPPORT/CONTRADICT, TRUE/FALSE); NOT ENOUGH INFO is refused in one line. A claim's predicate
+is matched as users write it (`Graph.predicate`: `subClassOf` for rdfs:subClassOf); one with
+no wording is verified as a sentence. Names find their entity by exact spelling first
+(`Graph.find`).
 A sentence in one of the pack's (or the graph's) wordings is read as its triple ("wording");
 any other is verified as a whole ("sentence": retrieval on the sentence, a verdict citing the
 entries read). Claims with no part are split one in three to train.
