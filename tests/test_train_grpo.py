@@ -202,6 +202,41 @@ def test_a_tool_observation_gets_no_gradient(tiny_model, monkeypatch):
     assert (grad[start - 1:start - 1 + len(secret)] == 0).all()  # no gradient for them
 
 
+def test_a_shared_prompt_runs_once_with_the_same_values_and_gradients(tiny_model):
+    """The rollouts of a task share their prompt: run once, its key/value cache repeated
+    for each rollout, it gives what running every rollout whole gives."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workbench.train.adapter import with_adapter
+    from workbench.train.config import LoraSettings
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    torch.manual_seed(0)
+    model = with_adapter(AutoModelForCausalLM.from_pretrained(tiny_model),
+                         LoraSettings(r=4, alpha=8, dropout=0.0))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.05)  # an adapter that is not the base model
+    replies = [call("lookup", key="alpha"), call("answer", label="YES"),
+               call("answer", label="NO"), call("lookup", key="a much longer key")]
+    setup = AgentSetup(toolbox=toolbox(), system="Answer. " * 20, budget=Budget(max_steps=3))
+    (g,) = sample_groups(load_model("fake", responses=replies), tasks(1), setup,
+                         group_size=3, reward=prefers_yes)
+    seqs = [tokenize_rollout(tok, r, max_length=1024) for r in g]
+    params = [p for p in model.parameters() if p.requires_grad]
+    got = {}
+    for share in (False, True):
+        b = seq_batch(seqs, tok.pad_token_id, "cpu", share_prefix=share)
+        assert bool(b.prefix) == share
+        logp = token_logps(model, b)
+        got[share] = (logp.detach(), torch.autograd.grad(logp.sum(), params))
+    assert seqs[0].input_ids[:60] == seqs[1].input_ids[:60]
+    assert torch.allclose(got[False][0], got[True][0], atol=1e-5)
+    for a, b in zip(got[False][1], got[True][1], strict=True):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
 # --- the loss ------------------------------------------------------------------------------------
 
 def test_the_token_loss_equals_hand_computed_values():

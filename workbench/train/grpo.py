@@ -98,17 +98,41 @@ def token_weights(seqs: Sequence[PolicySequence], kind: str) -> list[float]:
 
 @dataclass
 class SeqBatch:
-    """Sequences padded on the right; `keep` marks predicted policy tokens (row-major)."""
+    """Sequences padded on the right; `keep` marks predicted policy tokens (row-major);
+    the first `prefix` tokens are the same in every row and predict no policy token."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     keep: torch.Tensor  # (rows, length - 1) bool: target position j + 1 is a policy token
     rows: torch.Tensor  # the row of each kept position, in row-major order
+    prefix: int = 0
 
 
-def seq_batch(seqs: Sequence[PolicySequence], pad_id: int, device: str) -> SeqBatch:
+MIN_PREFIX = 16  # shorter shared prefixes are run with the rest
+
+
+def shared_prefix(seqs: Sequence[PolicySequence]) -> int:
+    """How many leading tokens every sequence shares before the position that predicts its
+    first policy token (the rollouts of a task share their whole prompt, those of a pack
+    its system prompt and tool descriptions)."""
+    if len(seqs) < 2:
+        return 0
+    first = seqs[0].input_ids
+    n = min(len(s.input_ids) for s in seqs)
+    for s in seqs[1:]:
+        k = 0
+        while k < n and s.input_ids[k] == first[k]:
+            k += 1
+        n = k
+    own = min((s.mask.index(1) for s in seqs if 1 in s.mask), default=n + 1)
+    return max(0, min(n, own - 1))
+
+
+def seq_batch(seqs: Sequence[PolicySequence], pad_id: int, device: str, *,
+              share_prefix: bool = False) -> SeqBatch:
     import torch
 
+    prefix = shared_prefix(seqs) if share_prefix else 0
     width = max(len(s.input_ids) for s in seqs)
     ids = torch.tensor([s.input_ids + [pad_id] * (width - len(s.input_ids)) for s in seqs],
                        device=device)
@@ -117,18 +141,25 @@ def seq_batch(seqs: Sequence[PolicySequence], pad_id: int, device: str) -> SeqBa
     mask = torch.tensor([s.mask + [0] * (width - len(s.mask)) for s in seqs], device=device)
     keep = mask[:, 1:].bool()
     rows = torch.arange(len(seqs), device=device).unsqueeze(1).expand_as(keep)[keep]
-    return SeqBatch(ids, attn, keep, rows)
+    return SeqBatch(ids, attn, keep, rows, prefix if prefix >= MIN_PREFIX else 0)
 
 
 def token_logps(model, batch: SeqBatch) -> torch.Tensor:
     """log pi(token) at every policy token of the batch, flat in row-major order. The
-    vocabulary projection runs on those positions only where the model allows it."""
+    vocabulary projection runs on those positions only where the model allows it.
+
+    With a shared prefix (`seq_batch(share_prefix=True)`) the prefix runs once and its
+    key/value cache, repeated for each row, carries the gradient back to it: the same
+    values and gradients as running every row whole (an agent's rollouts share a prompt of
+    ~1,500 tokens and add a few hundred of their own)."""
     import torch
 
     from workbench.train.step import decoder_and_head
 
     target = batch.input_ids[:, 1:][batch.keep]
     parts = decoder_and_head(model)
+    if parts is not None and batch.prefix:
+        return _shared_prefix_logps(*parts, batch, target)
     if parts is not None:
         decoder, head = parts
         hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
@@ -163,3 +194,24 @@ def grpo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantage: torch
     was_clipped = ((ratio < 1 - epsilon) & (advantage < 0)) | \
         ((ratio > 1 + epsilon_high) & (advantage > 0))
     return loss, {"clipped": was_clipped.detach(), "kl": kl.detach(), "ratio": ratio.detach()}
+
+
+def _shared_prefix_logps(decoder, head, batch: SeqBatch, target: torch.Tensor
+                         ) -> torch.Tensor:
+    import inspect
+
+    import torch
+
+    n, width = batch.input_ids.shape
+    cut = batch.prefix
+    kw = "cache" if "cache" in inspect.signature(type(decoder).forward).parameters \
+        else "past_key_values"
+    out = decoder(input_ids=batch.input_ids[:1, :cut], use_cache=True)
+    past = getattr(out, "cache", None) or out.past_key_values
+    past.batch_repeat_interleave(n)
+    positions = torch.arange(cut, width, device=batch.input_ids.device).unsqueeze(0).expand(
+        n, width - cut)
+    hidden = decoder(input_ids=batch.input_ids[:, cut:], attention_mask=batch.attention_mask,
+                     position_ids=positions, use_cache=True, **{kw: past}).last_hidden_state
+    logits = head(hidden[:, :-1][batch.keep[:, cut:]]).float()
+    return torch.log_softmax(logits, dim=-1).gather(1, target.unsqueeze(1)).squeeze(1)

@@ -295,7 +295,8 @@ def _no_grad_logps(s: GrpoSession, seqs: list[PolicySequence], *, reference: boo
     try:
         with torch.no_grad(), off:
             for chunk in _chunks(seqs, s.cfg.batch_size):
-                b = seq_batch(chunk, s.tokenizer.pad_token_id, s.device)
+                b = seq_batch(chunk, s.tokenizer.pad_token_id, s.device,
+                              share_prefix=not s.cfg.gradient_checkpointing)
                 flat = token_logps(s.model, b).tolist()
                 for q in chunk:
                     out.append(flat[:q.n_policy])
@@ -331,7 +332,8 @@ def update(s: GrpoSession, seqs: list[PolicySequence]) -> dict[str, float]:
         loss_sum, n_tok, n_clip, kl_sum, tokens = 0.0, 0, 0, 0.0, 0
         for chunk in _chunks(active, cfg.batch_size):
             qs = [seqs[i] for i in chunk]
-            b = seq_batch(qs, s.tokenizer.pad_token_id, s.device)
+            b = seq_batch(qs, s.tokenizer.pad_token_id, s.device,
+                          share_prefix=not cfg.gradient_checkpointing)
             logp = token_logps(s.model, b)
             adv = torch.tensor([q.advantage for q in qs], device=s.device)[b.rows]
             w = torch.tensor([weights[i] for i in chunk], device=s.device)[b.rows]
