@@ -208,6 +208,7 @@ def test_angles_and_codes_from_a_column_alone():
     assert infer_role(col("temp_deg_c", lo=-10, hi=40), 100, []) == "measurement"
     assert infer_role(col("direction", lo=0, hi=4000), 100, []) == "measurement"
     assert infer_role(col("route_no", "integer", 1, 99), 100, []) == "identifier"
+    assert infer_role(col("route_short_name", "integer", 1, 99), 100, []) == "identifier"
     assert infer_role(col("number_of_stops", "integer", 1, 30), 100, []) != "identifier"
     # a unique integer that rises row by row is a row index, gaps or not
     sampled = col("X", "integer", 3, 3990, unique=True)

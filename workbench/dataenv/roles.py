@@ -27,8 +27,9 @@ ColumnRole = Literal["identifier", "timestamp", "clock", "amount", "measurement"
 
 _ID_TOKENS = {"id", "key", "pk", "index", "idx", "rowid", "unnamed", "uuid", "guid",
               "rownames", "rowname", "rownum", "row"}
-# the last word of a number that names something (order_number, route_no, stop_code)
-_CODE_TOKENS = {"no", "num", "number", "nr", "code", "ref"}
+# the last word of a number that names something (order_number, route_no, stop_code, and a
+# number kept as a name: route_short_name)
+_CODE_TOKENS = {"no", "num", "number", "nr", "code", "ref", "name", "label"}
 # things that are named by a number (a route 7, a flight 4021), as the column's last word
 _NUMBERED = {"route", "flight", "invoice", "ticket", "account", "station", "store", "branch",
              "order", "trip", "vehicle", "bus", "train", "sku", "isbn", "postcode", "zipcode"}
