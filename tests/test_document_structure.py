@@ -205,6 +205,25 @@ def test_nothing_in_a_folder_is_passed_over_in_silence(tmp_path):
         ["About this corpus"]]
 
 
+def test_a_folder_that_cannot_be_listed_is_named(tmp_path, monkeypatch):
+    import os
+
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "a.md").write_text("# A\n\ntext\n")
+    (tmp_path / "b.md").write_text("# B\n\ntext\n")
+    real = os.scandir
+
+    def scandir(path="."):
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    rep = ingest(tmp_path)
+    assert [s.source for s in rep.sections] == ["b.md"]
+    assert rep.skipped == [("locked/", "folder not listed (Permission denied): not read")]
+
+
 def test_data_ingest_help_names_every_format(cli):
     res = cli("data", "ingest", "--help")
     assert res.returncode == 0

@@ -117,7 +117,8 @@ def ingest(paths: list[Path] | Path, *, root: Path | None = None, on_error: str 
         p = Path(p)
         if p.is_dir():
             root = root or p
-            found, hidden = _walk(p)
+            found, hidden, unlisted = _walk(p)
+            notes += unlisted
             notes += [(h, "hidden (name starts with '.'): not read") for h in hidden]
             own = [f for f in found if f.parent == p and f.name.lower() == "readme.md"]
             notes += [(f, "the folder's own description, not read; name the file to read it")
@@ -166,12 +167,18 @@ def ingest(paths: list[Path] | Path, *, root: Path | None = None, on_error: str 
     return report
 
 
-def _walk(folder: Path) -> tuple[list[Path], list[Path]]:
+def _walk(folder: Path) -> tuple[list[Path], list[Path], list[tuple[Path, str]]]:
     """(every entry under `folder` that is not a folder, sorted; the hidden files and folders,
-    whose insides are not listed). Links to folders are listed, never followed."""
+    whose insides are not listed; the folders that could not be listed, and why). Links to
+    folders are listed, never followed."""
     found: list[Path] = []
     hidden: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(folder):
+    unlisted: list[tuple[Path, str]] = []
+
+    def failed(e: OSError) -> None:
+        unlisted.append((Path(e.filename), f"folder not listed ({e.strerror}): not read"))
+
+    for dirpath, dirnames, filenames in os.walk(folder, onerror=failed):
         here = Path(dirpath)
         for d in list(dirnames):
             if d.startswith("."):
@@ -181,7 +188,7 @@ def _walk(folder: Path) -> tuple[list[Path], list[Path]]:
                 found.append(here / d)
         for f in filenames:
             (hidden if f.startswith(".") else found).append(here / f)
-    return sorted(found), sorted(hidden)
+    return sorted(found), sorted(hidden), unlisted
 
 
 def load_sections(corpus: str | Path, on_error: str = "skip"
