@@ -432,3 +432,59 @@ def test_the_rf_and_kgv_packs_declare_their_rewards():
                          AgentSetup(toolbox=box, budget=Budget(max_steps=4)), group_size=1,
                          reward=kgv.reward)
     assert g[0].reward == pytest.approx(1.0 - 2 * 0.1)
+
+
+def test_the_recipe_stops_on_sigterm_resumes_and_keeps_its_rollouts(tiny_model, tmp_path):
+    import os
+    import signal
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workbench.train.grpo_recipe import train_grpo
+
+    out = tmp_path / "adapter"
+    logs: list[str] = []
+
+    def run(on_step=None):
+        model = AutoModelForCausalLM.from_pretrained(tiny_model)
+        tok = AutoTokenizer.from_pretrained(tiny_model)
+        return train_grpo(config(max_steps=2), model=model, tokenizer=tok, tasks=tasks(4),
+                          agent_setup=guided_setup, reward=prefers_yes, output=out,
+                          on_step=on_step, log=logs.append)
+
+    def term(step, row):
+        if step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(SystemExit) as e:
+        run(term)
+    assert e.value.code == 143 and not out.exists()
+    assert (tmp_path / ".adapter.checkpoints" / "checkpoint-1").is_dir()
+    res = run()
+    assert any("resuming from checkpoint-1" in x for x in logs)
+    assert res.steps == 2 and (out / "adapter_model.safetensors").is_file()
+    assert not (tmp_path / ".adapter.checkpoints").exists()
+    assert sorted(p.name for p in (tmp_path / "adapter.rollouts").iterdir()) == \
+        ["step-000001.jsonl", "step-000002.jsonl"]
+    live = (tmp_path / "adapter.live.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in live] == [1, 2]
+    assert json.loads((out / "manifest.json").read_text())["outputs"]["adapter_step"] == 2
+
+
+def test_a_groups_identical_questions_are_scored_once(monkeypatch):
+    """The G rollouts of a task ask a guided policy the same first question: scored once,
+    each rollout still sampling its own choice."""
+    model = load_model("fake")
+    seen = []
+    real = model.score
+
+    def counted(requests):
+        seen.append(len(requests))
+        return real(requests)
+
+    monkeypatch.setattr(model, "score", counted)
+    setup = guided_setup(G.Sampling(temperature=5.0, seed=1, max_tokens=8))
+    groups = sample_groups(model, tasks(2), setup, group_size=4, reward=prefers_yes)
+    assert seen == [2]  # 8 runs, 2 distinct questions
+    labels = {r.trajectory.final["label"] for g in groups for r in g}
+    assert labels == {"YES", "NO"}  # sampled per rollout

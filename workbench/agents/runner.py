@@ -302,7 +302,7 @@ class GuidedPolicy(Policy):
             prompt = template_messages(s.messages, generic, toolbox.specs(names))
             requests.append(ScoreRequest(prompt=prompt, continuations=texts))
             cands.append(calls)
-        scored = list(zip(cands, model.score(requests) if requests else [], strict=True))
+        scored = list(zip(cands, _score_unique(model, requests), strict=True))
         offsets = self._offsets([(calls, [sc.mean_logprob for sc in row])
                                  for calls, row in scored])
         out: list[Any] = []
@@ -335,6 +335,22 @@ class GuidedPolicy(Policy):
         top = max(means)
         weights = [math.exp((m - top) / self.temperature) for m in means]
         return self.rng.choices(range(len(means)), weights=weights)[0]
+
+
+def _score_unique(model: ChatModel, requests: list[ScoreRequest]) -> list:
+    """`model.score(requests)` with each distinct request scored once: the G rollouts of a
+    task (on-policy training) ask the same first question G times."""
+    if not requests:
+        return []
+    keys = [json.dumps([r.prompt, list(r.continuations)], sort_keys=True) for r in requests]
+    first: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    if len(first) == len(requests):
+        return model.score(requests)
+    unique = model.score([requests[i] for i in first.values()])
+    by_key = dict(zip(first, unique, strict=True))
+    return [by_key[k] for k in keys]
 
 
 # --- the loop --------------------------------------------------------------------------------
