@@ -30,6 +30,8 @@ def test_code_comments_and_shell_prompts_never_become_headings(tmp_path):
     # a Sphinx page: a navigation sidebar, permalinks, a highlighted code block
     (tmp_path / "sphinx.html").write_text(
         '<nav class="sidebar"><ul><li><a href="#">Home</a></li></ul></nav>'
+        '<div class="related" role="navigation"><div><h3>Navigation</h3></div><ul><li>'
+        'next</li></ul></div>'
         '<h1>Setup<a class="headerlink" href="#setup">¶</a></h1><div class="highlight"><pre>'
         '<span></span><span class="c1"># create the folder</span>\nmkdir out\n</pre></div>'
         '<h2>Learn C#<a class="headerlink" href="#c">#</a></h2><p>Types.</p>')

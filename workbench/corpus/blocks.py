@@ -72,7 +72,7 @@ class HTMLBlocks(HTMLParser):
         self.blocks: list[Block] = []
         self.cur: list[str] = []
         self.skip = 0
-        self.skip_tags: list[str] = []  # the open skipped elements, innermost last
+        self.skip_tags: list[list] = []  # open skipped elements [tag, same tags inside]
         self.heading: int | None = None
         self.head_text: list[str] = []
         self.pre = 0
@@ -99,11 +99,24 @@ class HTMLBlocks(HTMLParser):
             t["cell"] = None
 
     # -- parser callbacks
+    def _skipped(self, tag: str, attrs) -> bool:
+        """Whether the element is not text: a script, a style, a navigation menu (`nav`, or
+        `role="navigation"` as Sphinx writes its sidebars), a heading's permalink."""
+        if tag in self.SKIP:
+            return True
+        a = dict(attrs)
+        if (a.get("role") or "") in ("navigation", "search"):
+            return True
+        return tag == "a" and self.heading is not None and bool(re.search(
+            r"\b(headerlink|anchor|permalink)\b", a.get("class") or ""))
+
     def handle_starttag(self, tag, attrs):
-        if tag in self.SKIP or (tag == "a" and self.heading is not None and re.search(
-                r"\b(headerlink|anchor|permalink)\b", dict(attrs).get("class") or "")):
-            self.skip += 1  # (a heading's permalink: its sign is not the title's)
-            self.skip_tags.append(tag)
+        if self.skip and tag == self.skip_tags[-1][0]:
+            self.skip_tags[-1][1] += 1  # the same element nested inside a skipped one
+            return
+        if self._skipped(tag, attrs):
+            self.skip_tags.append([tag, 0])
+            self.skip = len(self.skip_tags)
             return
         if self.skip:
             return
@@ -146,8 +159,11 @@ class HTMLBlocks(HTMLParser):
                 self.cur.append("- ")
 
     def handle_endtag(self, tag):
-        if tag in self.skip_tags:  # closes it and any skipped element left open inside it
-            while self.skip_tags and self.skip_tags.pop() != tag:
+        if self.skip and tag == self.skip_tags[-1][0] and self.skip_tags[-1][1]:
+            self.skip_tags[-1][1] -= 1
+            return
+        if any(t == tag for t, _ in self.skip_tags):  # it, and any left open inside it
+            while self.skip_tags and self.skip_tags.pop()[0] != tag:
                 pass
             self.skip = len(self.skip_tags)
             return
