@@ -168,7 +168,7 @@ def test_a_raising_site_is_recorded_and_the_round_goes_on(tiny_model, sites, tmp
 
 
 def test_all_sites_failing_keeps_the_adapter_and_aborts(tiny_model, sites, tmp_path):
-    from workbench.federated.server import FedAbort
+    from workbench.federated.guards import FedAbort
 
     out = tmp_path / "s"
     with pytest.raises(FedAbort, match="2 rounds in a row") as e:
@@ -182,7 +182,7 @@ def test_all_sites_failing_keeps_the_adapter_and_aborts(tiny_model, sites, tmp_p
 
 
 def test_too_few_sites_abort_within_the_wait(tiny_model, sites, tmp_path):
-    from workbench.federated.server import FedAbort
+    from workbench.federated.guards import FedAbort
 
     t0 = time.monotonic()
     with pytest.raises(FedAbort, match="3 of the 4 required sites") as e:

@@ -1,14 +1,13 @@
-"""The server's round loop over a Flower `Grid`, with the guards Flower's strategies lack.
+"""Track A's server: FedAvg / FFA-LoRA rounds of a LoRA adapter over a Flower `Grid`.
 
 Flower's `FedAvg.start` waits for ever for `min_available_nodes`, waits an hour for replies by
-default, aggregates whatever arrives (no minimum), and cannot resume. Here:
+default, aggregates whatever arrives (no minimum), and cannot resume. `FedServer` is a track
+of the guarded round loop (`guards.run_rounds`: bounded waits, a minimum of good replies, an
+abort after failed rounds, resume), and adds the adapter's own guards:
 
-- `wait_for_nodes` gives up after `guards.wait_nodes_s` with the connected/required counts;
-- every round waits at most `guards.round_timeout_s`;
 - a reply is used only when it carries allow-listed keys and finite numbers of the right
-  shapes (anything else is counted as rejected);
-- a round with fewer than `guards.min_replies` good replies keeps the previous global adapter
-  (same sha256) and is logged as failed; `guards.max_failed_rounds` in a row abort the run;
+  shapes (`check_reply`; anything else is counted as rejected);
+- a failed round keeps the previous global adapter (same sha256);
 - the global adapter is saved atomically after every round (`GlobalStore`), and a restarted
   server resumes after the last saved round.
 
@@ -26,7 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.federated.config import FederatedConfig
-from workbench.federated.guards import FedAbort, RoundBase, sort_replies, wait_for_nodes
+from workbench.federated.guards import (
+    RoundBase,
+    exchange,
+    run_rounds,
+)
 from workbench.federated.results import FederationFiles
 from workbench.federated.sites import SITE_NAME
 from workbench.federated.weights import (
@@ -121,9 +124,9 @@ def check_reply(msg: Message, global_state: State | None) -> tuple[str, State | 
 
 
 class FedServer:
-    """Rounds of FedAvg-LoRA over any Flower Grid; everything lands in `out`:
-    `global/round-NNNN/` (adapters), `rounds.jsonl` (one RoundLog per round), `summary.json`.
-    """
+    """Track A's rounds (a `guards.Track`): FedAvg-LoRA over any Flower Grid, under the
+    guarded round loop (`guards.run_rounds`); everything lands in `out`: `global/round-NNNN/`
+    (adapters), `rounds.jsonl` (one RoundLog per round), `summary.json`."""
 
     def __init__(self, cfg: FederatedConfig, out: str | Path, *,
                  log: Callable[[str], None] = print,
@@ -134,37 +137,104 @@ class FedServer:
         self.store = GlobalStore(self.files.global_store)
         self.on_round = on_round
         self.poll_s = poll_s
+        self.state: State = {}
+        self._initial: State | None = None
+        self._t_run = 0.0
 
-    # -- guards -------------------------------------------------------------------------------
-    def wait_for_nodes(self, grid: Grid) -> list[int]:
-        return wait_for_nodes(grid, self.cfg.guards, self.poll_s)
+    def run(self, grid: Grid, *, initial: State | None = None) -> dict[str, Any]:
+        self._initial = initial
+        return run_rounds(self, grid, self.cfg.guards, self.cfg.rounds,
+                          on_round=self.on_round, poll_s=self.poll_s)
 
-    # -- one exchange -------------------------------------------------------------------------
-    def _exchange(self, grid: Grid, nodes: list[int], kind: str, rnd: int, state: State
-                  ) -> tuple[RoundLog, list[tuple[str, State | None, dict[str, float]]]]:
+    # -- the track ----------------------------------------------------------------------------
+    def resume(self) -> tuple[int, int]:
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        latest = self.store.latest()
+        if latest is not None:
+            start, self.state, info = latest
+            streak = int(info.get("failed_streak", 0))
+            self.log(f"resuming after round {start} (global sha256 {info['sha256'][:12]})")
+        else:
+            initial = self._initial
+            if initial is None:
+                from workbench.federated.task import initial_state
+
+                initial = initial_state(cfg.model, cfg.local, cfg.seed)
+            start, self.state, streak = 0, initial, 0
+            self.store.save(0, self.state, {"status": "initial"})
+        self._t_run = time.monotonic()
+        return start, streak
+
+    def _messages(self, nodes: list[int], kind: str, rnd: int) -> tuple[RoundLog, list]:
         from flwr.app import ConfigRecord, Message, RecordDict
 
-        record = to_record(state)
+        record = to_record(self.state)
         timeout = self.cfg.guards.round_timeout_s
         msgs = [Message(RecordDict({"arrays": record,
                                     "config": ConfigRecord(config_record(self.cfg, rnd))}),
                         dst_node_id=n, message_type=kind, group_id=f"{kind}-{rnd}",
                         ttl=timeout + 30) for n in nodes]
-        log = RoundLog(round=rnd, kind=kind, sent=len(msgs),
-                       bytes_down=record.count_bytes() * len(msgs))
-        t0 = time.monotonic()
-        replies = list(grid.send_and_receive(msgs, timeout=timeout))
-        log.seconds = time.monotonic() - t0
-        log.replies = len(replies)
-        good = []
-        for node, r, (name, st, metrics) in sort_replies(
-                replies, len(msgs), lambda r: check_reply(r, state if kind == "train" else None),
-                log, timeout):
+        return RoundLog(round=rnd, kind=kind, sent=len(msgs),
+                        bytes_down=record.count_bytes() * len(msgs)), msgs
+
+    def configure(self, rnd: int, nodes: list[int], *, waited: float
+                  ) -> tuple[RoundLog, list]:
+        row, msgs = self._messages(nodes, "train", rnd)
+        row.wait_seconds = waited
+        return row, msgs
+
+    def check(self, reply: Message) -> tuple[str, State | None, dict[str, float]]:
+        return check_reply(reply, self.state)
+
+    @staticmethod
+    def _received(row: RoundLog, replies: list, good: list
+                  ) -> list[tuple[str, State | None, dict[str, float]]]:
+        """(site, tensors, metrics) of each good reply; the bytes they brought in `row`."""
+        row.replies = len(replies)
+        out = []
+        for node, r, (name, st, metrics) in good:
             if "arrays" in r.content:
-                log.bytes_up += r.content["arrays"].count_bytes()
-            good.append((name or f"node-{node}", st, metrics))
-        log.used = len(good)
-        return log, good
+                row.bytes_up += r.content["arrays"].count_bytes()
+            out.append((name or f"node-{node}", st, metrics))
+        return out
+
+    def update(self, rnd: int, row: RoundLog, replies: list, good: list, *, ok: bool) -> None:
+        cfg = self.cfg
+        got = self._received(row, replies, good)
+        if not ok:
+            self.log(f"round {rnd}: {len(got)} good replies of {row.sent} (need "
+                     f"{cfg.guards.min_replies}); the global adapter stays as it was")
+            return
+        states = [st for _, st, _ in got]
+        weights = [m["num-examples"] for _, _, m in got]
+        if cfg.keep_replies:
+            self._keep(rnd, got)
+        self.state = aggregate(states, weights, method=cfg.aggregation, previous=self.state)
+        row.num_examples = float(sum(weights))
+        row.product_gap = product_gap(states, weights, self.state)
+        self.log(f"round {rnd}: aggregated {len(got)} of {row.sent} sites "
+                 f"({row.num_examples:.0f} examples) in {row.seconds:.1f} s")
+
+    def save(self, rnd: int, row: RoundLog, streak: int) -> None:
+        row.sha256 = self.store.save(rnd, self.state, {"status": row.status,
+                                                       "failed_streak": streak})
+        append_line(self.files.rounds, json.dumps(asdict(row)))
+
+    def finish(self, grid: Grid, nodes: Callable[[], list[int]]) -> dict[str, Any]:
+        """The final adapter, evaluated where the data is."""
+        cfg = self.cfg
+        ev, msgs = self._messages(nodes(), "evaluate", cfg.rounds)
+        replies, good = exchange(grid, ev, msgs, lambda r: check_reply(r, None),
+                                 cfg.guards.round_timeout_s)
+        self._received(ev, replies, good)
+        ev.sha256 = state_hash(self.state)
+        append_line(self.files.rounds, json.dumps(asdict(ev)))
+        summary = {"rounds": cfg.rounds, "sha256": state_hash(self.state),
+                   "seconds": time.monotonic() - self._t_run, "final": ev.sites,
+                   "aggregation": cfg.aggregation}
+        atomic_write_json(self.files.summary, summary)
+        return summary
 
     def _keep(self, rnd: int, good) -> None:
         from safetensors.numpy import save_file
@@ -176,66 +246,6 @@ class FedServer:
         for name, st, m in good:
             with atomic_path(d / f"{name}.safetensors") as tmp:
                 save_file(st, str(tmp), metadata={"num-examples": str(m["num-examples"])})
-
-    # -- the run ------------------------------------------------------------------------------
-    def run(self, grid: Grid, *, initial: State | None = None) -> dict[str, Any]:
-        cfg, g = self.cfg, self.cfg.guards
-        self.out.mkdir(parents=True, exist_ok=True)
-        latest = self.store.latest()
-        if latest is not None:
-            start, state, info = latest
-            streak = int(info.get("failed_streak", 0))
-            self.log(f"resuming after round {start} (global sha256 {info['sha256'][:12]})")
-        else:
-            if initial is None:
-                from workbench.federated.task import initial_state
-
-                initial = initial_state(cfg.model, cfg.local, cfg.seed)
-            start, state, streak = 0, initial, 0
-            self.store.save(0, state, {"status": "initial"})
-        t_run = time.monotonic()
-        for rnd in range(start + 1, cfg.rounds + 1):
-            t0 = time.monotonic()
-            nodes = self.wait_for_nodes(grid)
-            waited = time.monotonic() - t0
-            log, good = self._exchange(grid, nodes, "train", rnd, state)
-            log.wait_seconds = waited
-            if len(good) < g.min_replies:
-                streak += 1
-                log.status, log.failed_streak = "failed", streak
-                self.log(f"round {rnd}: {len(good)} good replies of {log.sent} (need "
-                         f"{g.min_replies}); the global adapter stays as it was")
-            else:
-                streak = 0
-                states = [st for _, st, _ in good]
-                weights = [m["num-examples"] for _, _, m in good]
-                if cfg.keep_replies:
-                    self._keep(rnd, good)
-                previous = state
-                state = aggregate(states, weights, method=cfg.aggregation, previous=previous)
-                log.num_examples = float(sum(weights))
-                log.product_gap = product_gap(states, weights, state)
-                self.log(f"round {rnd}: aggregated {len(good)} of {log.sent} sites "
-                         f"({log.num_examples:.0f} examples) in {log.seconds:.1f} s")
-            log.sha256 = self.store.save(rnd, state, {"status": log.status,
-                                                      "failed_streak": streak})
-            append_line(self.files.rounds, json.dumps(asdict(log)))
-            if self.on_round:
-                self.on_round(rnd)
-            if streak >= g.max_failed_rounds:
-                raise FedAbort(f"{streak} rounds in a row had fewer than {g.min_replies} good "
-                               f"replies (guards.max_failed_rounds={g.max_failed_rounds}); "
-                               f"last failures: {log.failures[:3]}")
-        # the final adapter, evaluated where the data is
-        nodes = self.wait_for_nodes(grid)
-        ev, _ = self._exchange(grid, nodes, "evaluate", cfg.rounds, state)
-        ev.sha256 = state_hash(state)
-        append_line(self.files.rounds, json.dumps(asdict(ev)))
-        summary = {"rounds": cfg.rounds, "sha256": state_hash(state),
-                   "seconds": time.monotonic() - t_run, "final": ev.sites,
-                   "aggregation": cfg.aggregation}
-        atomic_write_json(self.files.summary, summary)
-        return summary
 
 
 def read_rounds(out: str | Path) -> list[dict]:

@@ -1,23 +1,22 @@
 """Track B's server: each round sends every site its view of the active units and the
 candidates it should review, checks each reply against an allow-list, and folds the
 operations that come back into the knowledge base (`units.apply_round`), saved atomically per
-round so a restarted server resumes. The guards are the adapter rounds' (`guards`): a
-bounded wait for sites, replies sorted into usable ones and failures, an abort after too many
-failed rounds."""
+round so a restarted server resumes. It is a track of the guarded round loop
+(`guards.run_rounds`), as the adapter rounds are: a bounded wait for sites, replies sorted into
+usable ones and failures, a failed round when too few are usable, an abort after too many."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.federated.config import FederatedConfig
-from workbench.federated.guards import FedAbort, RoundBase, sort_replies, wait_for_nodes
+from workbench.federated.guards import RoundBase, run_rounds
 from workbench.federated.knowledge.units import (
     KnowledgeBase,
     apply_round,
@@ -47,7 +46,7 @@ class KnowledgeRound(RoundBase):
 
 
 class KnowledgeServer:
-    """Track B rounds: send each site its view of the active units, fold the operations that
+    """Track B's rounds (a `guards.Track`): send each site its view of the active units, fold the operations that
     come back into the knowledge base (saved atomically per round; a restart resumes), with
     the same guards as the adapter rounds. Everything lands in `out`: `kb/round-NNNN.json`,
     `rounds.jsonl` (one KnowledgeRound per round), `summary.json`."""
@@ -65,6 +64,8 @@ class KnowledgeServer:
         self.files = FederationFiles(self.out)
         self.on_round = on_round
         self.poll_s = poll_s
+        self.kb = KnowledgeBase()
+        self.families: dict[str, list[str]] = {}
 
     def check(self, msg: Message) -> tuple[str, list, dict[str, int], dict[str, float]]:
         from flwr.app import ConfigRecord, MetricRecord
@@ -93,10 +94,12 @@ class KnowledgeServer:
             raise ValueError("bad site name")
         return str(name), ops, fams, metrics
 
-    def run(self, grid: Grid, *, initial=None) -> dict[str, Any]:
-        from flwr.app import ConfigRecord, Message, RecordDict
+    def run(self, grid: Grid) -> dict[str, Any]:
+        return run_rounds(self, grid, self.cfg.guards, self.cfg.rounds,
+                          on_round=self.on_round, poll_s=self.poll_s)
 
-        cfg, g, ks = self.cfg, self.cfg.guards, self.cfg.knowledge
+    # -- the track ----------------------------------------------------------------------------
+    def resume(self) -> tuple[int, int]:
         self.out.mkdir(parents=True, exist_ok=True)
         kb = load_latest_kb(self.out)
         if kb is not None:
@@ -104,54 +107,59 @@ class KnowledgeServer:
         else:
             kb = KnowledgeBase()
             save_kb(self.out, kb)
-        families = kb.families  # node -> its task families (saved with the KB)
-        streak = kb.failed_streak
-        for rnd in range(kb.round + 1, cfg.rounds + 1):
-            nodes = wait_for_nodes(grid, g, self.poll_s)
-            log = KnowledgeRound(round=rnd, sent=len(nodes))
-            msgs = []
-            for n in nodes:
-                view = json.dumps(kb.view(families.get(str(n))))
-                review = json.dumps(kb.candidates_for(f"node-{n}", families.get(str(n)),
-                                                      rnd=rnd))
-                log.bytes_down += len(view.encode()) + len(review.encode())
-                msgs.append(Message(RecordDict({"config": ConfigRecord({
-                    "round": rnd, "seed": cfg.seed, "view-json": view,
-                    "candidates-json": review,
-                    "knowledge-json": ks.model_dump_json()})}), dst_node_id=n,
-                    message_type="query.knowledge", group_id=f"knowledge-{rnd}",
-                    ttl=g.round_timeout_s + 30))
-            t0 = time.monotonic()
-            replies = list(grid.send_and_receive(msgs, timeout=g.round_timeout_s))
-            log.seconds = time.monotonic() - t0
-            updates = []
-            for node, _, (_, ops, fams, _) in sort_replies(replies, len(msgs), self.check, log,
-                                                           g.round_timeout_s):
-                families[str(node)] = sorted(fams)
-                log.bytes_up += record_bytes(ops_to_record(ops)) + record_bytes(fams)
-                updates.append((f"node-{node}", ops))
-            log.used = len(updates)
-            if len(updates) < g.min_replies:
-                streak += 1
-                log.status, log.failed_streak = "failed", streak
-                kb.round = rnd
-            else:
-                streak = 0
-                log.ops = apply_round(kb, updates, k_min=ks.k_min, rnd=rnd,
-                                      embed=_embed_insights, threshold=ks.merge_similarity)
-            log.active = len(kb.active())
-            log.candidates = sum(u.status == "candidate" for u in kb.units.values())
-            kb.failed_streak = streak
-            save_kb(self.out, kb)
-            log_round(self.out, log)
-            self.log(f"round {rnd}: {log.used}/{log.sent} sites, {log.active} active units, "
-                     f"ops {log.ops}")
-            if self.on_round:
-                self.on_round(rnd)
-            if streak >= g.max_failed_rounds:
-                raise FedAbort(f"{streak} rounds in a row had fewer than {g.min_replies} good "
-                               f"replies (guards.max_failed_rounds={g.max_failed_rounds})")
-        summary = {"rounds": cfg.rounds, "track": "knowledge",
+        self.kb = kb
+        self.families = kb.families  # node -> its task families (saved with the KB)
+        return kb.round, kb.failed_streak
+
+    def configure(self, rnd: int, nodes: list[int], *, waited: float
+                  ) -> tuple[KnowledgeRound, list]:
+        """Each site's view of the active units and the candidates it should review."""
+        from flwr.app import ConfigRecord, Message, RecordDict
+
+        cfg, kb, families = self.cfg, self.kb, self.families
+        row = KnowledgeRound(round=rnd, sent=len(nodes))
+        msgs = []
+        for n in nodes:
+            view = json.dumps(kb.view(families.get(str(n))))
+            review = json.dumps(kb.candidates_for(f"node-{n}", families.get(str(n)), rnd=rnd))
+            row.bytes_down += len(view.encode()) + len(review.encode())
+            msgs.append(Message(RecordDict({"config": ConfigRecord({
+                "round": rnd, "seed": cfg.seed, "view-json": view,
+                "candidates-json": review,
+                "knowledge-json": cfg.knowledge.model_dump_json()})}), dst_node_id=n,
+                message_type="query.knowledge", group_id=f"knowledge-{rnd}",
+                ttl=cfg.guards.round_timeout_s + 30))
+        return row, msgs
+
+    def update(self, rnd: int, row: KnowledgeRound, replies: list, good: list, *,
+               ok: bool) -> None:
+        """The operations of the good replies folded into the knowledge base (votes,
+        `k_min`); a failed round only moves the base's round on."""
+        ks = self.cfg.knowledge
+        updates = []
+        for node, _, (_, ops, fams, _) in good:
+            self.families[str(node)] = sorted(fams)
+            row.bytes_up += record_bytes(ops_to_record(ops)) + record_bytes(fams)
+            updates.append((f"node-{node}", ops))
+        if ok:
+            row.ops = apply_round(self.kb, updates, k_min=ks.k_min, rnd=rnd,
+                                  embed=_embed_insights, threshold=ks.merge_similarity)
+        else:
+            self.kb.round = rnd
+
+    def save(self, rnd: int, row: KnowledgeRound, streak: int) -> None:
+        kb = self.kb
+        row.active = len(kb.active())
+        row.candidates = sum(u.status == "candidate" for u in kb.units.values())
+        kb.failed_streak = streak
+        save_kb(self.out, kb)
+        log_round(self.out, row)
+        self.log(f"round {rnd}: {row.used}/{row.sent} sites, {row.active} active units, "
+                 f"ops {row.ops}")
+
+    def finish(self, grid: Grid, nodes) -> dict[str, Any]:
+        kb = self.kb
+        summary = {"rounds": self.cfg.rounds, "track": "knowledge",
                    "active": [u.public() for u in kb.active()],
                    "units": len(kb.units)}
         atomic_write_json(self.files.summary, summary)
