@@ -1,7 +1,7 @@
 """Containers, markdown splitting and PDF: the pieces the readers share.
 
 Word, PowerPoint, Excel, CSV and EPUB are read by their own structure in `office.py` (through
-python-pptx and openpyxl, MarkItDown's own dependencies, and the Word and EPUB XML); every
+python-pptx and openpyxl, and the Word and EPUB XML read with lxml); every
 container is checked here first (a zip that expands past `MAX_EXPANDED_MB`, or holds more than
 `MAX_MEMBERS` entries, is refused unread). PDF goes through pypdf page by page, and pages that
 draw rules through pdfplumber, whose tables come out as markdown tables in reading order. A
