@@ -488,3 +488,30 @@ def test_a_groups_identical_questions_are_scored_once(monkeypatch):
     assert seen == [2]  # 8 runs, 2 distinct questions
     labels = {r.trajectory.final["label"] for g in groups for r in g}
     assert labels == {"YES", "NO"}  # sampled per rollout
+
+
+def test_the_kl_reference_is_the_starting_adapter_when_training_starts_from_one(tiny_model,
+                                                                               tmp_path):
+    """train.init_adapter (e.g. SFT before GRPO) is the KL reference: swapped in for the
+    reference pass, and the adapter being trained is put back after it."""
+    import torch
+
+    first = session(tiny_model)
+    seqs = fixed_sequences(first.tokenizer)
+    G.update(first, seqs)  # an adapter that is not the base model
+    G.export(first, tmp_path / "start")
+    s = session(tiny_model, init_adapter=str(tmp_path / "start"),
+                grpo={"beta": 0.5, "iterations": 2}, batch_size=2)
+    assert s.reference is not None
+    start = {k: v.clone() for k, v in G.adapter_state(s).items()}
+    assert all(torch.equal(start[k], first_v) for k, first_v in G.adapter_state(first).items())
+    seqs = fixed_sequences(s.tokenizer)
+    st = G.update(s, seqs)
+    # the reference is the starting adapter, not the base model
+    assert seqs[0].ref_logps == pytest.approx(seqs[0].old_logps, abs=1e-5)
+    assert st["kl"] > 0
+    after = G.adapter_state(s)
+    assert any(not torch.equal(after[k], start[k]) for k in start)  # trained, not reset
+    base = session(tiny_model, grpo={"beta": 0.5})
+    ref_base = G._no_grad_logps(base, seqs[:1], reference=True)[0]
+    assert max(abs(a - b) for a, b in zip(ref_base, seqs[0].ref_logps, strict=True)) > 1e-4
