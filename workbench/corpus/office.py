@@ -260,13 +260,14 @@ def _pptx(path: Path, data: bytes) -> tuple[str, list[Part]]:
 
 def cell_text(v) -> str:
     """A cell as the text a reader sees: empty stays empty, text stays text, a whole number
-    without `.0`, a date without a midnight time, a line break a space."""
+    without `.0`, a number to the 15 digits Excel shows, a date without a midnight time, a
+    line break a space."""
     if v is None:
         return ""
     if isinstance(v, bool):
         return "TRUE" if v else "FALSE"
     if isinstance(v, float):
-        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.15g}"
     if isinstance(v, dt.datetime):
         return v.date().isoformat() if v.time() == dt.time() else v.isoformat(sep=" ")
     if isinstance(v, (dt.date, dt.time)):
