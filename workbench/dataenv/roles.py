@@ -12,10 +12,20 @@ correct it.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal, Protocol
 
-if TYPE_CHECKING:
-    from workbench.dataenv.profile import ColumnProfile
+
+class ColumnFacts(Protocol):
+    """What a role is read from: `profile.ColumnProfile` has these (a protocol, so this
+    module needs nothing from the profile's)."""
+
+    name: str
+    kind: str
+    is_unique: bool
+    distinct_count: int
+    min: Any
+    max: Any
+    dictionary: Any
 
 # An identifier (a key, a code, a row index) is counted, never added or averaged; a timestamp
 # or a clock time has an earliest and a latest; an intensive measurement (a temperature, an
@@ -56,7 +66,7 @@ def name_tokens(name: str) -> list[str]:
     return [t for t in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if t]
 
 
-def is_angle(c: ColumnProfile) -> bool:
+def is_angle(c: ColumnFacts) -> bool:
     """A number named as an angle (bearing, wind_dir, heading_deg) whose values lie within
     one turn either way; a temperature in degrees (temp_deg_c) is not one."""
     tokens = set(name_tokens(c.name))
@@ -77,7 +87,7 @@ def names_a_code(name: str) -> bool:
     return tokens[-1] in _CODE_TOKENS | _NUMBERED
 
 
-def infer_role(c: ColumnProfile, rows: int, primary_key: list[str], *,
+def infer_role(c: ColumnFacts, rows: int, primary_key: list[str], *,
                in_row_order: bool = False) -> ColumnRole:
     """A column's role from its name, type and values (see `ColumnRole`). `in_row_order`:
     its values are unique integers that rise row by row (a row index, even with gaps)."""
