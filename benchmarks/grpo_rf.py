@@ -62,7 +62,7 @@ def main() -> None:
                               max_tokens=smp.max_tokens)
 
     cfg = TrainConfig(method="grpo", max_steps=a.steps, learning_rate=a.lr, batch_size=4,
-                      max_length=1024, warmup_ratio=0.0, scheduler="constant", save_every=1,
+                      max_length=2560, warmup_ratio=0.0, scheduler="constant", save_every=1,
                       lora={"r": 16, "alpha": 32, "dropout": 0.0},
                       grpo={"group_size": a.group, "tasks_per_step": a.tasks,
                             "temperature": a.temperature, "beta": a.beta,

@@ -163,7 +163,8 @@ def test_only_the_policys_own_tokens_are_marked(tiny_model):
     assert SECRET not in own and SECRET in other  # the tool's observation: context
     assert "Is claim 0 true?" in other and "Answer." in other  # the prompt: context
     cut = tokenize_rollout(tok, r, max_length=20)
-    assert len(cut.input_ids) == 20 and sum(cut.mask) == 0
+    assert len(cut.input_ids) == 20 and sum(cut.mask) == 0 and cut.extra["truncated"]
+    assert not seq.extra["truncated"]
 
 
 def test_a_tool_observation_gets_no_gradient(tiny_model, monkeypatch):
@@ -371,7 +372,8 @@ def test_a_reward_that_prefers_one_answer_moves_the_policy_toward_it(tiny_model,
     # (this seed), YES everywhere after
     assert s.start_reward < 1.0 and rows[-1]["heldout_reward"] == 1.0
     for k in ("reward_mean", "reward_std_in_group", "groups_no_signal", "clip_fraction",
-              "tool_calls_per_rollout", "rollout_tokens_per_s", "update_tokens_per_s"):
+              "tool_calls_per_rollout", "rollout_tokens_per_s", "update_tokens_per_s",
+              "rollouts_truncated"):
         assert k in rows[0], k
     assert rows[-1]["heldout_reward"] >= s.start_reward and s.best_step is not None
     m = G.export(s, tmp_path / "adapter")

@@ -67,7 +67,8 @@ def tokenize_rollout(tok, rollout: Rollout, *, max_length: int) -> PolicySequenc
     tk = tokenize_example(tok, ex)
     ids, mask = tk.input_ids[:max_length], [int(x != IGNORE) for x in tk.labels[:max_length]]
     return PolicySequence(id=t.id, group=rollout.group, input_ids=ids, mask=mask,
-                          reward=rollout.reward)
+                          reward=rollout.reward,
+                          extra={"truncated": len(tk.input_ids) > max_length})
 
 
 def group_advantages(rewards: Sequence[Sequence[float]], *, scale: str = "group",

@@ -408,6 +408,9 @@ def train_steps(s: GrpoSession, n: int, *,
             "rollout_tokens_per_s": gen_tokens / roll_s if roll_s else None,
             "update_tokens_per_s": st["update_tokens"] / upd_s if upd_s and
             st["update_tokens"] else None,
+            # cut by train.max_length: their tail (often every policy token) trains nothing
+            "rollouts_truncated": sum(q.extra.get("truncated", False) for q in seqs)
+            / max(len(seqs), 1),
             "rollouts_reread": reread, "seconds": time.perf_counter() - t0}
         if s.held_out and (g.eval_every and done % g.eval_every == 0 or done == s.total):
             row.update(heldout_reward(s))
