@@ -83,10 +83,7 @@ def main() -> None:
         groups = G.rollout(s, [rf.design_task(i) for i in held], group_size=1,
                            sampling=G.Sampling(0.0, 0, cfg.grpo.max_new_tokens),
                            desc="held-out")
-        out = []
-        for it, (r,) in zip(held, groups, strict=True):
-            v = (r.trajectory.final or {}).get("value")
-            out.append(correct(float(v) if isinstance(v, (int, float)) else None, it))
+        out = [correct(_value(r), it) for it, (r,) in zip(held, groups, strict=True)]
         return out, sum(r.reward for (r,) in groups) / len(groups)
 
     start: list[bool] = []
@@ -107,23 +104,34 @@ def main() -> None:
     G.export(s, a.out / "adapter")
     if s.best_state is not None:
         load_adapter_state(s, s.best_state)
-    end, _ = held_out()
-    res = {"command": "python benchmarks/grpo_rf.py " + " ".join(
-               f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if v is not None),
+    # the last step's adapter was evaluated at the end of training; the kept one is it, the
+    # start, or an earlier step's (evaluated again here)
+    last = [correct(_value(r), it) for it, r in zip(held, s.heldout or [], strict=True)]
+    if s.best_step == s.step:
+        end = last
+    elif s.best_step == 0 and start:
+        end = list(start)
+    else:
+        end, _ = held_out()
+    flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+             for k, v in vars(a).items() if v is not None and v is not False]
+    res = {"command": "python benchmarks/grpo_rf.py " + " ".join(flags),
            "train_items": len(train), "heldout_items": len(held),
            "config": cfg.grpo.model_dump(), "learning_rate": a.lr,
            "setup_seconds": round(setup_s, 1), "train_seconds": round(train_s, 1),
            "best_step": s.best_step, "heldout_reward_start": s.start_reward,
            "heldout_reward_best": s.best_reward, "steps": s.metrics}
-    for name, ok in (("agent", start), ("agent+grpo", end)):
+    for name, ok in (("agent", start), ("agent+grpo", end), ("agent+grpo_last_step", last)):
         if ok:
             k = sum(ok)
             res[name] = {"correct": k, "n": len(ok), "accuracy": k / len(ok),
                          "wilson95": list(wilson_interval(k, len(ok)))}
-    if start and end:
-        res["mcnemar_p"] = mcnemar_exact(start, end)
-        res["changed"] = {"gained": sum(not x and y for x, y in zip(start, end, strict=True)),
-                          "lost": sum(x and not y for x, y in zip(start, end, strict=True))}
+    for tag, after in (("", end), ("_last_step", last)):
+        if start and after:
+            res["mcnemar_p" + tag] = mcnemar_exact(start, after)
+            res["changed" + tag] = {
+                "gained": sum(not x and y for x, y in zip(start, after, strict=True)),
+                "lost": sum(x and not y for x, y in zip(start, after, strict=True))}
     if a.compare_prefix:
         res["prefix_sharing"] = prefix_timing(s)
     text = json.dumps(res, indent=1)
@@ -132,6 +140,11 @@ def main() -> None:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(text)
     print(json.dumps({k: v for k, v in res.items() if k != "steps"}, indent=1))
+
+
+def _value(rollout) -> float | None:
+    v = (rollout.trajectory.final or {}).get("value")
+    return float(v) if isinstance(v, (int, float)) else None
 
 
 def prefix_timing(s) -> dict:

@@ -101,6 +101,7 @@ class GrpoSession:
     best_state: dict[str, Any] | None = None
     seconds: float = 0.0
     policy: Any = None  # the adapter being trained as a chat model (`policy_model`)
+    heldout: list[Rollout] | None = None  # the last held-out evaluation's rollouts
 
 
 def setup(cfg: TrainConfig, *, tasks: Sequence[AgentTask], agent_setup: SetupFactory,
@@ -202,10 +203,12 @@ def rollout(s: GrpoSession, tasks: Sequence[AgentTask], *, group_size: int,
 
 
 def heldout_reward(s: GrpoSession) -> dict[str, float]:
-    """Greedy rollouts of the held-out tasks, one each: their mean reward and tool calls."""
+    """Greedy rollouts of the held-out tasks, one each: their mean reward and tool calls
+    (the rollouts stay in `s.heldout` until the next evaluation)."""
     groups = rollout(s, s.held_out, group_size=1, desc="held-out",
                      sampling=Sampling(0.0, _seed(s.seed, "heldout", 0),
                                        s.cfg.grpo.max_new_tokens))
+    s.heldout = [g[0] for g in groups]
     st = group_stats(groups)
     return {"heldout_reward": st["reward_mean"],
             "heldout_tool_calls": st["tool_calls_per_rollout"]}
@@ -405,6 +408,7 @@ def train_steps(s: GrpoSession, n: int, *,
         gen_tokens = sum(r.trajectory.completion_tokens for grp in groups for r in grp)
         row: dict[str, Any] = {
             "step": done, **group_stats(groups), "lr": lr, **st,
+            "rollout_seconds": roll_s, "update_seconds": upd_s,
             "rollout_tokens_per_s": gen_tokens / roll_s if roll_s else None,
             "update_tokens_per_s": st["update_tokens"] / upd_s if upd_s and
             st["update_tokens"] else None,
