@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--heldout", type=int, default=16)
+    ap.add_argument("--dev", type=int, default=0, help="items that choose the kept adapter "
+                    "(0: the held-out items themselves)")
     ap.add_argument("--temperature", type=float, default=0.5)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--beta", type=float, default=0.0)
@@ -54,7 +56,10 @@ def main() -> None:
 
     items = rf.load_items("datasets/rf_design")
     random.Random(a.seed).shuffle(items)
-    held, train = items[:a.heldout], items[a.heldout:]
+    # test items report the result; dev items (with --dev) choose the kept adapter, so the
+    # reported figure is not the one the choice was made on
+    held, dev = items[:a.heldout], items[a.heldout:a.heldout + a.dev]
+    train = items[a.heldout + a.dev:]
     ac = AgentConfig(pack="rf", policy="guided")
 
     def agent_setup(smp: G.Sampling):
@@ -70,7 +75,7 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     s = G.setup(cfg, model_spec=a.model, tasks=[rf.design_task(i) for i in train],
-                held_out=[rf.design_task(i) for i in held], agent_setup=agent_setup,
+                held_out=[rf.design_task(i) for i in (dev or held)], agent_setup=agent_setup,
                 reward=rf.reward, seed=a.seed, checkpoint_dir=a.out / "checkpoints")
     if (last := G.restore_checkpoint(s)):
         print(f"resuming from {last.name}", flush=True)
@@ -87,9 +92,11 @@ def main() -> None:
         return out, sum(r.reward for (r,) in groups) / len(groups)
 
     start: list[bool] = []
-    if s.step == 0 and held:  # the step-0 evaluation GRPO keeps the best against
-        start, s.start_reward = held_out()
-        s.best_step, s.best_reward, s.best_state = 0, s.start_reward, G.adapter_state(s)
+    if s.step == 0 and held:
+        start, reward = held_out()
+        if not dev:  # the step-0 evaluation GRPO keeps the best against
+            s.start_reward = reward
+            s.best_step, s.best_reward, s.best_state = 0, reward, G.adapter_state(s)
     log = a.out / "steps.jsonl"
 
     def on_step(row: dict) -> None:
@@ -102,21 +109,23 @@ def main() -> None:
     G.train_steps(s, s.total - s.step, on_step=on_step)
     train_s = time.perf_counter() - t1
     G.export(s, a.out / "adapter")
-    if s.best_state is not None:
-        load_adapter_state(s, s.best_state)
-    # the last step's adapter was evaluated at the end of training; the kept one is it, the
-    # start, or an earlier step's (evaluated again here)
-    last = [correct(_value(r), it) for it, r in zip(held, s.heldout or [], strict=True)]
-    if s.best_step == s.step:
+    # the last step's adapter (evaluated at the end of training when the test items are
+    # the held-out ones); the kept one is it, the start, or an earlier step's
+    if dev or not s.heldout:
+        last, _ = held_out()
+    else:
+        last = [correct(_value(r), it) for it, r in zip(held, s.heldout, strict=True)]
+    if s.best_step == s.step or s.best_state is None:
         end = last
     elif s.best_step == 0 and start:
         end = list(start)
     else:
+        load_adapter_state(s, s.best_state)
         end, _ = held_out()
     flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
              for k, v in vars(a).items() if v is not None and v is not False]
     res = {"command": "python benchmarks/grpo_rf.py " + " ".join(flags),
-           "train_items": len(train), "heldout_items": len(held),
+           "train_items": len(train), "heldout_items": len(held), "dev_items": len(dev),
            "config": cfg.grpo.model_dump(), "learning_rate": a.lr,
            "setup_seconds": round(setup_s, 1), "train_seconds": round(train_s, 1),
            "best_step": s.best_step, "heldout_reward_start": s.start_reward,
