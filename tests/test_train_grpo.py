@@ -517,3 +517,19 @@ def test_the_kl_reference_is_the_starting_adapter_when_training_starts_from_one(
     base = session(tiny_model, grpo={"beta": 0.5})
     ref_base = G._no_grad_logps(base, seqs[:1], reference=True)[0]
     assert max(abs(a - b) for a, b in zip(ref_base, seqs[0].ref_logps, strict=True)) > 1e-4
+
+
+def test_each_pass_over_the_tasks_takes_every_task_once_in_a_seeded_order():
+    from types import SimpleNamespace
+
+    def fake(seed):
+        return SimpleNamespace(cfg=config(grpo={"tasks_per_step": 3}), tasks=tasks(6),
+                               seed=seed)
+
+    s = fake(3)
+    first = [t.id for step in range(2) for t in G.step_tasks(s, step)]
+    second = [t.id for step in range(2, 4) for t in G.step_tasks(s, step)]
+    assert sorted(first) == sorted(second) == [f"t{i}" for i in range(6)]
+    assert first != second  # a new order each pass
+    assert first == [t.id for step in range(2) for t in G.step_tasks(fake(3), step)]
+    assert first != [t.id for step in range(2) for t in G.step_tasks(fake(4), step)]
