@@ -3,6 +3,7 @@ one a PeftModel carries), starting from a saved one, and reading or replacing it
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -106,7 +107,10 @@ def from_adapter(model, folder: str):
     if not (path / "adapter_config.json").is_file():
         raise WorkbenchError(f"train.init_adapter {folder}: not an adapter folder (no "
                              f"adapter_config.json)")
-    return PeftModel.from_pretrained(model, str(path), is_trainable=True)
+    with warnings.catch_warnings():  # as in with_adapter
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated",
+                                category=FutureWarning)
+        return PeftModel.from_pretrained(model, str(path), is_trainable=True)
 
 
 def with_adapter(model, lora: LoraSettings):
@@ -120,9 +124,12 @@ def with_adapter(model, lora: LoraSettings):
     if not targets:
         raise WorkbenchError(f"no default LoRA targets for model type "
                              f"{model.config.model_type!r}: set train.lora.target_modules")
-    return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha,
-                                            lora_dropout=lora.dropout, target_modules=targets,
-                                            task_type="CAUSAL_LM"))
+    with warnings.catch_warnings():  # PEFT reads an attribute transformers 5 deprecates
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated",
+                                category=FutureWarning)
+        return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha,
+                                                lora_dropout=lora.dropout,
+                                                target_modules=targets, task_type="CAUSAL_LM"))
 
 
 def _check_adapter(model, lora: LoraSettings) -> None:
