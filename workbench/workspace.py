@@ -193,7 +193,8 @@ def run_info(run: str | Path, *, read_report: Callable[[Path], Any] | None = Non
         has_training_metrics=lay.has("train", "live") or lay.has("train", "metrics"),
         has_eval={name: lay.has(pipe, art) for name, pipe, art in (
             ("eval", "eval", "summary"), ("eval_base", "compare", "eval_base"),
-            ("eval_sft", "compare", "eval_sft"))},
+            ("eval_sft", "compare", "eval_sft"), ("eval_base_seen", "compare", "eval_base_seen"),
+            ("eval_sft_seen", "compare", "eval_sft_seen"))},
         has_report=lay.has("compare", "report"))
     if info.has_report and read_report is not None:
         try:

@@ -39,8 +39,11 @@ def _lead(s: QTSASample) -> str:
 
 
 def to_chat(s: QTSASample, style: str = "instruct") -> ChatExample:
-    final = f"{s.solution}\n\n<answer>{s.answer}</answer>"
     lead = _lead(s)
+    # composed mode's solution only restates the option the lead line already gives
+    restated = lead and s.solution.startswith("The correct option is ")
+    final = f"<answer>{s.answer}</answer>" if restated else \
+        f"{s.solution}\n\n<answer>{s.answer}</answer>"
     if style == "instruct":
         body = f"{s.thinking}\n\n{final}" if s.thinking else final
         reply = Message(role="assistant", content=f"{lead}{body}")

@@ -97,9 +97,18 @@ if not infos:
 by_name = {r.name: r for r in infos}
 picked = st.multiselect("Runs", list(by_name), default=list(by_name)[-1:], key="e-runs")
 
-EVALS = {"eval_base": ("compare", "eval_base", "base model"),
-         "eval_sft": ("compare", "eval_sft", "SFT model"),
+EVALS = {"eval_base": ("compare", "eval_base", "base model, unseen benchmark"),
+         "eval_sft": ("compare", "eval_sft", "SFT model, unseen benchmark"),
+         "eval_base_seen": ("compare", "eval_base_seen", "base model, seen benchmark"),
+         "eval_sft_seen": ("compare", "eval_sft_seen", "SFT model, seen benchmark"),
          "eval": ("eval", "summary", "evaluation")}
+BENCHMARK_OF = {"eval_base_seen": "benchmark_seen", "eval_sft_seen": "benchmark_seen"}
+BENCHMARK_WORDS = {
+    "unseen": "Questions about sections the model was never trained on: does what it learnt "
+              "carry over to new text?",
+    "seen": "New questions about facts the training data taught (the questions themselves "
+            "were never trained on): did training teach the facts?",
+}
 
 
 def eval_folder(lay, which: str):
@@ -107,10 +116,10 @@ def eval_folder(lay, which: str):
     return lay.artifact(pipe, art).parent
 
 
-def comparison_table(report, key: str) -> None:
+def comparison_table(report, rows, key: str) -> None:
     # every scoring any row has is a column, the same for every row (the headline's star
     # goes in its cell); a row not scored that way has an empty cell, not "None"
-    scored = [k for k in SCORINGS if any(k in row.scorings for row in report.rows)]
+    scored = [k for k in SCORINGS if any(k in row.scorings for row in rows)]
     st.dataframe([
         {"configuration": row.name,
          "items": f"{row.n} ({acc.clusters} clusters)"
@@ -121,11 +130,11 @@ def comparison_table(report, key: str) -> None:
             for k in scored},
          "headline": row.headline or "none (all degenerate)",
          "degenerate": ", ".join(SCORING_LABELS.get(k, k) for k in row.degenerate) or "-",
-         "s/item": round(row.seconds_per_item, 2)} for row in report.rows],
+         "s/item": round(row.seconds_per_item, 2)} for row in rows],
         hide_index=True, key=key,
         column_config={SCORING_LABELS.get(k, k): st.column_config.TextColumn(width=170)
                        for k in SCORINGS})  # "71.0% [53.4, 83.9] ⚠ ★"
-    why = [f"{row.name} / {SCORING_LABELS.get(k, k)}: {w}" for row in report.rows
+    why = [f"{row.name} / {SCORING_LABELS.get(k, k)}: {w}" for row in rows
            for k, w in row.degenerate.items()]
     st.caption("Accuracy with its Wilson 95% interval (at the effective sample size where "
                "items form clusters: items asked for one sentence share their correct option); "
@@ -175,6 +184,34 @@ def comparisons_view(comparisons, key: str) -> None:
         st.markdown("**Significant differences:** none at 5% (Holm-adjusted).")
 
 
+def benchmark_view(rep, bench: str, b, run_name: str) -> None:
+    """One benchmark of a comparison: what it measures, its table, the oracle bound read
+    first, the knowledge-free rules (and the flag when one matches the base model), and the
+    paired tests."""
+    rows = rep.rows_of(bench)
+    st.markdown(f"#### Benchmark `{bench}` · {b.items} items")
+    st.caption(BENCHMARK_WORDS.get(bench, b.measures))
+    comparison_table(rep, rows, f"table-{run_name}-{bench}")
+    base = {r.condition: r.headline_accuracy for r in rows if r.model == "Base"}
+    if base.get("none") and base.get("oracle"):
+        st.markdown(
+            f"Without any passage the base model scores {acc_text(base['none'])}; given the "
+            f"passage each question was written from (**oracle**, the best any retriever "
+            f"could do) {acc_text(base['oracle'])}. "
+            + " ".join(f"{c}: {100 * (a.value - base['oracle'].value):+.1f} points from the "
+                       "oracle." for c in ("semantic", "keyword", "hybrid")
+                       if (a := base.get(c)) is not None))
+    if b.shortcuts:
+        st.dataframe([{"rule (no knowledge)": s.description, "accuracy": acc_text(s.accuracy),
+                       **{x: s.predictions.get(x, 0) for x in "ABCD"}} for s in b.shortcuts],
+                     hide_index=True, key=f"shortcuts-{run_name}-{bench}")
+        st.caption("Rules that pick an option from the wording alone. A model has to beat "
+                   "them before its accuracy says anything about what it knows.")
+    if b.shortcut_flag:
+        st.warning(b.shortcut_flag)
+    comparisons_view(b.comparisons, f"pairs-{run_name}-{bench}")
+
+
 def drill_down(info) -> None:
     """One item of one condition: question, options with gold and predictions, context."""
     from workbench.evaluate.benchmark import load_benchmark
@@ -203,7 +240,9 @@ def drill_down(info) -> None:
     items = {}
     if info.has_benchmark:
         try:
-            items = {it.id: it for it in load_benchmark(lay.artifact("distill", "benchmark"))}
+            art = BENCHMARK_OF.get(ev, "benchmark")
+            if lay.has("distill", art):
+                items = {it.id: it for it in load_benchmark(lay.artifact("distill", art))}
         except Exception as e:  # noqa: BLE001 - a file a job is still writing
             not_ready("the benchmark", e)
     item = items.get(r.example_id)
@@ -253,8 +292,8 @@ for name in picked:
     if rep is not None:
         st.caption(f"model `{rep.model}` · domain {rep.domain} · chance {pct(rep.chance)}"
                    + (f" · best RAG: {rep.best_rag}" if rep.best_rag else ""))
-        comparison_table(rep, f"table-{info.name}")
-        comparisons_view(rep.comparisons, f"pairs-{info.name}")
+        for bench, b in rep.benchmarks.items():
+            benchmark_view(rep, bench, b, info.name)
         if lay.has("compare", "plot"):
             show_image(lay.artifact("compare", "plot"))
         if rep.retrieval:
