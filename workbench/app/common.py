@@ -152,7 +152,6 @@ DISTILL_SETTINGS = {"constrained": "auto", "writer_temperature": 0.7,
 COMPOSED_SETTINGS = {"writer_max_tokens": 48}
 
 
-
 def distill_settings(mode: str = "composed") -> dict[str, Any]:
     return {**DISTILL_SETTINGS, **(COMPOSED_SETTINGS if mode == "composed" else {})}
 
