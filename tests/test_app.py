@@ -144,7 +144,8 @@ def test_list_runs_is_typed(finished):
     assert info.distilled and info.distilled > 0
     assert {"distill/distill", "rag/index", "train/train", "compare/report"} <= set(info.stages)
     assert isinstance(info.report, CompareReport) and info.report_error is None
-    assert info.has_eval == {"eval": False, "eval_base": True, "eval_sft": True}
+    assert info.has_eval == {"eval": False, "eval_base": True, "eval_sft": True,
+                             "eval_base_seen": False, "eval_sft_seen": False}
     assert list_runs(finished)[0].report is None  # no reader, no report
 
 

@@ -259,7 +259,9 @@ def test_a_killed_condition_rerun_finishes_the_rest(agent, tmp_path):
     re-run only runs the claims not yet saved."""
     from workbench.agent_packs.kgv.api import run_condition
 
-    claims = [claim(f"c{i}", label=("SUPPORTED", "REFUTED")[i % 2]) for i in range(6)]
+    # distinct claims: the runner scores a batch's identical questions once
+    claims = [claim(f"c{i}", s=f"dog {i}", label=("SUPPORTED", "REFUTED")[i % 2])
+              for i in range(6)]
     setup = make_setup(agent, _ac(), "closed_book")
     path = tmp_path / "closed_book.jsonl"
 

@@ -276,41 +276,7 @@ def read_claims(path: Path, g: Graph | None, read_sentence,
     known = set(predicates)
     from workbench.agent_packs.kgv.pack import KGClaim
 
-    rows: list[dict[str, Any]] = []
-    suffix = path.suffix.lower()
-    if suffix == ".tsv":
-        for n, cols in _tsv_rows(path):
-            if len(cols) < 3:
-                raise DataError(f"{len(cols)} columns; a claim row has subject, predicate, "
-                                "object, then optionally label and part", path=str(path),
-                                line=n, code="bad_record")
-            rows.append({"line": n, "triple": cols[:3], "label": _col(cols, 3),
-                         "part": _col(cols, 4)})
-    elif suffix == ".txt":
-        for n, line in enumerate(_text(path).splitlines(), start=1):
-            if line.strip() and not line.startswith("#"):
-                text, _, label = line.partition("\t")
-                rows.append({"line": n, "text": text.strip(), "label": label.strip() or None})
-    elif suffix == ".jsonl":
-        from workbench.io import iter_jsonl_raw
-
-        for n, r in iter_jsonl_raw(path):
-            if isinstance(r, dict) and "subject" in r:
-                rows.append({"line": n, "claim": r})
-            elif isinstance(r, dict) and isinstance(r.get("text", r.get("claim")), str):
-                # {"text": ...} or FEVER's {"claim": ..., "label": "SUPPORTS"}; evidence ids
-                # are kept where they are strings (FEVER's [[ann, ev, page, line]] are not)
-                ev = r.get("evidence", [])
-                rows.append({"line": n, "text": r.get("text", r.get("claim")),
-                             "label": r.get("label"), "part": r.get("part"), "id": r.get("id"),
-                             "evidence": [e for e in ev if isinstance(e, str)]
-                             if isinstance(ev, list) else []})
-            else:
-                raise DataError("a claim is a KGClaim (subject, predicate, object, label), "
-                                '{"text": ..., "label": ...} or FEVER\'s {"claim": ..., '
-                                '"label": ...}', path=str(path), line=n, code="bad_record")
-    else:
-        raise DataError("claims are .tsv, .txt or .jsonl", path=str(path), code="unsupported")
+    rows = _claim_rows(path)
     out = []
     for i, r in enumerate(rows):
         where = {"path": str(path), "line": r["line"]}
@@ -356,6 +322,47 @@ def read_claims(path: Path, g: Graph | None, read_sentence,
             raise DataError(f"not a claim ({describe_validation_error(e)})", **where,
                             code="bad_record") from None
     return out
+
+
+def _claim_rows(path: Path) -> list[dict[str, Any]]:
+    """A claims file's rows as read, before any is made a claim: {line, triple | text |
+    claim, label, part, id, evidence}."""
+    rows: list[dict[str, Any]] = []
+    suffix = path.suffix.lower()
+    if suffix == ".tsv":
+        for n, cols in _tsv_rows(path):
+            if len(cols) < 3:
+                raise DataError(f"{len(cols)} columns; a claim row has subject, predicate, "
+                                "object, then optionally label and part", path=str(path),
+                                line=n, code="bad_record")
+            rows.append({"line": n, "triple": cols[:3], "label": _col(cols, 3),
+                         "part": _col(cols, 4)})
+    elif suffix == ".txt":
+        for n, line in enumerate(_text(path).splitlines(), start=1):
+            if line.strip() and not line.startswith("#"):
+                text, _, label = line.partition("\t")
+                rows.append({"line": n, "text": text.strip(), "label": label.strip() or None})
+    elif suffix == ".jsonl":
+        from workbench.io import iter_jsonl_raw
+
+        for n, r in iter_jsonl_raw(path):
+            if isinstance(r, dict) and "subject" in r:
+                rows.append({"line": n, "claim": r})
+            elif isinstance(r, dict) and isinstance(r.get("text", r.get("claim")), str):
+                # {"text": ...} or FEVER's {"claim": ..., "label": "SUPPORTS"}; evidence ids
+                # are kept where they are strings (FEVER's [[ann, ev, page, line]] are not)
+                ev = r.get("evidence", [])
+                rows.append({"line": n, "text": r.get("text", r.get("claim")),
+                             "label": r.get("label"), "part": r.get("part"), "id": r.get("id"),
+                             "evidence": [e for e in ev if isinstance(e, str)]
+                             if isinstance(ev, list) else []})
+            else:
+                raise DataError("a claim is a KGClaim (subject, predicate, object, label), "
+                                '{"text": ..., "label": ...} or FEVER\'s {"claim": ..., '
+                                '"label": ...}', path=str(path), line=n, code="bad_record")
+    else:
+        raise DataError("claims are .tsv, .txt or .jsonl", path=str(path), code="unsupported")
+    return rows
 
 
 def _col(cols: list[str], i: int) -> str | None:
