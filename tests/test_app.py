@@ -356,7 +356,7 @@ def test_distill_from_the_app_with_a_scripted_model(ws):
     at.text_input(key="d-name").set_value("app-run")
     at.radio(key="d-mode").set_value("single")
     at.multiselect(key="d-kinds").set_value(["mc"])
-    at.button[0].click().run()  # the form's submit button
+    at.button(key="d-start").click().run()
     assert not at.exception
     jobs = list_jobs(w)
     assert len(jobs) == 1 and jobs[0].kind == "distill"
@@ -384,7 +384,7 @@ def test_work_on_an_empty_corpus_is_refused_before_a_job_starts(ws):
     from workbench.workspace import open_workspace
 
     w = open_workspace(ws)
-    for name, click in (("distill", lambda at: at.button[0]),
+    for name, click in (("distill", lambda at: at.button(key="d-start")),
                         ("retrieval", lambda at: at.button(key="r-build")),
                         ("evaluate", lambda at: at.button(key="e-start"))):
         at = page(name).run()

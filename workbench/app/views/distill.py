@@ -16,6 +16,7 @@ from workbench.app.common import (
     workspace,
 )
 from workbench.domain_packs import available_packs, load_pack
+from workbench.errors import WorkbenchError
 from workbench.jobs import start_job
 
 FLAGS = {"verifier_disagrees": "a second reading by the model picked another option; "
@@ -57,40 +58,43 @@ st.caption("A teacher model reads each section of the corpus and writes training
            "The form's button runs it as a background job over the workspace's corpus (its "
            "progress shows below and in the Task centre); review the samples when it ends.")
 ws = workspace()
-with st.form("distill-form"):
-    name = st.text_input("Run name", value="distill", key="d-name")
-    pack = st.selectbox("Domain pack", available_packs(), index=available_packs().index("rf")
-                        if "rf" in available_packs() else 0, key="d-pack")
-    persp = load_pack(pack).perspectives
-    perspectives = st.multiselect("Perspectives", [p.id for p in persp],
-                                  default=[p.id for p in persp], key="d-persp",
-                                  help="The angles questions are asked from, one question "
-                                       "per section and perspective: " + "; ".join(
-                                           f"{p.id}: {p.name}" for p in persp) + ".")
-    kinds = st.multiselect("Sample kinds", ["mc", "nd"], default=["mc", "nd"], key="d-kinds",
-                           help="mc: multiple choice, four options and a letter answer (the "
-                                "benchmark is made of these); nd: an open-ended question with "
-                                "a written answer.")
-    teacher = st.text_input("Teacher model (bundled 'default', a folder, or an "
-                            "OpenAI-compatible URL#model)", value="default", key="d-model")
-    mode = st.radio("Mode", ["composed", "single"], horizontal=True, key="d-mode",
-                    help="composed: one easy step per call (small models); single: "
-                         "RF-Agent's writer + answerer (capable teachers).")
-    answers = st.radio("Answers (composed mode)", ["text", "model"], horizontal=True,
-                       key="d-answers", help="text: a sentence of the document is the answer "
-                                             "and the model writes its question (best for "
-                                             "small models); model: the model answers too.")
-    max_sections = st.number_input("Max sections (0 = all)", 0, 10000, 0, key="d-max",
-                                   help="Distil only the first sections: a quick trial run.")
-    # no help= here: a button with help renders twice, and tests/test_e2e_browser.py finds
-    # this one by its text
-    go = st.form_submit_button("Start distillation")
+# no form: a form's fields are lost when its page is left unsubmitted (they are kept for
+# the session: common.keep_fields), and the perspectives follow the pack as it is picked
+name = st.text_input("Run name", value="distill", key="d-name")
+pack = st.selectbox("Domain pack", available_packs(), index=available_packs().index("rf")
+                    if "rf" in available_packs() else 0, key="d-pack")
+persp = load_pack(pack).perspectives
+perspectives = st.multiselect("Perspectives", [p.id for p in persp],
+                              default=[p.id for p in persp], key=f"d-persp-{pack}",
+                              help="The angles questions are asked from, one question "
+                                   "per section and perspective: " + "; ".join(
+                                       f"{p.id}: {p.name}" for p in persp) + ".")
+kinds = st.multiselect("Sample kinds", ["mc", "nd"], default=["mc", "nd"], key="d-kinds",
+                       help="mc: multiple choice, four options and a letter answer (the "
+                            "benchmark is made of these); nd: an open-ended question with "
+                            "a written answer.")
+teacher = st.text_input("Teacher model (bundled 'default', a folder, or an "
+                        "OpenAI-compatible URL#model)", value="default", key="d-model")
+mode = st.radio("Mode", ["composed", "single"], horizontal=True, key="d-mode",
+                help="composed: one easy step per call (small models); single: "
+                     "RF-Agent's writer + answerer (capable teachers).")
+answers = st.radio("Answers (composed mode)", ["text", "model"], horizontal=True,
+                   key="d-answers", help="text: a sentence of the document is the answer "
+                                         "and the model writes its question (best for "
+                                         "small models); model: the model answers too.")
+max_sections = st.number_input("Max sections (0 = all)", 0, 10000, 0, key="d-max",
+                               help="Distil only the first sections: a quick trial run.")
+# no help= here: a button with help renders twice, and tests/test_e2e_browser.py finds
+# this one by its text
+go = st.button("Start distillation", key="d-start", type="primary")
 if go:
     try:
         require_corpus(ws)
+        if not perspectives or not kinds:
+            raise WorkbenchError("pick at least one perspective and one sample kind")
         cfg = base_config(name, corpus=str(ws / "corpus"), domain=pack, distill={
-            **distill_settings(mode), "perspectives": perspectives, "kinds": kinds, "mode": mode,
-            "answer_source": answers, "max_sections": max_sections or None})
+            **distill_settings(mode, answers), "perspectives": perspectives, "kinds": kinds,
+            "mode": mode, "answer_source": answers, "max_sections": max_sections or None})
         if teacher != "default":
             cfg["models"]["chat"] = {"spec": teacher}
         job = start_job(ws, "distill", cfg)
@@ -209,7 +213,7 @@ else:
                "verdict: Cohen's kappa between the verifier and you, with its 95% interval, "
                "says how far its accept/reject can be trusted.")
     from workbench.distill.verifier_check import QUESTION, WHAT
-    from workbench.errors import DataError, WorkbenchError
+    from workbench.errors import DataError
 
     if isinstance(vc_error, WorkbenchError) and not isinstance(vc_error, DataError):
         # the verifier was off, or decided nothing that can be shown

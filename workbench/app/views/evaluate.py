@@ -1,6 +1,9 @@
 import streamlit as st
 
 from workbench.app.common import (
+    EVAL_SETTINGS,
+    RAG_SETTINGS,
+    TRAIN_SETTINGS,
     acc_text,
     base_config,
     distill_settings,
@@ -41,12 +44,12 @@ with st.expander("Run the whole comparison (distil, index, base vs RAG vs SFT)")
         try:
             require_corpus(ws)
             cfg = base_config(name, corpus=str(ws / "corpus"),
-                              distill={**distill_settings(), "perspectives": persp,
-                                       "kinds": ["mc", "nd"], "answer_source": "text"},
-                              train={"max_steps": int(steps), "batch_size": 2,
-                                     "max_length": 512},
-                              eval={"methods": ["loglik", "generate"], "max_tokens": 32},
-                              compare={"eval_items": int(items)})
+                              distill={**distill_settings("composed", "text"),
+                                       "perspectives": persp, "kinds": ["mc", "nd"],
+                                       "answer_source": "text"},
+                              rag=dict(RAG_SETTINGS),
+                              train={**TRAIN_SETTINGS, "max_steps": int(steps)},
+                              eval=dict(EVAL_SETTINGS), compare={"eval_items": int(items)})
             job = start_job(ws, "compare", cfg)
             st.success(f"Started job {job.id}")
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback

@@ -4,6 +4,7 @@ import re
 import streamlit as st
 
 from workbench.app.common import (
+    RAG_SETTINGS,
     base_config,
     job_panel,
     not_ready,
@@ -30,7 +31,8 @@ with st.expander("Build an index from the corpus", expanded=not indexes):
                       "and indexes them for all three retrievers, as a run of this name."):
         try:
             require_corpus(ws)
-            job = start_job(ws, "rag", base_config(name, corpus=str(ws / "corpus")))
+            job = start_job(ws, "rag", base_config(name, corpus=str(ws / "corpus"),
+                                                  rag=dict(RAG_SETTINGS)))
             st.success(f"Started job {job.id}")
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             show_error(e)
