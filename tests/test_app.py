@@ -166,6 +166,7 @@ def test_projects_page_lists_the_run(finished):
 
 
 def test_compare_table_with_intervals_and_significance(finished):
+    from workbench.evaluate.report import SCORING_LABELS
     from workbench.experiments.compare import read_report
 
     report = read_report(finished / "runs" / "tiny")
@@ -174,16 +175,20 @@ def test_compare_table_with_intervals_and_significance(finished):
     table = frame(at, "configuration", "s/item")
     assert list(table["configuration"]) == [r.name for r in report.rows]
     head = report.rows[0].headline
-    col = next(c for c in table.columns if str(table[c][0]).endswith("★"))
+    # the headline's star leads its cell, so a narrow column never cuts it off
+    col = next(c for c in table.columns if str(table[c][0]).startswith("★"))
     assert col.startswith({"letter": "letter", "cloze_norm": "cloze, per-char",
                            "cloze": "cloze (CF)", "generate": "generation"}[head])
     a = report.rows[0].scorings[head]
-    assert table[col][0].startswith(f"{100 * a.value:.1f}% [{100 * a.ci_low:.1f}, "
-                                    f"{100 * a.ci_high:.1f}]")
+    assert table[col][0].endswith(f"{100 * a.value:.1f}% [{100 * a.ci_low:.1f}, "
+                                  f"{100 * a.ci_high:.1f}]")
     # one column per scoring for every row: a cell is a figure or empty, never None
     assert not table.isna().any().any() and "None" not in table.to_string()
-    assert list(table["headline"]) == [r.headline or "none (all degenerate)"
-                                       for r in report.rows]
+    # one name per scoring on the whole page: the column's, never the key "cloze_norm"
+    assert list(table["headline"]) == [SCORING_LABELS[r.headline] if r.headline
+                                       else "none (all degenerate)" for r in report.rows]
+    assert "cloze_norm" not in texts(at) and not any(
+        "cloze_norm" in str(d.value.to_string()) for d in at.dataframe)
     assert "degenerate" in table.columns
     pairs = frame(at, "p (Holm)")
     assert len(pairs) == len(report.comparisons)
@@ -451,6 +456,11 @@ def test_bring_your_own_benchmark_from_the_app(ws):
     assert job.status == "completed", job.log_text()
     summary = read_eval_summary(RunLayout.at(ws / "runs" / "my-benchmark").folder("eval"))
     assert summary.items == 6 and summary.conditions["none"].n == 6
+    shown = page("evaluate").run()  # its table: the headline's star leads its cell
+    shown.multiselect(key="e-runs").set_value(["my-benchmark"]).run()
+    table = frame(shown, "condition", "items")
+    assert any(str(v).startswith("★ ") for v in table.iloc[0]), table
+    assert not table.isna().any().any() and "None" not in table.to_string()
     at.file_uploader(key="b-file").set_value(
         [("bad.jsonl", b'{"stem": "q", "opts": ["a", "b"], "label": 0}\n{"stem": "q2"}\n',
           "application/json")]).run()

@@ -119,6 +119,18 @@ def eval_folder(lay, which: str):
     return lay.artifact(pipe, art).parent
 
 
+def label(k: str | None) -> str:
+    """A scoring's name as every table of the page writes it ("cloze, per-char norm. (CF)",
+    never the key "cloze_norm")."""
+    return SCORING_LABELS.get(k, k) if k else ""
+
+
+def scoring_cell(acc, degenerate: bool, headline: bool) -> str:
+    """An accuracy cell with its marks first ("★ 71.0% [53.4, 83.9]"), so a narrow column
+    cuts the interval, never the mark."""
+    return ("★ " if headline else "") + ("⚠ " if degenerate else "") + acc_text(acc)
+
+
 def comparison_table(report, rows, key: str) -> None:
     # every scoring any row has is a column, the same for every row (the headline's star
     # goes in its cell); a row not scored that way has an empty cell, not "None"
@@ -127,18 +139,13 @@ def comparison_table(report, rows, key: str) -> None:
         {"configuration": row.name,
          "items": f"{row.n} ({acc.clusters} clusters)"
          if (acc := row.headline_accuracy) and acc.clusters else str(row.n),
-         **{SCORING_LABELS.get(k, k):
-            acc_text(row.scorings.get(k)) + (" ⚠" if k in row.degenerate else "")
-            + (" ★" if k == row.headline else "") if k in row.scorings else ""
-            for k in scored},
-         "headline": row.headline or "none (all degenerate)",
-         "degenerate": ", ".join(SCORING_LABELS.get(k, k) for k in row.degenerate) or "-",
+         **{label(k): scoring_cell(row.scorings[k], k in row.degenerate, k == row.headline)
+            if k in row.scorings else "" for k in scored},
+         "headline": label(row.headline) or "none (all degenerate)",
+         "degenerate": ", ".join(label(k) for k in row.degenerate) or "-",
          "s/item": round(row.seconds_per_item, 2)} for row in rows],
-        hide_index=True, key=key,
-        column_config={SCORING_LABELS.get(k, k): st.column_config.TextColumn(width=170)
-                       for k in SCORINGS})  # "71.0% [53.4, 83.9] ⚠ ★"
-    why = [f"{row.name} / {SCORING_LABELS.get(k, k)}: {w}" for row in rows
-           for k, w in row.degenerate.items()]
+        hide_index=True, key=key)
+    why = [f"{row.name} / {label(k)}: {w}" for row in rows for k, w in row.degenerate.items()]
     st.caption("Accuracy with its Wilson 95% interval (at the effective sample size where "
                "items form clusters: items asked for one sentence share their correct option); "
                "★ the headline scoring, ⚠ degenerate, empty: not scored that way; s/item: "
@@ -147,27 +154,25 @@ def comparison_table(report, rows, key: str) -> None:
                + (" Degenerate here: " + "; ".join(why) + "." if why else ""))
 
 
+def pair_scoring(c) -> str:
+    return label(c.formulation_a) if c.formulation_a == c.formulation_b else \
+        f"{label(c.formulation_a)} / {label(c.formulation_b)}"
+
+
 def comparisons_view(comparisons, key: str) -> None:
     if not comparisons:
         return
-    label = SCORING_LABELS.get
-    scorings = {label(c.formulation_a, c.formulation_a) if c.formulation_a == c.formulation_b
-                else f"{label(c.formulation_a, c.formulation_a)} / "
-                     f"{label(c.formulation_b, c.formulation_b)}" for c in comparisons}
+    scorings = {pair_scoring(c) for c in comparisons}
     one = next(iter(scorings)) if len(scorings) == 1 else None  # then said once, above
     st.markdown("**Paired comparisons** (same items" + (f"; scoring: {one})" if one else ")"))
-    st.dataframe([{"a": c.a, "b": c.b, **({} if one else {
-                   "scoring": label(c.formulation_a, c.formulation_a)
-                   if c.formulation_a == c.formulation_b else
-                   f"{label(c.formulation_a, c.formulation_a)} / "
-                   f"{label(c.formulation_b, c.formulation_b)}"}),
+    st.dataframe([{"a": c.a, "b": c.b, **({} if one else {"scoring": pair_scoring(c)}),
                    "accuracy a": pct(c.accuracy_a), "accuracy b": pct(c.accuracy_b),
                    "difference b - a (95% CI)": f"{100 * c.difference:+.1f} "
                    f"[{100 * c.difference_ci_low:+.1f}, {100 * c.difference_ci_high:+.1f}]",
                    "only a / only b": f"{c.only_a} / {c.only_b}" + (
                        " (no item changed)" if c.only_a == c.only_b == 0 else ""),
                    "items": f"{c.n} ({c.clusters} clusters)" if c.clusters else str(c.n),
-                   "p (Holm)": round(c.p_holm, 4),
+                   "p (Holm)": f"{c.p_holm:.3g}",
                    "significant": "yes" if c.significant else "no"}
                   for c in comparisons], hide_index=True, key=key)
     st.caption("Each pair scored on the same items. only a / only b: items only a, or only "
@@ -262,11 +267,11 @@ def drill_down(info) -> None:
             marks: dict[str, list[str]] = {}
             for k, p in preds.items():
                 for letter in (p or ""):
-                    marks.setdefault(letter, []).append(k)
+                    marks.setdefault(letter, []).append(label(k))
             st.markdown(options_html(item.options, r.gold, marks), unsafe_allow_html=True)
         else:
             st.caption("The question is not in this run's benchmark.")
-        st.dataframe([{"scoring": SCORING_LABELS.get(k, k), "prediction": p or "(none)",
+        st.dataframe([{"scoring": label(k), "prediction": p or "(none)",
                        "correct": "✓" if r.scores.get(k, float(p == r.gold)) == 1.0 else "✗"}
                       for k, p in preds.items()], hide_index=True,
                      key=f"preds-{info.name}-{ev}")
@@ -311,13 +316,13 @@ for name in picked:
     elif info.has_eval.get("eval"):
         try:
             s = read_eval_summary(eval_folder(lay, "eval"))
-            st.dataframe([{"condition": c, "items": cs.n,
-                           **{SCORING_LABELS.get(k, k)
-                              + (" ★" if k == s.headline.formulation else ""):
-                              acc_text(f.accuracy) + (" ⚠" if f.degenerate else "")
-                              for k in SCORINGS if (f := cs.scoring(k)) is not None}}
-                          for c, cs in s.conditions.items()], hide_index=True,
-                         key=f"table-{info.name}")
+            scored = [k for k in SCORINGS if any(cs.scoring(k) for cs in s.conditions.values())]
+            st.dataframe([{"condition": c, "items": cs.n, **{
+                label(k): scoring_cell(f.accuracy, f.degenerate, k == s.headline.formulation)
+                if (f := cs.scoring(k)) is not None else "" for k in scored}}
+                for c, cs in s.conditions.items()], hide_index=True, key=f"table-{info.name}")
+            st.caption("Accuracy with its Wilson 95% interval; ★ the headline scoring, ⚠ "
+                       "degenerate, empty: not scored that way.")
             comparisons_view(s.comparisons, f"pairs-{info.name}")
         except Exception as e:  # noqa: BLE001 - a file a job is still writing
             not_ready("the evaluation summary", e)
