@@ -85,6 +85,49 @@ def test_seen_items_never_reach_training_and_shortcuts_fail_on_perturbed_items(t
         assert by["consensus"].accuracy.value <= 0.5
 
 
+def test_statement_items_cover_every_perturbable_sentence_without_a_model_call(tmp_path):
+    """benchmark_items: statement. The unseen benchmark holds every held-out sentence that can
+    be perturbed (no writer call, so no writer loss); the seen benchmark asks about the
+    sentences accepted training samples answer, under a question no training row has."""
+    from workbench.distill.perturb import factorial_options, vocabulary
+    from workbench.distill.pipeline import Span
+    from workbench.distill.write import facts
+
+    res = run_distill(cfg(seen_fraction=1.0, distractors="perturbed", kinds=["mc", "nd"],
+                          benchmark_items="statement"), tmp_path / "r", default_model=TEACHER,
+                      seed=1)
+    run = tmp_path / "r"
+    unseen = read_records(run / "benchmark.jsonl", MCItem)
+    seen = read_records(run / "benchmark_seen.jsonl", MCItem)
+    secs = {s.id: s for s in read_records(run / "sections.jsonl", Section)}
+    held = {it.provenance.section_id for it in unseen}
+    train = [s for s in res.samples if s.split == "train"]
+    assert held and not held & {s.provenance.section_id for s in train}
+    # every perturbable sentence of a held-out section is an item (one span per section here)
+    want = 0
+    for sid in held:
+        sec = secs[sid]
+        voc = vocabulary(sec.text, *(x.text for x in secs.values() if x.doc_id == sec.doc_id))
+        want += sum(factorial_options(f, "", sec.text, voc, "x") is not None
+                    for f in facts(Span(sid, sec, sec.text.strip(), ""), 1))
+    assert len(unseen) >= want - 2  # a title word can rule out a site
+    trained = {s.provenance.fact_hash for s in train}
+    sft = (run / "sft" / "instruct_mixed.messages.jsonl").read_text()
+    assert seen and len({it.provenance.fact_hash for it in seen}) == len(seen)
+    for it in seen + unseen:
+        assert it.question.startswith("Which statement about ") and it.question not in sft
+        text = secs[it.provenance.section_id].text
+        right = it.options["ABCD".index(it.answer)]
+        assert right in text and not any(o in text for o in it.options if o != right)
+    assert all(it.provenance.fact_hash in trained for it in seen)
+    assert sorted({it.answer for it in unseen}) == list("ABCD")  # letters balanced
+    calls = res.report.model_calls.made
+    res2 = run_distill(cfg(seen_fraction=1.0, distractors="perturbed", kinds=["mc", "nd"],
+                           benchmark_items="statement", benchmark_fraction=0.6),
+                       tmp_path / "r2", default_model=TEACHER, seed=1)
+    assert res2.report.model_calls.made < calls  # held-out sections cost no call
+
+
 def test_sibling_distractors_are_solved_by_a_shortcut(tmp_path):
     """What the old items did, measured the same way: their answer shares the question's
     words, and the rule finds it far above chance."""
@@ -111,6 +154,12 @@ def test_oracle_contexts_hold_the_answer_sentence_within_the_budget():
     out = ctx([item.question])[0]
     assert right in out and len(out.split()) <= 60 + 6
     assert ctx([item.question], (2, 3)) == [""]  # no "ranks below" the source passage
+    # statement items share their question: each gets the window around its own sentence
+    first = "Sentence 3 says something about topic 3."
+    twin = item.model_copy(update={"id": "j", "options": [first, "x", "y", "z"],
+                                   "answer": "A"})
+    a, b = OracleContexts([item, twin], [sec], max_words=60)([item.question] * 2)
+    assert right in a and first not in a and first in b and right not in b
 
 
 def test_mc_training_replies_start_with_the_letter_the_scoring_reads():

@@ -144,6 +144,17 @@ class DistillConfig(_Section):
                                      "whether training taught the fact). The item is kept only "
                                      "if its training twin is, and never when its question is "
                                      "a near-duplicate of a training question.")
+    benchmark_items: Literal["written", "statement"] = Field(
+        "written", description="Composed mode with answers from the text, perturbed "
+                               "distractors: how held-out items are asked. written: the "
+                               "model writes a question for each held-out sentence (a call "
+                               "each; a 135M writer loses most of them to the gates); "
+                               "statement: 'Which statement about <section> is correct?' "
+                               "over the sentence and its three perturbed copies, no model "
+                               "call, so every sentence that can be perturbed becomes an item "
+                               "(the unseen benchmark: every such sentence of the held-out "
+                               "sections; the seen benchmark: `seen_fraction` of the "
+                               "sentences that accepted training samples answer).")
     max_train_tasks: int | None = Field(
         None, ge=1, description="Training tasks kept, a seeded draw spread evenly over "
                                 "perspectives and kinds; None: all. Held-out (benchmark) tasks "
@@ -173,4 +184,10 @@ class DistillConfig(_Section):
                              "distractors and benchmark_rationales need mode: composed with "
                              "answer_source: "
                              "text (questions written for sentences of the text)")
+        if self.benchmark_items == "statement" and self.distractors != "perturbed":
+            raise ValueError("distill.benchmark_items: statement needs distractors: perturbed "
+                             "(its options are the sentence and three perturbed copies)")
+        if self.benchmark_items == "statement" and self.benchmark_per_fact:
+            raise ValueError("distill.benchmark_items: statement asks every held-out sentence "
+                             "once, without a model call: leave benchmark_per_fact at 0")
         return self

@@ -30,8 +30,8 @@ from workbench.distill.quality import (
     difficulty, letter_distribution, near_duplicates, split_sections,
 )
 from workbench.distill.report import DistillReport, report_markdown
-from workbench.distill.write import (  # noqa: F401  (Span, _conv, _facts: read by tests)
-    LETTERS, Agents, Span, Stats, Task, _conv, _facts, _generate, check_breadth, make_spans,
+from workbench.distill.write import (  # noqa: F401  (Span, _conv, facts: read by tests)
+    LETTERS, Agents, Span, Stats, Task, _conv, facts, _generate, check_breadth, make_spans,
     make_tasks, write_composed, write_single,
 )
 from workbench.domain_packs import DomainPack, load_pack
@@ -138,6 +138,10 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     _dedup(tasks, cfg, seed, stats)
     _check_seen(tasks, cfg, stats)
     accepted = _tally(tasks, stats)
+    if cfg.benchmark_items == "statement":
+        accepted += _statement_items(spans, corpus_sections, accepted, cfg, seed, stats)
+        progress(f"statement items: {stats.stages['statement_unseen']} unseen, "
+                 f"{stats.stages['statement_seen']} seen")
     write_jsonl(run_dir / "verifier.jsonl", _verifier_rejects(tasks, agents, cfg))
     samples = [_to_sample(t, pack, agents) for t in accepted]
     bench, seen = (_items(samples, split, cfg.benchmark_size) for split in ("benchmark",
@@ -156,6 +160,20 @@ def _items(samples: list[QTSASample], split: str, cap: int) -> list[MCItem]:
     return [MCItem(id=s.id, question=s.question, options=s.options, answer=s.answer,
                    difficulty=s.difficulty, provenance=s.provenance)
             for s in samples if s.kind == "mc" and s.split == split][:cap]
+
+
+def _statement_items(spans: list[Span], corpus: list[Section], accepted: list[Task],
+                     cfg: DistillConfig, seed: int, stats: Stats) -> list[Task]:
+    """The held-out items of `benchmark_items: statement` (`workbench.distill.statements`),
+    made from the text and the accepted training samples, no model call."""
+    from workbench.distill import statements
+
+    unseen = statements.unseen_items(spans, corpus, seed)
+    seen, shared = statements.seen_items(accepted, corpus, cfg.seen_fraction, seed) \
+        if cfg.seen_fraction else ([], 0)
+    stats.stages |= {"statement_unseen": len(unseen), "statement_seen": len(seen),
+                     "seen_distractors_also_trained": shared}
+    return unseen + seen
 
 
 def _check_seen(tasks: list[Task], cfg: DistillConfig, stats: Stats) -> None:

@@ -296,7 +296,7 @@ def _balance(tasks: list[Task], seed: int) -> None:
         t.options, t.gold = opts, gold
 
 
-def _facts(span: Span, seed: int) -> list[str]:
+def facts(span: Span, seed: int) -> list[str]:
     """Answer-sized sentences of a span, in a seeded order (a training span uses one per
     (perspective, kind) task; a held-out span with `benchmark_per_fact` uses them all)."""
     import re as _re
@@ -335,8 +335,10 @@ def make_tasks(spans: list[Span], perspectives: list[str], cfg: DistillConfig,
     perspective (the sentence is their shared reference answer)."""
     tasks = []
     for sp in spans:
+        if sp.split == "benchmark" and cfg.benchmark_items == "statement":
+            continue  # its items are made without a model call (distill.statements)
         if sp.split == "benchmark" and cfg.benchmark_per_fact:
-            for k, fact in enumerate(_facts(sp, seed)):
+            for k, fact in enumerate(facts(sp, seed)):
                 for j in range(cfg.benchmark_per_fact):
                     pid = perspectives[(k + j) % len(perspectives)]
                     tasks.append(Task(f"{sp.id}:f{k}:{pid}:mc", sp, pid, "mc",
@@ -347,24 +349,64 @@ def make_tasks(spans: list[Span], perspectives: list[str], cfg: DistillConfig,
                   if not (kind == "nd" and sp.split == "benchmark")]  # nd of benchmark: unused
     tasks = _cap_train(tasks, cfg.max_train_tasks, seed)
     if cfg.mode == "composed" and cfg.answer_source == "text":
-        assign_facts(tasks, seed)
+        assign_facts(tasks, seed, _perturbable(spans) if cfg.distractors == "perturbed"
+                     else None)
+    if cfg.benchmark_items == "statement":  # seen items come from the accepted samples
+        return tasks
     return tasks + _seen_tasks(tasks, perspectives, cfg.seen_fraction, seed)
 
 
-def assign_facts(tasks: list[Task], seed: int) -> None:
+def _perturbable(spans: list[Span]):
+    """`can_perturb(span, sentence)`: whether the sentence has two changes that read false
+    against its section (the question, not written yet, may still rule one out)."""
+    from workbench.distill import perturb
+
+    docs: dict[str, list[str]] = {}
+    for sp in spans:
+        texts = docs.setdefault(sp.section.doc_id, [])
+        if sp.text not in texts:
+            texts.append(sp.text)
+    vocab: dict[str, list[str]] = {}
+
+    def can_perturb(span: Span, sentence: str) -> bool:
+        if span.id not in vocab:
+            vocab[span.id] = perturb.vocabulary(span.text, *docs[span.section.doc_id])
+        return perturb.factorial_options(sentence, "", span.section.text, vocab[span.id],
+                                         "check") is not None
+    return can_perturb
+
+
+def assign_facts(tasks: list[Task], seed: int, can_perturb=None) -> None:
     """Each task without a reference gets the next answer-sized sentence of its span (in the
-    span's seeded order); a task left without one fails (no_fact_left)."""
+    span's seeded order); a task left without one fails (no_fact_left). With
+    `can_perturb(span, sentence)` (perturbed distractors), MC tasks take the sentences that
+    can be perturbed first and open (nd) tasks the others, so no writer call is spent on an
+    MC question whose options cannot be made."""
     by_span: dict[str, list[Task]] = {}
     for t in tasks:
         if t.reference is None and t.reject is None:
             by_span.setdefault(t.span.id, []).append(t)
     for span_tasks in by_span.values():
-        facts = _facts(span_tasks[0].span, seed)
-        for k, t in enumerate(span_tasks):
-            if k < len(facts):
-                t.reference = facts[k]
-            else:
-                t.fail("no_fact_left")
+        span = span_tasks[0].span
+        sents = facts(span, seed)
+        if can_perturb is None:
+            for k, t in enumerate(span_tasks):
+                if k < len(sents):
+                    t.reference = sents[k]
+                else:
+                    t.fail("no_fact_left")
+            continue
+        ok = [x for x in sents if can_perturb(span, x)]
+        rest = [x for x in sents if x not in ok]
+        queues = {"mc": ok + rest, "nd": rest + ok}
+        used: set[str] = set()
+        for t in sorted(span_tasks, key=lambda t: t.kind != "mc"):  # MC tasks choose first
+            pick = next((x for x in queues.get(t.kind, sents) if x not in used), None)
+            if pick is None or (t.kind == "mc" and pick not in ok):
+                t.fail("no_fact_left" if pick is None else "no_distractors")
+                continue
+            used.add(pick)
+            t.reference = pick
 
 
 def _seen_tasks(tasks: list[Task], perspectives: list[str], share: float, seed: int

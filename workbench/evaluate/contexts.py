@@ -43,7 +43,8 @@ class OracleContexts:
     provenance (the section it was distilled from), cut to a window of at most `max_words`
     words around the sentence its correct option quotes (the whole section when that sentence
     is not found). The bound retrieval cannot pass: a retriever that always found the right
-    passage would give these contexts."""
+    passage would give these contexts. Called, as every provider is, with the items'
+    questions in the items' order: items that share a question get their own windows."""
 
     top_k = 1
 
@@ -51,7 +52,9 @@ class OracleContexts:
         from workbench.errors import WorkbenchError
 
         by_id = {s.id: s for s in sections}
-        self._by_question: dict[str, str] = {}
+        # items may share a question ("Which statement about <section> is correct?"): the
+        # k-th item asking a question gets the k-th context made for that question
+        self._by_question: dict[str, list[str]] = {}
         missing = []
         for it in items:
             sec = by_id.get(it.provenance.section_id) if it.provenance else None
@@ -59,8 +62,8 @@ class OracleContexts:
                 missing.append(it.id)
                 continue
             gold = it.options["ABCDEFGHIJ".index(it.answer[0])]
-            self._by_question[it.question] = (f"[1] {sec.title}\n"
-                                              f"{_window(sec.text, gold, max_words)}")
+            self._by_question.setdefault(it.question, []).append(
+                f"[1] {sec.title}\n{_window(sec.text, gold, max_words)}")
         if missing:
             raise WorkbenchError(
                 f"the oracle condition needs each item's source section: {len(missing)} "
@@ -71,7 +74,14 @@ class OracleContexts:
                  ) -> list[str]:
         if ranks is not None:  # there is no "rank below" the source passage
             return ["" for _ in questions]
-        return [self._by_question.get(q, "") for q in questions]
+        seen: dict[str, int] = {}
+        out = []
+        for q in questions:
+            ctxs = self._by_question.get(q) or [""]
+            k = seen.get(q, 0)
+            seen[q] = k + 1
+            out.append(ctxs[min(k, len(ctxs) - 1)])
+        return out
 
 
 def _window(text: str, sentence: str, max_words: int) -> str:

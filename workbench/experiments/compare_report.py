@@ -277,11 +277,16 @@ def _retrieval(r: CompareReport) -> list[str]:
 def _data(r: CompareReport) -> list[str]:
     if not r.distill.get("accepted"):
         return []
-    a = r.distill["accepted"]
+    a, st = r.distill["accepted"], r.distill.get("stages", {})
     return ["", "## Data", "", f"- distilled samples: {a['total']} ({a['mc']} multiple-"
             f"choice, {a['nd']} open), {a['train']} for training, "
             f"{a['benchmark_items']} benchmark items from held-out sections, "
             f"{a.get('seen_items', 0)} held-out items about trained sentences",
+            *(["- held-out items are asked as \"Which statement about <section> is "
+               "correct?\" over the text's sentence and three copies with a number, an "
+               "opposite or a term changed (distill.benchmark_items: statement, no model "
+               f"call); {st['seen_distractors_also_trained']} of the seen items' wrong options "
+               "also stood in a training item"] if "statement_unseen" in st else []),
             "- details: [distill/report.md](distill/report.md)"]
 
 
