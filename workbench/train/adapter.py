@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from workbench.errors import WorkbenchError
 from workbench.train.config import LoraSettings
@@ -14,7 +14,12 @@ from workbench.train.config import LoraSettings
 if TYPE_CHECKING:
     import torch
 
-    from workbench.train.session import TrainingSession
+
+class CarriesAdapter(Protocol):
+    """What reading or replacing the adapter needs of a session (`session.TrainingSession`,
+    `grpo_session.GrpoSession`): its model, a PeftModel carrying the adapter."""
+
+    model: Any
 
 # Attention and MLP projections of the common decoder families (Llama/SmolLM/Qwen/Mistral,
 # GPT-2, GPT-NeoX, Phi, Falcon); LoRA on the attention projections is the usual default.
@@ -31,7 +36,7 @@ DEFAULT_TARGETS = {
 }
 
 
-def adapter_state(session: TrainingSession) -> dict[str, torch.Tensor]:
+def adapter_state(session: CarriesAdapter) -> dict[str, torch.Tensor]:
     """The adapter's tensors, named as PEFT names them in `adapter_model.safetensors`, as
     detached CPU copies (training on does not change them)."""
     from peft import get_peft_model_state_dict
@@ -74,7 +79,7 @@ def init_adapter_state(lora: LoraSettings, *, model_spec: str | None = None, mod
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
 
-def load_adapter_state(session: TrainingSession, state: Mapping[str, torch.Tensor]) -> None:
+def load_adapter_state(session: CarriesAdapter, state: Mapping[str, torch.Tensor]) -> None:
     """Replace the adapter's tensors with `state` (names as `adapter_state` gives them).
 
     Strict: a missing, unexpected or differently shaped tensor is refused, by name, before

@@ -1,18 +1,32 @@
 """What the model being trained is measured by between steps: the held-out loss, the DPO
-preference metrics of held-out pairs, and multiple-choice accuracy on a domain benchmark."""
+preference metrics of held-out pairs, and multiple-choice accuracy on a domain benchmark.
+Each takes the part of the session it reads (`Measured`), not the session."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from workbench.train.config import TrainConfig
 from workbench.train.data import to_tensors
-from workbench.train.step import make_epoch, reward_summary, summed_loss
-
-if TYPE_CHECKING:
-    from workbench.train.session import TrainingSession
+from workbench.train.logits import summed_loss
+from workbench.train.step import make_epoch, reward_summary
 
 
-def eval_loss(session: TrainingSession) -> float:
+class Measured(Protocol):
+    """What the measures read of a session (a `session.TrainingSession`): the config, the
+    model being trained with its tokenizer and device, the held-out set, the domain benchmark
+    and, for method dpo, the reference cache."""
+
+    cfg: TrainConfig
+    model: Any
+    tokenizer: Any
+    device: str
+    eval_set: list
+    benchmark: list | None
+    reference: Any
+
+
+def eval_loss(session: Measured) -> float:
     """Mean next-token loss per labelled token on the held-out examples (method dpo: the
     mean DPO loss of the held-out pairs)."""
     import torch
@@ -32,7 +46,7 @@ def eval_loss(session: TrainingSession) -> float:
     return total / max(n, 1)
 
 
-def domain_accuracy(session: TrainingSession) -> float:
+def domain_accuracy(session: Measured) -> float:
     """Multiple-choice accuracy (log-likelihood of the letters) on `train.domain_eval`'s
     benchmark with the model being trained, through the scorer the evaluation uses."""
     from workbench.evaluate.mc import accuracy_of, loglik_letter_predictions
@@ -46,7 +60,7 @@ def domain_accuracy(session: TrainingSession) -> float:
     return accuracy_of(preds, s.benchmark)
 
 
-def preference_metrics(session: TrainingSession, pairs) -> dict[str, float]:
+def preference_metrics(session: Measured, pairs) -> dict[str, float]:
     """DPO loss, reward accuracy and margin of the current policy on `pairs` (held-out, say),
     against the session's reference; and `preference_accuracy`: the share of pairs whose
     chosen side the policy gives a higher log-probability than the rejected one. `pairs` must

@@ -144,11 +144,11 @@ def pair_batches(pairs: list[TokenizedPair], *, batch_size: int, pad_id: int, se
 def sequence_logps(model, batch: PairBatch, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(summed log-probability of each row's labelled tokens, their count), per row.
 
-    Like `step.summed_loss`, the vocabulary projection runs only on labelled positions
+    Like `logits.summed_loss`, the vocabulary projection runs only on labelled positions
     where the model exposes its decoder and output embedding."""
     import torch
 
-    from workbench.train.step import decoder_and_head
+    from workbench.train.logits import decoder_and_head
 
     ids = torch.tensor(batch.input_ids, device=device)
     mask = torch.tensor(batch.attention_mask, device=device)

@@ -1,17 +1,32 @@
-"""One optimizer step's pieces: the learning rate at a step, an epoch's batches, the summed
-next-token loss (logits only where there are labels), and the backward passes of SFT and DPO
-with what each reports."""
+"""One optimizer step's pieces: the learning rate at a step, an epoch's batches, and the
+backward passes of SFT and DPO with what each reports. The summed next-token loss (logits only
+where there are labels) is `logits.summed_loss`, importable from here too. A backward pass
+takes the part of the session it reads (`StepState`), not the session."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from workbench.train.config import TrainConfig
 from workbench.train.data import make_batches, to_tensors
+from workbench.train.logits import decoder_and_head, summed_loss
 
-if TYPE_CHECKING:
-    from workbench.train.session import TrainingSession
+# the logits code moved to `logits`; imports of it from here (grpo's included) keep working
+__all__ = ["StepState", "decoder_and_head", "dpo_backward", "lr_at", "make_epoch",
+           "reward_summary", "sft_backward", "summed_loss"]
+
+
+class StepState(Protocol):
+    """What a backward pass reads (the config, what it calls forward, the device, method
+    dpo's reference cache) and the token counts it adds to: a `session.TrainingSession`."""
+
+    cfg: TrainConfig
+    forward: Any  # the model, or its DistributedDataParallel wrapper
+    device: str
+    reference: Any  # method dpo: the ReferenceCache every pair has a row in
+    tokens_real: int
+    tokens_padded: int
 
 
 def lr_at(step: int, total: int, base: float, warmup: int, kind: str) -> float:
@@ -36,50 +51,7 @@ def make_epoch(cfg: TrainConfig, train_set, tok, seed: int, epoch: int) -> list:
                         packing=cfg.packing, pad_id=tok.pad_token_id, seed=seed, epoch=epoch)
 
 
-def summed_loss(model, inputs: dict, labels):
-    """Sum of next-token cross-entropy over the labelled (assistant) positions.
-
-    Where the model exposes its decoder and output embedding (Llama, Qwen, Mistral, Gemma,
-    ...), the vocabulary projection runs only on the positions that have a label: the
-    prompt's positions never need logits, and the full (batch x length x vocabulary) logits
-    tensor, its shifted copy and its softmax are never materialised.
-    """
-    import torch
-
-    parts = decoder_and_head(model)
-    if parts is None:  # generic path, and under DDP, whose own forward must run to sync
-        logits = model(**inputs, use_cache=False).logits.float()
-        return torch.nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-            ignore_index=-100, reduction="sum")
-    decoder, head = parts
-    hidden = decoder(**inputs, use_cache=False).last_hidden_state
-    target = labels[:, 1:]
-    keep = target != -100
-    logits = head(hidden[:, :-1][keep]).float()
-    return torch.nn.functional.cross_entropy(logits, target[keep], reduction="sum")
-
-
-def decoder_and_head(model):
-    """(decoder, output embedding) of a model whose logits are the head applied to the
-    decoder's last hidden state (Llama, Qwen, Mistral, Gemma, ...), so logits can be computed
-    only at the positions that have a label; None under DDP (whose own forward must run) or
-    when the model scales or caps its logits."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    if isinstance(model, DistributedDataParallel):
-        return None
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    decoder = getattr(inner, "get_decoder", lambda: None)()
-    head = inner.get_output_embeddings()
-    cfg = inner.config
-    if decoder is None or head is None or getattr(cfg, "final_logit_softcapping", None) \
-            or getattr(cfg, "logit_scale", None) is not None:
-        return None
-    return decoder, head
-
-
-def sft_backward(s: TrainingSession, batches) -> tuple[int, float, dict]:
+def sft_backward(s: StepState, batches) -> tuple[int, float, dict]:
     n_label = sum(b.n_trained for b in batches)
     loss_sum = 0.0
     for b in batches:
@@ -93,7 +65,7 @@ def sft_backward(s: TrainingSession, batches) -> tuple[int, float, dict]:
     return n_label, loss_sum, {}
 
 
-def dpo_backward(s: TrainingSession, batches) -> tuple[int, float, dict]:
+def dpo_backward(s: StepState, batches) -> tuple[int, float, dict]:
     """Mean DPO loss over the step's pairs; reward statistics of the same pairs."""
     import torch
 
