@@ -95,3 +95,53 @@ def test_the_comparison_form_runs_as_the_demo_does(ws, started):
     assert kind == "compare"
     for section in ("distill", "eval", "rag", "train"):
         same_as_demo(section, cfg[section])
+
+
+# --- a glossary line for every term a page uses ------------------------------------------------
+
+PAGES = ["projects", "jobs", "corpus", "distill", "retrieval", "train", "evaluate",
+         "trajsynth", "federated", "agents", "loop", "chat"]
+
+
+def terms_used(source: str) -> set[str]:
+    """The glossary's terms that a page's strings use (any case; a lower-case term also as
+    the start of a word: "guards", "Canaries")."""
+    import io
+    import re
+    import tokenize
+
+    from workbench.app.glossary import GLOSSARY
+
+    text = "\n".join(t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
+                     if t.type == tokenize.STRING)
+    return {t for t in GLOSSARY if re.search(
+        r"(?<![A-Za-z0-9_])" + re.escape(t) + ("" if t.islower() else r"(?![A-Za-z0-9_])"),
+        text, re.IGNORECASE)}
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_term_a_page_uses_is_explained_on_it(ws, name):
+    """QTSA, MCF/CF, Holm, nDCG, FFA-LoRA, MCTS, ...: the page's "Terms on this page" gives
+    one line for each term its text uses."""
+    from workbench.app.glossary import GLOSSARY
+
+    at = page(name).run()
+    assert not at.exception, at.exception
+    (box,) = [e for e in at.expander if e.label == "Terms on this page"]
+    shown = "\n".join(m.value for m in box.markdown)
+    for term in terms_used((APP / "views" / f"{name}.py").read_text()):
+        assert f"**{term}**: {GLOSSARY[term]}" in shown, (name, term)
+
+
+def test_every_page_says_what_the_bundled_model_is_and_has_the_glossary(ws):
+    from streamlit.testing.v1 import AppTest
+
+    from workbench.app.glossary import GLOSSARY
+
+    at = AppTest.from_file(str(APP / "app.py"), default_timeout=60).run()
+    assert not at.exception
+    assert any("135M-parameter demonstration model" in c.value for c in at.sidebar.caption)
+    (box,) = [e for e in at.sidebar.expander if e.label == "Glossary"]
+    shown = "\n".join(m.value for m in box.markdown)
+    for term in ("QTSA", "MCF", "CF", "Holm", "nDCG", "FFA-LoRA", "MCTS"):
+        assert f"**{term}**: {GLOSSARY[term]}" in shown

@@ -9,6 +9,7 @@ Streamlit runs this file as a script; it and the pages import the app's helpers 
 import streamlit as st
 
 from workbench.app.common import navigation_pages
+from workbench.app.glossary import sidebar_glossary
 
 st.set_page_config(page_title="Domain-Agent Workbench",
                    page_icon=":material/settings_input_antenna:", layout="wide")
@@ -16,5 +17,6 @@ st.sidebar.caption("The bundled model, SmolLM2-135M-Instruct, is a 135M-paramete
                    "demonstration model: with it the pages show how the workbench works, not "
                    "the gains a capable model brings. Name a larger teacher in a form (a model "
                    "folder, a GGUF file or an OpenAI-compatible URL#model) for real data.")
+sidebar_glossary()
 st.navigation([st.Page(path, title=title, icon=icon, default=default)
                for path, title, icon, default in navigation_pages()]).run()

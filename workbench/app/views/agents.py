@@ -14,6 +14,7 @@ from workbench.app.common import (
     show_image,
     workspace,
 )
+from workbench.app.glossary import show_glossary
 from workbench.jobs import start_job
 
 st.title("Domain agents")
@@ -21,6 +22,7 @@ st.caption("One agent loop for every domain: knowledge-graph fact verification (
            "the WordNet entries, RF design with unit-checked calculators (rf), literature "
            "search as workflow induction over PubMed records (litsearch). Run one input and "
            "watch the steps, or evaluate the agent against its baselines.")
+show_glossary("RAG", "MRR", "SFT", "kappa", "KGV")
 ws = workspace()
 PACKS = {"kgv": ("datasets/kgv", "kgv-0002, 'oak | hypernym | tree' or a sentence"),
          "rf": ("datasets/rf_design", "rfd-000 or a design question"),
@@ -72,8 +74,8 @@ with tab_run:
         try:
             if not text.strip():
                 raise ValueError("type an input first")
-            from workbench.config import experiment_config_model
             from workbench.agent_packs.api import run_inputs
+            from workbench.config import experiment_config_model
 
             cfg = experiment_config_model().model_validate(base_config(
                 "agent-playground", agent={"pack": pack, "data": data, "policy": policy,

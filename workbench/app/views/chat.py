@@ -8,11 +8,13 @@ import os
 import streamlit as st
 
 from workbench.app.common import read_or_none, show_error, workspace
+from workbench.app.glossary import show_glossary
 from workbench.chat import MAX_SETUPS, RETRIEVERS, ChatSession, ChatSetup, rate, workspace_choices
 
 st.title("Chat")
 st.caption("Ask once; every setup answers in its own column, as it writes. Rate an answer to "
            "keep it (or your correction) as training data in this workspace's chat folder.")
+show_glossary("RAG", "SFT", "adapter")
 ws = workspace()
 choices = read_or_none("the adapters and indexes of this workspace",
                        lambda: workspace_choices(ws))

@@ -3,6 +3,7 @@ import hashlib
 import streamlit as st
 
 from workbench.app.common import max_corpus_mb, read_or_none, show_error, workspace
+from workbench.app.glossary import show_glossary
 from workbench.corpus import SUPPORTED, ingest
 from workbench.workspace import (
     MAX_UPLOAD_MB,
@@ -17,6 +18,7 @@ st.title("Corpus")
 st.caption("The documents of this workspace. The Distill, Retrieval and Evaluate pages read "
            "them as sections: the parts under each heading (or each page, slide or sheet), "
            "listed at the end of this page.")
+show_glossary("teacher")
 ws = workspace()
 cap = max_corpus_mb()
 kinds = sorted({k.lstrip(".") for k in SUPPORTED})

@@ -15,6 +15,7 @@ from workbench.app.common import (
     show_section,
     workspace,
 )
+from workbench.app.glossary import show_glossary
 from workbench.domain_packs import available_packs, load_pack
 from workbench.errors import WorkbenchError
 from workbench.jobs import start_job
@@ -57,6 +58,7 @@ st.caption("A teacher model reads each section of the corpus and writes training
            "**A**nswer. Sections held out of training become a multiple-choice benchmark. "
            "The form's button runs it as a background job over the workspace's corpus (its "
            "progress shows below and in the Task centre); review the samples when it ends.")
+show_glossary("QTSA", "MC", "ND", "teacher", "perspective", "verifier", "kappa")
 ws = workspace()
 # no form: a form's fields are lost when its page is left unsubmitted (they are kept for
 # the session: common.keep_fields), and the perspectives follow the pack as it is picked

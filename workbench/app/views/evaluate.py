@@ -19,6 +19,7 @@ from workbench.app.common import (
     show_section,
     workspace,
 )
+from workbench.app.glossary import show_glossary
 from workbench.evaluate.report import SCORING_LABELS, read_eval_results, read_eval_summary
 from workbench.jobs import start_job
 
@@ -29,6 +30,9 @@ st.caption("How well does each model answer the benchmark's multiple-choice ques
            "base model, with retrieval (RAG: passages from the index in the prompt) and "
            "fine-tuned (SFT: with the LoRA adapter from Train). Start a whole comparison or "
            "score a benchmark of your own below, then read the results of any run.")
+show_glossary("MC", "ND", "perspective", "RAG", "hit@k", "recall@k", "MRR", "nDCG", "oracle",
+              "SFT", "LoRA", "adapter", "MCF", "CF", "per-char norm.", "headline", "degenerate",
+              "Wilson", "McNemar", "Holm", "bootstrap")
 ws = workspace()
 with st.expander("Run the whole comparison (distil, index, base vs RAG vs SFT)"):
     name = st.text_input("Run name", value="compare", key="e-name")

@@ -10,6 +10,7 @@ from workbench.app.common import (
     show_image,
     workspace,
 )
+from workbench.app.glossary import show_glossary
 from workbench.federated.knowledge.units import load_latest_kb, votes
 from workbench.federated.results import FedFiles, KnowledgeReport, LoraReport, read_report
 from workbench.jobs import start_job
@@ -19,6 +20,8 @@ st.caption("Sites learn together on data that never leaves them (Flower): one sh
            "adapter, evaluated where the data is against local-only and centralised training "
            "at the same number of steps; or shared knowledge units (workflows) that data "
            "agents propose, filter, gate and vote on.")
+show_glossary("QTSA", "MC", "LoRA", "adapter", "McNemar", "guard", "FedAvg", "FFA-LoRA",
+              "SuperNode", "canaries")
 ws = workspace()
 
 TRACKS = {"LoRA adapters (FedAvg / FFA-LoRA)": None,

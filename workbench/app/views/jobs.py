@@ -11,6 +11,7 @@ from workbench.app.common import (
     show_error,
     workspace,
 )
+from workbench.app.glossary import show_glossary
 from workbench.jobs import (
     STATUSES,
     job_folder,
@@ -30,6 +31,7 @@ st.caption("Every job of this workspace, started from any page or from the CLI (
            "for the end of its log; stop a running one, or run a stopped or failed one again "
            "to finish the rest of its run (finished stages and cached model calls are "
            "skipped). Each pipeline page still shows its own newest job.")
+show_glossary("ETA")
 ws = workspace()
 everything = read_or_none("the jobs of this workspace", lambda: list_jobs(ws)) or []
 

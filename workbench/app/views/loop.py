@@ -14,6 +14,7 @@ from workbench.app.common import (
     show_image,
     workspace,
 )
+from workbench.app.glossary import show_glossary
 from workbench.jobs import start_job
 
 st.title("Improvement loop")
@@ -21,6 +22,7 @@ st.caption("Rounds of targeted improvement with people at the gates (Cura): the 
            "failures by mode, data synthesised for them with retention anchors, a LoRA "
            "candidate, every subset guarded; you approve the plan and decide keep, continue, "
            "revert or deploy.")
+show_glossary("LoRA", "adapter", "McNemar", "kappa", "rubric", "guard", "retention")
 ws = workspace()
 
 with st.expander("Start a loop", expanded=False):

@@ -2,6 +2,7 @@ import streamlit as st
 
 from workbench import registry
 from workbench.app.common import acc_text, read_or_none, root, runs, show_error, workspace
+from workbench.app.glossary import show_glossary
 from workbench.jobs import list_jobs
 from workbench.workspace import workspace_in
 
@@ -21,6 +22,7 @@ if st.button("Open or create", key="ws-open",
         st.success(f"Workspace: {st.session_state.workspace}")
     except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
         show_error(e)
+show_glossary("adapter", "headline")
 ws = workspace()
 st.subheader("Runs")
 infos = runs()

@@ -14,6 +14,7 @@ from workbench.app.common import (
     show_error,
     workspace,
 )
+from workbench.app.glossary import show_glossary
 from workbench.jobs import start_job
 
 st.title("Retrieval playground")
@@ -21,6 +22,7 @@ st.caption("Ask the index of a run and compare what three retrievers find: seman
            "by embeddings), keyword (BM25 word matching) and hybrid (both rankings fused). "
            "The retrieval-augmented (RAG) conditions of Evaluate and Chat put these passages in "
            "the model's prompt.")
+show_glossary("RAG", "BM25", "hit@k", "MRR", "nDCG")
 ws = workspace()
 infos = runs()
 indexes = [r for r in infos if r.has_index]

@@ -12,6 +12,7 @@ from workbench.app.common import (
     show_image,
     workspace,
 )
+from workbench.app.glossary import show_glossary
 from workbench.jobs import list_jobs, start_job
 from workbench.records import RunManifest
 
@@ -19,6 +20,7 @@ st.title("Train (LoRA SFT or DPO)")
 st.caption("Fine-tune the chat model on the workspace's data with LoRA: small adapter matrices "
            "are trained and the base model stays as it is. The adapter is kept in the run "
            "folder; Evaluate scores it and Chat talks to it.")
+show_glossary("SFT", "DPO", "LoRA", "adapter")
 ws = workspace()
 infos = runs()
 data = [r for r in infos if r.has_sft_data]

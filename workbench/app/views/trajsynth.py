@@ -11,6 +11,7 @@ from workbench.app.common import (
     show_error,
     workspace,
 )
+from workbench.app.glossary import show_glossary
 from workbench.jobs import start_job
 from workbench.runs import RunLayout
 from workbench.trajsynth.files import TrajsynthFiles
@@ -19,6 +20,7 @@ st.title("Trajectories for data agents")
 st.caption("A verified task pool over a database or a folder of tables, one Monte Carlo tree "
            "search per task, and the verified paths exported as SFT (fine-tuning), ICL "
            "(in-context examples) and preference (chosen / rejected) data.")
+show_glossary("SFT", "Wilson", "MCTS", "prior", "ICL")
 ws = workspace()
 
 with st.form("ts-form"):
