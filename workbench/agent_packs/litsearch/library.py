@@ -30,7 +30,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from workbench.agent_packs.litsearch.pack import Intent, Paper
+from workbench.agent_packs.litsearch.papers import Intent, Paper
 from workbench.errors import DataError, WorkbenchError
 
 FORMATS = {".bib": "bibtex", ".bibtex": "bibtex", ".ris": "ris", ".xml": "pubmed",

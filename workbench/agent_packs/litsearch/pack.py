@@ -19,36 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
-
 from workbench.agents.tools import Tool, Toolbox, ToolError
 from workbench.agent_packs.litsearch import dag as D
+from workbench.agent_packs.litsearch.papers import Intent, Paper
 from workbench.errors import WorkbenchError
 from workbench.evaluate.metrics import hit_at_k, ndcg_at_k, reciprocal_rank
-from workbench.records import Record, ToolCall
-
-
-class Paper(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    pmid: StrictStr
-    title: StrictStr
-    abstract: StrictStr = ""
-    year: int | None = None
-    journal: StrictStr = ""
-    mesh: list[StrictStr] = Field(default_factory=list)
-    major: list[StrictStr] = Field(default_factory=list)
-    refs: list[StrictStr] = Field(default_factory=list)
-
-
-class Intent(Record):
-    """An anchor paper, the visible query, and the hidden graded relevance."""
-
-    id: StrictStr
-    anchor: StrictStr
-    query: StrictStr
-    intent: list[StrictStr] = Field(default_factory=list)
-    relevance: dict[str, int]
-    part: str = "dev"
+from workbench.records import ToolCall
 
 
 def load_corpus(folder: str | Path, log=None) -> tuple[dict[str, Paper], list[Intent]]:
