@@ -70,6 +70,8 @@ def read_file(path: Path) -> tuple[str, str, list[Part]]:
         raise DataError(f"unsupported file type {path.suffix or '(none)'} (supported: "
                         f"{', '.join(sorted(set(SUPPORTED)))})", path=str(path),
                         code="unsupported")
+    if not path.is_file():  # a FIFO, a device or a socket named directly: never opened
+        raise DataError("not a regular file: not read", path=str(path), code="unreadable")
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -207,14 +209,18 @@ def load_sections(corpus: str | Path, on_error: str = "skip"
 
 
 def corpus_hash(corpus: str | Path) -> str:
-    """A hash of every file under a corpus folder (names and bytes), or of one file."""
+    """A hash of every file under a corpus folder (names and bytes), or of one file. A link
+    inside the folder counts by where it points, never by what it points at (ingest does not
+    read it, and it may lead anywhere: a file outside, a FIFO)."""
     import hashlib
     import json
+    import os
 
     from workbench.io import sha256_file
 
     p = Path(corpus)
     files = sorted(p.rglob("*")) if p.is_dir() else [p]
-    listing = [(str(f.relative_to(p) if p.is_dir() else f.name), sha256_file(f))
-               for f in files if f.is_file()]
+    listing = [(str(f.relative_to(p) if p.is_dir() else f.name),
+                "link:" + os.readlink(f) if p.is_dir() and f.is_symlink() else sha256_file(f))
+               for f in files if f.is_symlink() or f.is_file()]
     return hashlib.sha256(json.dumps([listing], sort_keys=True).encode()).hexdigest()[:16]

@@ -99,8 +99,11 @@ def check_zip(path: Path, fmt: str) -> None:
     """Refuse a file that is not a zip, whose declared sizes pass the bounds, or whose members
     really expand past what they declare (a lying header) or use a method other than stored
     or deflate. Every member is expanded once, a chunk at a time, so memory stays bounded;
-    the converter then reads sizes that are known to be true. A spreadsheet whose sheets
-    span more than `MAX_CELLS` cells (a tiny file can name a far corner) is refused too."""
+    the converter then reads sizes that are known to be true. What the readers would build
+    is bounded too: the XML members together may hold at most `MAX_XML_TAGS` tags (a parsed
+    element costs ~150 bytes, so a small file of `<w:p/>` could ask for gigabytes), and a
+    spreadsheet's sheets at most `MAX_CELLS` cells, none spanning more than `MAX_CELLS`
+    cells (a tiny file can name a far corner, a far row, or cells without a reference)."""
     def bad(msg: str, code: str = "unreadable") -> DataError:
         return DataError(msg, path=str(path), code=code)
 
@@ -115,25 +118,15 @@ def check_zip(path: Path, fmt: str) -> None:
             if declared > limit:
                 raise bad(f"{fmt} archive expands to {declared / 2**20:.0f} MB (limit "
                           f"{MAX_EXPANDED_MB} MB)", "too_large")
+            tags = cells = 0
             for info in infos:
                 if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
                     raise bad(f"{fmt} member {info.filename!r} uses compression method "
                               f"{info.compress_type} (only stored and deflate are read)")
-                got, sheet = 0, fmt == "xlsx" and info.filename.startswith("xl/worksheets/")
-                cols = rows = 0
-                tail = b""
-                with z.open(info) as fh:
-                    while chunk := fh.read(1 << 16):
-                        got += len(chunk)
-                        if got > info.file_size:
-                            raise bad(f"{fmt} member {info.filename!r} expands past the "
-                                      f"{info.file_size} bytes it declares", "too_large")
-                        if sheet:  # the span the sheet's cell references name
-                            c, r = _sheet_span(tail + chunk)
-                            cols, rows, tail = max(cols, c), max(rows, r), chunk[-24:]
-                if cols * rows > MAX_CELLS:
-                    raise bad(f"sheet {info.filename!r} spans {rows:,} rows x {cols:,} "
-                              f"columns (limit {MAX_CELLS:,} cells)", "too_large")
+                sheet = fmt == "xlsx" and info.filename.startswith("xl/worksheets/")
+                t, c = _scan_member(z, info, fmt, sheet, bad, MAX_XML_TAGS - tags,
+                                    MAX_CELLS - cells)
+                tags, cells = tags + t, cells + c
     except DataError:
         raise
     except Exception as e:  # noqa: BLE001  bad CRC, names, offsets: all mean unreadable
@@ -142,17 +135,56 @@ def check_zip(path: Path, fmt: str) -> None:
 
 
 MAX_CELLS = 2_000_000
-_CELL_REF = re.compile(rb'<c r="([A-Z]{1,3})([0-9]{1,7})"')
+MAX_XML_TAGS = 3_000_000  # ~500 MB of parsed elements at worst; a 1,000-page docx has ~1M
+_XML_MEMBER = (".xml", ".rels", ".xhtml", ".html", ".htm", ".opf", ".ncx", ".vml")
+# a cell or row reference, whatever attributes come first (`<c s="1" r="XFD1">` too)
+_CELL_REF = re.compile(rb'<c\b[^>]{0,200}?\br="([A-Z]{1,3})([0-9]{1,9})"')
+_ROW_REF = re.compile(rb'<row\b[^>]{0,200}?\br="([0-9]{1,9})"')
+_CELL_TAG = re.compile(rb"<c[\s/>]")
+
+
+def _scan_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, fmt: str, sheet: bool, bad,
+                 tags_left: int, cells_left: int) -> tuple[int, int]:
+    """(XML tags outside sheets, cells) of one member, expanded a chunk at a time; raises
+    the moment it expands past what it declares, holds more tags or cells than are left of
+    the archive's bounds, or (a sheet) spans more than `MAX_CELLS`."""
+    got = tags = cells = cols = rows = 0
+    xml = info.filename.lower().endswith(_XML_MEMBER) and not sheet
+    tail = b""
+    with z.open(info) as fh:
+        while chunk := fh.read(1 << 16):
+            got += len(chunk)
+            if got > info.file_size:
+                raise bad(f"{fmt} member {info.filename!r} expands past the "
+                          f"{info.file_size} bytes it declares", "too_large")
+            if xml and (tags := tags + chunk.count(b"<")) > tags_left:
+                raise bad(f"{fmt} archive holds over {MAX_XML_TAGS:,} XML tags (at "
+                          f"{info.filename!r})", "too_large")
+            if sheet:  # the span the sheet's references name, and its cells
+                buf = tail + chunk
+                cells += sum(1 for m in _CELL_TAG.finditer(buf) if m.end() > len(tail))
+                if cells > cells_left:
+                    raise bad(f"{fmt} sheets hold over {MAX_CELLS:,} cells (at "
+                              f"{info.filename!r})", "too_large")
+                c, r = _sheet_span(buf)
+                cols, rows, tail = max(cols, c), max(rows, r), chunk[-256:]
+    if max(cols, 1) * rows > MAX_CELLS:
+        raise bad(f"sheet {info.filename!r} spans {rows:,} rows x {cols:,} "
+                  f"columns (limit {MAX_CELLS:,} cells)", "too_large")
+    return tags, cells
 
 
 def _sheet_span(chunk: bytes) -> tuple[int, int]:
-    """(last column, last row) named by the cell references in a piece of a sheet."""
+    """(last column, last row) named by the cell and row references in a piece of a
+    sheet."""
     cols = rows = 0
     for col, row in _CELL_REF.findall(chunk):
         n = 0
         for ch in col:
             n = n * 26 + ch - 64
         cols, rows = max(cols, n), max(rows, int(row))
+    for row in _ROW_REF.findall(chunk):
+        rows = max(rows, int(row))
     return cols, rows
 
 

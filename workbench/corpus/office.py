@@ -287,8 +287,7 @@ def _letter(i: int) -> str:
 def sheet_table(rows) -> str:
     """Rows of cell values as a markdown table: empty rows dropped, trailing empty columns
     cut, the first row the header (an empty header cell named by its column letter)."""
-    cells = [[cell_text(v) for v in row] for row in rows]
-    cells = [r for r in cells if any(r)]
+    cells = [r for r in ([cell_text(v) for v in row] for row in rows) if any(r)]
     if not cells:
         return ""
     width = max(max((i + 1 for i, c in enumerate(r) if c), default=0) for r in cells)
@@ -303,6 +302,8 @@ def _xlsx(path: Path, data: bytes) -> tuple[str, list[Part]]:
     wb = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     try:
         title = " ".join((wb.properties.title or "").split()) or path.stem
+        for ws in wb.worksheets:  # a sheet's <dimension> may name any corner: rows are read
+            ws.reset_dimensions()  # as wide as their cells, never padded to what it claims
         parts = [([path.stem, ws.title], md, None) for ws in wb.worksheets
                  if (md := sheet_table(ws.iter_rows(values_only=True)))]
     finally:
@@ -385,11 +386,13 @@ def _epub(path: Path, data: bytes) -> tuple[str, list[Part]]:
         ncx_id = spine.get("toc") if spine is not None else None
         nav = _nav_titles(z, base, manifest, nav_id, ncx_id)
         blocks: list[Block] = []
+        read: set[str] = set()  # a spine may name one document 20,000 times: read it once
         for ref in (spine if spine is not None else []):
             item = manifest.get(ref.get("idref"))
             if item is None or "html" not in item[1] or ref.get("linear") == "no" or \
-                    ref.get("idref") == nav_id:  # the table of contents itself
+                    ref.get("idref") == nav_id or item[0] in read:  # nav: the contents
                 continue
+            read.add(item[0])
             doc = html_blocks(z.read(item[0]).decode("utf-8", "replace"))
             if item[0] in nav and not any(level for level, _ in doc):
                 doc = [nav[item[0]], *doc]  # a chapter without a heading tag: its nav title

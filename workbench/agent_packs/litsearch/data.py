@@ -39,23 +39,38 @@ MAX_EXPANDED = 1 << 30  # a gzipped PubMed file may expand to 1 GiB (a baseline 
 
 
 MAX_TEXT_RUN = 16 << 20  # bytes between two tags: a record's text is far shorter
+# PubMed's XML gzips about 8 to 1; 250 KB of one record repeated expands to 500,000 records
+# (26 s, 430 MB), so a gzipped file may expand to this many times its size (or 8 MB)
+MAX_GZ_RATIO = 32
+MAX_DEPTH = 64  # PubMed's own records nest about 8 deep
+MAX_HELD = 200_000  # elements held at once (one record's, until it ends and is dropped)
 
 
 class _Bounded:
-    """A binary stream that raises DataError once more than `limit` bytes were read, or
-    once MAX_TEXT_RUN bytes pass without a tag (the parser would hold that text whole)."""
+    """A binary stream that raises DataError once more than `limit` bytes were read, once
+    MAX_TEXT_RUN bytes pass without a tag (the parser would hold that text whole), or (a
+    gzipped file, `raw` its compressed file) once past 8 MB it has expanded to more than
+    MAX_GZ_RATIO times the compressed bytes read so far."""
 
-    def __init__(self, fh, limit: int, path):
-        self.fh, self.left, self.path, self.run = fh, limit, path, 0
+    def __init__(self, fh, limit: int, path, raw=None):
+        self.fh, self.limit, self.path, self.raw = fh, limit, path, raw
+        self.got = self.run = 0
 
     def read(self, n: int = -1) -> bytes:
         data = self.fh.read(n if n is not None and n >= 0 else 1 << 20)
-        self.left -= len(data)
+        self.got += len(data)
         last = data.rfind(b"<")
         self.run = len(data) - last if last >= 0 else self.run + len(data)
-        if self.left < 0 or self.run > MAX_TEXT_RUN:
-            why = f"expands past {MAX_EXPANDED >> 20} MB" if self.left < 0 else \
-                f"holds over {MAX_TEXT_RUN >> 20} MB of text without a tag"
+        why = None
+        if self.got > self.limit:
+            why = f"expands past {self.limit >> 20} MB"
+        elif self.run > MAX_TEXT_RUN:
+            why = f"holds over {MAX_TEXT_RUN >> 20} MB of text without a tag"
+        elif self.raw is not None and self.got > 8 << 20 and \
+                self.got > MAX_GZ_RATIO * max(self.raw.tell(), 1):
+            why = (f"expands over {MAX_GZ_RATIO} times its compressed size ({self.got >> 20} "
+                   f"MB from {self.raw.tell() >> 10} KB)")
+        if why:
             raise DataError(why, path=str(self.path), code="too_large")
         return data
 
@@ -63,51 +78,66 @@ class _Bounded:
 def parse_medline(path: Path) -> list[dict]:
     out = []
     try:
-        stream = _Bounded(gzip.open(path, "rb") if str(path).lower().endswith(".gz")
-                          else open(path, "rb"), MAX_EXPANDED, path)
-        depth, root = 0, None
-        for event, el in ET.iterparse(stream, events=("start", "end")):
-            if event == "start":
-                root = el if root is None else root
-                depth += 1
-                continue
-            depth -= 1
-            if depth == 1 and el.tag != "PubmedArticle":
-                root.clear()  # whatever else sits at the top is dropped as it ends
-            if el.tag != "PubmedArticle":
-                continue
-            mc = el.find("MedlineCitation")
-            art = mc.find("Article") if mc is not None else None
-            if art is None or not (mc.findtext("PMID") or "").strip():
-                raise DataError(f"PubmedArticle {len(out) + 1}: no MedlineCitation/PMID or "
-                                "Article", path=str(path), code="bad_record")
-            pd = art.find("Journal/JournalIssue/PubDate")
-            year = (pd.findtext("Year") or pd.findtext("MedlineDate") or "")[:4] \
-                if pd is not None else ""
-            mesh, major = [], []
-            for h in mc.findall("MeshHeadingList/MeshHeading"):
-                d = h.find("DescriptorName")
-                if d is None or not d.text:
-                    continue
-                mesh.append(d.text)
-                if d.get("MajorTopicYN") == "Y" or any(
-                        q.get("MajorTopicYN") == "Y" for q in h.findall("QualifierName")):
-                    major.append(d.text)
-            refs = [a.text.strip() for a in el.findall(
-                "PubmedData/ReferenceList/Reference/ArticleIdList/ArticleId")
-                if a.get("IdType") == "pubmed" and a.text]
-            out.append({"pmid": mc.findtext("PMID").strip(),
-                        "title": _text(art.find("ArticleTitle")),
-                        "abstract": " ".join(_text(a) for a in art.findall(
-                            "Abstract/AbstractText")),
-                        "year": int(year) if year.isdigit() else None,
-                        "journal": art.findtext("Journal/Title") or "",
-                        "mesh": mesh, "major": major, "refs": refs})
-            el.clear()
+        with open(path, "rb") as raw:
+            gz = str(path).lower().endswith(".gz")
+            stream = _Bounded(gzip.GzipFile(fileobj=raw) if gz else raw, MAX_EXPANDED, path,
+                              raw if gz else None)
+            _medline_records(stream, path, out)
     except (ET.ParseError, OSError, EOFError) as e:
         raise DataError(f"not a readable PubMed/MEDLINE XML file ({e})", path=str(path)) \
             from None
     return out
+
+
+def _medline_records(stream, path: Path, out: list[dict]) -> None:
+    """Append each PubmedArticle of `stream` to `out`, holding one record at a time: nesting
+    past MAX_DEPTH or a record of over MAX_HELD elements is refused."""
+    depth, root, held = 0, None, 0
+    for event, el in ET.iterparse(stream, events=("start", "end")):
+        if event == "start":
+            root = el if root is None else root
+            depth, held = depth + 1, held + 1
+            if depth > MAX_DEPTH or held > MAX_HELD:
+                raise DataError(f"elements nested over {MAX_DEPTH} deep" if depth >
+                                MAX_DEPTH else f"over {MAX_HELD:,} elements in one "
+                                "record (a PubMed record has a few thousand)",
+                                path=str(path), code="too_large")
+            continue
+        depth -= 1
+        if depth == 1 and el.tag != "PubmedArticle":
+            root.clear()  # whatever else sits at the top is dropped as it ends
+            held = 0
+        if el.tag != "PubmedArticle":
+            continue
+        mc = el.find("MedlineCitation")
+        art = mc.find("Article") if mc is not None else None
+        if art is None or not (mc.findtext("PMID") or "").strip():
+            raise DataError(f"PubmedArticle {len(out) + 1}: no MedlineCitation/PMID or "
+                            "Article", path=str(path), code="bad_record")
+        pd = art.find("Journal/JournalIssue/PubDate")
+        year = (pd.findtext("Year") or pd.findtext("MedlineDate") or "")[:4] \
+            if pd is not None else ""
+        mesh, major = [], []
+        for h in mc.findall("MeshHeadingList/MeshHeading"):
+            d = h.find("DescriptorName")
+            if d is None or not d.text:
+                continue
+            mesh.append(d.text)
+            if d.get("MajorTopicYN") == "Y" or any(
+                    q.get("MajorTopicYN") == "Y" for q in h.findall("QualifierName")):
+                major.append(d.text)
+        refs = [a.text.strip() for a in el.findall(
+            "PubmedData/ReferenceList/Reference/ArticleIdList/ArticleId")
+            if a.get("IdType") == "pubmed" and a.text]
+        out.append({"pmid": mc.findtext("PMID").strip(),
+                    "title": _text(art.find("ArticleTitle")),
+                    "abstract": " ".join(_text(a) for a in art.findall(
+                        "Abstract/AbstractText")),
+                    "year": int(year) if year.isdigit() else None,
+                    "journal": art.findtext("Journal/Title") or "",
+                    "mesh": mesh, "major": major, "refs": refs})
+        el.clear()
+        held = 0
 
 
 def grades_for(anchor: dict, papers: dict[str, dict], cites: dict[str, set[str]],
