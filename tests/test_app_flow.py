@@ -145,3 +145,44 @@ def test_every_page_says_what_the_bundled_model_is_and_has_the_glossary(ws):
     shown = "\n".join(m.value for m in box.markdown)
     for term in ("QTSA", "MCF", "CF", "Holm", "nDCG", "FFA-LoRA", "MCTS"):
         assert f"**{term}**: {GLOSSARY[term]}" in shown
+
+
+# --- the improvement loop is not the health domain's alone -------------------------------------
+
+def test_the_loop_form_starts_the_picked_domain(ws, started):
+    """The domain pack is picked among those that declare the loop's settings, with its data
+    folder; the page names no domain itself (it hard-coded health)."""
+    from workbench.domain_packs import available_packs, load_pack
+
+    assert "health" not in (APP / "views" / "loop.py").read_text()
+    at = page("loop").run()
+    packs = [p for p in available_packs() if "loop" in load_pack(p).pipelines]
+    assert at.selectbox(key="lp-pack").options == packs
+    at.text_input(key="lp-data").set_value("datasets/mine")
+    next(b for b in at.button if b.label == "Start").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    (kind, cfg), = started
+    assert kind == "loop" and cfg["domain"] == cfg["loop"]["pack"] == packs[0]
+    assert cfg["name"] == f"{packs[0]}_loop" and cfg["loop"]["suites"]["data"] == "datasets/mine"
+
+
+def test_nothing_the_app_shows_is_fetched_from_the_internet_and_offline_reads_right(
+        ws, monkeypatch):
+    """The favicon is drawn by the page (a :material/...: icon was fetched from
+    fonts.gstatic.com); the app is shown at localhost, where Streamlit's lost-connection
+    message asks whether the app still runs, not whether the machine is online."""
+    import tomllib
+
+    import streamlit as st
+    from streamlit.commands.page_config import _get_favicon_string
+    from streamlit.testing.v1 import AppTest
+
+    seen = {}
+    real = st.set_page_config
+    monkeypatch.setattr(st, "set_page_config", lambda **kw: (seen.update(kw), real(**kw)))
+    at = AppTest.from_file(str(APP / "app.py"), default_timeout=60).run()
+    assert not at.exception
+    assert _get_favicon_string(seen["page_icon"]).startswith("emoji:")
+    for cfg in (APP / ".streamlit" / "config.toml",
+                REPO / "apps" / "streamlit" / ".streamlit" / "config.toml"):
+        assert tomllib.loads(cfg.read_text())["browser"]["serverAddress"] == "localhost"

@@ -83,7 +83,7 @@ def test_the_app_runs_from_an_installed_wheel(server_process, installed_workbenc
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
         log = proc.communicate(timeout=30)[0]
-    assert "workbench app on http://127.0.0.1" in log, log[-3000:]
+    assert "workbench app on http://localhost" in log, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
     t2 = time.perf_counter()
 

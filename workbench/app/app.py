@@ -11,8 +11,9 @@ import streamlit as st
 from workbench.app.common import navigation_pages
 from workbench.app.glossary import sidebar_glossary
 
-st.set_page_config(page_title="Domain-Agent Workbench",
-                   page_icon=":material/settings_input_antenna:", layout="wide")
+# an emoji favicon is drawn by the page itself; a :material/...: one is fetched from
+# fonts.gstatic.com, which an offline machine (or --disable-background-networking) never reaches
+st.set_page_config(page_title="Domain-Agent Workbench", page_icon="📡", layout="wide")
 st.sidebar.caption("The bundled model, SmolLM2-135M-Instruct, is a 135M-parameter "
                    "demonstration model: with it the pages show how the workbench works, not "
                    "the gains a capable model brings. Name a larger teacher in a form (a model "

@@ -357,7 +357,10 @@ def app_cmd(workspace: Annotated[Path | None, typer.Option(
             raise WorkbenchError(f"--max-corpus-mb must be positive, got {max_corpus_mb:g}")
         env["WB_MAX_CORPUS_MB"] = f"{max_corpus_mb:g}"
     cmd = streamlit_command(script, host=host, port=port)
-    echo_err(f"workbench app on http://{host}:{port} (workspace {ws}, root {base})")
+    # at localhost Streamlit's lost-connection message asks whether the app still runs; at
+    # 127.0.0.1 it asks about "the internet" (browser.serverAddress in the app's config)
+    shown = "localhost" if host in ("127.0.0.1", "localhost") else host
+    echo_err(f"workbench app on http://{shown}:{port} (workspace {ws}, root {base})")
     raise typer.Exit(run_child(cmd, env=env, cwd=script.parent))
 
 

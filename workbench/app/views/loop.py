@@ -25,19 +25,42 @@ st.caption("Rounds of targeted improvement with people at the gates (Cura): the 
 show_glossary("LoRA", "adapter", "McNemar", "kappa", "rubric", "guard", "retention")
 ws = workspace()
 
+
+def loop_packs() -> list[str]:
+    """The domain packs that declare the loop's synthesis settings (`pipelines.loop`)."""
+    from workbench.domain_packs import available_packs, load_pack
+
+    return [p for p in available_packs() if "loop" in (load_pack(p).pipelines or {})]
+
+
 with st.expander("Start a loop", expanded=False):
+    from workbench.loop.config import SuitesSettings
+
+    packs = loop_packs()
     with st.form("lp-form"):
         c1, c2, c3 = st.columns(3)
-        name = c1.text_input("Run name", value="health_loop", key="lp-name")
-        mode = c2.selectbox("Start with", ["plan", "auto"], key="lp-mode",
+        pack = c1.selectbox("Domain pack", packs, key="lp-pack",
+                            help="The domain's prompts and synthesis templates: the packs "
+                                 "that declare the loop's settings (pipelines.loop).")
+        data = c2.text_input("Domain data folder",
+                             value=SuitesSettings.model_fields["data"].default, key="lp-data",
+                             help=SuitesSettings.model_fields["data"].description)
+        name = c3.text_input("Run name", value="", key="lp-name", placeholder="PACK_loop",
+                             help="Empty: the pack's name and _loop.")
+        c4, c5 = st.columns(2)
+        mode = c4.selectbox("Start with", ["plan", "auto"], key="lp-mode",
                             help="plan: evaluate and plan round 1 for your approval; auto: "
                                  "unattended rounds, the guards decide")
-        rounds = c3.number_input("Rounds (auto)", 1, 10, 2, key="lp-rounds")
+        rounds = c5.number_input("Rounds (auto)", 1, 10, 2, key="lp-rounds")
         go = st.form_submit_button("Start")
     if go:
         try:
-            cfg = base_config(name, domain="health",
-                              loop={"mode": mode, "rounds": int(rounds)})
+            if not pack:
+                raise ValueError("no domain pack declares the loop's settings "
+                                 "(pipelines.loop)")
+            cfg = base_config(name.strip() or f"{pack}_loop", domain=pack,
+                              loop={"pack": pack, "suites": {"data": data.strip()},
+                                    "mode": mode, "rounds": int(rounds)})
             job = start_job(ws, "loop", cfg)
             st.success(f"Started job {job.id}")
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
