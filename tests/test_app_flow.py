@@ -186,3 +186,57 @@ def test_nothing_the_app_shows_is_fetched_from_the_internet_and_offline_reads_ri
     for cfg in (APP / ".streamlit" / "config.toml",
                 REPO / "apps" / "streamlit" / ".streamlit" / "config.toml"):
         assert tomllib.loads(cfg.read_text())["browser"]["serverAddress"] == "localhost"
+
+
+# --- the open workspace: named on every page, kept in the address ------------------------------
+
+@pytest.fixture()
+def rooted(tmp_path, monkeypatch):
+    from workbench.workspace import open_workspace
+
+    root = tmp_path / "root"
+    for name in ("ws", "other"):
+        open_workspace(root / name)
+    monkeypatch.setenv("WB_ROOT", str(root))
+    monkeypatch.setenv("WB_WORKSPACE", str(root / "ws"))
+    monkeypatch.setenv("WB_APP_MODEL", "fake")
+    monkeypatch.setenv("WB_APP_MODEL_SCRIPT", "fake_teacher:reply")
+    return root
+
+
+def app_test():
+    from streamlit.testing.v1 import AppTest
+
+    return AppTest.from_file(str(APP / "app.py"), default_timeout=120)
+
+
+def sidebar_says(at) -> str:
+    return "\n".join(m.value for m in at.sidebar.markdown)
+
+
+def test_the_open_workspace_is_named_on_every_page_and_kept_in_the_address(rooted):
+    """Before, a reload reopened the start workspace and no page said which was open."""
+    at = app_test().run()
+    assert at.query_params["ws"] == "ws" and "Workspace **`ws`**" in sidebar_says(at)
+    at.text_input(key="ws-path").set_value("other")
+    at.button(key="ws-open").click().run()
+    assert not at.exception and "Workspace **`other`**" in sidebar_says(at)
+    assert at.query_params["ws"] == "other"
+    at.switch_page(str(APP / "views" / "distill.py")).run()  # another page: still named
+    assert not at.exception and "Workspace **`other`**" in sidebar_says(at)
+    # a reload: a new session whose address names the workspace
+    again = app_test()
+    again.query_params["ws"] = "other"
+    again.run()
+    assert not again.exception and again.session_state.workspace == str(rooted / "other")
+    assert "Workspace **`other`**" in sidebar_says(again)
+
+
+@pytest.mark.parametrize("given", ["../elsewhere", "missing", "/etc"])
+def test_an_address_naming_no_workspace_opens_the_start_one_and_says_so(rooted, given):
+    at = app_test()
+    at.query_params["ws"] = given
+    at.run()
+    assert not at.exception and at.session_state.workspace == str(rooted / "ws")
+    assert any(given in w.value for w in at.warning)
+    assert not (rooted / "missing").exists()  # nothing is made from an address

@@ -53,18 +53,58 @@ def root() -> Path:
 
 
 def workspace() -> Path:
-    """The session's workspace: the start one (`WB_WORKSPACE`, inside `root()`) until the
-    projects page opens another; a start workspace outside the root stops the page."""
+    """The session's workspace: the one the address names (`?ws=`, relative to `root()`, so
+    a reload or a shared link keeps it), else the start one (`WB_WORKSPACE`, inside
+    `root()`), until the projects page opens another; a start workspace outside the root
+    stops the page. The address always names the open one."""
     if "workspace" not in st.session_state:
-        start = os.environ.get("WB_WORKSPACE")
-        try:
-            ws = workspace_in(root(), Path(start).expanduser().resolve() if start
-                              else "workspace")
-        except WorkbenchError as e:
-            st.error(f"No workspace: {e}")
-            st.stop()
-        st.session_state.workspace = str(ws)
-    return Path(st.session_state.workspace)
+        st.session_state.workspace = str(_from_address() or _start_workspace())
+    ws = Path(st.session_state.workspace)
+    name = workspace_name(ws)
+    if st.query_params.get(URL_KEY) != name:
+        st.query_params[URL_KEY] = name
+    return ws
+
+
+URL_KEY = "ws"
+
+
+def workspace_name(ws: Path) -> str:
+    """The workspace as the address and the sidebar give it: its path inside the root."""
+    base = root()
+    return str(ws.relative_to(base)) if ws.is_relative_to(base) else str(ws)
+
+
+def _from_address() -> Path | None:
+    """The existing workspace the address names, or None (with a warning when it names one
+    that cannot be opened: nothing is created from an address)."""
+    name = st.query_params.get(URL_KEY)
+    if not name:
+        return None
+    try:
+        return workspace_in(root(), name, create=False)
+    except (WorkbenchError, OSError) as e:
+        st.warning(f"The address names workspace {name!r}, which cannot be opened ({e}); "
+                   "the start workspace is open instead.")
+        return None
+
+
+def _start_workspace() -> Path:
+    start = os.environ.get("WB_WORKSPACE")
+    try:
+        return workspace_in(root(), Path(start).expanduser().resolve() if start
+                            else "workspace")
+    except WorkbenchError as e:
+        st.error(f"No workspace: {e}")
+        st.stop()
+        raise  # st.stop() raises; this line is never reached
+
+
+def show_workspace() -> None:
+    """The open workspace in the sidebar of every page."""
+    st.sidebar.markdown(f":material/folder_open: Workspace **`{workspace_name(workspace())}`**",
+                        help="Every page reads and writes this folder; the Projects page "
+                             "opens another. The address (?ws=) keeps it across reloads.")
 
 
 def max_corpus_mb() -> float:

@@ -19,9 +19,13 @@ if st.button("Open or create", key="ws-open",
                   "corpus/, runs/ and jobs/ folders. The other pages then show its runs."):
     try:
         st.session_state.workspace = str(workspace_in(base, path))
-        st.success(f"Workspace: {st.session_state.workspace}")
     except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
         show_error(e)
+    else:  # again from the top: the sidebar and the address name the new one
+        st.session_state["ws-said"] = f"Workspace: {st.session_state.workspace}"
+        st.rerun()
+if said := st.session_state.pop("ws-said", None):
+    st.success(said)
 show_glossary("adapter", "headline")
 ws = workspace()
 st.subheader("Runs")
