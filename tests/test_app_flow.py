@@ -240,3 +240,35 @@ def test_an_address_naming_no_workspace_opens_the_start_one_and_says_so(rooted, 
     assert not at.exception and at.session_state.workspace == str(rooted / "ws")
     assert any(given in w.value for w in at.warning)
     assert not (rooted / "missing").exists()  # nothing is made from an address
+
+
+# --- what a person filled in outlives a visit to another page ---------------------------------
+
+def test_the_distill_form_and_the_chat_outlive_a_visit_to_another_page(rooted):
+    """Before, the Distill form came back at its defaults and the Chat with a new, empty
+    conversation (its setups were reset, so the conversation was another's)."""
+    at = app_test().run()
+    at.switch_page(str(APP / "views" / "distill.py")).run()
+    at.text_input(key="d-name").set_value("trial")
+    at.radio(key="d-mode").set_value("single")
+    at.multiselect(key="d-kinds").set_value(["mc"])
+    at.number_input(key="d-max").set_value(6).run()
+    at.switch_page(str(APP / "views" / "chat.py")).run()
+    at.slider(key="c-temp").set_value(0.5)
+    at.number_input(key="c-max").set_value(64).run()
+    at.chat_input(key="c-ask").set_value("What is a quarter-wave transformer?").run()
+    assert not at.exception, at.exception
+    answered = [m.value for m in at.markdown if m.value.startswith("**Setup 1")]
+    assert answered
+    at.switch_page(str(APP / "views" / "corpus.py")).run()
+    at.switch_page(str(APP / "views" / "distill.py")).run()
+    assert not at.exception
+    assert at.text_input(key="d-name").value == "trial" and at.radio(key="d-mode").value == \
+        "single"
+    assert at.multiselect(key="d-kinds").value == ["mc"] and at.number_input(
+        key="d-max").value == 6
+    at.switch_page(str(APP / "views" / "chat.py")).run()
+    assert not at.exception
+    assert at.slider(key="c-temp").value == 0.5 and at.number_input(key="c-max").value == 64
+    assert "What is a quarter-wave transformer?" in [m.value for m in at.markdown]
+    assert [m.value for m in at.markdown if m.value.startswith("**Setup 1")] == answered

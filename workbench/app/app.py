@@ -8,7 +8,7 @@ Streamlit runs this file as a script; it and the pages import the app's helpers 
 
 import streamlit as st
 
-from workbench.app.common import navigation_pages, show_workspace
+from workbench.app.common import keep_fields, navigation_pages, show_workspace
 from workbench.app.glossary import sidebar_glossary
 
 # an emoji favicon is drawn by the page itself; a :material/...: one is fetched from
@@ -20,5 +20,7 @@ st.sidebar.caption("The bundled model, SmolLM2-135M-Instruct, is a 135M-paramete
                    "folder, a GGUF file or an OpenAI-compatible URL#model) for real data.")
 show_workspace()
 sidebar_glossary()
-st.navigation([st.Page(path, title=title, icon=icon, default=default)
-               for path, title, icon, default in navigation_pages()]).run()
+page = st.navigation([st.Page(path, title=title, icon=icon, default=default)
+                      for path, title, icon, default in navigation_pages()])
+keep_fields(page.url_path)
+page.run()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import io
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,25 @@ def show_workspace() -> None:
     st.sidebar.markdown(f":material/folder_open: Workspace **`{workspace_name(workspace())}`**",
                         help="Every page reads and writes this folder; the Projects page "
                              "opens another. The address (?ws=) keeps it across reloads.")
+
+
+# Fields a person fills in that outlive a visit to another page (Streamlit drops a widget's
+# value once a run does not draw it), by the page (its url path) that draws them: the Distill
+# form and the Chat setups (the conversation itself is in session state, under its setups).
+KEPT_FIELDS = {
+    "distill": re.compile(r"d-(name|pack|persp-.+|kinds|model|mode|answers|max)"),
+    "chat": re.compile(r"c-(n|max|temp|(model|url|index|ret|k)-\d+)"),
+}
+
+
+def keep_fields(current: str) -> None:
+    """Keep the fields of every page but `current` through this run: a value set again from
+    the script is the session's, which Streamlit keeps while no widget draws it; the current
+    page's own widgets keep theirs (setting them here would also set their defaults anew)."""
+    for k in list(st.session_state.keys()):
+        for page, pattern in KEPT_FIELDS.items():
+            if page != current and isinstance(k, str) and pattern.fullmatch(k):
+                st.session_state[k] = st.session_state[k]
 
 
 def max_corpus_mb() -> float:
