@@ -130,6 +130,21 @@ class Answer:
     seconds: float = 0.0
 
 
+def valid_text(text: str) -> str:
+    """`text` with any lone surrogate (undecodable bytes as Python reads them from a pipe or
+    argv, `surrogateescape`) turned into U+FFFD, so it can be stored as UTF-8 JSON."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "surrogatepass")
+    return data.decode("utf-8", "replace")
+
+
 class ChatSession:
     """Setups, their models (loaded once per model + adapter + options), their indexes
     (loaded once) and their histories."""
@@ -216,7 +231,7 @@ class ChatSession:
         Generation itself stops within a token of either."""
         from workbench.models.base import GenerationParams, cancel_on
 
-        question = question.strip()
+        question = valid_text(question).strip()
         if not question:
             raise WorkbenchError("chat: the question is empty")
         s = self.setups[i]
@@ -375,7 +390,7 @@ def rate(workspace: str | Path, answer: Answer, verdict: str, correction: str | 
         raise WorkbenchError(f"verdict {verdict!r}: expected good or bad")
     if answer.finish == "error" or not answer.text.strip():
         raise WorkbenchError("this answer has no text to rate")
-    correction = (correction or "").strip() or None
+    correction = valid_text(correction or "").strip() or None
     if verdict == "good" and correction:
         raise WorkbenchError("a correction goes with a bad verdict")
     folder = chat_folder(workspace)

@@ -85,6 +85,9 @@ def chat_cmd(
                 "system": DEFAULT_SYSTEM if system is None else system}
     raw = [parse_setup(s, defaults) for s in setup] if setup else [defaults]
     setups = [_setup(r, n, len(raw)) for n, r in enumerate(raw, start=1)]
+    if not question and sys.stdin is None:  # started with stdin closed (`<&-`)
+        typer.echo("no questions: stdin is closed", err=True)
+        return
     session = ChatSession(setups)
     out = sys.stdout
     try:
@@ -160,7 +163,7 @@ def _repl(session, workspace: Path, out, *, interactive: bool) -> None:
     try:
         while True:
             try:
-                line = input(prompt)
+                line = _read_line(prompt, interactive)
             except EOFError:
                 break
             except KeyboardInterrupt:  # Ctrl-C at the prompt: a fresh line, as a shell does
@@ -197,6 +200,30 @@ def _repl(session, workspace: Path, out, *, interactive: bool) -> None:
 
             with contextlib.suppress(OSError):
                 readline.write_history_file(history)
+
+
+MAX_LINE = 64 * 1024  # characters of one line read from a pipe or file
+
+
+def _read_line(prompt: str, interactive: bool) -> str:
+    """The next line: from the terminal through `input` (readline's editing and history),
+    else from stdin at most `MAX_LINE` characters at a time, bytes that are not UTF-8 read
+    as U+FFFD (piped binary is text with replacement marks, never a crash at the rating
+    that stores it); a longer line (binary input, /dev/zero) stops the REPL with one line."""
+    from workbench.chat import valid_text
+    from workbench.errors import DataError
+
+    if interactive:
+        return valid_text(input(prompt))
+    raw = getattr(sys.stdin, "buffer", None)
+    line = raw.readline(MAX_LINE + 1).decode("utf-8", "replace") if raw is not None else \
+        valid_text(sys.stdin.readline(MAX_LINE + 1))
+    if not line:
+        raise EOFError
+    if len(line.rstrip("\r\n")) > MAX_LINE:
+        raise DataError(f"a line of over {MAX_LINE:,} characters (binary input?); stopped",
+                        path="stdin", code="too_large")
+    return line
 
 
 def _answer_interruptibly(session, q: str, out) -> list:

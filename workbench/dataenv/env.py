@@ -13,6 +13,7 @@ keyed by the folder's content hash) for SQL; Python code reads the original file
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import sqlite3
@@ -23,11 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.dataenv.profile import (
     DATA_SUFFIXES,
+    PROFILE_ROLES,
     PROFILE_VERSION,
     EnvProfile,
     content_hash,
     data_files,
-    load_profile,
     profile_database,
     save_profile,
 )
@@ -193,17 +194,9 @@ class DataEnvironment(BaseModel):
             if refresh or not db_path.is_file():
                 materialise_folder(src, db_path)
         profile_path = home / "profile.json"
-        profile = None
-        if not refresh and profile_path.is_file():
-            try:
-                profile = load_profile(profile_path)
-            except DataError:
-                profile = None
-            if profile is not None and (profile.content_hash != digest
-                                        or profile.dictionary_max != dictionary_max
-                                        or profile.name != name
-                                        or profile.profile_version != PROFILE_VERSION):
-                profile = None
+        profile = None if refresh else _cached_profile(
+            profile_path, {"content_hash": digest, "dictionary_max": dictionary_max,
+                           "name": name, "profile_version": PROFILE_VERSION}, db_path)
         if profile is None:
             profile = profile_database(db_path, name=name, kind=kind, source=src,
                                        content=digest, dictionary_max=dictionary_max,
@@ -263,3 +256,66 @@ class DataEnvironment(BaseModel):
         obs = self.execute(action)
         self.history.append(EnvStep(action=action, observation=obs))
         return obs
+
+
+def _cached_profile(path: Path, made_for: dict, db_path: Path) -> EnvProfile | None:
+    """The profile saved for this content, as a person may have corrected it (a column's
+    role); None when there is none, or it was made for other content, settings or version.
+    A file made for this content that is not a valid profile, or names a role, table or
+    column the data does not have, is one line naming the file and the field: it is never
+    profiled over in silence (the person's corrections would be lost)."""
+    if not path.is_file():
+        return None
+    where = {"path": str(path), "code": "bad_record"}
+    hint = "; fix it, or delete the file to profile again"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DataError(f"not a JSON profile ({e}){hint}", **where) from None
+    if not isinstance(raw, dict):
+        raise DataError(f"not a profile (a JSON object with tables){hint}", **where)
+    if any(raw.get(k) != v for k, v in made_for.items()):
+        return None  # made for other content or settings: profiled again
+    tables = raw.get("tables") if isinstance(raw.get("tables"), list) else []
+    for i, t in enumerate(tables):
+        cols = t.get("columns") if isinstance(t, dict) else None
+        for j, c in enumerate(cols if isinstance(cols, list) else []):
+            role = c.get("role") if isinstance(c, dict) else None
+            if role is not None and role not in PROFILE_ROLES:
+                raise DataError(f"tables[{i}].columns[{j}].role ({t.get('name')}."
+                                f"{c.get('name')}): {json.dumps(role)[:60]} is not a role "
+                                f"(one of {', '.join(PROFILE_ROLES)}){hint}", **where)
+    try:
+        profile = EnvProfile.model_validate(raw)
+    except ValueError as e:  # any other field: named by its path
+        from workbench.io import describe_validation_error
+
+        raise DataError(f"not an environment profile: {describe_validation_error(e)}{hint}",
+                        **where) from None
+    _check_columns(profile, db_path, where, hint)
+    return profile
+
+
+def _check_columns(profile: EnvProfile, db_path: Path, where: dict, hint: str) -> None:
+    """Every table and column the profile names is in the data, and every column of those
+    tables is in the profile."""
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        have = {name for (name,) in con.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        for i, t in enumerate(profile.tables):
+            if t.name not in have:
+                raise DataError(f"tables[{i}] {t.name!r}: the data has no such table{hint}",
+                                **where)
+            quoted = '"' + t.name.replace('"', '""') + '"'
+            real = [r[1] for r in con.execute(f"PRAGMA table_info({quoted})")]
+            for j, c in enumerate(t.columns):
+                if c.name not in real:
+                    raise DataError(f"tables[{i}].columns[{j}] {c.name!r}: table {t.name!r} "
+                                    f"has no such column{hint}", **where)
+            missing = [c for c in real if c not in {c.name for c in t.columns}]
+            if missing:
+                raise DataError(f"tables[{i}] {t.name!r}: column {missing[0]!r} is missing "
+                                f"from the profile{hint}", **where)
+    finally:
+        con.close()

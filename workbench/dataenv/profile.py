@@ -12,7 +12,7 @@ import hashlib
 import re
 import sqlite3
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +23,7 @@ from workbench.io import atomic_write_text, sha256_file
 
 # 2: column roles; 3: angles, row indexes by their order, codes that join by value
 PROFILE_VERSION = 3
+PROFILE_ROLES = get_args(ColumnRole)  # what a person may write as a column's role
 Scalar = str | int | float | bool | None
 ColumnKind = Literal["integer", "real", "text", "datetime", "blob", "null", "mixed"]
 

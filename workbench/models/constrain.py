@@ -18,6 +18,7 @@ generated under the grammar, so it always parses and its arguments fit the schem
 from __future__ import annotations
 
 import json
+import re
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -34,6 +35,77 @@ JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separat
 ConstraintKind = Literal["json_schema", "json_object", "regex", "choice", "lark"]
 
 
+# Caller-supplied schemas (tool parameters, response_format's json_schema), regexes and
+# grammars are held to these before anything renders or compiles them (a tool schema 450
+# levels deep got a 500 from the server, and a RecursionError in an agent's forced call).
+# OpenAI's structured outputs take at most 10 levels of nesting, 1,000 enum values and
+# 120,000 characters of names and values; these are looser, for real use, and well inside
+# what pydantic's serializer, the chat template and llguidance take.
+MAX_SCHEMA_DEPTH = 64  # nested objects and arrays (a level of `properties` is two)
+MAX_SCHEMA_CHARS = 100_000  # of its JSON text: a tenth of the default body, guided_grammar's cap
+MAX_SCHEMA_ALTERNATIVES = 1_000  # anyOf + oneOf + enum members; `|` in a regex or grammar
+
+
+def bounded_schema(schema: Any) -> str | None:
+    """What is past the limits in a caller's JSON schema (None when nothing is), measured
+    before anything renders or compiles it: nesting (walked without recursion, since it may
+    be deep), alternatives, then size."""
+    deepest, alternatives, stack = 0, 0, [(schema, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if not isinstance(v, dict | list):
+            continue
+        deepest = max(deepest, depth)
+        if isinstance(v, dict):
+            alternatives += sum(len(v[k]) for k in ("anyOf", "oneOf", "enum")
+                                if isinstance(v.get(k), list))
+        stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    if deepest > MAX_SCHEMA_DEPTH:
+        return (f"the schema nests objects and arrays {deepest} levels deep, over the depth "
+                f"limit of {MAX_SCHEMA_DEPTH}")
+    if alternatives > MAX_SCHEMA_ALTERNATIVES:
+        return (f"the schema has {alternatives} alternatives (anyOf, oneOf and enum members), "
+                f"over the alternatives limit of {MAX_SCHEMA_ALTERNATIVES}")
+    if (size := len(json.dumps(schema, ensure_ascii=False))) > MAX_SCHEMA_CHARS:
+        return (f"the schema is {size} characters of JSON, over the size limit of "
+                f"{MAX_SCHEMA_CHARS}")
+    return None
+
+
+# what nests and what is an alternative in a regex (a character class neither) and in a Lark
+# grammar (a quoted string neither; `{` nests a `%json` schema)
+_REGEX_PARTS = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()|]", re.DOTALL)
+_GRAMMAR_PARTS = re.compile(r'\\.|"(?:\\.|[^"\\\n])*"|[(\[{}\])|]', re.DOTALL)
+
+
+def bounded_pattern(text: str, grammar: bool) -> str | None:
+    """What is past the limits in a caller's regex or Lark grammar (None when nothing is),
+    counted before llguidance compiles it: brackets nested and `|` alternatives."""
+    depth = deepest = bars = 0
+    for m in (_GRAMMAR_PARTS if grammar else _REGEX_PARTS).finditer(text):
+        c = m.group()
+        if c in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c == "|":
+            bars += 1
+    what = "grammar" if grammar else "regex"
+    if deepest > MAX_SCHEMA_DEPTH:
+        return (f"the {what} nests brackets {deepest} levels deep, over the depth limit of "
+                f"{MAX_SCHEMA_DEPTH}")
+    if bars + 1 > MAX_SCHEMA_ALTERNATIVES:
+        return (f"the {what} has {bars + 1} alternatives (`|`), over the alternatives "
+                f"limit of {MAX_SCHEMA_ALTERNATIVES}")
+    return None
+
+
+def _within_bounds(what: str, problem: str | None) -> None:
+    if problem:
+        raise WorkbenchError(f"the {what} constraint is refused: {problem}")
+
+
 class Constraint(BaseModel):
     """What the output must match. `value`: the JSON schema (as JSON text), the regex, the
     choices (a JSON list) or the Lark grammar; empty for `json_object`."""
@@ -45,6 +117,7 @@ class Constraint(BaseModel):
 
     @classmethod
     def json_schema(cls, schema: dict[str, Any]) -> Constraint:
+        _within_bounds("json_schema", bounded_schema(schema))
         return cls(kind="json_schema", value=json.dumps(schema, sort_keys=True))
 
     @classmethod
@@ -53,16 +126,25 @@ class Constraint(BaseModel):
 
     @classmethod
     def regex(cls, pattern: str) -> Constraint:
+        _within_bounds("regex", bounded_pattern(pattern, False))
         return cls(kind="regex", value=pattern)
 
     @classmethod
     def choice(cls, options: Sequence[str]) -> Constraint:
         if not options:
             raise WorkbenchError("a choice constraint needs at least one option")
+        if len(options) > MAX_SCHEMA_ALTERNATIVES or sum(map(len, options)) > MAX_SCHEMA_CHARS:
+            _within_bounds("choice", f"{len(options)} choices of {sum(map(len, options))} "
+                           f"characters, over the limits of {MAX_SCHEMA_ALTERNATIVES} and "
+                           f"{MAX_SCHEMA_CHARS}")
         return cls(kind="choice", value=json.dumps(list(options)))
 
     @classmethod
     def lark(cls, grammar: str) -> Constraint:
+        if len(grammar) > MAX_SCHEMA_CHARS:
+            _within_bounds("lark", f"the grammar is {len(grammar)} characters, over the size "
+                           f"limit of {MAX_SCHEMA_CHARS}")
+        _within_bounds("lark", bounded_pattern(grammar, True))
         return cls(kind="lark", value=grammar)
 
     def grammar(self) -> str:
@@ -131,6 +213,8 @@ def tool_call_constraint(family: str, template: str | None, tools: Sequence[Any]
     offered tool's name and arguments; then the family's closing syntax."""
     by_name = {t.name if hasattr(t, "name") else t["function"]["name"]: _schema(t)
                for t in tools}
+    for tool, schema in by_name.items():  # a hostile schema: one line, before any JSON text
+        _within_bounds(f"tool {tool!r} parameters", bounded_schema(schema))
     if name is not None and name not in by_name:
         raise WorkbenchError(f"tool_choice names {name!r}, which is not among the tools")
     mistral_args = family == "mistral" and "[ARGS]" in (template or "")
@@ -156,7 +240,7 @@ def tool_call_constraint(family: str, template: str | None, tools: Sequence[Any]
     else:
         tail = q("}\n</tool_call>")
     start = "start: (" + " | ".join(alts) + ")" + (f" {tail}" if tail else "")
-    return Constraint.lark("\n".join([start, *rules]) + "\n")
+    return Constraint(kind="lark", value="\n".join([start, *rules]) + "\n")  # schemas checked
 
 
 class CallSplitter:

@@ -13,6 +13,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# the bounds on caller-supplied schemas, regexes and grammars live with constrained decoding,
+# which holds every caller to them (the server, an agent's forced tool call)
+from workbench.models.constrain import (  # noqa: F401
+    MAX_SCHEMA_ALTERNATIVES,
+    MAX_SCHEMA_CHARS,
+    MAX_SCHEMA_DEPTH,
+)
+
 
 class ServerLimits(BaseModel):
     """What `workbench serve` accepts and from whom (the CLI's options)."""
@@ -31,16 +39,6 @@ class ServerLimits(BaseModel):
                                    "waits for others to share its batch; 0 turns batching "
                                    "off. An engine that batches concurrent requests itself "
                                    "(llama.cpp's slots) takes each as it comes.")
-
-
-# Caller-supplied schemas (tool parameters, response_format's json_schema), regexes and
-# grammars are held to these before anything renders or compiles them (a tool schema 450
-# levels deep got a 500). OpenAI's structured outputs take at most 10 levels of nesting,
-# 1,000 enum values and 120,000 characters of names and values; these are looser, for real
-# use, and well inside what pydantic's serializer, the chat template and llguidance take.
-MAX_SCHEMA_DEPTH = 64  # nested objects and arrays (a level of `properties` is two)
-MAX_SCHEMA_CHARS = 100_000  # of its JSON text: a tenth of the default body, guided_grammar's cap
-MAX_SCHEMA_ALTERNATIVES = 1_000  # anyOf + oneOf + enum members; `|` in a regex or grammar
 
 
 class Gate:

@@ -4,76 +4,20 @@ any other field is refused; caller-supplied schemas, regexes and grammars within
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from workbench.models.base import GenerationParams
-from workbench.models.constrain import Constraint
+from workbench.models.constrain import Constraint, bounded_pattern, bounded_schema
 from workbench.models.messages import NamedToolChoice, ToolCall, ToolSpec
-from workbench.serve.limits import MAX_SCHEMA_ALTERNATIVES, MAX_SCHEMA_CHARS, MAX_SCHEMA_DEPTH
+from workbench.serve.limits import MAX_SCHEMA_ALTERNATIVES, MAX_SCHEMA_CHARS
 from workbench.serve.replies import WithinField
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-def bounded_schema(schema: Any) -> str | None:
-    """What is past the limits in a caller's JSON schema (None when nothing is), measured
-    before anything renders or compiles it: nesting (walked without recursion, since it may
-    be deep), alternatives, then size."""
-    deepest, alternatives, stack = 0, 0, [(schema, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if not isinstance(v, dict | list):
-            continue
-        deepest = max(deepest, depth)
-        if isinstance(v, dict):
-            alternatives += sum(len(v[k]) for k in ("anyOf", "oneOf", "enum")
-                                if isinstance(v.get(k), list))
-        stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
-    if deepest > MAX_SCHEMA_DEPTH:
-        return (f"the schema nests objects and arrays {deepest} levels deep, over the depth "
-                f"limit of {MAX_SCHEMA_DEPTH}")
-    if alternatives > MAX_SCHEMA_ALTERNATIVES:
-        return (f"the schema has {alternatives} alternatives (anyOf, oneOf and enum members), "
-                f"over the alternatives limit of {MAX_SCHEMA_ALTERNATIVES}")
-    if (size := len(json.dumps(schema, ensure_ascii=False))) > MAX_SCHEMA_CHARS:
-        return (f"the schema is {size} characters of JSON, over the size limit of "
-                f"{MAX_SCHEMA_CHARS}")
-    return None
-
-
-# what nests and what is an alternative in a regex (a character class neither) and in a Lark
-# grammar (a quoted string neither; `{` nests a `%json` schema)
-_REGEX_PARTS = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()|]", re.DOTALL)
-_GRAMMAR_PARTS = re.compile(r'\\.|"(?:\\.|[^"\\\n])*"|[(\[{}\])|]', re.DOTALL)
-
-
-def bounded_pattern(text: str, grammar: bool) -> str | None:
-    """What is past the limits in a caller's regex or Lark grammar (None when nothing is),
-    counted before llguidance compiles it: brackets nested and `|` alternatives."""
-    depth = deepest = bars = 0
-    for m in (_GRAMMAR_PARTS if grammar else _REGEX_PARTS).finditer(text):
-        c = m.group()
-        if c in "([{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c in ")]}":
-            depth = max(0, depth - 1)
-        elif c == "|":
-            bars += 1
-    what = "grammar" if grammar else "regex"
-    if deepest > MAX_SCHEMA_DEPTH:
-        return (f"the {what} nests brackets {deepest} levels deep, over the depth limit of "
-                f"{MAX_SCHEMA_DEPTH}")
-    if bars + 1 > MAX_SCHEMA_ALTERNATIVES:
-        return (f"the {what} has {bars + 1} alternatives (`|`), over the alternatives "
-                f"limit of {MAX_SCHEMA_ALTERNATIVES}")
-    return None
 
 
 def _bounded_tools(tools: list[ToolSpec] | None) -> list[ToolSpec] | None:

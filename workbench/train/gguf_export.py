@@ -62,12 +62,7 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
     which) and write `out` (.gguf). With `check`, the file is loaded back through the
     workbench's GGUF path and its greedy answers to `prompts` are compared with the merged
     model's. Returns a report (sizes, the check's agreement and answers)."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     from workbench.io import check_replaceable
-    from workbench.models.local import check_adapter_dir, model_folder
 
     if out_type not in TYPES:
         raise WorkbenchError(f"--type {out_type!r}: expected one of {', '.join(TYPES)}")
@@ -75,6 +70,12 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
     if out.suffix != ".gguf":
         raise WorkbenchError(f"{out}: the output file must end in .gguf")
     check_replaceable(out)  # a folder, device or FIFO there is refused before any work
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from workbench.models.local import check_adapter_dir, model_folder
+
     adapter = check_adapter_dir(adapter)
     base, source, reader, arch = _gguf_base(adapter, base)
     folder = model_folder(source)  # the base's weights as the workbench loads them
@@ -109,13 +110,14 @@ def export_lora_gguf(adapter: str | Path, out: str | Path, *, base: str | None =
     """Write `adapter` unmerged as a GGUF LoRA adapter for its base model's GGUF (`base`,
     default: the adapter's manifest says which): what llama.cpp applies with `--lora`."""
     from workbench.io import check_replaceable
-    from workbench.models.gguf_lora import write_lora_gguf
-    from workbench.models.local import check_adapter_dir
 
     out = Path(out)
     if out.suffix != ".gguf":
         raise WorkbenchError(f"{out}: the output file must end in .gguf")
-    check_replaceable(out)
+    check_replaceable(out)  # before anything heavy is imported or read
+    from workbench.models.gguf_lora import write_lora_gguf
+    from workbench.models.local import check_adapter_dir
+
     adapter = check_adapter_dir(adapter)
     base, source, _, _ = _gguf_base(adapter, base)
     report = write_lora_gguf(adapter, source.path / source.gguf_file, out)
