@@ -281,7 +281,7 @@ def test_composed_mode_with_answers_from_the_text(tmp_path):
 def test_max_train_tasks_cuts_training_tasks_evenly_and_keeps_the_benchmark(tmp_path):
     from workbench.corpus import load_sections
     from workbench.distill.pipeline import Stats, make_spans
-    from workbench.distill.write import make_tasks
+    from workbench.distill.tasks import make_tasks
 
     c = cfg(mode="composed", answer_source="text", perspectives=["concepts", "analysis"])
 

@@ -91,7 +91,7 @@ def test_statement_items_cover_every_perturbable_sentence_without_a_model_call(t
     sentences accepted training samples answer, under a question no training row has."""
     from workbench.distill.perturb import factorial_options, vocabulary
     from workbench.distill.pipeline import Span
-    from workbench.distill.write import facts
+    from workbench.distill.tasks import facts
 
     res = run_distill(cfg(seen_fraction=1.0, distractors="perturbed", kinds=["mc", "nd"],
                           benchmark_items="statement"), tmp_path / "r", default_model=TEACHER,

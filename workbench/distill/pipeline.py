@@ -27,12 +27,24 @@ from workbench.distill import gates, parse, shapes
 from workbench.distill.config import AgentModel, DistillConfig
 from workbench.distill.parse import Reject, format_options
 from workbench.distill.quality import (
-    difficulty, letter_distribution, near_duplicates, split_sections,
+    difficulty,
+    letter_distribution,
+    near_duplicates,
+    split_sections,
 )
 from workbench.distill.report import DistillReport, report_markdown
-from workbench.distill.write import (  # noqa: F401  (Span, _conv, facts: read by tests)
-    LETTERS, Agents, Span, Stats, Task, _conv, facts, _generate, check_breadth, make_spans,
-    make_tasks, write_composed, write_single,
+from workbench.distill.tasks import check_breadth, facts, make_tasks
+from workbench.distill.write import (
+    LETTERS,
+    Agents,
+    Span,
+    Stats,
+    Task,
+    _conv,
+    _generate,
+    make_spans,
+    write_composed,
+    write_single,
 )
 from workbench.domain_packs import DomainPack, load_pack
 from workbench.errors import WorkbenchError

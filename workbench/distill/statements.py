@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from workbench.distill import perturb
 from workbench.distill.quality import balance_letters
-from workbench.distill.write import LETTERS, Span, Task, facts
+from workbench.distill.tasks import facts
+from workbench.distill.write import LETTERS, Span, Task
 from workbench.io import sha256_text
 from workbench.records import Section
 
