@@ -41,6 +41,19 @@ def test_perturbed_options_form_a_two_by_two_design_false_against_the_section():
     assert len({frozenset(w.lower() for w in ws) & asked for ws in words}) == 1
 
 
+def test_fixed_phrases_and_verb_forms_are_not_perturbed():
+    """'no longer' -> 'no shorter' and 'varying' -> 'applying' read wrong without any
+    knowledge of the fact: such changes are never made."""
+    import random
+
+    from workbench.distill.perturb import sites
+
+    sentence = "The stub is no longer matched at least when each varying load is tuned."
+    got = sites(sentence, "What happens?", ["applying", "tuning", "loaded"], random.Random(0))
+    changed = {sentence[s.start:s.end].lower() for s in got}
+    assert not changed & {"longer", "least", "varying", "matched", "tuned"}
+
+
 def test_a_sentence_with_fewer_than_two_changes_gives_no_item():
     from workbench.distill.perturb import factorial_options
 

@@ -46,6 +46,15 @@ OPPOSITES: tuple[tuple[str, str], ...] = (
     ("halves", "doubles"),
 )
 _OPPOSITE = {a: b for a, b in OPPOSITES} | {b: a for a, b in OPPOSITES}
+# fixed phrases whose word is not a quantity: "no longer" -> "no shorter" is not English, and a
+# distractor that reads wrong gives itself away without any knowledge
+_IDIOMS = re.compile(r"\b(?:no|any)\s+longer\b|\bat\s+(?:least|most|first|last)\b"
+                     r"|\bmore\s+or\s+less\b|\b(?:first|second)\s+of\s+all\b"
+                     r"|\bin\s+(?:short|real|general)\b|\bopen\s+(?:source|question)\b"
+                     r"|\bhigh\s+level\b|\bshort\s+(?:term|answer)\b", re.I)
+# word endings of verb forms and adverbs: a term swap is for nouns ("varying" -> "applying"
+# turns a sentence into nonsense, not into a false statement)
+_NOT_A_TERM = ("ing", "ed", "ly")
 
 _NUMBER = re.compile(r"(?<![\w.\-−^/])(\d+(?:\.\d+)?)(?![\w.]*\d)(?!\w)")
 _WORD = re.compile(r"[A-Za-z][a-z]+(?:-[a-z]+)?")
@@ -126,10 +135,11 @@ def sites(sentence: str, question: str, vocabulary: list[str], rng: random.Rando
         if new and m.group(1) not in asked and new not in asked:
             out.append(Site(m.start(1), m.end(1), new, "number"))
     terms = []
+    fixed = [(i.start(), i.end()) for i in _IDIOMS.finditer(sentence)]
     for m in _WORD.finditer(sentence):
         w = m.group(0)
         low = w.lower()
-        if low in asked:
+        if low in asked or any(a <= m.start() < b for a, b in fixed):
             continue
         if low in _OPPOSITE:
             new = _OPPOSITE[low]
@@ -137,7 +147,7 @@ def sites(sentence: str, question: str, vocabulary: list[str], rng: random.Rando
             if new not in asked and new not in _words(sentence):
                 out.append(_word_site(sentence, m, _case_like(new, w), "opposite"))
             continue
-        if len(low) < 6 or low in _COMMON or "-" in low:
+        if len(low) < 6 or low in _COMMON or "-" in low or low.endswith(_NOT_A_TERM):
             continue
         have = _words(sentence)
         near = [c for c in vocabulary
@@ -186,6 +196,7 @@ def vocabulary(*texts: str) -> list[str]:
     for t in texts:
         for w in _WORD.findall(t):
             low = w.lower()
-            if len(low) >= 6 and low not in _COMMON and "-" not in low:
+            if len(low) >= 6 and low not in _COMMON and "-" not in low \
+                    and not low.endswith(_NOT_A_TERM):
                 seen.setdefault(low, None)
     return list(seen)
