@@ -272,3 +272,40 @@ def test_the_distill_form_and_the_chat_outlive_a_visit_to_another_page(rooted):
     assert at.slider(key="c-temp").value == 0.5 and at.number_input(key="c-max").value == 64
     assert "What is a quarter-wave transformer?" in [m.value for m in at.markdown]
     assert [m.value for m in at.markdown if m.value.startswith("**Setup 1")] == answered
+
+
+# --- Stop keeps the question and what was written ----------------------------------------------
+
+def test_a_stopped_answer_keeps_its_question_and_text_marked_stopped(rooted):
+    """Stop reruns the page; Streamlit starts the new run while the old one still writes, so
+    before, the question and its partial answer vanished (kept only after the page was
+    drawn). Here the old run is a thread that keeps its answer a moment later: the new run
+    tells it to stop, waits for it, and shows both, marked stopped."""
+    import threading
+    import time
+
+    from workbench.chat import Answer
+
+    at = page("chat").run()
+    at.chat_input(key="c-ask").set_value("first question").run()
+    assert not at.exception
+    session = at.session_state["c-session"]
+    live = SimpleNamespace(session=session, turn="t-stopped", question="second question",
+                           stop=threading.Event(), texts={0: "a partial"})
+
+    def old_run():  # the interrupted run: stops when told, then keeps what it wrote
+        live.stop.wait(10)
+        time.sleep(0.3)
+        session.answers.append(Answer(turn="t-stopped", setup=0, label=session.setups[0].label,
+                                      question="second question", prompt=[],
+                                      text="a partial answer", finish="stopped"))
+
+    worker = threading.Thread(target=old_run)
+    worker.start()
+    at.session_state["c-live"] = live
+    at.run()
+    worker.join(5)
+    assert not at.exception and live.stop.is_set()
+    said = [m.value for m in at.markdown]
+    assert "first question" in said and "second question" in said and "a partial answer" in said
+    assert any(c.value.startswith(":material/stop_circle: Stopped") for c in at.caption)

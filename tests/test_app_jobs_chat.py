@@ -186,6 +186,10 @@ def test_distill_page_runs_a_stopped_job_again_to_completion(app_ws):
         at = page("distill").run()
         assert not at.exception, at.exception
         assert f"`{job.id}`: running" in texts(at)
+        # how far it is: the bar of the work in flight (it redraws itself while the job runs:
+        # tests/test_e2e_browser.py watches it move on)
+        assert any(re.fullmatch(r"distill.* > .*: \d+/\d+ chunk, .+, ETA .+", b)
+                   for b in bars(at)), bars(at)
         assert not any(b.key == "distill-again" for b in at.button)  # running: Stop only
         at.button(key="distill-stop").click().run()
         assert not at.exception, at.exception

@@ -257,9 +257,10 @@ RUN_AGAIN_HELP = ("Start a new job with this job's config: it finishes the rest 
                   "(finished stages and cached model calls are skipped).")
 
 
-def job_progress_bar(row) -> None:
+def job_progress_bar(row) -> bool:
     """A task-centre row's progress: the work in flight of a running job (done/total, rate,
-    time left), or where a stopped or failed job's work stood when it ended."""
+    time left), or where a stopped or failed job's work stood when it ended; whether there
+    was any to show."""
     if row.progress is not None and row.progress.levels:
         label = (f"{row.progress.label}: {row.progress_text()}, {row.rate_text()}, "
                  f"ETA {row.eta_text()}")
@@ -267,11 +268,12 @@ def job_progress_bar(row) -> None:
     elif row.last_progress is not None:
         label, frac = f"{row.state} at {row.last_progress_text()}", row.last_fraction
     else:
-        return
+        return False
     if frac is not None:
         st.progress(frac, text=label)
     else:
         st.caption(f"{label} (not counted)" if row.state == "running" else label)
+    return True
 
 
 def run_again_button(job, key: str) -> None:
@@ -289,11 +291,15 @@ def run_again_button(job, key: str) -> None:
             st.rerun()
 
 
+PANEL_REFRESH_S = 2.0
+
+
 def job_panel(kind: str, key: str) -> None:
     """Status, progress and log of the newest job of a kind; survives reloads (on disk):
-    Stop while it runs, Run again once it stopped or failed. Every job of every kind: the
-    Task centre page."""
-    from workbench.jobs import job_row, list_jobs, stop_job
+    Stop while it runs, Run again once it stopped or failed. While the job runs the panel
+    redraws itself every PANEL_REFRESH_S (its progress bar moves on), and the whole page
+    reruns once it ends (its results show). Every job of every kind: the Task centre page."""
+    from workbench.jobs import list_jobs
 
     if said := st.session_state.pop(f"{key}-said", None):
         st.success(said)
@@ -301,13 +307,27 @@ def job_panel(kind: str, key: str) -> None:
     if not jobs:
         st.caption(f"No {kind} job started from the app yet.")
         return
+    running = jobs[0].status == "running"
+    st.fragment(_job_panel_body, run_every=PANEL_REFRESH_S if running else None)(
+        kind, key, jobs[0].id if running else None)
+
+
+def _job_panel_body(kind: str, key: str, was_running: str | None) -> None:
+    from workbench.jobs import job_row, list_jobs, stop_job
+
+    jobs = read_or_none(f"{kind} jobs", lambda: list_jobs(workspace(), kind=kind))
+    if not jobs:
+        return
     job = jobs[0]
+    if was_running is not None and (job.id != was_running or job.status != "running"):
+        st.rerun(scope="app")  # it ended (or another began): the page shows its results
     st.markdown(f"**{STATUS_ICONS.get(job.status, '')} {kind} job `{job.id}`: {job.status}**")
     if job.progress:
         st.caption(job.progress[-1])
     row = read_or_none("the job's progress", lambda: job_row(job, log_lines=0))
-    if row is not None:
-        job_progress_bar(row)
+    if row is not None and not job_progress_bar(row) and job.status == "running":
+        st.caption(":material/hourglass_top: started: the count shows once its first "
+                   "stage reports one")
     if job.error:
         (st.warning if job.status == "stopped" else st.error)(job.error)
     cols = st.columns(3)
@@ -318,7 +338,7 @@ def job_panel(kind: str, key: str) -> None:
             except Exception as e:  # noqa: BLE001 - e.g. the job ended meanwhile
                 show_error(e)
             else:
-                st.rerun()
+                st.rerun(scope="app")
         cols[1].button("Refresh", key=f"{key}-refresh")
     elif row is not None and row.can_run_again:
         with cols[0]:

@@ -4,12 +4,23 @@ streams as it is written; a person marks it good or bad and says what it should 
 and the workspace keeps that as SFT rows and preference pairs (workbench.chat)."""
 
 import os
+import threading
+import time
+from dataclasses import dataclass, field
 
 import streamlit as st
 
 from workbench.app.common import read_or_none, show_error, workspace
 from workbench.app.glossary import show_glossary
-from workbench.chat import MAX_SETUPS, RETRIEVERS, ChatSession, ChatSetup, rate, workspace_choices
+from workbench.chat import (
+    MAX_SETUPS,
+    RETRIEVERS,
+    Answer,
+    ChatSession,
+    ChatSetup,
+    rate,
+    workspace_choices,
+)
 
 st.title("Chat")
 st.caption("Ask once; every setup answers in its own column, as it writes. Rate an answer to "
@@ -105,6 +116,53 @@ if st.session_state.get("c-key") != key:  # other setups: a new conversation
 session: ChatSession | None = st.session_state["c-session"]
 if session is None:
     st.stop()
+
+
+@dataclass
+class Live:
+    """The question a run is answering, and what each setup it began has written so far."""
+    session: ChatSession
+    turn: str
+    question: str
+    stop: threading.Event = field(default_factory=threading.Event)
+    texts: dict[int, str] = field(default_factory=dict)
+
+
+WAIT_FOR_STOPPED_S = 10.0
+
+
+def recover_interrupted() -> None:
+    """A run that was writing answers was cut short (Stop, or the person left the page).
+    Streamlit starts the new run at once while the old one still writes (fastReruns), so the
+    old answers are not kept yet: the question and its partial answers vanished. Tell the old
+    run to stop, wait for it to keep what it wrote (marked stopped); an answer it has not
+    kept in time is kept here from what the page saw of it (the library's, once kept, shows
+    instead: `turn_answers`)."""
+    live: Live | None = st.session_state.pop("c-live", None)
+    if live is None:
+        return
+    live.stop.set()
+    deadline = time.monotonic() + WAIT_FOR_STOPPED_S
+
+    def kept() -> set[int]:
+        return {a.setup for a in live.session.answers if a.turn == live.turn}
+
+    while set(live.texts) - kept() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for i in sorted(set(live.texts) - kept()):
+        live.session.answers.append(Answer(
+            turn=live.turn, setup=i, label=live.session.setups[i].label,
+            question=live.question, prompt=[], text=live.texts[i], finish="stopped"))
+
+
+def tracked(gen, live: Live, i: int):
+    """`gen`'s pieces, each also added to what the page saw of setup `i`'s answer."""
+    for piece in gen:
+        live.texts[i] += piece
+        yield piece
+
+
+recover_interrupted()
 if st.button("New conversation", key="c-reset"):
     session.reset()
     session.answers.clear()
@@ -123,7 +181,7 @@ def rating(a, n: int) -> None:
         st.error(a.error)
         return
     if a.finish == "stopped":
-        st.caption("stopped")
+        st.caption(":material/stop_circle: Stopped: the answer is as far as it was written.")
     if not a.text.strip():
         return
     good = st.button("Good", key=f"c-good-{n}", icon=":material/thumb_up:")
@@ -147,15 +205,22 @@ def _rate(a, verdict: str, fix: str | None) -> None:
     st.toast(f"Kept: {files.sft} SFT rows, {files.pairs} pairs in {files.folder}")
 
 
-turns: dict[str, list] = {}
-for a in session.answers:
-    turns.setdefault(a.turn, []).append(a)
-for answers in turns.values():
-    with st.chat_message("user"):
-        st.markdown(answers[0].question)
-    cols = st.columns(len(session.setups))
+def turn_answers(answers: list) -> dict[str, dict[int, Answer]]:
+    """Each turn's answers by setup; the last kept one of a setup wins (the library's own
+    answer over the page's stand-in for it)."""
+    turns: dict[str, dict[int, Answer]] = {}
     for a in answers:
-        with cols[a.setup]:
+        turns.setdefault(a.turn, {})[a.setup] = a
+    return turns
+
+
+for answers in turn_answers(session.answers).values():
+    first = next(iter(answers.values()))
+    with st.chat_message("user"):
+        st.markdown(first.question)
+    cols = st.columns(len(session.setups))
+    for i, a in sorted(answers.items()):
+        with cols[i]:
             st.markdown(f"**{a.label}**")
             st.markdown(a.text or "_(no text)_")
             show_passages(a)
@@ -165,17 +230,24 @@ question = st.chat_input("Ask every setup", key="c-ask")
 if question:
     with st.chat_message("user"):
         st.markdown(question)
-    st.button("Stop", key="c-stop", icon=":material/stop:")  # pressing it reruns: writing stops
+    # pressing Stop reruns the page: the new run stops this one's writing and shows what it
+    # wrote (recover_interrupted)
+    st.button("Stop", key="c-stop", icon=":material/stop:")
     cols = st.columns(len(session.setups))
-    turn = session.new_turn()
+    live = Live(session=session, turn=session.new_turn(), question=question.strip())
+    st.session_state["c-live"] = live
     for i, s in enumerate(session.setups):
         with cols[i]:
             st.markdown(f"**{s.label}**")
-            gen = session.stream(i, question, turn=turn)
+            live.texts[i] = ""
+            gen = session.stream(i, question, turn=live.turn, stop=live.stop)
+            pieces = tracked(gen, live, i)
             try:
-                st.write_stream(gen)
+                st.write_stream(pieces)
             except Exception as e:  # noqa: BLE001 - shown in its column
                 show_error(e)
             finally:
+                pieces.close()
                 gen.close()  # a rerun (Stop, or the person left) ends generation here
+    st.session_state.pop("c-live", None)
     st.rerun()
