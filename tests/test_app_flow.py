@@ -276,6 +276,17 @@ def test_the_distill_form_and_the_chat_outlive_a_visit_to_another_page(rooted):
 
 # --- Stop keeps the question and what was written ----------------------------------------------
 
+def slow_chat(conv) -> str:
+    """The scripted model, 4 s an answer: time to press Chat's Stop in a browser
+    (tests/test_e2e_browser.py)."""
+    import time
+
+    from fake_teacher import reply
+
+    time.sleep(4)
+    return reply(conv)
+
+
 def test_a_stopped_answer_keeps_its_question_and_text_marked_stopped(rooted):
     """Stop reruns the page; Streamlit starts the new run while the old one still writes, so
     before, the question and its partial answer vanished (kept only after the page was

@@ -415,6 +415,18 @@ def test_task_centre_shows_progress_advance_and_stops_the_job_in_a_browser(
                 page.wait_for_timeout(700)  # the page refreshes itself ("Live")
             assert len(set(seen)) >= 3, seen
             page.screenshot(path=str(ARTIFACTS / "task-centre.png"), full_page=True)
+            # the Distill page's own panel: a bar that moves on by itself (no Refresh click)
+            page.goto(f"{url}/distill")
+            bar = page.locator("[data-testid=stProgress]").first
+            bar.wait_for(timeout=60000)
+            shown = set()
+            deadline = time.time() + 60
+            while len(shown) < 2 and time.time() < deadline:
+                shown.update(re.findall(r"\d+/\d+", bar.inner_text()))
+                page.wait_for_timeout(700)
+            assert len(shown) >= 2, shown
+            page.goto(f"{url}/jobs")
+            page.get_by_text("1 job(s), 1 running").wait_for(timeout=60000)
             page.get_by_role("button", name="Stop").click()
             page.get_by_text("1 job(s), 0 running").wait_for(timeout=60000)
             browser.close()
@@ -425,3 +437,50 @@ def test_task_centre_shows_progress_advance_and_stops_the_job_in_a_browser(
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def test_chat_stop_workspace_and_offline_in_a_browser(running_app, tmp_path):
+    """Chat's Stop keeps the question and the answer, marked stopped (a scripted model that
+    takes 4 s an answer); every page names the open workspace and the address keeps it
+    across a reload; nothing is fetched from outside the app (the favicon was fetched from
+    fonts.gstatic.com)."""
+    from playwright.sync_api import sync_playwright
+
+    from workbench.workspace import open_workspace
+
+    ws = tmp_path / "ws"
+    open_workspace(tmp_path / "other")
+    env = {"WB_APP_MODEL": "fake", "WB_APP_MODEL_SCRIPT": "test_app_flow:slow_chat",
+           "PYTHONPATH": str(Path(__file__).parent)}
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app(ws, **env) as (url, _), sync_playwright() as p:
+        browser, page = _open_page(p, url)
+        asked = []
+        page.on("request", lambda r: asked.append(r.url))
+        page.goto(f"{url}/?ws=other")
+        page.get_by_text("Projects and runs").first.wait_for(timeout=30000)
+        side = page.locator("[data-testid=stSidebar]")
+        side.get_by_text("Workspace").wait_for(timeout=30000)
+        assert "other" in side.inner_text() and page.url.endswith("?ws=other")
+        page.get_by_role("link", name="Chat").click()
+        page.get_by_text("Setup 1").first.wait_for(timeout=30000)
+        assert page.url.endswith("/chat?ws=other") and "other" in side.inner_text()
+        question = "What does a quarter-wave transformer do?"
+        box = page.locator("[data-testid=stChatInputTextArea]")
+        box.fill(question)
+        box.press("Enter")
+        page.get_by_role("button", name="Stop").wait_for(timeout=30000)
+        page.wait_for_timeout(1000)
+        page.get_by_role("button", name="Stop").click()
+        page.get_by_text("Stopped: the answer is as far as it was written").wait_for(
+            timeout=30000)
+        assert question in page.inner_text("body")
+        page.screenshot(path=str(ARTIFACTS / "chat-stopped.png"), full_page=True)
+        page.reload()
+        page.get_by_text("Setup 1").first.wait_for(timeout=30000)
+        assert page.url.endswith("/chat?ws=other") and "other" in side.inner_text()
+        icon = page.evaluate("document.querySelector('link[rel*=icon]').href")
+        assert icon.startswith("data:"), icon
+        browser.close()
+    outside = {u for u in asked if not u.startswith((url, "data:", "blob:"))}
+    assert not outside, outside

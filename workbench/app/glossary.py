@@ -11,7 +11,7 @@ GLOSSARY: dict[str, str] = {
             "and Answer.",
     "MC": "Multiple choice: a question with four options (A-D) and one correct letter; the "
           "benchmark is made of these.",
-    "ND": "Open-ended (non-discrete) question: the answer is written, not picked.",
+    "ND": "An open-ended question (nd samples): the answer is written, not picked.",
     "teacher": "The model that writes the training data (the bundled one is a 135M "
                "demonstration model; name a larger one for real data).",
     "perspective": "An angle a question is asked from (concepts, analysis, design, ...): one "
