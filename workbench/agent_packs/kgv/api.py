@@ -14,6 +14,10 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from workbench.agent_packs.files import AgentFiles
+from workbench.agent_packs.kgv.evidence import Evidence
+from workbench.agent_packs.kgv.metrics import prediction, route
+from workbench.agent_packs.kgv.pack import KGClaim, KgvAgent, load_claims
+from workbench.agent_packs.kgv.reward import reward  # noqa: F401 (the pack's reward, for GRPO)
 from workbench.agents.export import sft_examples
 from workbench.agents.runner import (
     AgentSetup,
@@ -24,10 +28,6 @@ from workbench.agents.runner import (
     scaffold,
 )
 from workbench.agents.steps import AgentTrajectory
-from workbench.agent_packs.kgv.evidence import Evidence
-from workbench.agent_packs.kgv.metrics import prediction, route
-from workbench.agent_packs.kgv.pack import KGClaim, KgvAgent, load_claims
-from workbench.agent_packs.kgv.reward import reward  # noqa: F401 (the pack's reward, for GRPO)
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
@@ -287,8 +287,8 @@ def evaluate(cfg, ctx):
 def _start(cfg, ctx) -> _Evaluation:
     """The agent folder (emptied with --fresh), the labelled dev and train claims, the agent,
     and the parts of the stage keys that every condition shares."""
-    from workbench.corpus import corpus_hash
     from workbench.agent_packs.kgv.evidence import index_key
+    from workbench.corpus import corpus_hash
 
     ac = cfg.agent
     out = ctx.layout.folder("agent")

@@ -66,8 +66,8 @@ def index_evidence(path: str | Path) -> Evidence:
 def folder_evidence(folder: Path, graph: Any, wordings: dict[str, Any]) -> Evidence:
     """The evidence a KG data folder holds: documents.jsonl, documents/, else the graph's own
     facts; none of them is one line naming the folder."""
-    from workbench.corpus import ingest
     from workbench.agent_packs.kgv import graph as G
+    from workbench.corpus import ingest
     from workbench.io import read_jsonl
     from workbench.records import Section
 

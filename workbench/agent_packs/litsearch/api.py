@@ -16,8 +16,12 @@ from typing import Any
 import numpy as np
 
 from workbench.agent_packs.files import AgentFiles
-from workbench.agent_packs.litsearch.corrupt import FEEDBACK, STRUCTURAL, corrupt, \
-    feedback_corruption
+from workbench.agent_packs.litsearch.corrupt import (
+    FEEDBACK,
+    STRUCTURAL,
+    corrupt,
+    feedback_corruption,
+)
 from workbench.agent_packs.litsearch.dialogue import (
     last_assistant,
     model_turns,
@@ -25,8 +29,13 @@ from workbench.agent_packs.litsearch.dialogue import (
     rule_turns,
     start,
 )
-from workbench.agent_packs.litsearch.pack import Library, load_corpus, sections, toolbox, \
-    workflow_call
+from workbench.agent_packs.litsearch.pack import (
+    Library,
+    load_corpus,
+    sections,
+    toolbox,
+    workflow_call,
+)
 from workbench.agent_packs.litsearch.report import REPORT_JSON, REPORT_MD, LitsearchReport
 from workbench.agent_packs.reports import report_json
 from workbench.errors import WorkbenchError
@@ -334,8 +343,8 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
 def run_inputs(cfg, inputs: list[str], log=print):
     """Run the agent's dialogue on a few intents (ids from anchors.jsonl); each comes back
     as an `AgentTrajectory` whose steps are the submitted workflows and their results."""
-    from workbench.agents.steps import AgentStep, AgentTrajectory
     from workbench.agent_packs.litsearch.dialogue import model_turns
+    from workbench.agents.steps import AgentStep, AgentTrajectory
     from workbench.models.factory import open_chat_model
     from workbench.records import Message
     from workbench.runs import RunLayout

@@ -9,8 +9,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.agents.runner import AgentSetup, AgentTask, Budget, ErrorPolicy, FreePolicy, \
-    GuidedPolicy, run_agents
 from workbench.agent_packs.litsearch import dag as D
 from workbench.agent_packs.litsearch.pack import (
     Intent,
@@ -24,6 +22,15 @@ from workbench.agent_packs.litsearch.pack import (
     templates,
     toolbox,
     workflow_call,
+)
+from workbench.agents.runner import (
+    AgentSetup,
+    AgentTask,
+    Budget,
+    ErrorPolicy,
+    FreePolicy,
+    GuidedPolicy,
+    run_agents,
 )
 from workbench.models.base import GenerationParams
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.agents.tools import Tool, Toolbox, ToolError
 from workbench.agent_packs.litsearch import dag as D
 from workbench.agent_packs.litsearch.papers import Intent, Paper
+from workbench.agents.tools import Tool, Toolbox, ToolError
 from workbench.errors import WorkbenchError
 from workbench.evaluate.metrics import hit_at_k, ndcg_at_k, reciprocal_rank
 from workbench.records import ToolCall

@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from workbench.agent_packs.files import AgentFiles
+from workbench.agent_packs.reports import report_json
+from workbench.agent_packs.rf import tools as T
+from workbench.agent_packs.rf.bench import DesignItem, correct
+from workbench.agent_packs.rf.report import REPORT_JSON, REPORT_MD, RfReport, report_markdown
 from workbench.agents.runner import (
     AgentSetup,
     AgentState,
@@ -30,10 +34,6 @@ from workbench.agents.runner import (
 )
 from workbench.agents.steps import AgentTrajectory
 from workbench.agents.tools import Toolbox, ToolError
-from workbench.agent_packs.rf import tools as T
-from workbench.agent_packs.reports import report_json
-from workbench.agent_packs.rf.bench import DesignItem, correct
-from workbench.agent_packs.rf.report import REPORT_JSON, REPORT_MD, RfReport, report_markdown
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
@@ -104,8 +104,7 @@ def bindings(question: str, cap: int = 4) -> list[ToolCall]:
         kinds = sorted({k for _, k, _ in slots})
         options = [list(itertools.permutations(by_kind[k], min(len(by_kind[k]), sum(
             1 for _, kk, _ in slots if kk == k)))) or [()] for k in kinds]
-        made = 0
-        for combo in itertools.product(*options):
+        for made, combo in enumerate(itertools.product(*options), start=1):
             pools = {k: list(p) for k, p in zip(kinds, combo, strict=True)}
             args = {}
             for arg, kind, _ in slots:
@@ -115,7 +114,6 @@ def bindings(question: str, cap: int = 4) -> list[ToolCall]:
                 elif (name, arg) in DEFAULTS:
                     args[arg] = DEFAULTS[(name, arg)]
             calls.append(ToolCall.make(name, args))
-            made += 1
             if made >= cap:
                 break
     dbs = by_kind["ratio_db"]
@@ -220,10 +218,10 @@ def _with_tools(model, items: list[DesignItem], ac) -> list[dict]:
 
 
 def evaluate(cfg, ctx):
-    from workbench.corpus import load_sections
-    from workbench.agent_packs.api import conditions
-    from workbench.models.factory import open_chat_model
     from workbench import services
+    from workbench.agent_packs.api import conditions
+    from workbench.corpus import load_sections
+    from workbench.models.factory import open_chat_model
     from workbench.registry import PipelineResult
     from workbench.runs import file_hash
 
