@@ -4,6 +4,7 @@ Heavy libraries (torch, transformers, httpx) are imported by the backends only w
 is loaded, so importing this package stays cheap.
 """
 
+from workbench.models.backends import available_backends, load_model, register_backend
 from workbench.models.base import (
     Capabilities,
     ChatModel,
@@ -14,7 +15,6 @@ from workbench.models.base import (
     TokenLogprobs,
 )
 from workbench.models.messages import ToolCall, ToolChoice, ToolSpec
-from workbench.models.backends import available_backends, load_model, register_backend
 
 __all__ = [
     "Capabilities", "ChatModel", "ContinuationScore", "Generation", "GenerationParams",

@@ -295,7 +295,7 @@ class ChatModel(abc.ABC):
     def info(self) -> ModelInfo:
         return ModelInfo(identity=self.identity, backend=self.backend_name)
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:  # an optional hook: nothing to close by default
         pass
 
     def __repr__(self) -> str:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workbench.errors import BackendError, WorkbenchError
+from workbench.models.backends import register_backend
 from workbench.models.base import (
     Capabilities,
     ChatModel,
@@ -55,7 +56,6 @@ from workbench.models.hf_chat import TokenizerChatModel
 from workbench.models.local import LocalChatModel, model_folder
 from workbench.models.messages import ToolChoice
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
-from workbench.models.backends import register_backend
 from workbench.models.resolve import ModelSource
 
 SCORE_BYTES = 256 * 2**20  # log-probabilities held at once while scoring (rows x len x vocab)

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from workbench.errors import WorkbenchError
-
+from workbench.models.backends import register_backend
 from workbench.models.base import (
     Capabilities,
     ChatModel,
@@ -32,7 +32,6 @@ from workbench.models.base import (
     Tools,
 )
 from workbench.models.messages import NamedToolChoice, ToolCall, ToolChoice, plain_conversation
-from workbench.models.backends import register_backend
 from workbench.models.tools import FAMILIES, parse_tool_calls
 
 Reply = str | dict[str, Any]

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import BackendError, WorkbenchError
+from workbench.models.backends import register_backend
 from workbench.models.base import (
     Cancelled,
     Capabilities,
@@ -39,7 +40,6 @@ from workbench.models.local_scoring import CachedScoring
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
 from workbench.models.publish import publish_once
-from workbench.models.backends import register_backend
 from workbench.models.resolve import ModelSource, workbench_home
 from workbench.models.tools import strip_special_tokens
 from workbench.progress import progress
@@ -171,7 +171,7 @@ def check_safetensors(file: Path) -> None:
 
     try:
         with safe_open(str(file), framework="pt") as f:
-            for k in f.keys():
+            for k in f.keys():  # noqa: SIM118 - a safetensors handle: keys(), no iteration
                 f.get_slice(k)
         import json as _json
         import struct
@@ -183,7 +183,7 @@ def check_safetensors(file: Path) -> None:
                   default=0)
         if file.stat().st_size < 8 + n + end:
             raise ValueError("file is shorter than its header says (truncated)")
-    except Exception as e:  # safetensors raises its own error types
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise WorkbenchError(f"{file}: corrupt or truncated safetensors ({e})") from None
 
 
@@ -433,7 +433,7 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
                         torch.manual_seed(params.seed)
                     self.model.generate(**enc, streamer=streamer,
                                         **self._gen_kwargs(params, ended))
-            except BaseException as e:  # surfaced to the consumer below
+            except BaseException as e:  # noqa: BLE001 - surfaced to the consumer below
                 errors.append(e)
                 streamer.end()
 

@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import BackendError, WorkbenchError
+from workbench.models.backends import register_backend
 from workbench.models.base import (
     Capabilities,
     ChatModel,
@@ -45,7 +46,6 @@ from workbench.models.messages import (
     ToolSpec,
     plain_conversation,
 )
-from workbench.models.backends import register_backend
 from workbench.models.resolve import ModelSource
 
 log = logging.getLogger(__name__)
@@ -410,5 +410,5 @@ def _error_text(resp) -> str:
         data = resp.json()
         err = data.get("error", data)
         return (err.get("message") if isinstance(err, dict) else str(err))[:300]
-    except Exception:
+    except Exception:  # noqa: BLE001 - any body that is not the usual JSON: its text
         return resp.text[:300]

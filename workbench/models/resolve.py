@@ -53,7 +53,7 @@ def package_dir(package: str) -> Path | None:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def bundled_chat_source() -> ModelSource:
@@ -85,7 +85,7 @@ def _hub_cache_dir(repo_id: str) -> Path | None:
         return None
     try:
         return Path(snapshot_download(repo_id, local_files_only=True))
-    except Exception:
+    except Exception:  # noqa: BLE001 - not in the local cache, however the hub says so
         return None
 
 
