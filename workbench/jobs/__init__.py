@@ -15,14 +15,38 @@ their logs in one typed table: the task centre of the CLI (`workbench jobs list 
 and of the app.
 """
 
-from workbench.jobs.launch import (how_it_ended, main, run_again, run_in_process, run_lock,
-                                   start_job, stop_job)
+from workbench.jobs.launch import (
+    how_it_ended,
+    main,
+    run_again,
+    run_in_process,
+    run_lock,
+    start_job,
+    stop_job,
+)
 from workbench.jobs.rows import JobRow, job_row, job_rows
-from workbench.jobs.state import (ACTIVE, JOB_SCHEMA, MAX_JOB_JSON, MAX_PROGRESS_JSON,
-                                  PROGRESS_FILE, STATUSES, Job, ProgressLevel,
-                                  ProgressSnapshot, check_job_id, is_job_process, job_folder,
-                                  job_progress, kinds, kinds_known, list_jobs, load_job,
-                                  process_start, run_root, wait_job)
+from workbench.jobs.state import (
+    ACTIVE,
+    JOB_SCHEMA,
+    MAX_JOB_JSON,
+    MAX_PROGRESS_JSON,
+    PROGRESS_FILE,
+    STATUSES,
+    Job,
+    ProgressLevel,
+    ProgressSnapshot,
+    check_job_id,
+    is_job_process,
+    job_folder,
+    job_progress,
+    kinds,
+    kinds_known,
+    list_jobs,
+    load_job,
+    process_start,
+    run_root,
+    wait_job,
+)
 
 __all__ = ["ACTIVE", "JOB_SCHEMA", "MAX_JOB_JSON", "MAX_PROGRESS_JSON", "PROGRESS_FILE",
            "STATUSES", "Job", "JobRow", "ProgressLevel", "ProgressSnapshot", "check_job_id",

@@ -17,15 +17,26 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from pydantic import ValidationError
 
 from workbench import registry
 from workbench.errors import TrainingInterrupted, WorkbenchError
 from workbench.io import atomic_write_text
-from workbench.jobs.state import (ACTIVE, PROGRESS_FILE, Job, ProgressSnapshot, _read_job_json,
-                                  check_job_id, is_job_process, kinds, list_jobs, load_job,
-                                  process_start, run_root)
+from workbench.jobs.state import (
+    ACTIVE,
+    PROGRESS_FILE,
+    Job,
+    ProgressSnapshot,
+    _read_job_json,
+    check_job_id,
+    is_job_process,
+    kinds,
+    list_jobs,
+    load_job,
+    process_start,
+    run_root,
+)
+
 
 def start_job(workspace: str | Path, kind: str, config: dict[str, Any], *,
               job_id: str | None = None) -> Job:
@@ -42,12 +53,11 @@ def start_job(workspace: str | Path, kind: str, config: dict[str, Any], *,
     job.folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(job.folder / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     job.save()
-    log = open(job.folder / "log.txt", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.jobs", str(job.folder)],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            cwd=str(workspace), start_new_session=True,
-                            env=dict(os.environ, TQDM_DISABLE="1"))
-    log.close()
+    with open(job.folder / "log.txt", "ab") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "workbench.jobs", str(job.folder)],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=str(workspace), start_new_session=True,
+                                env=dict(os.environ, TQDM_DISABLE="1"))
     # the supervisor records the same pid, status and start time when it starts
     job.pid, job.pid_start, job.status = proc.pid, process_start(proc.pid), "running"
     job.save()
@@ -101,7 +111,7 @@ def run_lock(run_dir: Path, job_id: str):
     made = [d for d in (run_dir, *run_dir.parents) if not d.exists()]
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        fh = open(run_dir / ".lock", "a+")
+        fh = open(run_dir / ".lock", "a+")  # noqa: SIM115 - held across the yield below
     except OSError:
         _remove_if_only_lock(run_dir, made)
         raise
@@ -172,8 +182,12 @@ def _worker(folder: str) -> int:
     """The job's work, in the process its supervisor (`main`) started and waits on."""
     import faulthandler
 
-    from workbench.progress import (quiet_libraries, set_progress_file, where_it_stood,
-                                    write_progress_file)
+    from workbench.progress import (
+        quiet_libraries,
+        set_progress_file,
+        where_it_stood,
+        write_progress_file,
+    )
 
     faulthandler.enable()  # a crash in native code leaves its Python stack in log.txt
     quiet_libraries()  # library warnings stay out of the job's log
@@ -203,7 +217,7 @@ def _worker(folder: str) -> int:
     except SystemExit as e:  # the trainer's graceful stop
         job.status = "stopped" if stopped["flag"] or e.code == 143 else "failed"
         job.error = "stopped; start it again to resume" if job.status == "stopped" else str(e)
-    except Exception as e:  # our bug: keep the traceback in the log, a line in the state
+    except Exception as e:  # noqa: BLE001 - our bug: the traceback to the log, a line to state
         traceback.print_exc()
         job.status, job.error = "failed", f"{type(e).__name__}: {e}"
     # the work is over: a second stop request (a double click) must not cut the bookkeeping
@@ -255,8 +269,9 @@ def main(folder: str) -> int:
         job.status = "running"
     job.save()
     # the worker gets the default handlers back (SIG_IGN would be inherited through exec)
+    # (preexec_fn is safe here: the supervisor runs no threads)
     proc = subprocess.Popen([sys.executable, "-m", "workbench.jobs", "--worker", folder],
-                            stdin=subprocess.DEVNULL, preexec_fn=_default_signals)
+                            stdin=subprocess.DEVNULL, preexec_fn=_default_signals)  # noqa: PLW1509
     rc = proc.wait()
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     try:
