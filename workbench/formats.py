@@ -24,7 +24,12 @@ from typing import Any, Literal
 from workbench.errors import DataError
 from workbench.io import iter_jsonl_raw, write_jsonl
 from workbench.records import (
-    ChatExample, Message, PreferencePair, RecordError, ToolCall, ToolSpec,
+    ChatExample,
+    Message,
+    PreferencePair,
+    RecordError,
+    ToolCall,
+    ToolSpec,
 )
 
 Format = Literal["messages", "sharegpt", "alpaca"]
@@ -395,7 +400,7 @@ def to_trl_preference(pair: PreferencePair) -> dict[str, Any]:
 
 def read_preferences(path: str | Path) -> list[PreferencePair]:
     """Every pair of a JSONL file; the first bad line raises a DataError naming it."""
-    good, problems, pairs = _scan_preferences(path, stop_at_first=True)
+    _, problems, pairs = _scan_preferences(path, stop_at_first=True)
     if problems:
         raise problems[0]
     return pairs

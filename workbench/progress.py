@@ -122,7 +122,7 @@ def write_snapshot(path: Path, snap: dict[str, Any]) -> bool:
 
 
 class _Work:
-    __slots__ = ("desc", "total", "unit", "done", "t0")
+    __slots__ = ("desc", "done", "t0", "total", "unit")
 
     def __init__(self, desc: str, total: int | None, unit: str):
         self.desc, self.total, self.unit = desc, total, unit
@@ -132,7 +132,7 @@ class _Work:
 
 def duration(s: float) -> str:
     """Seconds as a person reads them: 42s, 3m05s, 2h10m."""
-    s = int(round(s))
+    s = round(float(s))  # an int (numpy 1.x scalars round to a float of their own)
     if s < 60:
         return f"{s}s"
     if s < 3600:

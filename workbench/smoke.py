@@ -28,10 +28,9 @@ def paragraphs(text: str) -> list[str]:
 
 
 def run_smoke(cfg) -> SmokeResult:
+    from workbench.domain_packs import load_pack
     from workbench.models.embed import load_embedder
     from workbench.models.factory import open_chat_model
-
-    from workbench.domain_packs import load_pack
 
     pack = load_pack(cfg.domain).smoke
     document, question = cfg.smoke.document or pack.document, cfg.smoke.question or \

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -64,15 +64,15 @@ def smoke(config: ConfigArg = None, set_: SetOpt = None,
 # --- models -------------------------------------------------------------------------------
 
 @models_app.command("list")
-def models_list(config: Annotated[Optional[Path], typer.Option(
+def models_list(config: Annotated[Path | None, typer.Option(
         "--config", "-c", help="Experiment YAML whose models.chat to describe.")] = None,
         set_: SetOpt = None):
     """Show the bundled default models and where they resolve on this machine, then which
     backend serves the configured chat model for each use (generation, scoring); force one
     with -s models.chat.backend=transformers|ctranslate2."""
     from workbench.config import load_config
-    from workbench.models.inventory import bundled_inventory
     from workbench.models.backends import backend_uses
+    from workbench.models.inventory import bundled_inventory
 
     for row in bundled_inventory():
         typer.echo(f"{row['name']:<24} {row['role']:<9} {row['status']:<14} {row['where']}")
@@ -96,19 +96,19 @@ def models_resolve(spec: Annotated[str, typer.Argument(help="Model spec to resol
 def serve(
     model: Annotated[str, typer.Option(help="Model spec (default: the bundled chat model).")]
     = "default",
-    adapter: Annotated[Optional[Path], typer.Option(help="PEFT LoRA adapter folder to "
+    adapter: Annotated[Path | None, typer.Option(help="PEFT LoRA adapter folder to "
                                                          "attach (safetensors only).")] = None,
     host: Annotated[str, typer.Option(help="Interface to bind; 0.0.0.0 exposes the server "
                                            "to the network.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    name: Annotated[Optional[str], typer.Option(help="Model name clients send "
+    name: Annotated[str | None, typer.Option(help="Model name clients send "
                                                      "(default: the spec).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    backend: Annotated[Optional[str], typer.Option(
+    backend: Annotated[str | None, typer.Option(
         help="Engine: llamacpp, transformers or ctranslate2 (default: llama.cpp for a GGUF "
              "model where it is installed, else transformers; scoring stays on "
              "transformers).")] = None,
-    api_key: Annotated[Optional[str], typer.Option(
+    api_key: Annotated[str | None, typer.Option(
         envvar="WB_API_KEY", show_envvar=True,
         help="Require `Authorization: Bearer <key>` on every route (401 otherwise).")] = None,
     docs: Annotated[bool, typer.Option(help="Serve /docs and /openapi.json.")] = False,
@@ -242,10 +242,9 @@ def data_ingest(corpus: Annotated[Path, typer.Argument(help="Folder or file: mar
                 on_error: Annotated[str, typer.Option(help="skip bad files (reported) or "
                                                            "fail.")] = "skip"):
     """Read a corpus into Section records that keep each heading path."""
-    from workbench.io import write_jsonl
     from workbench.corpus import ingest
-
     from workbench.errors import DataError
+    from workbench.io import write_jsonl
 
     report = ingest(corpus, on_error=on_error)
     for f, why in report.skipped:
@@ -430,10 +429,10 @@ def _jobs_rich(rows, title: str):
 
 @jobs_app.command("list")
 def jobs_list(workspace: JobsWorkspace = Path("workspace"),
-              kind: Annotated[Optional[list[str]], typer.Option(
+              kind: Annotated[list[str] | None, typer.Option(
                   "--kind", "-k", help="Only the jobs of this pipeline (repeatable), e.g. "
                                        "--kind distill --kind train.")] = None,
-              state: Annotated[Optional[list[str]], typer.Option(
+              state: Annotated[list[str] | None, typer.Option(
                   "--state", help="Only the jobs in this state (repeatable): queued, "
                                   "running, completed, failed, stopped, unreadable.")] = None,
               watch: Annotated[bool, typer.Option(
@@ -443,7 +442,7 @@ def jobs_list(workspace: JobsWorkspace = Path("workspace"),
                                         "job is running.")] = False,
               interval: Annotated[float, typer.Option(
                   min=0.1, help="Seconds between refreshes with --watch.")] = 2.0,
-              count: Annotated[Optional[int], typer.Option(
+              count: Annotated[int | None, typer.Option(
                   min=1, help="With --watch: stop after this many refreshes.")] = None):
     """The task centre: every job of the workspace, newest first, with its state, progress
     (done/total of the work in flight), rate, time left (ETA), elapsed time, run and its

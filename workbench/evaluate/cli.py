@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,7 +16,7 @@ def register(group: typer.Typer) -> None:
                      "MMLU/ARC-style JSONL or CSV).")],
             out: Annotated[Path, typer.Option("--out", "-o", help="The task folder to write "
                                                                 "(made if missing).")],
-            name: Annotated[Optional[str], typer.Option(
+            name: Annotated[str | None, typer.Option(
                 help="Task name (default: the run's or the file's name).")] = None):
         """Write the benchmark as an lm-evaluation-harness task folder: `lm_eval
         --include_path OUT --tasks NAME` runs it as it is (NAME_letter: the letter after the

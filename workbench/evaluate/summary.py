@@ -13,10 +13,21 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.evaluate.stats import (
-    DEGENERATE_MARGIN, DEGENERATE_MIN_ITEMS, DEGENERATE_SHARE, SIGNIFICANCE,
-    cluster_bootstrap_difference, clustered_wilson_interval, degenerate_reason,
-    clustered_sign_flip_p, discordant_pairs, holm, is_clustered, mcnemar_exact,
-    paired_bootstrap_difference, prediction_counts, wilson_interval,
+    DEGENERATE_MARGIN,
+    DEGENERATE_MIN_ITEMS,
+    DEGENERATE_SHARE,
+    SIGNIFICANCE,
+    cluster_bootstrap_difference,
+    clustered_sign_flip_p,
+    clustered_wilson_interval,
+    degenerate_reason,
+    discordant_pairs,
+    holm,
+    is_clustered,
+    mcnemar_exact,
+    paired_bootstrap_difference,
+    prediction_counts,
+    wilson_interval,
 )
 from workbench.records import LETTERS, EvalResult
 
@@ -264,10 +275,10 @@ def paired_comparisons(pairs: Sequence[tuple[str, str, Mapping[str, bool], Mappi
         else:
             diff, (lo, hi) = paired_bootstrap_difference(xa, xb, seed=seed)
             p, k = mcnemar_exact(xa, xb), None
-        rows.append(dict(a=a, b=b, formulation_a=fa, formulation_b=fb, n=len(ids),
-                         accuracy_a=sum(xa) / len(ids), accuracy_b=sum(xb) / len(ids),
-                         difference=diff, difference_ci_low=lo, difference_ci_high=hi,
-                         only_a=only_a, only_b=only_b, p_value=p, clusters=k))
+        rows.append({"a": a, "b": b, "formulation_a": fa, "formulation_b": fb, "n": len(ids),
+                     "accuracy_a": sum(xa) / len(ids), "accuracy_b": sum(xb) / len(ids),
+                     "difference": diff, "difference_ci_low": lo, "difference_ci_high": hi,
+                     "only_a": only_a, "only_b": only_b, "p_value": p, "clusters": k})
     adjusted = holm([r["p_value"] for r in rows])
     return [PairedComparison(**r, p_holm=p, significant=p < SIGNIFICANCE)
             for r, p in zip(rows, adjusted, strict=True)]

@@ -25,8 +25,16 @@ from workbench.federated.results import (
 from workbench.federated.server import read_rounds
 from workbench.io import atomic_write_json, atomic_write_text
 
-__all__ = ["FedFiles", "FedReport", "KnowledgeReport", "LoraReport", "read_report",
-           "fmt", "write_files", "write_report"]
+__all__ = [
+    "FedFiles",
+    "FedReport",
+    "KnowledgeReport",
+    "LoraReport",
+    "fmt",
+    "read_report",
+    "write_files",
+    "write_report",
+]
 
 ORDER = ["initial", "local", "federated", "central"]
 LABELS = {"initial": "no training", "local": "local-only", "federated": "federated",

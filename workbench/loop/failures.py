@@ -40,9 +40,9 @@ def mine(rows: Sequence[EvalResult], suites: Suites, *, model: ChatModel | None,
         it = dev[r.example_id]
         gold = _option(it, it.answer) or ""
         pred = _option(it, r.prediction)
-        base = dict(id=it.id, suite="dev", subset=subset_of(it), question=it.question,
-                    gold=gold, prediction=pred,
-                    section_id=it.provenance.section_id if it.provenance else None)
+        base = {"id": it.id, "suite": "dev", "subset": subset_of(it), "question": it.question,
+                "gold": gold, "prediction": pred,
+                "section_id": it.provenance.section_id if it.provenance else None}
         if pred is None:
             out.append(FailureRow(mode="unparsable", detail="no option letter", **base))
         elif len(pred) == min(len(o) for o in it.options) and len(gold) >= 1.5 * len(pred):

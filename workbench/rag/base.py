@@ -46,9 +46,8 @@ class ChunkStore:
         prefix = list(filters.heading_prefix)
         keep = np.ones(len(self.chunks), dtype=bool)
         for i, c in enumerate(self.chunks):
-            if docs and c.doc_id not in docs and c.source not in docs:
-                keep[i] = False
-            elif prefix and c.heading_path[:len(prefix)] != prefix:
+            if (docs and c.doc_id not in docs and c.source not in docs) \
+                    or (prefix and c.heading_path[:len(prefix)] != prefix):
                 keep[i] = False
         return keep
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,11 +23,10 @@ def register(group: typer.Typer) -> None:
               set_: SetOpt = None):
         """Chunk a corpus and build the keyword (BM25), semantic (FAISS) and hybrid indexes
         into any folder."""
+        from workbench.io import check_made_here
         from workbench.progress import quiet_libraries
         from workbench.rag.api import build_index
         from workbench.rag.index import RagConfig
-
-        from workbench.io import check_made_here
 
         quiet_libraries()
         given = config or config_opt or set_
@@ -44,9 +43,9 @@ def register(group: typer.Typer) -> None:
               retriever: RetrieverOpt = "hybrid",
               k: Annotated[int, typer.Option("-k", help="Hits to return.", min=1,
                                             max=1000)] = 10,
-              doc: Annotated[Optional[list[str]], typer.Option(
+              doc: Annotated[list[str] | None, typer.Option(
                   help="Only these documents (id or source path; repeatable).")] = None,
-              heading: Annotated[Optional[str], typer.Option(
+              heading: Annotated[str | None, typer.Option(
                   help="Only under this heading path, e.g. 'Reflection > VSWR'.")] = None,
               json_out: Annotated[bool, typer.Option(
                   "--json", help="One JSON object per hit, with its document path and "
@@ -75,11 +74,11 @@ def register(group: typer.Typer) -> None:
     def evaluate(index: Annotated[Path, typer.Argument(help="Index folder.")],
                  qrels: Annotated[Path, typer.Option(help="Qrels: JSONL, or TREC with "
                                                           "--queries.")],
-                 queries: Annotated[Optional[Path], typer.Option(
+                 queries: Annotated[Path | None, typer.Option(
                      help="Query texts for TREC qrels (TSV id<TAB>text or JSONL).")] = None,
                  level: Annotated[str, typer.Option(help="Relevance level: chunk, section or "
                                                          "doc.")] = "chunk",
-                 out: Annotated[Optional[Path], typer.Option(
+                 out: Annotated[Path | None, typer.Option(
                      help="Write summary and per-query JSON here.")] = None):
         """Hit@k, Recall@k, MRR and nDCG@k of the three retrievers side by side."""
         from workbench.io import atomic_write_json

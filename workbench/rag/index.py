@@ -28,13 +28,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import (
-    pid_alive, read_jsonl, recover_dir, replace_dir, sha256_file, sha256_text, write_jsonl,
+    pid_alive,
+    read_jsonl,
+    recover_dir,
+    replace_dir,
+    sha256_file,
+    sha256_text,
+    write_jsonl,
 )
-from workbench.records import Chunk, Section, library_versions
 from workbench.rag.analysis import Analyzer
 from workbench.rag.base import BaseRetriever, ChunkStore
 from workbench.rag.hybrid import FusionMode, HybridRetriever
 from workbench.rag.keyword import KeywordRetriever, RankBM25Scorer, SparseBM25
+from workbench.records import Chunk, Section, library_versions
 
 FORMAT = "workbench-rag-index/1"
 # every file the index format defines (the manifest must list exactly these)

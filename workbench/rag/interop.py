@@ -83,7 +83,7 @@ class LlamaIndexRetriever(BaseRetriever):
         return idx[order], scores[order]
 
 
-def LlamaIndexEmbedding(embedder) -> Any:  # noqa: N802 - a class factory
+def LlamaIndexEmbedding(embedder) -> Any:  # a class factory, named as the class it makes
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
     class _Emb(BaseEmbedding):

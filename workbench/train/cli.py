@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -24,8 +23,8 @@ def register(group: typer.Typer) -> None:
         from workbench.errors import WorkbenchError
         from workbench.models.local import model_folder
         from workbench.models.resolve import resolve_chat_model
-        from workbench.train.data import preview as render
         from workbench.train.data import load_examples
+        from workbench.train.data import preview as render
         from workbench.train.spec import training_data
 
         cfg = load_config(config, set_)
@@ -55,7 +54,7 @@ def register(group: typer.Typer) -> None:
                                                                      "write.")],
               per_step: Annotated[int, typer.Option(min=1, max=20, help="Pairs per expert "
                                                                         "step.")] = 1,
-              final_tool: Annotated[Optional[list[str]], typer.Option(
+              final_tool: Annotated[list[str] | None, typer.Option(
                   help="Tools whose call is the answer (never offered as a wrong tool); "
                        "repeatable.")] = None,
               seed: Annotated[int, typer.Option(help="Seed of the perturbation choices.")] = 0):
@@ -83,7 +82,7 @@ def register(group: typer.Typer) -> None:
             adapter: Annotated[Path, typer.Argument(help="Adapter folder (e.g. "
                                                          "runs/NAME/adapter).")],
             out: Annotated[Path, typer.Option("--out", "-o", help="The .gguf file to write.")],
-            base: Annotated[Optional[str], typer.Option(
+            base: Annotated[str | None, typer.Option(
                 help="Base model spec, a GGUF (default: the adapter's manifest says which).")]
             = None,
             out_type: Annotated[str, typer.Option("--type", help="Weights: f16 (default), "

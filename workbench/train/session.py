@@ -32,7 +32,11 @@ from workbench.models.templates import template_fingerprint
 from workbench.records import ChatExample, PreferencePair, RunManifest, library_versions
 from workbench.train import checkpoint as ckpt
 from workbench.train.adapter import (
-    adapter_state, from_adapter, init_adapter_state, load_adapter_state, local_weights,
+    adapter_state,
+    from_adapter,
+    init_adapter_state,
+    load_adapter_state,
+    local_weights,
     with_adapter,
 )
 from workbench.train.adapter_folder import export_adapter
@@ -295,9 +299,9 @@ def _setup_reference(cfg: TrainConfig, model, pairs, tokenizer, *, base_model: s
                      model_source: str, dtype, device: str, reference_cache):
     """Method dpo: the policy at step 0 is the reference; its log-probabilities of every
     pair, computed once (or read from the cache). Returns (the cache, forward passes run)."""
-    from workbench.train.preference import ReferenceCache, compute_reference, model_key
-
     from peft import get_peft_model_state_dict
+
+    from workbench.train.preference import ReferenceCache, compute_reference, model_key
 
     key = model_key(base_model, model_source, get_peft_model_state_dict(
         model, adapter_name=model.active_adapter), dtype)

@@ -80,8 +80,8 @@ def dpo_backward(s: StepState, batches) -> tuple[int, float, dict]:
                             label_smoothing=s.cfg.dpo.label_smoothing)
         (loss.sum() / n_pairs).backward()
         loss_sum += float(loss.detach().sum())
-        for k in stats:
-            stats[k].append(st[k])
+        for k, kept in stats.items():
+            kept.append(st[k])
         s.tokens_real += b.n_real
         s.tokens_padded += len(b.input_ids) * len(b.input_ids[0])
     return n_pairs, loss_sum, reward_summary(torch.cat(stats["chosen_reward"]),
