@@ -134,6 +134,13 @@ def _office_bombs(d: Path, secret: Path) -> dict[str, Path]:
         # 20M cells without a reference (before: one row of 20M values)
         "noref": _sheet_xlsx(d / "noref.xlsx", [b'<row r="1">'] + [b"<c/>" * 1_000_000] * 20
                              + [b"</row>"]),
+        # a slide of 3.1M tags (refused by the same count, before python-pptx parses it)
+        "slide": _zip(d / "slide.pptx", {"ppt/slides/slide1.xml": [b"<p:sld>"]
+                      + [b"<a:p/>" * 1_000_000] * 3 + [b"<a:p/>" * 100_000, b"</p:sld>"]}),
+        # HTML 50,000 elements deep, and a DOCTYPE of entities (held: a streaming parser
+        # that keeps no tree, entities left as text)
+        "deep_html": _write(d / "deep.html", "<div>" * 50_000 + "text" + "</div>" * 50_000),
+        "laughs_html": _write(d / "laughs.html", LAUGHS + "<p>&lol9;</p>"),
         # entity expansion and an external entity (these held before)
         "laughs": _docx(d / "laughs.docx", LAUGHS + f"<w:document {W}><w:body><w:p><w:r>"
                         "<w:t>&lol9;</w:t></w:r></w:p></w:body></w:document>"),
@@ -169,6 +176,8 @@ def test_hostile_office_files_are_refused_in_bounded_time_and_memory(tmp_path):
     assert got["spine.epub"]["chars"] == 5000 * 16 - 2  # the chapter read once
     assert got["dimension.xlsx"]["text"].splitlines() == ["| x |", "| --- |", "| z |"]
     assert got["xxe.docx"]["error"] is None and "before" in got["xxe.docx"]["text"]
+    assert "over 3,000,000 XML tags (at 'ppt/slides/slide1.xml')" in got["slide.pptx"]["error"]
+    assert got["deep.html"]["text"] == "text" and got["laughs.html"]["chars"] < 200
 
 
 def test_a_zip_declaring_too_many_members_is_refused_unread(tmp_path, monkeypatch):
@@ -276,6 +285,24 @@ def test_hostile_pubmed_files_are_refused_in_bounded_time_and_memory(tmp_path):
     assert "32 times its compressed size" in got["repeat.xml.gz"]["error"]
     assert "amplification" in got["laughs.xml"]["error"]
     assert "undefined entity" in got["xxe.xml"]["error"]
+
+
+def test_json_nested_past_the_recursion_limit_is_one_line_naming_it(tmp_path):
+    """A 200 KB OpenAlex line (or claims.jsonl line) of nested arrays: before, the
+    RecursionError of Python's JSON decoder came out with a traceback; now a DataError names
+    the file and the line (after a blank line, the right one)."""
+    from workbench.agent_packs.kgv.graph import read_claims
+    from workbench.agent_packs.litsearch.library import read_library
+
+    deep = "[" * 100_000 + "]" * 100_000
+    lib = _write(tmp_path / "works.jsonl", json.dumps(
+        {"id": "https://openalex.org/W1", "title": "fine"}) + "\n\n" + deep + "\n")
+    with pytest.raises(DataError, match=r"works.jsonl:3: JSON nested too deeply to read$"):
+        read_library(lib)
+    claims = _write(tmp_path / "claims.jsonl", '{"text": "a", "label": "SUPPORTED"}\n'
+                    + '{"text": ' + deep + "}\n")
+    with pytest.raises(DataError, match=r"claims.jsonl:2: JSON nested too deeply to read$"):
+        read_claims(claims, None, lambda text: None)
 
 
 def test_links_and_fifos_in_a_library_folder_are_never_opened(tmp_path):
