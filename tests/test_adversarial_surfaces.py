@@ -190,6 +190,37 @@ def test_a_zip_declaring_too_many_members_is_refused_unread(tmp_path, monkeypatc
         read_file(tmp_path / "many.docx")
 
 
+def test_files_that_lie_about_their_size_or_encoding_are_one_line(tmp_path):
+    """A docx member whose headers declare 100 bytes for 80 KB, or 4 GB for 80 KB; UTF-16
+    text in a .txt, a UTF-8 BOM before bytes that are not UTF-8, HTML whose meta tag says
+    latin-1: each one line naming the file (these held)."""
+    import struct
+
+    from workbench.corpus import read_file
+
+    doc = (f"<w:document {W}><w:body>" + "<w:p><w:r><w:t>hello</w:t></w:r></w:p>" * 2000
+           + "</w:body></w:document>").encode()
+    made = _docx(tmp_path / "made.docx", [doc]).read_bytes()
+    for name, size in (("small.docx", 100), ("huge.docx", 4 << 30)):
+        data = bytearray(made)
+        at = data.find(b"PK\x01\x02") + 24  # the central directory's uncompressed size
+        data[at:at + 4] = struct.pack("<I", min(size, 2**32 - 1))
+        data[22:26] = struct.pack("<I", min(size, 2**32 - 1))  # the local header's
+        (tmp_path / name).write_bytes(bytes(data))
+    (tmp_path / "utf16.txt").write_bytes("\ufeffhello".encode("utf-16"))
+    (tmp_path / "bom.md").write_bytes(b"\xef\xbb\xbf# T\n\n\xff\xfe bad")
+    (tmp_path / "meta.html").write_bytes('<meta charset="latin-1"><p>caf\xe9</p>'
+                                         .encode("latin-1"))
+    want = {"small.docx": "Bad CRC-32", "huge.docx": "expands to 4096 MB (limit 512 MB)",
+            "utf16.txt": "binary content in a text file", "bom.md": "not UTF-8 (byte 5)",
+            "meta.html": "not UTF-8 (byte 30)"}
+    for name, text in want.items():
+        with pytest.raises(DataError) as e:
+            read_file(tmp_path / name)
+        assert str(e.value).startswith(f"{tmp_path / name}: ") and text in str(e.value)
+        assert "\n" not in str(e.value)
+
+
 def test_links_and_fifos_in_a_corpus_are_listed_never_opened(tmp_path):
     """A corpus folder holding a FIFO, a link to a FIFO, links to a file and a folder outside
     and a link loop: ingest lists each as not read and returns (a FIFO opened would block
