@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -39,32 +39,32 @@ def parse_setup(text: str, defaults: dict) -> dict:
 
 
 def chat_cmd(
-    model: Annotated[Optional[str], typer.Option(
+    model: Annotated[str | None, typer.Option(
         help="Model spec: the bundled model (`default`), a local folder, a .gguf, or an "
              "OpenAI-compatible URL (URL#model). Default: the adapter's base model (from its "
              "manifest), else the bundled model.", show_default=False)] = None,
-    adapter: Annotated[Optional[Path], typer.Option(help="A LoRA adapter folder to attach "
+    adapter: Annotated[Path | None, typer.Option(help="A LoRA adapter folder to attach "
                                                          "(e.g. runs/NAME/adapter).")]
     = None,
-    index: Annotated[Optional[Path], typer.Option(help="A retrieval index folder (e.g. "
+    index: Annotated[Path | None, typer.Option(help="A retrieval index folder (e.g. "
                                                        "runs/NAME/index): answers use its "
                                                        "passages.")] = None,
     k: Annotated[int, typer.Option("-k", help="Passages retrieved per question.", min=1,
                                    max=20)] = 3,
     retriever: Annotated[str, typer.Option(help="hybrid, semantic or keyword.")] = "hybrid",
-    setup: Annotated[Optional[list[str]], typer.Option(
+    setup: Annotated[list[str] | None, typer.Option(
         "--setup", help="A setup side by side with the others (up to 3), as key=value pairs "
                         "separated by ';': model, adapter, index, retriever, k, name, system, "
                         "max_tokens, temperature. Unset keys take the options above. "
                         "Example: --setup 'model=default' --setup "
                         "'adapter=runs/rf/adapter;index=runs/rf/index'.")] = None,
-    question: Annotated[Optional[list[str]], typer.Option(
+    question: Annotated[list[str] | None, typer.Option(
         "--question", "-q", help="Ask this and exit (repeatable: one conversation).")] = None,
     workspace: Annotated[Path, typer.Option(help="Where ratings and the REPL's history are "
                                                  "kept (WORKSPACE/chat).")] = Path("workspace"),
     max_tokens: Annotated[int, typer.Option(help="Longest answer, in tokens.", min=1)] = 256,
     temperature: Annotated[float, typer.Option(help="0 is greedy.", min=0.0, max=2.0)] = 0.0,
-    system: Annotated[Optional[str], typer.Option(help="System prompt.")] = None,
+    system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
 ):
     """Talk to a model, an adapter or a retrieval-augmented setup, up to three side by side:
     type once, read each answer as it is written, with the passages each index retrieved
