@@ -403,29 +403,29 @@ def test_task_centre_shows_progress_advance_and_stops_the_job_in_a_browser(
         job_id = r.stdout.split()[-1]
         with running_app(ws, **env) as (url, _), sync_playwright() as p:
             browser, page = _open_page(p, url)
+            # the Distill page's own panel: a bar that moves on by itself (no Refresh click)
+            page.goto(f"{url}/distill")
+            page.locator("[data-testid=stProgress]").first.wait_for(timeout=60000)
+            shown: set[str] = set()
+            deadline = time.time() + 60
+            while len(shown) < 2 and time.time() < deadline:
+                for text in page.locator("[data-testid=stProgress]").all_inner_texts():
+                    shown.update(re.findall(r"\d+/\d+", text))
+                page.wait_for_timeout(500)
+            assert len(shown) >= 2, shown
             page.goto(f"{url}/jobs")
             page.get_by_text("1 job(s), 1 running").wait_for(timeout=60000)
             seen = []  # the done/total counts of the job's levels, as the page shows them
             deadline = time.time() + 120
             while len(set(seen)) < 3 and time.time() < deadline:
+                # the job's own expander (the page's first is its "Terms on this page")
                 counts = tuple(re.findall(r"\d+/\d+", page.locator(
-                    "[data-testid=stExpander]").first.inner_text()))
+                    "[data-testid=stExpander]").filter(has_text=job_id).first.inner_text()))
                 if counts:
                     seen.append(counts)
                 page.wait_for_timeout(700)  # the page refreshes itself ("Live")
             assert len(set(seen)) >= 3, seen
             page.screenshot(path=str(ARTIFACTS / "task-centre.png"), full_page=True)
-            # the Distill page's own panel: a bar that moves on by itself (no Refresh click)
-            page.goto(f"{url}/distill")
-            bar = page.locator("[data-testid=stProgress]").first
-            bar.wait_for(timeout=60000)
-            shown = set()
-            deadline = time.time() + 60
-            while len(shown) < 2 and time.time() < deadline:
-                shown.update(re.findall(r"\d+/\d+", bar.inner_text()))
-                page.wait_for_timeout(700)
-            assert len(shown) >= 2, shown
-            page.goto(f"{url}/jobs")
             page.get_by_text("1 job(s), 1 running").wait_for(timeout=60000)
             page.get_by_role("button", name="Stop").click()
             page.get_by_text("1 job(s), 0 running").wait_for(timeout=60000)
