@@ -320,3 +320,16 @@ def test_a_stopped_answer_keeps_its_question_and_text_marked_stopped(rooted):
     said = [m.value for m in at.markdown]
     assert "first question" in said and "second question" in said and "a partial answer" in said
     assert any(c.value.startswith(":material/stop_circle: Stopped") for c in at.caption)
+
+
+def test_forms_refuse_an_empty_choice_before_a_job_starts(ws, started):
+    with_corpus(ws)
+    at = page("distill").run()
+    at.multiselect(key="d-kinds").set_value([])
+    at.button(key="d-start").click().run()
+    assert [e.value for e in at.error] == ["pick at least one perspective and one sample kind"]
+    at = page("evaluate").run()
+    at.multiselect(key="e-p").set_value([])
+    at.button(key="e-start").click().run()
+    assert [e.value for e in at.error] == ["pick at least one perspective"]
+    assert started == []

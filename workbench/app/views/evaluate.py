@@ -47,6 +47,8 @@ with st.expander("Run the whole comparison (distil, index, base vs RAG vs SFT)")
                       "centre."):
         try:
             require_corpus(ws)
+            if not persp:
+                raise ValueError("pick at least one perspective")
             cfg = base_config(name, corpus=str(ws / "corpus"),
                               distill={**distill_settings("composed", "text"),
                                        "perspectives": persp, "kinds": ["mc", "nd"],
