@@ -198,7 +198,46 @@ def comparisons_view(comparisons, key: str) -> None:
         st.markdown("**Significant differences:** none at 5% (Holm-adjusted).")
 
 
-def benchmark_view(rep, bench: str, b, run_name: str) -> None:
+PAIRED_EVALS = {"unseen": ("eval_base", "eval_sft"), "seen": ("eval_base_seen", "eval_sft_seen")}
+
+
+def predictions_of(lay, which: str) -> dict[tuple[str, str], tuple]:
+    """(condition, item) -> the item's predictions under every scoring, of one evaluation."""
+    rows = read_eval_results(eval_folder(lay, which))
+    return {(r.condition, r.example_id): tuple(sorted(
+        (r.extra.get("predictions") or {"prediction": r.prediction}).items())) for r in rows}
+
+
+def adapter_changes(lay, bench: str) -> None:
+    """How many items the adapter answered differently from the base model, by condition:
+    when it changed none, the SFT rows equal the base rows by construction, not by chance."""
+    pair = PAIRED_EVALS.get(bench)
+    if pair is None or not all(lay.has("compare", w) for w in pair):
+        return
+    try:
+        base, sft = (predictions_of(lay, w) for w in pair)
+    except Exception as e:  # noqa: BLE001 - a file a job is still writing
+        not_ready("the per-item predictions", e)
+        return
+    counts: dict[str, list[int]] = {}
+    for (cond, item), preds in sft.items():
+        if (cond, item) in base:
+            c = counts.setdefault(cond, [0, 0])
+            c[0] += preds != base[(cond, item)]
+            c[1] += 1
+    if not counts:
+        return
+    text = "; ".join(f"{cond}: {changed} of {n}" for cond, (changed, n) in counts.items())
+    if not any(changed for changed, _ in counts.values()):
+        st.info(f"The adapter changed no prediction ({text} items): SFT picks the same "
+                "options as the base model under every scoring, so their accuracies are "
+                "equal by construction, and their paired tests can find nothing.")
+    else:
+        st.caption(f"Items whose prediction the adapter changed (any scoring), by "
+                   f"condition: {text}.")
+
+
+def benchmark_view(rep, bench: str, b, run_name: str, lay=None) -> None:
     """One benchmark of a comparison: what it measures, its table, the oracle bound read
     first, the knowledge-free rules (and the flag when one matches the base model), and the
     paired tests."""
@@ -224,6 +263,8 @@ def benchmark_view(rep, bench: str, b, run_name: str) -> None:
     if b.shortcut_flag:
         st.warning(b.shortcut_flag)
     comparisons_view(b.comparisons, f"pairs-{run_name}-{bench}")
+    if lay is not None:
+        adapter_changes(lay, bench)
 
 
 def drill_down(info) -> None:
@@ -307,7 +348,7 @@ for name in picked:
         st.caption(f"model `{rep.model}` · domain {rep.domain} · chance {pct(rep.chance)}"
                    + (f" · best RAG: {rep.best_rag}" if rep.best_rag else ""))
         for bench, b in rep.benchmarks.items():
-            benchmark_view(rep, bench, b, info.name)
+            benchmark_view(rep, bench, b, info.name, lay)
         if lay.has("compare", "plot"):
             show_image(lay.artifact("compare", "plot"))
         if rep.retrieval:
