@@ -765,10 +765,10 @@ def test_agents_page_shows_a_kgv_evaluation_and_its_steps(ws):
 def test_agents_page_shows_a_litsearch_evaluation_and_its_workflow(ws, tmp_path):
     """A literature-search evaluation on a tiny corpus (no model: keyword, fixed and oracle
     conditions): the metrics table, one dialogue's turns and its workflow graph render."""
+    from conftest import tiny_litsearch_data
+
     from workbench.config import load_config
     from workbench.runs import RunContext, RunLayout, run_pipeline
-
-    from conftest import tiny_litsearch_data
 
     data = tiny_litsearch_data(tmp_path / "ls")
     cfg = load_config(None, ["agent.pack=litsearch", f"agent.data={data}", "agent.turns=2",
@@ -788,9 +788,9 @@ def test_agents_page_shows_an_rf_report_and_names_a_broken_one(ws):
     """An RF design report (written by the pack's writer): its accuracy table with intervals
     and families renders through the reader; the same report broken renders a note naming
     the file, never a traceback."""
-    from workbench.agents.steps import AgentTrajectory
     from workbench.agent_packs.rf.api import rf_report
     from workbench.agent_packs.rf.bench import DesignItem
+    from workbench.agents.steps import AgentTrajectory
     from workbench.io import write_jsonl
 
     out = ws / "runs" / "rfrun" / "agent"

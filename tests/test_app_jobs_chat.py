@@ -97,11 +97,10 @@ def test_work_cut_off_by_an_error_is_noted_where_it_stood():
     them (a job records this when it ends unfinished)."""
     from workbench import progress as P
 
-    with pytest.raises(KeyboardInterrupt):
-        with P.stage("distill"):
-            for i in P.progress(range(12), "model calls", unit="chunk"):
-                if i == 3:
-                    raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), P.stage("distill"):
+        for i in P.progress(range(12), "model calls", unit="chunk"):
+            if i == 3:
+                raise KeyboardInterrupt
     snap = P.where_it_stood()
     assert snap["label"] == "distill > model calls"
     assert (snap["done"], snap["total"], snap["unit"]) == (3, 12, "chunk")

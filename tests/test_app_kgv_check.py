@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kgv_scripted import make_kg, write_config  # noqa: E402
+from kgv_scripted import make_kg, write_config
 
 APP = REPO / "workbench" / "app"
 

@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import REPO, free_port, wait_http
 
 
@@ -30,7 +29,7 @@ def test_app_stops_with_its_children(tmp_path, sig, server_process):
     try:
         wait_http(f"http://127.0.0.1:{port}/_stcore/health", timeout=60, proc=proc)
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                  text=True).stdout.split()
+                                  text=True, check=False).stdout.split()
         assert children  # the Streamlit server the CLI started (in its own process group)
         proc.send_signal(sig)
         proc.wait(timeout=10)

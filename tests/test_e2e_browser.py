@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, free_port, wait_http
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -273,9 +272,8 @@ def test_trajectory_tree_browser_in_a_browser(app):
     """A search run made outside the app (6 Chinook tasks, uniform prior): in Chromium the
     Trajectories page lists the pool, draws a searched task's tree as a graph with the
     verified path in green, lists its nodes and shows the cost ledger."""
-    from playwright.sync_api import sync_playwright
-
     from conftest import small_trajsynth_run
+    from playwright.sync_api import sync_playwright
 
     url, ws = app
     small_trajsynth_run(ws / "runs" / "ts" / "trajsynth")
@@ -333,9 +331,9 @@ def test_chat_two_setups_side_by_side_in_a_browser(running_app, tmp_path):
     """The bundled model beside itself with the workspace's index: one question, two
     answers streamed into their columns, passages under the second; Good keeps the first as
     a training row that `workbench data validate` accepts."""
+    from conftest import cli_in_process
     from playwright.sync_api import sync_playwright
 
-    from conftest import cli_in_process
     from workbench.corpus import ingest
     from workbench.rag.index import RagIndex
 
