@@ -96,9 +96,10 @@ def _perturbable(spans: list[Span]):
 def assign_facts(tasks: list[Task], seed: int, can_perturb=None) -> None:
     """Each task without a reference gets the next answer-sized sentence of its span (in the
     span's seeded order); a task left without one fails (no_fact_left). With
-    `can_perturb(span, sentence)` (perturbed distractors), MC tasks take the sentences that
-    can be perturbed first and open (nd) tasks the others, so no writer call is spent on an
-    MC question whose options cannot be made."""
+    `can_perturb(span, sentence)` (perturbed distractors), MC tasks choose first among the
+    sentences that can be perturbed, so no writer call is spent on an MC question whose
+    options cannot be made; open (nd) tasks then take the rest of those first (a seen item
+    can be made only of a sentence that can be perturbed)."""
     by_span: dict[str, list[Task]] = {}
     for t in tasks:
         if t.reference is None and t.reject is None:
@@ -115,7 +116,7 @@ def assign_facts(tasks: list[Task], seed: int, can_perturb=None) -> None:
             continue
         ok = [x for x in sents if can_perturb(span, x)]
         rest = [x for x in sents if x not in ok]
-        queues = {"mc": ok + rest, "nd": rest + ok}
+        queues = {"mc": ok + rest, "nd": ok + rest}  # a trained fact the seen items can test
         used: set[str] = set()
         for t in sorted(span_tasks, key=lambda t: t.kind != "mc"):  # MC tasks choose first
             pick = next((x for x in queues.get(t.kind, sents) if x not in used), None)
