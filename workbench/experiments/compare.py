@@ -254,10 +254,10 @@ def _benchmark_info(cfg, lay, bench: str, items: list[MCItem], base: EvalSummary
     comparisons = list(base.comparisons) if base else []
     if base and sft:
         comparisons += compare_runs(
-            base, read_eval_results(lay.artifact("compare", stage_name("eval_base_results",
-                                                                         bench))),
-            sft, read_eval_results(lay.artifact("compare", stage_name("eval_sft_results",
-                                                                        bench))),
+            base, read_eval_results(lay.artifact("compare",
+                                                 stage_name("eval_base", bench) + "_results")),
+            sft, read_eval_results(lay.artifact("compare",
+                                                stage_name("eval_sft", bench) + "_results")),
             seed=cfg.eval.bootstrap_seed)
     shortcuts = shortcut_baselines(items)
     top = best_shortcut(shortcuts)
