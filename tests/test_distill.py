@@ -309,7 +309,8 @@ def test_benchmark_breadth_per_fact_with_retries_and_no_held_out_rationales(tmp_
     perspective (each starting with its perspective's word); write_attempts re-asks what
     failed; benchmark_rationales=False makes no rationale call for held-out items."""
     import fake_teacher
-    from workbench.distill.pipeline import Span, facts as _facts
+    from workbench.distill.pipeline import Span
+    from workbench.distill.tasks import facts as _facts
 
     fake_teacher._asked.clear()
     flaky = AgentModel(spec="fake", options={"script": "fake_teacher:flaky_reply"})

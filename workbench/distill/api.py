@@ -81,9 +81,9 @@ EDITABLE = ("question", "options", "thinking", "solution", "answer")
 
 def read_review(run: str | Path) -> dict[str, dict]:
     """The latest review decision per sample id (review.jsonl is an append-only log)."""
-    from workbench.io import iter_jsonl_raw
-
     import warnings
+
+    from workbench.io import iter_jsonl_raw
 
     f = Path(run) / "review.jsonl"
     out: dict[str, dict] = {}

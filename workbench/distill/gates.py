@@ -218,11 +218,11 @@ def named_entities(question: str) -> list[str]:
         parts = m.group(0).split()
         start = m.start()
         lead = q[:start].rstrip()
-        if start == 0 or lead.endswith((":", ".", "!", "?")):
-            # the sentence's first word is capitalised anyway: a name only if it is not a
-            # common word and a capitalised word follows it
-            if parts[0].lower() in _COMMON or len(parts) == 1:
-                parts = parts[1:]
+        # the sentence's first word is capitalised anyway: a name only if it is not a
+        # common word and a capitalised word follows it
+        if (start == 0 or lead.endswith((":", ".", "!", "?"))) and (
+                parts[0].lower() in _COMMON or len(parts) == 1):
+            parts = parts[1:]
         parts = [p for p in parts
                  if p != "I" and re.sub(r"['’]s$", "", p).lower() not in _COMMON]
         if parts:

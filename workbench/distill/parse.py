@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from workbench.evaluate.mc import format_options as format_options  # re-exported for distill
+from workbench.evaluate.mc import format_options  # noqa: F401  re-exported for distill
 
 LETTERS = "ABCD"
 

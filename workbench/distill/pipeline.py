@@ -33,7 +33,7 @@ from workbench.distill.quality import (
     split_sections,
 )
 from workbench.distill.report import DistillReport, report_markdown
-from workbench.distill.tasks import check_breadth, facts, make_tasks
+from workbench.distill.tasks import check_breadth, make_tasks
 from workbench.distill.write import (
     LETTERS,
     Agents,

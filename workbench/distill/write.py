@@ -97,8 +97,8 @@ class Agents:
     """The model of each agent, loaded once per distinct spec, all behind the call cache."""
 
     def __init__(self, cfg: DistillConfig, default: AgentModel, cache_path: Path | None):
-        from workbench.models.cache import CachedModel, CallCache
         from workbench.models.backends import load_model
+        from workbench.models.cache import CachedModel, CallCache
 
         self._loaded: dict[str, ChatModel] = {}
         cache = CallCache(cache_path) if cache_path else None

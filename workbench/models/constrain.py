@@ -22,7 +22,7 @@ import re
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -250,12 +250,14 @@ class CallSplitter:
     The grammar fixes the text's shape, so the name is read from a fixed head and the
     family's closing syntax is held back until the end."""
 
-    HEADS = {"hermes": r'\{"name": "([^"]+)", "arguments": ',
-             "llama3_json": r'([^"]+)", "parameters": ',
-             "mistral": r'\{"name": "([^"]+)", "arguments": ',
-             "mistral_args": r"([A-Za-z0-9_.\-]+)\[ARGS\]"}
-    TAILS = {"hermes": ("}\n</tool_call>", "}"), "llama3_json": ("}", "}"),
-             "mistral": ("}]", "}]"), "mistral_args": ("", "")}
+    HEADS: ClassVar[dict[str, str]] = {
+        "hermes": r'\{"name": "([^"]+)", "arguments": ',
+        "llama3_json": r'([^"]+)", "parameters": ',
+        "mistral": r'\{"name": "([^"]+)", "arguments": ',
+        "mistral_args": r"([A-Za-z0-9_.\-]+)\[ARGS\]"}
+    TAILS: ClassVar[dict[str, tuple[str, str]]] = {
+        "hermes": ("}\n</tool_call>", "}"), "llama3_json": ("}", "}"),
+        "mistral": ("}]", "}]"), "mistral_args": ("", "")}
 
     def __init__(self, family: str, template: str | None, name: str | None):
         import re
@@ -323,7 +325,7 @@ def wire_fields(constraint: Constraint | None) -> dict[str, Any]:
 def _llguidance():
     try:
         import llguidance
-        import llguidance.hf  # noqa: F401 - the tokenizer bridge
+        import llguidance.hf  # the tokenizer bridge
     except ImportError:
         raise WorkbenchError("constrained decoding needs llguidance (pip install "
                              "llguidance; it is in the workbench's dependencies)") from None

@@ -104,7 +104,7 @@ class ResponseFormat(_Strict):
         if v is None:
             return v
         if extra := set(v) - {"name", "schema", "strict", "description"}:
-            raise ValueError(f"json_schema: unsupported field {sorted(extra)[0]!r}")
+            raise ValueError(f"json_schema: unsupported field {min(extra)!r}")
         if not isinstance(v.get("name"), str) or not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}",
                                                                    v["name"]):
             raise ValueError("json_schema.name: 1 to 64 letters, digits, _ or -")
