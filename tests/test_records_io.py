@@ -296,3 +296,17 @@ def test_torn_last_line_of_a_log_is_skipped_and_reported(tmp_path):
     assert len(seen) == 1 and seen[0].line == 3
     with pytest.raises(DataError, match=":3:"):  # without the option it is an error
         list(iter_jsonl_raw(f))
+
+
+def test_a_line_nested_too_deeply_is_one_error_naming_the_file_and_line(tmp_path):
+    import pytest
+
+    from workbench.errors import DataError
+    from workbench.io import read_jsonl
+
+    p = tmp_path / "deep.jsonl"
+    p.write_text('{"a": 1}\n' + "[" * 200_000 + "]" * 200_000 + "\n")
+    with pytest.raises(DataError) as e:
+        read_jsonl(p)
+    assert "line 2" in str(e.value) or e.value.line == 2
+    assert "nested too deeply" in str(e.value)

@@ -302,6 +302,9 @@ def _parse_line(raw: bytes, lineno: int, path: str) -> Any:
     except json.JSONDecodeError as e:
         return DataError(f"bad JSON at column {e.colno}: {e.msg}", path=path, line=lineno,
                          code="bad_json")
+    except RecursionError:  # a line of arrays nested thousands deep: one line, no traceback
+        return DataError("JSON nested too deeply to read", path=path, line=lineno,
+                         code="bad_json")
 
 
 def read_jsonl(path: str | os.PathLike, parse: Callable[[Any], T] | None = None) -> list[T]:
