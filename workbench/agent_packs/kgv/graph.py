@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import DataError, WorkbenchError
+from workbench.io import iter_jsonl_raw
 
 GRAPH_SUFFIXES = {".nt": "nt", ".ttl": "turtle", ".tsv": "tsv"}
 LABEL_PREDICATES = {"label", "rdfs:label", "skos:preflabel", "name",
@@ -343,7 +344,7 @@ def _claim_rows(path: Path) -> list[dict[str, Any]]:
                 text, _, label = line.partition("\t")
                 rows.append({"line": n, "text": text.strip(), "label": label.strip() or None})
     elif suffix == ".jsonl":
-        for n, r in _jsonl_rows(path):
+        for n, r in iter_jsonl_raw(path):  # a line nested too deeply: one DataError
             if isinstance(r, dict) and "subject" in r:
                 rows.append({"line": n, "claim": r})
             elif isinstance(r, dict) and isinstance(r.get("text", r.get("claim")), str):
@@ -361,24 +362,6 @@ def _claim_rows(path: Path) -> list[dict[str, Any]]:
     else:
         raise DataError("claims are .tsv, .txt or .jsonl", path=str(path), code="unsupported")
     return rows
-
-
-def _jsonl_rows(path: Path):
-    """`iter_jsonl_raw`'s (line, value), with a line nested past Python's recursion limit
-    (a 200 KB line of `[`) one DataError naming it: the shared reader lets the RecursionError
-    out."""
-    from workbench.io import iter_jsonl_raw
-
-    last = 0
-    try:
-        for last, r in iter_jsonl_raw(path):  # `last`: the line read before a failing one
-            yield last, r
-    except RecursionError:
-        with open(path, "rb") as fh:  # the next line with something on it is the one
-            line = next((i for i, raw in enumerate(fh, 1) if i > last and raw.strip()),
-                        last + 1)
-        raise DataError("JSON nested too deeply to read", path=str(path), line=line,
-                        code="bad_json") from None
 
 
 def _col(cols: list[str], i: int) -> str | None:

@@ -32,6 +32,7 @@ from typing import Any
 
 from workbench.agent_packs.litsearch.papers import Intent, Paper
 from workbench.errors import DataError, WorkbenchError
+from workbench.io import iter_jsonl_raw
 
 FORMATS = {".bib": "bibtex", ".bibtex": "bibtex", ".ris": "ris", ".xml": "pubmed",
            ".jsonl": "jsonl", ".json": "jsonl", ".gz": "pubmed"}
@@ -198,7 +199,7 @@ def _pubmed(path: Path) -> tuple[list[dict], str]:
 def _jsonl(path: Path) -> tuple[list[dict], str]:
     out, kinds = [], set()
     # one record a line; bad UTF-8 or JSON raise naming the file and line
-    for n, r in _jsonl_rows(path):
+    for n, r in iter_jsonl_raw(path):  # a line nested too deeply: one DataError
         if not isinstance(r, dict):
             raise DataError("a record must be a JSON object", path=str(path), line=n,
                             code="bad_record")
@@ -219,24 +220,6 @@ def _jsonl(path: Path) -> tuple[list[dict], str]:
                             code="bad_record") from None
         kinds.add(kind)
     return out, "+".join(sorted(kinds)) or "jsonl"
-
-
-def _jsonl_rows(path: Path):
-    """`iter_jsonl_raw`'s (line, value), with a line nested past Python's recursion limit
-    (a 200 KB line of `[`) one DataError naming it: the shared reader lets the RecursionError
-    out."""
-    from workbench.io import iter_jsonl_raw
-
-    last = 0
-    try:
-        for last, r in iter_jsonl_raw(path):  # `last`: the line read before a failing one
-            yield last, r
-    except RecursionError:
-        with open(path, "rb") as fh:  # the next line with something on it is the one
-            line = next((i for i, raw in enumerate(fh, 1) if i > last and raw.strip()),
-                        last + 1)
-        raise DataError("JSON nested too deeply to read", path=str(path), line=line,
-                        code="bad_json") from None
 
 
 def _openalex_id(s: Any) -> str | None:
