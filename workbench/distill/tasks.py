@@ -116,10 +116,10 @@ def assign_facts(tasks: list[Task], seed: int, can_perturb=None) -> None:
             continue
         ok = [x for x in sents if can_perturb(span, x)]
         rest = [x for x in sents if x not in ok]
-        queues = {"mc": ok + rest, "nd": ok + rest}  # a trained fact the seen items can test
+        order = ok + rest  # open tasks too: a trained fact the seen items can test
         used: set[str] = set()
         for t in sorted(span_tasks, key=lambda t: t.kind != "mc"):  # MC tasks choose first
-            pick = next((x for x in queues.get(t.kind, sents) if x not in used), None)
+            pick = next((x for x in order if x not in used), None)
             if pick is None or (t.kind == "mc" and pick not in ok):
                 t.fail("no_fact_left" if pick is None else "no_distractors")
                 continue
