@@ -35,12 +35,18 @@ def test_default_distillation_config_against_workbench_serve(served, tmp_path, m
     # Defaults, except a tiny corpus and short answers to fit a CI budget, and the run's
     # seed: the pipeline passes one seed to every call, so with one request per call every
     # prompt draws the same random numbers and the 135M model's questions come all or none
-    # (seeds 0-9 write 0-11 of 15); at seed 4 it writes enough for MC items to be verified.
-    cfg = load_config(None, [f"output_dir={tmp_path}", f"models.chat.spec={served}", "seed=4",
-                             "distill.max_sections=2", "distill.answer_max_tokens=48"])
-    assert cfg.distill.verifier.method == "loglik" and cfg.distill.verifier.enabled
-    result = distill_from_config(cfg, progress=lambda msg: None)
-    report = json.loads((Path(result.run_dir) / "report.json").read_text())
+    # (seeds 0-9 write 0-11 of 15). Seeds 4 and 0 write enough for two MC items to reach the
+    # verifier here, but which ones do moves with the machine's arithmetic (a CI run at seed 4
+    # verified none), so the test takes the first of a few seeds whose items reach it.
+    for seed in (4, 0, 5, 6, 7):
+        cfg = load_config(None, [f"output_dir={tmp_path / str(seed)}", f"models.chat.spec={served}",
+                                 f"seed={seed}", "distill.max_sections=2",
+                                 "distill.answer_max_tokens=48"])
+        assert cfg.distill.verifier.method == "loglik" and cfg.distill.verifier.enabled
+        result = distill_from_config(cfg, progress=lambda msg: None)
+        report = json.loads((Path(result.run_dir) / "report.json").read_text())
+        if report["verifier"]["checked"] > 0:
+            break
     markdown = read_report(result.run_dir)[1]
     assert set(report["models"].values()) == {f"openai:{served}"}
     verifier = report["verifier"]
