@@ -2,6 +2,7 @@
 the loop, scaffolds, budgets, error policy, guided choice, batching and SFT export."""
 
 import json
+import time
 
 import pytest
 
@@ -281,3 +282,86 @@ def test_whole_number_floats_count_as_integers():
     obs = box().call(ToolCall.make("search", {"query": "x", "k": 3.0}))
     assert obs.error is None and obs.arguments == {"query": "x", "k": 3}
     assert box().call(ToolCall.make("search", {"query": "x", "k": 2.5})).error
+
+
+def _nested(levels: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"x": schema}}
+    return schema
+
+
+def test_a_parameter_schema_nested_too_deeply_is_one_error_naming_the_tool():
+    """A schema 2,000 levels deep: before, jsonschema's check_schema let Python's
+    RecursionError out of Toolbox(); now one WorkbenchError naming the tool, before anything
+    recurses over it (the bounds of constrained decoding: depth 64, alternatives, size)."""
+    answer = Tool("answer", "Answer.", ANSWER, lambda label: label, final=True)
+    with pytest.raises(WorkbenchError, match=r"^tool deep: parameter schema nested too "
+                                             r"deeply \(4001 levels"):
+        Toolbox([Tool("deep", "Deep.", _nested(2000), lambda **k: ""), answer])
+    with pytest.raises(WorkbenchError, match="tool wide: parameter schema refused: .* 1001 "
+                                             "alternatives"):
+        Toolbox([Tool("wide", "w", {"type": "object", "properties": {"k": {
+            "enum": list(range(1001))}}}, lambda **k: ""), answer])
+    with pytest.raises(WorkbenchError, match="tool bad: tool schema is not valid JSON Schema"):
+        Toolbox([Tool("bad", "b", {"type": "objekt"}, lambda **k: ""), answer])
+    with pytest.raises(WorkbenchError, match="tool both: .*unevaluatedProperties with "
+                                             "patternProperties"):
+        Toolbox([Tool("both", "b", {"type": "object", "patternProperties": {"^a": {}},
+                                    "unevaluatedProperties": False}, lambda **k: ""), answer])
+    Toolbox([Tool("ok", "o", _nested(30), lambda **k: ""), answer])  # 61 levels: taken
+
+
+def test_arguments_nested_thousands_deep_are_the_models_error():
+    """A model's arguments `{"label": [[[[...]]]]}` 5,000 deep as JSON text: json.loads
+    raised RecursionError; now an error observation the model sees, as is an object 100
+    deep that json.loads reads; the Hermes parser takes such a block for no call."""
+    from workbench.models.tools import parse_tool_calls
+
+    b = box()
+    deep = "[" * 5000 + "]" * 5000
+    obs = b.call(ToolCall.make("answer", '{"label": ' + deep + "}"))
+    assert obs.error == "answer: arguments nested too deeply to read (over 64 levels of " \
+                        "objects and arrays)"
+    assert obs.text.startswith("Error: ")
+    obs = b.call(ToolCall.make("answer", '{"label": ' + "[" * 100 + "]" * 100 + "}"))
+    assert obs.error and "nested too deeply (101 levels" in obs.error
+    text = f'<tool_call>\n{{"name": "answer", "arguments": {{"label": {deep}}}}}\n</tool_call>'
+    assert parse_tool_calls(text, "hermes", ["answer"]) == (text, [])
+
+
+def test_a_pattern_that_backtracks_is_refused_in_bounded_time(monkeypatch):
+    """`pattern` and `patternProperties` are matched with the `regex` module under a
+    timeout: a value a pattern backtracks on (`^(a|a)+$` against 40 "a" then "!", which
+    Python's `re` takes for ever) is an argument error naming the field; `^(a+)+$`, which
+    hangs `re` too, `regex` answers at once; ordinary patterns work as before."""
+    import workbench.agents.tools as T
+
+    monkeypatch.setattr(T, "PATTERN_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(T, "PATTERN_BUDGET_S", 0.3)
+    schema = {"type": "object", "properties": {
+        "code": {"type": "string", "pattern": "^(a|a)+$"},
+        "nested": {"type": "string", "pattern": "^(a+)+$"},
+        "letter": {"type": "string", "pattern": "^[A-D]$"}},
+        "patternProperties": {"^(b|b)+$": {"type": "integer"}},
+        "additionalProperties": False}
+    b = Toolbox([Tool("p", "P.", schema, lambda **k: "ok", final=True)])
+    slow = "a" * 40 + "!"
+    cases = [({"code": slow}, "p.code: the value 'aaaa"),
+             ({"nested": slow}, "p.nested: 'aaaa"),
+             ({"b" * 40 + "!": 1}, "p.bbbb"),
+             ({"letter": "E"}, "p.letter: 'E' does not match '^[A-D]$'"),
+             ({"zz": 1}, "'zz' does not match any of the regexes")]
+    for args, part in cases:
+        t0 = time.monotonic()
+        obs = b.call(ToolCall.make("p", args))
+        assert time.monotonic() - t0 < 2.0, args
+        assert obs.error and part in obs.error, (args, obs.error)
+    assert "could not be matched against the pattern '^(a|a)+$' in time" in \
+        b.call(ToolCall.make("p", {"code": slow})).error
+    # many slow values in one call: the call's budget bounds them all
+    t0 = time.monotonic()
+    obs = b.call(ToolCall.make("p", {"code": slow, **{"b" * n + "!": 1 for n in range(30, 45)}}))
+    assert obs.error and time.monotonic() - t0 < 1.5
+    ok = b.call(ToolCall.make("p", {"code": "aaa", "nested": "aa", "letter": "B", "bb": 3}))
+    assert ok.error is None and ok.text == "ok"

@@ -4,17 +4,32 @@
 not a JSON object or break the schema, or a `ToolError` the function raises (a chunk id that
 does not exist, say) come back as an observation with `error` set, which the loop records
 and shows the model; any other exception is a bug and propagates.
+
+Schemas and arguments are bounded before anything recurses over them: a parameter schema is
+held to constrained decoding's limits (`workbench.models.constrain`: nesting depth 64,
+alternatives, size) when the toolbox is made, and arguments nested past that depth are the
+model's error, never Python's RecursionError. A schema's `pattern` and `patternProperties`
+are matched with the `regex` module under a timeout (`PATTERN_TIMEOUT_S` a match,
+`PATTERN_BUDGET_S` a call), since Python's `re`, which jsonschema uses, can backtrack on a
+pattern like `^(a|a)+$` for ever; a match that runs out of time refuses the value, naming
+the field.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.models.constrain import MAX_SCHEMA_DEPTH, bounded_schema
 from workbench.records import ToolCall, ToolSpec
+
+PATTERN_TIMEOUT_S = 0.5  # one match of a schema pattern against one value
+PATTERN_BUDGET_S = 2.0  # all the pattern matches of one call's arguments
 
 
 class ToolError(Exception):
@@ -44,14 +59,164 @@ class Observation:
     arguments: dict[str, Any] | None = None
 
 
-def _validator(schema: dict[str, Any]):
+def _depth(value: Any) -> int:
+    """How deep objects and arrays nest in `value` (walked without recursion: it may be
+    deeper than Python's recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+# the current call's matching: the end of its pattern budget (monotonic seconds) and the
+# matches made so far (additionalProperties matches the names patternProperties did)
+_call_matching: contextvars.ContextVar[tuple[float, dict] | None] = contextvars.ContextVar(
+    "wb_tool_call_matching", default=None)
+
+
+def _search(pattern: str, text: str) -> bool | None:
+    """Whether `pattern` matches somewhere in `text`, with the `regex` module under
+    PATTERN_TIMEOUT_S (and what is left of the call's PATTERN_BUDGET_S); None when it ran
+    out of time. A pattern `regex` cannot compile (check_schema took it with `re`) is
+    matched with `re`."""
+    import regex
+
+    state = _call_matching.get()
+    if state is not None and (pattern, text) in state[1]:
+        return state[1][pattern, text]
+    left = PATTERN_TIMEOUT_S if state is None else min(PATTERN_TIMEOUT_S,
+                                                       state[0] - time.monotonic())
+    try:
+        found = None if left <= 0 else regex.search(pattern, text, timeout=left) is not None
+    except TimeoutError:
+        found = None
+    except regex.error:
+        import re
+
+        found = re.search(pattern, text) is not None
+    if state is not None:
+        state[1][pattern, text] = found
+    return found
+
+
+def _slow(pattern: str) -> str:
+    return (f"could not be matched against the pattern {pattern!r} in time (the pattern "
+            "backtracks on it), so it is refused")
+
+
+def _pattern(validator, patrn, instance, schema):
+    from jsonschema import ValidationError
+
+    if not validator.is_type(instance, "string"):
+        return
+    found = _search(patrn, instance)
+    if found is None:
+        yield ValidationError(f"the value {_short(instance)} {_slow(patrn)}")
+    elif not found:
+        yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+
+def _pattern_properties(validator, pattern_properties, instance, schema):
+    from jsonschema import ValidationError
+
+    if not validator.is_type(instance, "object"):
+        return
+    for patrn, subschema in pattern_properties.items():
+        for k, v in instance.items():
+            found = _search(patrn, k)
+            if found is None:
+                yield ValidationError(f"the property name {_short(k)} {_slow(patrn)}",
+                                      path=[k])
+            elif found:
+                yield from validator.descend(v, subschema, path=k, schema_path=patrn)
+
+
+def _additional_properties(validator, ap, instance, schema):
+    """jsonschema's `additionalProperties` with the property names matched by `_search`."""
+    from jsonschema import ValidationError
+
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extras = []
+    for k in instance:
+        if k in properties:
+            continue
+        hits = [_search(p, k) for p in patterns]
+        if None in hits:
+            continue  # reported by patternProperties, which matches the same names
+        if not any(hits):
+            extras.append(k)
+    if validator.is_type(ap, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], ap, path=extra)
+    elif not ap and extras:
+        names = ", ".join(repr(k) for k in sorted(extras, key=str))
+        if patterns:
+            verb = "does" if len(extras) == 1 else "do"
+            yield ValidationError(f"{names} {verb} not match any of the regexes: "
+                                  f"{', '.join(repr(p) for p in sorted(patterns))}")
+        else:
+            verb = "was" if len(extras) == 1 else "were"
+            yield ValidationError(f"Additional properties are not allowed ({names} {verb} "
+                                  "unexpected)")
+
+
+def _short(text: str, n: int = 60) -> str:
+    return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text)} characters)"
+
+
+_BOUNDED_VALIDATOR: list[Any] = []
+
+
+def _validator_class():
+    """Draft 2020-12 with the pattern keywords matched under a timeout (made once)."""
+    if not _BOUNDED_VALIDATOR:
+        from jsonschema import Draft202012Validator, validators
+
+        _BOUNDED_VALIDATOR.append(validators.extend(Draft202012Validator, {
+            "pattern": _pattern, "patternProperties": _pattern_properties,
+            "additionalProperties": _additional_properties}))
+    return _BOUNDED_VALIDATOR[0]
+
+
+def _uses_both(schema: Any) -> bool:
+    """Whether the schema has both `unevaluatedProperties` and `patternProperties` (as keys
+    of some object in it): jsonschema matches the names for the first with `re`, unbounded."""
+    seen, stack = set(), [schema]
+    while stack and len(seen) < 2:
+        v = stack.pop()
+        if isinstance(v, dict):
+            seen |= {"unevaluatedProperties", "patternProperties"} & v.keys()
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return len(seen) == 2
+
+
+def _validator(name: str, schema: dict[str, Any]):
     from jsonschema import Draft202012Validator, SchemaError
 
+    if (depth := _depth(schema)) > MAX_SCHEMA_DEPTH:
+        raise WorkbenchError(f"tool {name}: parameter schema nested too deeply ({depth} "
+                             f"levels of objects and arrays, over the limit of "
+                             f"{MAX_SCHEMA_DEPTH})")
+    if problem := bounded_schema(schema):
+        raise WorkbenchError(f"tool {name}: parameter schema refused: {problem}")
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as e:
-        raise WorkbenchError(f"tool schema is not valid JSON Schema: {e}") from None
-    return Draft202012Validator(schema)
+        raise WorkbenchError(f"tool {name}: tool schema is not valid JSON Schema: "
+                             f"{e.message}") from None
+    if _uses_both(schema):
+        raise WorkbenchError(f"tool {name}: parameter schema combines unevaluatedProperties "
+                             "with patternProperties, whose property names could then not "
+                             "be matched in bounded time; use additionalProperties")
+    return _validator_class()(schema)
 
 
 class Toolbox:
@@ -62,7 +227,7 @@ class Toolbox:
         if not any(t.final for t in tools):
             raise WorkbenchError("toolbox: no final tool (the one whose call is the answer)")
         self.tools = {t.name: t for t in tools}
-        self._validators = {t.name: _validator(t.parameters) for t in tools}
+        self._validators = {t.name: _validator(t.name, t.parameters) for t in tools}
 
     def specs(self, names: Sequence[str] | None = None) -> list[ToolSpec]:
         return [t.spec() for n, t in self.tools.items() if names is None or n in names]
@@ -85,14 +250,26 @@ class Toolbox:
                 args = json.loads(args) if args.strip() else {}
             except ValueError as e:
                 return None, f"{name}: arguments are not valid JSON ({e.msg} at char {e.pos})"
+            except RecursionError:
+                return None, (f"{name}: arguments nested too deeply to read (over "
+                              f"{MAX_SCHEMA_DEPTH} levels of objects and arrays)")
         if not isinstance(args, dict):
             return None, f"{name}: arguments must be a JSON object"
+        if (depth := _depth(args)) > MAX_SCHEMA_DEPTH:
+            return None, (f"{name}: arguments nested too deeply ({depth} levels of objects "
+                          f"and arrays, over the limit of {MAX_SCHEMA_DEPTH})")
         props = self.tools[name].parameters.get("properties") or {}
         for k, v in list(args.items()):  # JSON Schema calls 3.0 an integer; Python does not
             if isinstance(v, float) and v.is_integer() and \
                     (props.get(k) or {}).get("type") == "integer":
                 args[k] = int(v)
-        errors = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
+        token = _call_matching.set((time.monotonic() + PATTERN_BUDGET_S, {}))
+        try:
+            errors = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
+        except RecursionError:  # a schema whose $ref recurses, over deep arguments
+            return None, f"{name}: arguments nested too deeply to check against the schema"
+        finally:
+            _call_matching.reset(token)
         if errors:
             return None, "; ".join(
                 f"{name}.{'.'.join(map(str, e.path)) or '(arguments)'}: {e.message}"

@@ -204,8 +204,8 @@ def parse_tool_calls(text: str, family: str, names: Sequence[str] | None = None
         raise ValueError(f"unknown tool-call syntax {family!r} (one of {', '.join(FAMILIES)})")
     try:
         parsed = _PARSERS[family](text, names)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return text, []
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return text, []  # RecursionError: JSON nested past what json.loads reads
     return parsed if parsed is not None and parsed[1] else (text, [])
 
 
