@@ -335,3 +335,50 @@ def test_out_of_range_numbers_are_refused_at_load(cli):
         r = cli("config", "show", "-s", setting)
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, \
             (setting, r.stderr)
+
+
+def test_domain_eval_scores_every_named_benchmark_in_the_headline_formulation(
+        tiny_model, data_file, tmp_path):
+    """Held-out accuracy by step on each benchmark compare hands training (unseen as
+    domain_accuracy, seen as domain_accuracy_seen), in the report's formulation (cloze_norm,
+    each option's log-likelihood per character) unless the letters are asked for."""
+    from unittest import mock
+
+    import workbench.evaluate.mc as mc
+    from workbench.records import MCItem, write_records
+    from workbench.train.recipe import train
+
+    def item(i, stem):
+        return MCItem.model_validate({"id": f"{stem}{i}", "question": f"Which sum is {2 * i}?",
+                                      "options": [f"{i} plus {i}", f"{i} plus {i + 1}",
+                                                  f"{i} minus {i}", f"{i} times {i + 2}"],
+                                      "answer": "A"})
+    for stem in ("unseen", "seen"):
+        write_records(tmp_path / f"{stem}.jsonl", [item(i, stem) for i in range(6)])
+    calls = []
+    real = {k: getattr(mc, k) for k in ("cloze_norm_predictions", "loglik_letter_predictions")}
+
+    def spy(name):
+        def f(model, items, *a, **kw):
+            calls.append((name, items[0].id[:-1], len(items)))
+            return real[name](model, items, *a, **kw)
+        return f
+    de = {"benchmark": str(tmp_path / "unseen.jsonl"), "also": {"seen": str(tmp_path /
+                                                                          "seen.jsonl")},
+          "every": 2, "max_items": 4}
+    with mock.patch.multiple(mc, **{k: spy(k) for k in real}):
+        a = train(tc(data_file, max_steps=4, domain_eval=de), model_spec=tiny_model,
+                  output=tmp_path / "a", seed=1, log=lambda m: None)
+    scored = [m for m in a.metrics if "domain_accuracy" in m]
+    assert [m["step"] for m in scored] == [2, 4]
+    assert all(0 <= m["domain_accuracy_seen"] <= 1 for m in scored)
+    assert calls == [("cloze_norm_predictions", "unseen", 4), ("cloze_norm_predictions",
+                                                                 "seen", 4)] * 2
+    assert "final domain accuracy seen" in (tmp_path / "a" / "README.md").read_text()
+    calls.clear()
+    with mock.patch.multiple(mc, **{k: spy(k) for k in real}):
+        train(tc(data_file, max_steps=2, domain_eval={**de, "scoring": "letter"}),
+              model_spec=tiny_model, output=tmp_path / "b", seed=1, log=lambda m: None)
+    assert {c[0] for c in calls} == {"loglik_letter_predictions"}
+    with pytest.raises(ValueError, match="lower-case words"):
+        tc(data_file, domain_eval={**de, "also": {"Seen set": "x.jsonl"}})

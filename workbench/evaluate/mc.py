@@ -81,6 +81,17 @@ def loglik_letter_predictions(model: ChatModel, items: Sequence[MCItem], context
     return [LETTERS[argmax([s.logprob for s in row])] for row in scores]
 
 
+def cloze_norm_predictions(model: ChatModel, items: Sequence[MCItem], contexts=None,
+                           template: str = "chat") -> list[str]:
+    """The evaluation's headline formulation (lm-eval's acc_norm): each option's
+    log-likelihood after the question, divided by its length in characters."""
+    rows = model.score([cloze_request(it, contexts[i] if contexts else None, template)
+                        for i, it in enumerate(items)])
+    return [LETTERS[argmax([s.logprob / max(len(o), 1) for s, o in zip(row, it.options,
+                                                                         strict=True)])]
+            for row, it in zip(rows, items, strict=True)]
+
+
 def accuracy_of(preds: Sequence[str | None], items: Sequence[MCItem]) -> float:
     return sum(p == it.answer for p, it in zip(preds, items, strict=True)) / max(len(items), 1)
 

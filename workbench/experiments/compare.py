@@ -161,6 +161,8 @@ def _train_sft(job: _Job) -> None:
                                       "output": None}, deep=True)
     bench = "unseen" if "unseen" in job.benches else next(iter(job.benches), None)
     tc.domain_eval.benchmark = str(job.bench_paths[bench]) if bench else None
+    if bench == "unseen" and "seen" in job.benches:  # both held-out accuracies by step
+        tc.domain_eval.also = {**tc.domain_eval.also, "seen": str(job.bench_paths["seen"])}
     run_pipeline("train", cfg.model_copy(update={"train": tc}), job.ctx)
 
 

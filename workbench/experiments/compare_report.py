@@ -300,8 +300,11 @@ def _training(r: CompareReport) -> list[str]:
             f"{_fmt(t.get('tokens_per_s'))} tokens/s, padding share "
             f"{_fmt(t.get('padding_share'), True)}",
             f"- final loss {_fmt(fin.get('loss'))}, eval loss "
-            f"{_fmt(fin.get('eval_loss'))}, domain accuracy "
-            f"{_fmt(fin.get('domain_accuracy'), True)}",
+            f"{_fmt(fin.get('eval_loss'))}, held-out accuracy at the last "
+            f"step (train.domain_eval's items, cloze_norm): unseen "
+            f"{_fmt(fin.get('domain_accuracy'), True)}"
+            + (f", seen {_fmt(fin.get('domain_accuracy_seen'), True)}"
+               if "domain_accuracy_seen" in fin else ""),
             "- curves: ![training](adapter/training_curves.png)"]
 
 

@@ -44,9 +44,10 @@ def model_card(manifest: dict, metrics: list[dict]) -> str:
         lines.append(f"- adapter of step {o['adapter_step']} (held-out reward "
                      f"{o.get('heldout_reward_best')}, at the start "
                      f"{o.get('heldout_reward_start')})")
-    for k in ("loss", "eval_loss", "domain_accuracy", "reward_accuracy", "reward_margin",
-              "eval_reward_accuracy", "eval_preference_accuracy", "reward_mean",
-              "heldout_reward"):
+    also = sorted(k for k in final if k.startswith("domain_accuracy_"))
+    for k in ("loss", "eval_loss", "domain_accuracy", *also, "reward_accuracy",
+              "reward_margin", "eval_reward_accuracy", "eval_preference_accuracy",
+              "reward_mean", "heldout_reward"):
         if k in final:
             lines.append(f"- final {k.replace('_', ' ')}: {final[k]:.4f}")
     lines += ["", "Hyper-parameters: see `manifest.json`; per-step metrics: `metrics.jsonl`."]
@@ -88,6 +89,10 @@ def _plot_curves(metrics: list[dict], path: Path) -> None:
         if dom:
             ax2.plot([m["step"] for m in dom], [m["domain_accuracy"] for m in dom], "s--",
                      color="tab:green", label="domain accuracy")
+            for k in sorted({k for m in dom for k in m if k.startswith("domain_accuracy_")}):
+                pts = [m for m in dom if k in m]
+                ax2.plot([m["step"] for m in pts], [m[k] for m in pts], "^:",
+                         label=k.replace("domain_accuracy_", "domain accuracy, "))
         if rew:  # DPO: the share of pairs whose chosen reward is above the rejected one
             ax2.plot([m["step"] for m in rew], [m["reward_accuracy"] for m in rew], ".-",
                      color="tab:purple", label="reward accuracy")

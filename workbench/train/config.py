@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Section(BaseModel):
@@ -24,9 +25,28 @@ class LoraSettings(_Section):
 
 
 class DomainEvalSettings(_Section):
-    benchmark: str | None = Field(None, description="MCItem JSONL to score during training.")
+    benchmark: str | None = Field(None, description="MCItem JSONL to score during training "
+                                                    "(logged as domain_accuracy).")
+    also: dict[str, str] = Field(default_factory=dict, description="More MCItem JSONL files "
+                                 "scored at the same steps, by name: {seen: path} is logged "
+                                 "as domain_accuracy_seen.")
     every: int = Field(0, ge=0, description="Steps between domain evaluations (0: at end).")
     max_items: int = Field(50, ge=1)
+    scoring: Literal["cloze_norm", "letter"] = Field(
+        "cloze_norm", description="cloze_norm: each option's log-likelihood per character, "
+                                  "the evaluation's headline formulation (what the report "
+                                  "compares); letter: the log-likelihood of the option "
+                                  "letters (degenerate for a small model: one letter for "
+                                  "nearly every item).")
+
+    @field_validator("also")
+    @classmethod
+    def _names(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in v if not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", k)]
+        if bad:
+            raise ValueError(f"domain_eval.also: names are lower-case words (a-z, 0-9, _): "
+                             f"{', '.join(map(repr, bad))}")
+        return v
 
 
 class DPOSettings(_Section):

@@ -46,18 +46,22 @@ def eval_loss(session: Measured) -> float:
     return total / max(n, 1)
 
 
-def domain_accuracy(session: Measured) -> float:
-    """Multiple-choice accuracy (log-likelihood of the letters) on `train.domain_eval`'s
-    benchmark with the model being trained, through the scorer the evaluation uses."""
-    from workbench.evaluate.mc import accuracy_of, loglik_letter_predictions
+def domain_accuracy(session: Measured, items: list | None = None) -> float:
+    """Multiple-choice accuracy on `train.domain_eval`'s benchmark (or `items`) with the
+    model being trained, through the scorer the evaluation uses and in its formulation
+    (`domain_eval.scoring`: cloze_norm, the report's headline, or the letters)."""
+    from workbench.evaluate.mc import accuracy_of, cloze_norm_predictions, loglik_letter_predictions
     from workbench.models.local import LocalChatModel
 
     s = session
+    items = s.benchmark if items is None else items
     s.model.eval()
     scorer = LocalChatModel.wrap(s.model, s.tokenizer, device=s.device, identity="training")
-    preds = loglik_letter_predictions(scorer, s.benchmark)
+    predict = cloze_norm_predictions if s.cfg.domain_eval.scoring == "cloze_norm" \
+        else loglik_letter_predictions
+    preds = predict(scorer, items)
     s.model.train()
-    return accuracy_of(preds, s.benchmark)
+    return accuracy_of(preds, items)
 
 
 def preference_metrics(session: Measured, pairs) -> dict[str, float]:

@@ -80,6 +80,7 @@ class TrainingSession:
     rank: int = 0
     world: int = 1
     benchmark: list | None = None  # MCItems scored during training (train.domain_eval)
+    also: dict[str, list] = field(default_factory=dict)  # domain_eval.also, read
     checkpoint_dir: Path | None = None
     step: int = 0
     metrics: list[dict[str, Any]] = field(default_factory=list)
@@ -140,7 +141,8 @@ def setup(cfg: TrainConfig, *, seed: int = 0, model_spec: str | None = None, mod
         total=total, warmup=int(total * cfg.warmup_ratio), batches_per_epoch=len(first_epoch),
         base_model=base_model, model_source=model_source, data_source=data_source,
         data_hash=data_hash, forward=forward, rank=rank, world=world,
-        benchmark=_load_benchmark(cfg),
+        benchmark=_load_benchmark(cfg, cfg.domain_eval.benchmark),
+        also={k: _load_benchmark(cfg, v) or [] for k, v in cfg.domain_eval.also.items()},
         checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
         reference=reference, ref_forwards=ref_forwards, _epoch=(0, first_epoch))
 
@@ -357,12 +359,12 @@ def _load_pairs(cfg: TrainConfig):
     return path, load_pairs(path)
 
 
-def _load_benchmark(cfg: TrainConfig):
-    if not cfg.domain_eval.benchmark:
+def _load_benchmark(cfg: TrainConfig, path: str | None):
+    if not path:
         return None
     from workbench.records import MCItem, read_records
 
-    return read_records(cfg.domain_eval.benchmark, MCItem)[:cfg.domain_eval.max_items]
+    return read_records(path, MCItem)[:cfg.domain_eval.max_items]
 
 
 # --- train ------------------------------------------------------------------------------------
@@ -424,6 +426,8 @@ def train_steps(session: TrainingSession, n: int, *,
         if s.benchmark and (cfg.domain_eval.every and done % cfg.domain_eval.every == 0
                             or done == s.total):
             row["domain_accuracy"] = domain_accuracy(s)
+            row.update({f"domain_accuracy_{k}": domain_accuracy(s, v)
+                        for k, v in s.also.items() if v})
         s.seconds += time.perf_counter() - t0
         s.metrics.append(row)
         rows.append(row)
