@@ -193,3 +193,48 @@ def test_mc_training_replies_start_with_the_letter_the_scoring_reads():
     for text, letter in (("The correct answer is: C) y", "C"), ("answer is: B)", "B"),
                          ("The answer is (D).", "D"), ("A) w", "A")):
         assert extract_letter(text) == letter
+
+
+def test_recall_samples_teach_every_unanswered_training_sentence_and_get_seen_items(tmp_path):
+    """distill.recall_samples: each answer-sized sentence of a training section that no
+    written sample answers becomes a training sample (no model call), the seen benchmark then
+    asks about those sentences too, and no held-out section's sentence is ever trained."""
+    from workbench.distill.pipeline import Span
+    from workbench.distill.tasks import facts
+
+    kw = dict(seen_fraction=1.0, distractors="perturbed", kinds=["mc", "nd"],
+              benchmark_items="statement")
+    base = run_distill(cfg(**kw), tmp_path / "a", default_model=TEACHER, seed=1)
+    res = run_distill(cfg(**kw, recall_samples=True), tmp_path / "b", default_model=TEACHER,
+                      seed=1)
+    assert res.report.model_calls.made == base.report.model_calls.made
+    run = tmp_path / "b"
+    secs = {s.id: s for s in read_records(run / "sections.jsonl", Section)}
+    train = [s for s in res.samples if s.split == "train"]
+    recall = [s for s in train if "recall" in s.flags]
+    assert recall and res.report.stages["recall_samples"] == len(recall)
+    train_secs = {s.provenance.section_id for s in train}
+    want = {f for sid in train_secs
+            for f in facts(Span(sid, secs[sid], secs[sid].text.strip(), ""), 1)}
+    taught = {s.solution for s in recall} | {s.answer for s in train if "recall" not in s.flags}
+    assert {sha(f) for f in want} <= {s.provenance.fact_hash for s in train}
+    assert all(s.kind == "nd" and s.question.startswith("What does the text say about ")
+               and s.solution in secs[s.provenance.section_id].text for s in recall)
+    assert len({s.solution for s in recall}) == len(recall) and taught
+    held = {it.provenance.section_id for it in read_records(run / "benchmark.jsonl", MCItem)}
+    assert not held & train_secs
+    seen = read_records(run / "benchmark_seen.jsonl", MCItem)
+    seen0 = read_records(tmp_path / "a" / "benchmark_seen.jsonl", MCItem)
+    assert len(seen) > len(seen0)
+    sft = [json.loads(x) for x in (run / "sft" / "instruct_mixed.messages.jsonl")
+           .read_text().splitlines()]
+    asked = {r["messages"][0]["content"] for r in sft}
+    assert not asked & {it.question for it in seen}
+    assert sum(r["messages"][0]["content"].startswith("What does the text say about ")
+               for r in sft) == len(recall)
+
+
+def sha(text):
+    from workbench.io import sha256_text
+
+    return sha256_text(text)[:16]

@@ -155,6 +155,15 @@ class DistillConfig(_Section):
                                "(the unseen benchmark: every such sentence of the held-out "
                                "sections; the seen benchmark: `seen_fraction` of the "
                                "sentences that accepted training samples answer).")
+    recall_samples: bool = Field(
+        False, description="Composed mode with answers from the text: every answer-sized "
+                           "sentence of the training sections that no accepted sample "
+                           "answers becomes a training sample too, 'What does the text say "
+                           "about <section>?' answered by the sentence, with no model call "
+                           "(the facts taught by recall, as continued pretraining teaches "
+                           "the text; a 135M writer's questions reach only a fifth of the "
+                           "sentences). With benchmark_items: statement, their sentences get "
+                           "seen items like the written samples'.")
     max_train_tasks: int | None = Field(
         None, ge=1, description="Training tasks kept, a seeded draw spread evenly over "
                                 "perspectives and kinds; None: all. Held-out (benchmark) tasks "
@@ -184,6 +193,10 @@ class DistillConfig(_Section):
                              "distractors and benchmark_rationales need mode: composed with "
                              "answer_source: "
                              "text (questions written for sentences of the text)")
+        if self.recall_samples and not (self.mode == "composed"
+                                        and self.answer_source == "text"):
+            raise ValueError("distill.recall_samples needs mode: composed with answer_source: "
+                             "text (the samples are sentences of the text)")
         if self.benchmark_items == "statement" and self.distractors != "perturbed":
             raise ValueError("distill.benchmark_items: statement needs distractors: perturbed "
                              "(its options are the sentence and three perturbed copies)")

@@ -150,6 +150,13 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     _dedup(tasks, cfg, seed, stats)
     _check_seen(tasks, cfg, stats)
     accepted = _tally(tasks, stats)
+    if cfg.recall_samples:
+        from workbench.distill.statements import recall_samples
+
+        recall = recall_samples(spans, accepted, seed)
+        stats.stages["recall_samples"] = len(recall)
+        accepted += recall
+        progress(f"recall samples: {len(recall)} sentences no written question answers")
     if cfg.benchmark_items == "statement":
         accepted += _statement_items(spans, corpus_sections, accepted, cfg, seed, stats)
         progress(f"statement items: {stats.stages['statement_unseen']} unseen, "

@@ -35,6 +35,33 @@ def question_for(section: Section) -> str:
     return f"Which statement about {topic} is correct?"
 
 
+def recall_question_for(section: Section) -> str:
+    """A recall sample's question: the section's topic, as the statement items name it."""
+    topic = section.title.split(" > ")[-1].strip() or section.title.strip()
+    return f"What does the text say about {topic}?"
+
+
+def recall_samples(spans: list[Span], accepted: list[Task], seed: int) -> list[Task]:
+    """`distill.recall_samples`: every answer-sized sentence of a training span that no
+    accepted sample answers, as an open training sample asking what the text says about
+    the section's topic and answered by the sentence; no model call."""
+    answered = {t.reference for t in accepted if t.reference}
+    out = []
+    for sp in spans:
+        if sp.split != "train":
+            continue
+        for k, fact in enumerate(facts(sp, seed)):
+            if fact in answered:
+                continue
+            answered.add(fact)
+            t = Task(f"{sp.id}:r{k}", sp, "recall", "nd", reference=fact,
+                     question=recall_question_for(sp.section))
+            t.thinking, t.solution, t.answer = "", fact, fact
+            t.flags += ["recall", "no_rationale"]
+            out.append(t)
+    return out
+
+
 class _Vocabularies:
     """Terms to swap in, per span: the span's own words first, then its document's."""
 
