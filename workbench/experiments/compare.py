@@ -132,7 +132,9 @@ def _evaluate_base(job: _Job, bench: str) -> tuple:
     from workbench.models.factory import open_chat_model
 
     cfg, lay, items = job.cfg, job.lay, job.benches[bench]
-    ec = cfg.eval.model_copy(update={"conditions": list(BASE_CONDITIONS)})
+    conds = list(BASE_CONDITIONS) if bench == "unseen" or cfg.compare.seen_conditions is None \
+        else [c for c in BASE_CONDITIONS if c in cfg.compare.seen_conditions]
+    ec = cfg.eval.model_copy(update={"conditions": conds})
     base_inputs = (cfg.models.chat.model_dump(), cfg.seed, file_hash(job.bench_paths[bench]),
                    file_hash(lay.artifact("rag", "manifest")),
                    file_hash(lay.artifact("distill", "sections")), ec.model_dump(),
@@ -174,6 +176,8 @@ def _evaluate_sft(job: _Job, bench: str, best: str | None, base_inputs: tuple) -
     cfg, lay, items = job.cfg, job.lay, job.benches[bench]
     conds = list(BASE_CONDITIONS) if cfg.compare.sft_conditions == "all" \
         else ["none"] + ([best] if best else [])
+    if bench != "unseen" and cfg.compare.seen_conditions is not None:  # paired with the base's
+        conds = [c for c in conds if c in cfg.compare.seen_conditions]
     ec_sft = cfg.eval.model_copy(update={"conditions": conds, "hit_vs_miss": False})
     adapter = lay.artifact("train", "adapter")
     sft_inputs = (base_inputs, ec_sft.model_dump(), file_hash(lay.artifact("train",

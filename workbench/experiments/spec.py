@@ -1,6 +1,8 @@
 """Experiments registered like pipelines (they compose the pipelines above)."""
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workbench.registry import Artifact, Pipeline, Stage
 
@@ -13,6 +15,19 @@ class CompareConfig(BaseModel):
     sft_conditions: str = Field("none+best", pattern="^(none\\+best|all)$",
                                 description="none+best: SFT without RAG and with the base "
                                             "model's best RAG; all: every condition.")
+    seen_conditions: list[Literal["none", "oracle", "semantic", "keyword", "hybrid"]] | None = \
+        Field(None, description="The base model's conditions on the seen benchmark (None: all "
+                                "five, as on unseen). The seen benchmark asks whether training "
+                                "taught the facts, so [none] is enough to read it; each "
+                                "retriever is another pass over its items.")
+
+    @field_validator("seen_conditions")
+    @classmethod
+    def _none_first(cls, v):
+        if v is not None and "none" not in v:
+            raise ValueError("compare.seen_conditions must hold none (the base model the SFT "
+                             "model is compared with)")
+        return v
 
 
 PIPELINES = [Pipeline(

@@ -1,0 +1,60 @@
+"""The main job's protocol end to end (issue 43): `workbench compare run` with statement items,
+recall samples and the seen benchmark, on a scripted teacher and the tiny random-init student.
+Both benchmarks are scored, the seen one under the conditions `compare.seen_conditions` names,
+training watches both, and the report reads (none, oracle) first and names the shortcut floor."""
+
+import json
+
+from conftest import REPO, cli_in_process
+
+CONFIG = """name: proto
+output_dir: {out}
+models:
+  chat: {{spec: {model}}}
+corpus: {corpus}
+distill:
+  mode: composed
+  answer_source: text
+  max_sections: 12
+  kinds: [mc, nd]
+  perspectives: [concepts, analysis]
+  benchmark_fraction: 0.3
+  distractors: perturbed
+  benchmark_items: statement
+  seen_fraction: 1.0
+  recall_samples: true
+  benchmark_rationales: false
+  verifier: {{enabled: false}}
+  models: {{writer: {teacher}, answerer: {teacher}}}
+rag: {{chunk_size: 96, chunk_overlap: 16}}
+train: {{max_steps: 2, batch_size: 2, max_length: 512, eval_fraction: 0.1,
+        domain_eval: {{every: 2, max_items: 4}}}}
+eval: {{methods: [loglik], letter_conditions: [none], hit_vs_miss: false, oracle_tokens: 64}}
+compare: {{eval_items: 6, seen_conditions: [none, oracle]}}
+"""
+
+
+def test_compare_scores_seen_and_unseen_with_the_oracle_first(tmp_path, tiny_model):
+    conf = tmp_path / "proto.yaml"
+    conf.write_text(CONFIG.format(
+        out=tmp_path / "runs", model=tiny_model, corpus=REPO / "datasets" / "rf",
+        teacher='{spec: fake, options: {script: "fake_teacher:reply"}}'))
+    res = cli_in_process("compare", "run", str(conf), env={"TQDM_DISABLE": "1"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = tmp_path / "runs" / "proto"
+    report = json.loads((run / "report.json").read_text())
+    rows = {(r["benchmark"], r["name"]) for r in report["rows"]}
+    assert {b for b, _ in rows} == {"unseen", "seen"}
+    seen_rows = sorted(n for b, n in rows if b == "seen")
+    unseen_rows = sorted(n for b, n in rows if b == "unseen")
+    assert len(unseen_rows) == 7 and len(seen_rows) == 3, rows  # base x5 + SFT x2; 2 + 1
+    assert not any("RAG" in n for n in seen_rows)
+    md = (run / "report.md").read_text()
+    assert "## Benchmark `seen`" in md and "Knowledge-free rules" in md
+    assert "with the item's own passage (the oracle bound)" in md
+    assert "seen" in md.split("## Training")[1].split("\n\n")[1]  # both held-out accuracies
+    metrics = [json.loads(x) for x in (run / "adapter" / "metrics.jsonl").read_text()
+               .splitlines()]
+    assert "domain_accuracy_seen" in metrics[-1]
+    distilled = json.loads((run / "distill" / "report.json").read_text())
+    assert distilled["stages"]["recall_samples"] > 0
