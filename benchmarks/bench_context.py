@@ -5,7 +5,8 @@ benchmark, scored by the bundled model as the main job scores it (cloze, per-cha
 normalised; and the letter scoring).
 
     python benchmarks/bench_context.py runs/rf_demo [--benchmark unseen|seen]
-        [--sizes 32,64,128,256] [--adapter runs/rf_demo/train/adapter]
+        [--sizes 32,64,128,256] [--top-k 1,2,3] [--placements before,after]
+        [--adapter runs/rf_demo/adapter]
 
 Prints one row per setting with its accuracy, Wilson interval and prediction distribution,
 and an exact McNemar test against the main job's setting (oracle, 256 words, before); writes
@@ -57,6 +58,10 @@ def main() -> None:
     ap.add_argument("--benchmark", default="unseen", choices=["unseen", "seen"])
     ap.add_argument("--sizes", default="32,64,128,256")
     ap.add_argument("--rag", default="semantic,keyword,hybrid")
+    ap.add_argument("--top-k", default="1,2,3", help="retrieved passages per prompt")
+    ap.add_argument("--placements", default="before,after")
+    ap.add_argument("--letter", action="store_true",
+                    help="also the letter scoring (degenerate for the 135M model: a pass each)")
     ap.add_argument("--adapter", default=None)
     args = ap.parse_args()
 
@@ -67,25 +72,30 @@ def main() -> None:
     sections = read_records(args.run / "distill" / "sections.jsonl", Section)
     opts = {"adapter": args.adapter, "merge_adapter": True} if args.adapter else {}
     model = load_model("default", **opts)
+    places = {"before": with_context, "after": after}
+    chosen = [(k, places[k]) for k in args.placements.split(",")]
+    questions = [it.question for it in items]
     settings: list[tuple[str, list[str], object]] = [("none", [""] * len(items), with_context)]
     for size in (int(x) for x in args.sizes.split(",")):
-        ctx = OracleContexts(items, sections, max_words=size)([it.question for it in items])
-        settings += [(f"oracle {size} words, before", ctx, with_context),
-                     (f"oracle {size} words, after", ctx, after)]
+        ctx = OracleContexts(items, sections, max_words=size)(questions)
+        settings += [(f"oracle {size} words, {k}", ctx, f) for k, f in chosen]
     if args.rag:
         from workbench.rag.api import context_providers
 
-        provs = context_providers(args.run / "rag", args.rag.split(","))
-        for k, p in provs.items():
-            ctx = p([it.question for it in items])
-            settings += [(f"{k} top {p.top_k}, before", ctx, with_context),
-                         (f"{k} top {p.top_k}, after", ctx, after)]
+        index = next(p for p in (args.run / "index", args.run / "rag") if p.is_dir())
+        for k, p in context_providers(index, args.rag.split(",")).items():
+            for top in (int(x) for x in args.top_k.split(",")):
+                ctx = p(questions, (1, top))
+                settings += [(f"{k} top {top}, {w}", ctx, f) for w, f in chosen]
+    from workbench.evaluate.config import EvalConfig
+
+    main_size = EvalConfig.model_fields["oracle_tokens"].default  # the evaluation's own window
     gold = [it.answer for it in items]
     rows, ref = [], None
     for label, ctx, place in settings:
         t0 = time.perf_counter()
         preds = {"cloze_norm": cloze_norm(model, items, ctx, place)}
-        if place is with_context:
+        if args.letter and place is with_context:
             preds["letter"] = letters(model, items, ctx)
         row = {"setting": label, "seconds": round(time.perf_counter() - t0, 1),
                "context_words": round(sum(len(c.split()) for c in ctx) / len(ctx), 1)}
@@ -96,7 +106,7 @@ def main() -> None:
                       "predictions": dict(sorted(Counter(p).items()))}
             if k == "cloze_norm":
                 row["_ok"] = ok
-        if label == "oracle 256 words, before":
+        if label == f"oracle {main_size} words, before":
             ref = row["_ok"]
         rows.append(row)
         cn = row["cloze_norm"]
