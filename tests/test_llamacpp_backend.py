@@ -102,6 +102,31 @@ def test_a_batch_counts_its_replies_as_they_come(engines, monkeypatch):
     assert seen == [["generating", 6, "reply", 6]]
 
 
+def test_a_batch_logs_the_tokens_made_before_any_reply_is_back(engines, monkeypatch, capsys):
+    """Before, a redirected log read "generating: 0/4 reply (0%), 0/s, ETA ?" until the first
+    reply of a batch came back (minutes on a CPU); now each line carries the tokens the
+    busy slots have made so far (llama.cpp's /slots), which grow from line to line."""
+    import re
+
+    from workbench import progress as P
+
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.delenv("WB_PROGRESS_FILE", raising=False)
+    monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.05")
+    _, cpp = engines
+    with P.stage("distill"):
+        gens = cpp.generate(_convs(4), GenerationParams(max_tokens=800, temperature=1.0,
+                                                        seed=3))
+    assert all(g.ok for g in gens)
+    lines = [x for x in capsys.readouterr().err.splitlines()
+             if x.startswith("[progress] distill > generating: 0/4 reply")]
+    while lines and " token (" not in lines[0]:  # the prompts read, no token made yet
+        lines.pop(0)
+    counts = [int(m.group(1)) for x in lines if (m := re.search(r" (\d+) token \(", x))]
+    assert len(counts) >= 2 and len(counts) == len(lines), lines
+    assert counts == sorted(counts) and counts[-1] > counts[0] > 0, lines
+
+
 def test_the_prompt_cache_gives_the_same_replies(peaked, engines):
     """With llama.cpp's host-memory prompt cache a slot may start from another prompt's KV
     (a shared section text read once): the replies are the ones each prompt gets without."""
@@ -287,6 +312,9 @@ def test_the_server_is_loopback_and_locked(engines):
     assert httpx.post(url + "/completion", json={"prompt": "hi"}, trust_env=False
                       ).status_code == 401
     assert httpx.get(url + "/v1/models", trust_env=False).status_code == 401
+    # /slots (the progress lines' count of tokens made so far) is behind the key too
+    assert httpx.get(url + "/slots", trust_env=False).status_code == 401
+    assert cpp.server.decoding() == 0  # nothing in flight
 
 
 def test_without_the_engine_a_gguf_falls_back_to_transformers_saying_so(

@@ -1,6 +1,7 @@
 """Progress a person can see: the log lines of work in flight (unchanged) and the JSON snapshot
 a background job keeps in its folder for the task centre."""
 
+import itertools
 import json
 import re
 import time
@@ -156,3 +157,117 @@ def test_snapshot_never_replaces_what_is_not_a_regular_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.json", "fifo.json",
                                                           "link.json", "ok.json",
                                                           "target.txt"]
+
+
+# --- figures that move (issue 46 item 2: "progress that says nothing") -----------------------
+
+GEN_LINE = re.compile(r"^\[progress\] distill/distill > model calls > generating: "
+                      r"(\d+)/3 reply \(\d+%\), (?:[0-9.e+-]+/s, )?(\d+) token "
+                      r"\([0-9.e+-]+/s\), \d+s, ETA \S+$")
+
+
+def test_a_slow_batch_of_replies_logs_a_figure_that_moves(monkeypatch, capsys):
+    """A redirected distillation whose one chunk of model calls is a slow batch (the fake
+    engine, 40 tokens a reply at 5 ms each): before, every line read "model calls 0/1 >
+    generating: 0/3 reply (0%), 0/s, ETA ?" until a reply came back; now each line carries
+    the tokens made so far, which grow from line to line, and no line says "0/1"."""
+    from workbench.distill.write import Stats, _generate
+    from workbench.models import load_model
+    from workbench.models.base import GenerationParams
+
+    monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.1")
+    model = load_model("fake", responses=[" ".join(["word"] * 40)], seconds_per_token=0.005)
+    convs = [[{"role": "user", "content": f"question {i}"}] for i in range(3)]
+    with P.stage("distill/distill"):
+        gens = _generate(model, convs, GenerationParams(max_tokens=64), Stats())
+    time.sleep(0.15)
+    assert [g.completion_tokens for g in gens] == [40, 40, 40]
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[progress]")]
+    if lines and not GEN_LINE.match(lines[0]):  # a reporter awake already may print at once
+        assert re.fullmatch(r"\[progress\] distill/distill\b.*", lines[0]), lines
+        lines = lines[1:]
+    assert len(lines) >= 3, lines
+    assert all(GEN_LINE.match(x) for x in lines), lines
+    assert not any(re.search(r"\b0/1\b", x) for x in lines), lines
+    tokens = [int(GEN_LINE.match(x).group(2)) for x in lines]
+    assert all(b > a for a, b in itertools.pairwise(tokens)), tokens  # each line moves
+    assert 0 < tokens[0] and tokens[-1] <= 120
+
+
+def test_a_loop_of_one_item_says_it_is_under_way_not_0_of_1(monkeypatch, capsys):
+    """One chunk with nothing counted inside it: "1 chunk under way" and the time, not
+    "0/1 chunk (0%), 0/s, ETA ?"; a tally with a probe (an engine's count of tokens made so
+    far) is read when a line is made, never goes back, and a probe that fails reads 0."""
+    monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.1")
+    with P.stage("distill"):
+        for _ in P.progress([1], desc="model calls", unit="chunk"):
+            time.sleep(0.35)
+    reads = [5, 50, 20, None, 80, RuntimeError("server gone")]
+    calls = []
+
+    def probe():
+        calls.append(1)
+        v = reads[min(len(calls), len(reads)) - 1]
+        if isinstance(v, Exception):
+            raise v
+        return v
+
+    with P.stage("serve"), P.tally("tokens", "token", probe=probe) as t:
+        t.add(3)
+        _wait_for(lambda: len(calls) >= 7)
+    time.sleep(0.15)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[progress]")]
+    one = [x for x in lines if "model calls" in x]
+    assert one and all(re.fullmatch(r"\[progress\] distill > model calls: 1 chunk under way, "
+                                    r"\d+s", x) for x in one), one
+    counts = [int(m.group(1)) for x in lines if (m := re.fullmatch(
+        r"\[progress\] serve: (\d+) token \([0-9.e+-]+/s\), \d+s", x))]
+    assert counts[:6] == [8, 53, 53, 53, 83, 83] and counts == sorted(counts), lines
+    assert t.added == 3
+
+
+def test_a_tally_is_a_level_of_the_snapshot_and_costs_nothing_untracked(tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setenv("WB_PROGRESS_SECONDS", "100")
+    P.set_progress_file(tmp_path / "p.json")
+    with P.stage("distill"), P.tally("tokens", "token") as t:
+        t.add(7)
+        snap = P._ticker.snapshot()
+    assert snap["label"] == "distill" and snap["levels"][-1] == {
+        "desc": "tokens", "done": 7, "total": None, "unit": "token"}
+    P.set_progress_file(None)
+    monkeypatch.setattr(P, "bars_enabled", lambda: True)  # a terminal, no file: not tracked
+    with P.tally("tokens", "token", probe=lambda: 1 / 0) as t:
+        t.add(5)
+        assert not t.live and not P._ticker.stacks
+
+
+def test_the_local_backend_counts_tokens_as_each_step_makes_them(tiny_model, monkeypatch):
+    """transformers' generation counts the tokens of a batch step by step (a stopping
+    criterion that stops nothing), so a log's line moves inside a batch; the count is the
+    replies' own token count and the replies are the same as without it."""
+    import contextlib
+
+    from workbench.models import load_model, local
+    from workbench.models.base import GenerationParams
+
+    steps = []
+
+    class Recording(P.Tally):
+        def add(self, n=1):
+            steps.append(n)
+
+    @contextlib.contextmanager
+    def recording(desc, unit, **kw):
+        yield Recording(P._Work(desc, None, unit, tally=True))
+
+    model = load_model(tiny_model, batch_size=2)
+    convs = [[{"role": "user", "content": f"Say something about filters, {i}."}]
+             for i in range(3)]
+    params = GenerationParams(max_tokens=12, temperature=1.0, seed=5)
+    plain = model.generate(convs, params)
+    monkeypatch.setattr(local, "tally", recording)
+    counted = model.generate(convs, params)
+    assert [g.text for g in counted] == [g.text for g in plain]
+    assert sum(steps) == sum(g.completion_tokens for g in counted) > 0
+    assert len(steps) >= 12 and max(steps) <= 2  # a step at a time, a batch of 2 rows

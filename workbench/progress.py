@@ -13,6 +13,17 @@ of the outermost counted loop that has moved (its end is the stage's end). `stag
 marks a piece of work without a count (the stage runner wraps every stage in one), so even
 a stage whose loops are not counted prints that it is alive.
 
+A count that has not moved says nothing, and the first item of a slow loop (a batch of
+replies) can take minutes; `tally(desc, unit)` keeps a figure that moves inside it (the
+tokens an engine has generated so far), shown with its own rate:
+
+    [progress] distill/distill > model calls > generating: 0/8 reply (0%), 1234 token
+    (41/s), 30s, ETA ?
+
+so two lines in a row differ while work is being done. A loop of one item shows no "0/1"
+(it says nothing until the item is done): "model calls > generating: 1 batch under way, 30s"
+when nothing inside it counts.
+
 With a progress file set (`set_progress_file(path)`, else the `WB_PROGRESS_FILE` variable),
 the same thread also keeps a small JSON snapshot of the work in flight in that file, every
 `WB_PROGRESS_FILE_SECONDS` (default 2), replaced in one rename so a reader never sees half of
@@ -26,7 +37,8 @@ one, on a terminal too (the bars are drawn as before). A background job writes
      "rate": 0.02, "elapsed": 100.0, "eta": 250.0}
 
 (`done`, `total`, `rate`, `elapsed`, `eta`: the outermost counted level that has moved, as in
-the log lines; `levels: []` once no work is in flight.)
+the log lines; `levels: []` once no work is in flight; a tally is a level without a total,
+which `label` leaves out.)
 
 `where_it_stood()` is the snapshot of the moment an error or a stop request left the work
 (noted as it unwinds through the loops and stages); a job keeps it in `job.json` when it
@@ -122,12 +134,14 @@ def write_snapshot(path: Path, snap: dict[str, Any]) -> bool:
 
 
 class _Work:
-    __slots__ = ("desc", "done", "t0", "total", "unit")
+    __slots__ = ("desc", "done", "probe", "t0", "tally", "total", "unit")
 
-    def __init__(self, desc: str, total: int | None, unit: str):
+    def __init__(self, desc: str, total: int | None, unit: str, *, tally: bool = False):
         self.desc, self.total, self.unit = desc, total, unit
         self.done = 0
         self.t0 = time.monotonic()
+        self.tally = tally  # a figure without a total that moves inside the work (`tally`)
+        self.probe: Any = None  # Tally.current, read when the figure is shown
 
 
 def duration(s: float) -> str:
@@ -157,7 +171,7 @@ class _Ticker:
         """An exception is leaving a piece of work: keep the snapshot of where the work stood
         (the innermost level notes first, the levels it passes through keep that one)."""
         if self.unwound is None:
-            snap = self.snapshot()
+            snap = self.snapshot(probe=False)  # no probe's request while an error unwinds
             with self.lock:
                 if self.unwound is None and snap["levels"]:
                     self.unwound = snap
@@ -194,27 +208,59 @@ class _Ticker:
             (w for w in reversed(stack) if w.total), None)
         return stack, counted
 
+    @staticmethod
+    def _moving(stack: list[_Work]) -> _Work | None:
+        """The innermost tally in `stack` that has moved (its probe read first)."""
+        for w in reversed(stack):
+            if w.tally:
+                if w.probe is not None:
+                    w.probe()
+                if w.done:
+                    return w
+        return None
+
     def line(self) -> str | None:
         focus = self._focus()
         if focus is None:
             return None
         stack, counted = focus
-        # every counted level shows its done/total
-        names = " > ".join(f"{w.desc} {w.done}/{w.total}" if w.total and w is not counted
-                           else w.desc for w in stack if w.desc) or "working"
+        moving = self._moving(stack)
+        # every counted level shows its done/total, but for a loop of one item (its 0/1
+        # says nothing until it ends); tallies show as the figure, not as names
+        names = " > ".join(f"{w.desc} {w.done}/{w.total}" if w.total and w.total > 1
+                           and w is not counted else w.desc
+                           for w in stack if w.desc and not w.tally) or "working"
         now = time.monotonic()
-        if counted is None:
+        if counted is None and moving is None:
             return f"[progress] {names}: running, {_duration(now - stack[0].t0)}"
+        figure = []
+        total = counted.total or 0 if counted is not None else 0  # counted: a total is set
+        if counted is not None and (counted.done or total > 1):
+            pct = 100 * counted.done / total
+            figure.append(f"{counted.done}/{total} {counted.unit} ({pct:.0f}%)")
+            if counted.done or moving is None:  # "0/s" only when nothing else moves
+                el = now - counted.t0
+                figure.append(f"{counted.done / el if el > 0 else 0.0:.2g}/s")
+        if moving is not None:
+            el = now - moving.t0
+            r = moving.done / el if el > 0 else 0.0
+            figure.append(f"{moving.done} {moving.unit} ({r:.0f}/s)" if r >= 10 else
+                          f"{moving.done} {moving.unit} ({r:.2g}/s)")
+        elif counted is not None and not figure:
+            figure.append(f"1 {counted.unit} under way".rstrip())
+        if counted is None:
+            return f"[progress] {names}: {', '.join(figure)}, {_duration(now - stack[0].t0)}"
         el = now - counted.t0
         rate = counted.done / el if el > 0 else 0.0
-        pct = 100 * counted.done / counted.total
-        eta = _duration((counted.total - counted.done) / rate) if rate > 0 else "?"
-        return (f"[progress] {names}: {counted.done}/{counted.total} {counted.unit} "
-                f"({pct:.0f}%), {rate:.2g}/s, {_duration(el)}, ETA {eta}")
+        eta = _duration((total - counted.done) / rate) if rate > 0 else "?"
+        figure.append(_duration(el))
+        if counted.done or total > 1:
+            figure.append(f"ETA {eta}")
+        return f"[progress] {names}: {', '.join(figure)}"
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, probe: bool = True) -> dict[str, Any]:
         """The work in flight as JSON-ready data (the format in the module's docstring);
-        `levels` is empty when nothing runs."""
+        `levels` is empty when nothing runs. `probe`: read the tallies' probes first."""
         snap: dict[str, Any] = {
             "schema_version": SNAPSHOT_SCHEMA, "pid": os.getpid(), "updated_at": time.time(),
             "label": "", "levels": [], "counted": None, "done": None, "total": None,
@@ -223,10 +269,13 @@ class _Ticker:
         if focus is None:
             return snap
         stack, counted = focus
+        if probe:
+            self._moving(stack)  # a tally's probe is read before its count is copied
         now = time.monotonic()
         snap["levels"] = [{"desc": w.desc, "done": w.done, "total": w.total, "unit": w.unit}
                           for w in stack]
-        snap["label"] = " > ".join(w.desc for w in stack if w.desc) or "working"
+        snap["label"] = " > ".join(w.desc for w in stack if w.desc and not w.tally) or \
+            "working"
         snap["elapsed"] = round(now - stack[0].t0, 3)
         if counted is not None:
             el = now - counted.t0
@@ -234,7 +283,7 @@ class _Ticker:
             snap.update(counted=stack.index(counted), done=counted.done,
                         total=counted.total, unit=counted.unit, elapsed=round(el, 3),
                         rate=rate if rate > 0 else None,
-                        eta=round((counted.total - counted.done) / rate, 3) if rate > 0
+                        eta=round(((counted.total or 0) - counted.done) / rate, 3) if rate > 0
                         else None)
         return snap
 
@@ -340,6 +389,66 @@ def stage(desc: str) -> Iterator[None]:
     except BaseException:
         _ticker.note_unwound()  # work without a counted loop inside, or one that was not
         raise
+    finally:
+        _ticker.pop(w)
+
+
+class Tally:
+    """A figure that moves inside a piece of work (`tally`): `add(n)` from any thread, or a
+    `probe` that reads it from where the work happens (a server's count of tokens decoded
+    so far, say), asked only when a line or a snapshot is made."""
+
+    def __init__(self, work: _Work | None, probe: Any = None):
+        self._work, self._probe, self._lock = work, probe, threading.Lock()
+        self.added = 0  # what `add` counted
+        if work is not None:
+            work.probe = self.current if probe is not None else None
+
+    @property
+    def live(self) -> bool:
+        """Whether anyone reads the figure (a log or a progress file); else `add` is free
+        and a caller may skip counting."""
+        return self._work is not None
+
+    def add(self, n: int = 1) -> None:
+        if self._work is None or not n:
+            return
+        with self._lock:
+            self.added += n
+            self._work.done = max(self._work.done, self.added)
+
+    def current(self) -> int:
+        """`added` plus what the probe reads now (a probe that fails, or returns None, reads
+        0); the figure shown never goes back."""
+        extra = 0
+        if self._probe is not None:
+            try:
+                extra = int(self._probe() or 0)
+            except Exception:  # noqa: BLE001  a figure for a person: never worth failing work
+                extra = 0
+        with self._lock:
+            if self._work is not None:
+                self._work.done = max(self._work.done, self.added + extra)
+                return self._work.done
+            return self.added + extra
+
+
+@contextlib.contextmanager
+def tally(desc: str, unit: str, *, probe: Any = None) -> Iterator[Tally]:
+    """A figure that moves inside the work in flight, with no total (the tokens generated
+    so far inside a batch of replies): the log lines and the snapshot show it with its rate
+    while it runs, so a line says work is being done before a counted loop moves. `probe`,
+    a callable, is read (from the reporting thread) when a line or snapshot is made and
+    added to what `add` counted. Not tracked (bars on a terminal, no progress file): a
+    Tally whose `add` does nothing and whose probe is never called."""
+    if not _tracked():
+        yield Tally(None)
+        return
+    w = _Work(desc, None, unit, tally=True)
+    t = Tally(w, probe)
+    _ticker.push(w)
+    try:
+        yield t
     finally:
         _ticker.pop(w)
 

@@ -187,7 +187,8 @@ def _validator_class():
 def _uses_both(schema: Any) -> bool:
     """Whether the schema has both `unevaluatedProperties` and `patternProperties` (as keys
     of some object in it): jsonschema matches the names for the first with `re`, unbounded."""
-    seen, stack = set(), [schema]
+    seen: set[str] = set()
+    stack = [schema]
     while stack and len(seen) < 2:
         v = stack.pop()
         if isinstance(v, dict):
@@ -248,7 +249,7 @@ class Toolbox:
         if isinstance(args, str):
             try:
                 args = json.loads(args) if args.strip() else {}
-            except ValueError as e:
+            except json.JSONDecodeError as e:
                 return None, f"{name}: arguments are not valid JSON ({e.msg} at char {e.pos})"
             except RecursionError:
                 return None, (f"{name}: arguments nested too deeply to read (over "
@@ -278,7 +279,7 @@ class Toolbox:
 
     def call(self, call: ToolCall) -> Observation:
         args, error = self.check(call)
-        if error is not None:
+        if error is not None or args is None:
             return Observation(text=f"Error: {error}", error=error)
         tool = self.tools[call.function.name]
         try:

@@ -8,12 +8,15 @@ tool call. When the caller offers `tools`, text replies are parsed for tool call
 local backend's parser (`tool_syntax`, Hermes `<tool_call>` blocks by default), so a script
 that writes what a model would write exercises the real parsing path. `die_after` makes the
 process exit hard after that many calls: the resume tests use it to simulate a kill.
+`seconds_per_token` makes it a slow engine: each reply takes that long per word, and a batch
+reports its progress as a real one does (replies done, tokens made so far).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +50,7 @@ class FakeOptions(BaseModel):
     die_after: int | None = None
     fail_every: int | None = None  # every n-th call returns an error Generation
     batch_size: int = 8
+    seconds_per_token: float = 0.0  # > 0: a slow engine, counting replies and tokens
 
 
 @register_backend("fake")
@@ -90,37 +94,49 @@ class FakeChatModel(ChatModel):
         specs, choice = self._tool_request(tools, tool_choice)
         offered = [t.name for t in specs or ()] if choice != "none" else []
         self.batches.append(len(conversations))
+        convs = list(map(plain_conversation, conversations))
+        if self.opts.seconds_per_token <= 0:
+            return [self._one(conv, params, offered, choice) for conv in convs]
+        from workbench.progress import progress, tally
+
         out = []
-        for conv in map(plain_conversation, conversations):
-            if self.opts.die_after is not None and self.calls >= self.opts.die_after:
-                os._exit(137)  # like a SIGKILL: no cleanup, no flush
-            self.calls += 1
-            self.seen.append(conv)
-            self.seen_tools.append(offered)
-            if self.opts.fail_every and self.calls % self.opts.fail_every == 0:
-                out.append(Generation(text="", finish_reason="error", error="scripted failure"))
-                continue
-            reply = self._reply(conv, params)
-            if isinstance(reply, dict):
-                out.append(_check_choice(self._scripted_call(reply, offered), choice))
-                continue
-            text = reply
-            for s in params.stop:
-                text = text.split(s, 1)[0]
-            words = text.split()
-            if len(words) > params.max_tokens:
-                text = " ".join(words[:params.max_tokens])
-                finish = "length"
-            else:
-                finish = "stop"
-            gen = Generation(text=text, finish_reason=finish,
-                             prompt_tokens=_words(conv), completion_tokens=len(text.split()))
-            if offered:
-                content, calls = parse_tool_calls(text, self.opts.tool_syntax, offered)
-                if calls:
-                    gen.text, gen.tool_calls, gen.finish_reason = content, calls, "tool_calls"
-            out.append(_check_choice(gen, choice))
+        with tally("tokens", "token") as tokens:
+            for conv in progress(convs, desc="generating", unit="reply", delay=2):
+                gen = self._one(conv, params, offered, choice)
+                for _ in range(max(1, gen.completion_tokens or 0)):
+                    time.sleep(self.opts.seconds_per_token)
+                    tokens.add(1)
+                out.append(gen)
         return out
+
+    def _one(self, conv: Conversation, params: GenerationParams, offered: list[str],
+             choice: ToolChoice) -> Generation:
+        if self.opts.die_after is not None and self.calls >= self.opts.die_after:
+            os._exit(137)  # like a SIGKILL: no cleanup, no flush
+        self.calls += 1
+        self.seen.append(conv)
+        self.seen_tools.append(offered)
+        if self.opts.fail_every and self.calls % self.opts.fail_every == 0:
+            return Generation(text="", finish_reason="error", error="scripted failure")
+        reply = self._reply(conv, params)
+        if isinstance(reply, dict):
+            return _check_choice(self._scripted_call(reply, offered), choice)
+        text = reply
+        for s in params.stop:
+            text = text.split(s, 1)[0]
+        words = text.split()
+        if len(words) > params.max_tokens:
+            text = " ".join(words[:params.max_tokens])
+            finish = "length"
+        else:
+            finish = "stop"
+        gen = Generation(text=text, finish_reason=finish,
+                         prompt_tokens=_words(conv), completion_tokens=len(text.split()))
+        if offered:
+            content, calls = parse_tool_calls(text, self.opts.tool_syntax, offered)
+            if calls:
+                gen.text, gen.tool_calls, gen.finish_reason = content, calls, "tool_calls"
+        return _check_choice(gen, choice)
 
     def _scripted_call(self, reply: dict[str, Any], offered: list[str]) -> Generation:
         calls = [ToolCall.make(c["name"], c.get("arguments"), id=c.get("id"))

@@ -68,7 +68,7 @@ from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
 from workbench.models.resolve import ModelSource, workbench_home
 from workbench.models.tools import strip_special_tokens
-from workbench.progress import progress
+from workbench.progress import progress, tally
 
 log = logging.getLogger(__name__)
 
@@ -348,14 +348,18 @@ class LlamaCppChatModel(TokenizerChatModel):
             return []
         cancel = cancel_event()  # read here: the worker threads do not share this context
         limit = self._positions
-        with ThreadPoolExecutor(min(self.slots, len(rows))) as pool:
+        # the tokens made so far: the replies back plus what the busy slots have made (read
+        # from the server when a progress line is made), so a line moves before any reply
+        # of a batch is back (the first may take minutes)
+        with tally("tokens", "token", probe=self.server.decoding) as tokens, \
+                ThreadPoolExecutor(min(self.slots, len(rows))) as pool:
             futures = [None if len(ids) >= limit else
                        pool.submit(self._tokens, ids, params, cancel) for ids in rows]
             # counted as each reply comes back, so a log says how far a batch has got
             running = [f for f in futures if f is not None]
-            for _ in progress(as_completed(running), desc="generating", total=len(running),
+            for f in progress(as_completed(running), desc="generating", total=len(running),
                               unit="reply", delay=2):
-                pass
+                tokens.add(len(f.result()[0]))
             results = [(([], None, self._too_long(len(ids))) if f is None else f.result())
                        for f, ids in zip(futures, rows, strict=True)]
         gens = []

@@ -73,7 +73,9 @@ class Server:
         p.cache_ram_mib = prompt_cache_mib  # 0: no prompt cache beyond the slots' own
         p.verbosity = -1
         p.ui = False
-        p.endpoint_slots = False
+        # /slots (behind the key, like every route but /health): how many tokens the busy
+        # slots have made so far, a progress line's figure while a batch of replies runs
+        p.endpoint_slots = True
         p.hostnames = ["127.0.0.1"]
         p.port = 0
         self.key = secrets.token_urlsafe(24)
@@ -91,6 +93,25 @@ class Server:
             limits=httpx.Limits(max_connections=slots + 4, max_keepalive_connections=slots + 4))
         meta = self.http.get("/v1/models").json()["data"][0].get("meta") or {}
         self.n_ctx_train = int(meta.get("n_ctx_train") or 0) or None
+
+    def decoding(self) -> int | None:
+        """The tokens the slots busy now have generated so far (llama.cpp's `/slots`), for
+        a progress figure; None when the server cannot say within 2 s."""
+        import httpx
+
+        try:
+            r = self.http.get("/slots", timeout=2.0)
+            if r.status_code != 200:
+                return None
+            n = 0
+            for slot in r.json():
+                if isinstance(slot, dict) and slot.get("is_processing"):
+                    nt = slot.get("next_token") or {}
+                    nt = nt[0] if isinstance(nt, list) and nt else nt
+                    n += int(nt.get("n_decoded") or 0) if isinstance(nt, dict) else 0
+            return n
+        except (httpx.HTTPError, ValueError, TypeError, AttributeError):
+            return None
 
     def close(self) -> None:
         self.http.close()

@@ -42,7 +42,7 @@ from workbench.models.postprocess import cut_at_stop, with_tool_calls
 from workbench.models.publish import publish_once
 from workbench.models.resolve import ModelSource, workbench_home
 from workbench.models.tools import strip_special_tokens
-from workbench.progress import progress
+from workbench.progress import Tally, progress, tally
 
 log = logging.getLogger(__name__)
 
@@ -270,17 +270,21 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
             params = self._forced(params, specs or [], choice)
         out: list[Generation] = []
         bs = self.opts.batch_size
-        for i in progress(range(0, len(prompts), bs), desc="generating", unit="batch",
-                          delay=2):
-            chunk = prompts[i:i + bs]
-            gens = self._generate_batch([p for p, _ in chunk], params, add_special_tokens=False,
-                                        keep_markers=calling)
-            if calling:
-                names = [t.name for t in specs or ()]
-                gens = [with_tool_calls(g, prefix, self.template_tools.family, names,
-                                         forced=choice != "auto")
-                        for g, (_, prefix) in zip(gens, chunk, strict=True)]
-            out.extend(gens)
+        # tokens counted as they are made: a log's line moves inside a batch, which may take
+        # minutes (its own count moves only when it is done)
+        with tally("tokens", "token") as tokens:
+            for i in progress(range(0, len(prompts), bs), desc="generating", unit="batch",
+                              delay=2):
+                chunk = prompts[i:i + bs]
+                gens = self._generate_batch([p for p, _ in chunk], params,
+                                            add_special_tokens=False, keep_markers=calling,
+                                            tokens=tokens)
+                if calling:
+                    names = [t.name for t in specs or ()]
+                    gens = [with_tool_calls(g, prefix, self.template_tools.family, names,
+                                             forced=choice != "auto")
+                            for g, (_, prefix) in zip(gens, chunk, strict=True)]
+                out.extend(gens)
         return out
 
     def complete(self, prompts: Sequence[str],
@@ -324,7 +328,7 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
 
     def _gen_kwargs(self, params: GenerationParams,
                     cancel: threading.Event | _AnyEvent | None = None,
-                    batch: int = 1) -> dict[str, Any]:
+                    batch: int = 1, tokens: Tally | None = None) -> dict[str, Any]:
         kw: dict[str, Any] = {"max_new_tokens": params.max_tokens,
                               "pad_token_id": self.tokenizer.pad_token_id}
         if params.constraint is not None:
@@ -335,6 +339,8 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
         criteria = []
         if cancel is not None:
             criteria.append(_cancel_criterion(cancel))
+        if tokens is not None and tokens.live:
+            criteria.append(_counting_criterion(tokens, self.tokenizer.pad_token_id))
         if params.stop:
             cache = self.__dict__.setdefault("_stop_criteria", {})
             if params.stop not in cache:  # building one takes ~0.2 s over a 49k vocabulary
@@ -357,8 +363,8 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
         return kw
 
     def _generate_batch(self, prompts: list[str], params: GenerationParams, *,
-                        add_special_tokens: bool, keep_markers: bool = False
-                        ) -> list[Generation]:
+                        add_special_tokens: bool, keep_markers: bool = False,
+                        tokens: Tally | None = None) -> list[Generation]:
         import torch
 
         tok = self.tokenizer
@@ -370,7 +376,7 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             seqs = self.model.generate(**enc, **self._gen_kwargs(params, cancel_event(),
-                                                                 len(prompts)))
+                                                                 len(prompts), tokens))
         new = seqs[:, enc["input_ids"].shape[1]:]
         eos_ids = _eos_ids(self.model, tok)
         gens = []
@@ -525,6 +531,21 @@ def _cancel_criterion(event: threading.Event | _AnyEvent):
                               device=input_ids.device)
 
     return Cancelled()
+
+
+def _counting_criterion(tokens: Tally, pad_id: int | None):
+    """A stopping criterion that stops nothing: it counts the tokens each step made, in the
+    rows not yet padded (a finished row is padded), into `tokens` (a progress figure)."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class Counting(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            rows = input_ids.shape[0]
+            tokens.add(rows if pad_id is None else int((input_ids[:, -1] != pad_id).sum()))
+            return torch.zeros((rows,), dtype=torch.bool, device=input_ids.device)
+
+    return Counting()
 
 
 def _stop_criterion(tokenizer, stops: Sequence[str]):
