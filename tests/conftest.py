@@ -129,7 +129,7 @@ def _repo_files() -> set[str]:
                              text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return set()
-    skip = ("__pycache__", ".pytest_cache", ".hypothesis", ".venv/", ".ruff_cache",
+    skip = ("__pycache__", ".pytest_cache", ".hypothesis", ".venv/", ".ruff_cache", ".mypy_cache",
             ".egg-info", ".cache/", ".grimp_cache/", ".import_linter_cache/",  # tool caches
             "test-artifacts/")  # the browser tests' screenshots, kept for people on purpose
     return {line[3:] for line in out.stdout.splitlines()
