@@ -112,8 +112,7 @@ def experiment_config_model() -> type[CoreConfig]:
     if sections not in _MODELS:
         fields: dict[str, Any] = {}
         for p in registry.pipelines():
-            if p.section:
-                model = p.config_model()
+            if p.section and (model := p.config_model()) is not None:  # a section has a model
                 fields[p.section] = (model, Field(default_factory=model, description=p.help))
         _MODELS[sections] = create_model("ExperimentConfig", __base__=CoreConfig, **fields)
     return _MODELS[sections]

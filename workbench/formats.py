@@ -232,9 +232,9 @@ def to_alpaca(ex: ChatExample) -> dict[str, Any]:
     *hist, (u, a) = pairs
     out["instruction"] = u.content
     out["input"] = ""
-    out["output"] = join_reasoning(a.reasoning_content, a.content)
+    out["output"] = join_reasoning(a.reasoning_content, a.content or "")
     if hist:
-        out["history"] = [[q.content, join_reasoning(r.reasoning_content, r.content)]
+        out["history"] = [[q.content, join_reasoning(r.reasoning_content, r.content or "")]
                           for q, r in hist]
     out.update(ex.metadata or {})
     return out

@@ -8,11 +8,15 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from workbench.errors import DataError
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
 T = TypeVar("T")
+M = TypeVar("M", bound="BaseModel")
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -307,14 +311,20 @@ def _parse_line(raw: bytes, lineno: int, path: str) -> Any:
                          code="bad_json")
 
 
-def read_jsonl(path: str | os.PathLike, parse: Callable[[Any], T] | None = None) -> list[T]:
+@overload
+def read_jsonl(path: str | os.PathLike, parse: None = None) -> list[Any]: ...
+@overload
+def read_jsonl(path: str | os.PathLike, parse: Callable[[Any], T]) -> list[T]: ...
+
+
+def read_jsonl(path: str | os.PathLike, parse: Callable[[Any], T] | None = None) -> list[Any]:
     """Read a whole JSONL file, converting each row with `parse`.
 
     `parse` may raise ValueError (or pydantic's ValidationError); it becomes a DataError with
     the file and line. The file is read completely before anything is returned, so a caller
     that writes only after reading never writes on bad input.
     """
-    out: list[T] = []
+    out: list[Any] = []
     for lineno, obj in iter_jsonl_raw(path):
         if parse is None:
             out.append(obj)
@@ -419,8 +429,8 @@ def read_json_object(path: str | os.PathLike, *, cap: int, what: str, missing: s
     return data
 
 
-def validate_versioned(data: dict[str, Any], model: type[T], path: str | os.PathLike, *,
-                       what: str, rerun: str, version: int = 1) -> T:
+def validate_versioned(data: dict[str, Any], model: type[M], path: str | os.PathLike, *,
+                       what: str, rerun: str, version: int = 1) -> M:
     """`data` (a report's JSON object) as `model`. A file without `schema_version` (written
     before it existed) reads as `version`; another version, or a field that does not fit, is
     a DataError of one line naming the file."""

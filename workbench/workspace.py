@@ -182,8 +182,8 @@ def run_info(run: str | Path, *, read_report: Callable[[Path], Any] | None = Non
     `report_error`, so one broken report never hides the run."""
     lay = RunLayout.at(run)
     state = lay.stages().stages
-    accepted = (state.get("distill/distill").info.get("accepted")
-                if "distill/distill" in state else None)
+    distill = state.get("distill/distill")
+    accepted = distill.info.get("accepted") if distill is not None else None
     info = RunInfo(
         name=lay.name, path=lay.root, stages=list(state),
         distilled=accepted.get("total") if isinstance(accepted, dict) else accepted,

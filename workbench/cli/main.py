@@ -142,7 +142,9 @@ def serve(
     if adapter:
         from workbench.models.templates import fingerprint_warning
 
-        if w := fingerprint_warning(adapter, m.tokenizer):
+        # a backend without a transformers tokenizer (ctranslate2, llama.cpp) has none to compare
+        tok = getattr(m, "tokenizer", None)
+        if tok is not None and (w := fingerprint_warning(adapter, tok)):
             echo_err(w)
     served = name or ("smollm2-135m-instruct" if model == "default" else model)
     limits = ServerLimits(api_key=api_key or None, docs=docs,

@@ -274,7 +274,7 @@ def pdf_sections(pages: list[str], outline: list[tuple[int, str, int]], title: s
             if text.strip():
                 out.append(([title, f"page {p + 1}"], text.strip(), {"pages": [p + 1, p + 1]}))
         return out
-    first_line = {}
+    first_line: dict[int, int] = {}
     for i, (p, _) in enumerate(lines):
         first_line.setdefault(p, i)
     cuts: list[tuple[int, int, str, bool]] = []  # (line index, level, title, line is heading)

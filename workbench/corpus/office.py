@@ -304,7 +304,7 @@ def _xlsx(path: Path, data: bytes) -> tuple[str, list[Part]]:
         title = " ".join((wb.properties.title or "").split()) or path.stem
         for ws in wb.worksheets:  # a sheet's <dimension> may name any corner: rows are read
             ws.reset_dimensions()  # as wide as their cells, never padded to what it claims
-        parts = [([path.stem, ws.title], md, None) for ws in wb.worksheets
+        parts: list[Part] = [([path.stem, ws.title], md, None) for ws in wb.worksheets
                  if (md := sheet_table(ws.iter_rows(values_only=True)))]
     finally:
         wb.close()

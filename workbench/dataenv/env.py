@@ -18,7 +18,7 @@ import os
 import re
 import sqlite3
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -266,7 +266,7 @@ def _cached_profile(path: Path, made_for: dict, db_path: Path) -> EnvProfile | N
     profiled over in silence (the person's corrections would be lost)."""
     if not path.is_file():
         return None
-    where = {"path": str(path), "code": "bad_record"}
+    where: dict[str, Any] = {"path": str(path), "code": "bad_record"}  # DataError's keywords
     hint = "; fix it, or delete the file to profile again"
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -276,7 +276,9 @@ def _cached_profile(path: Path, made_for: dict, db_path: Path) -> EnvProfile | N
         raise DataError(f"not a profile (a JSON object with tables){hint}", **where)
     if any(raw.get(k) != v for k, v in made_for.items()):
         return None  # made for other content or settings: profiled again
-    tables = raw.get("tables") if isinstance(raw.get("tables"), list) else []
+    tables = raw.get("tables")
+    if not isinstance(tables, list):
+        tables = []
     for i, t in enumerate(tables):
         cols = t.get("columns") if isinstance(t, dict) else None
         for j, c in enumerate(cols if isinstance(cols, list) else []):

@@ -17,15 +17,22 @@ from typing import Any, Literal, Protocol
 
 class ColumnFacts(Protocol):
     """What a role is read from: `profile.ColumnProfile` has these (a protocol, so this
-    module needs nothing from the profile's)."""
+    module needs nothing from the profile's). Read-only: the profile is a frozen model."""
 
-    name: str
-    kind: str
-    is_unique: bool
-    distinct_count: int
-    min: Any
-    max: Any
-    dictionary: Any
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def is_unique(self) -> bool: ...
+    @property
+    def distinct_count(self) -> int: ...
+    @property
+    def min(self) -> Any: ...
+    @property
+    def max(self) -> Any: ...
+    @property
+    def dictionary(self) -> Any: ...
 
 # An identifier (a key, a code, a row index) is counted, never added or averaged; a timestamp
 # or a clock time has an earliest and a latest; an intensive measurement (a temperature, an

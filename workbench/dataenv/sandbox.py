@@ -277,13 +277,15 @@ class _Capture:
 
 
 def _send_job(proc: subprocess.Popen, job: dict[str, Any]) -> None:
+    stdin = proc.stdin
+    assert stdin is not None  # the child is started with stdin=PIPE
     try:
-        proc.stdin.write(json.dumps(job).encode("utf-8"))
+        stdin.write(json.dumps(job).encode("utf-8"))
     except OSError:  # the child died at once; its exit status tells the rest
         pass
     finally:
         with contextlib.suppress(OSError):
-            proc.stdin.close()
+            stdin.close()
 
 
 def _pump_until_exit(proc: subprocess.Popen, r_env: int, workdir: str, limits: SandboxLimits,
@@ -292,6 +294,7 @@ def _pump_until_exit(proc: subprocess.Popen, r_env: int, workdir: str, limits: S
     passes its disk limit: ((wait status, rusage) if it was reaped, timed out, disk over)."""
     timed_out = disk_over = False
     sel = selectors.DefaultSelector()
+    assert proc.stdout is not None  # the child is started with stdout=PIPE
     sel.register(proc.stdout, selectors.EVENT_READ, "out")
     sel.register(r_env, selectors.EVENT_READ, "env")
     reaped = None

@@ -235,7 +235,8 @@ def run_sql(db_path: str | os.PathLike, sql: str,
     try:
         cur = con.execute(sql)
         columns = [d[0] for d in cur.description or []]
-        rows, truncated = [], False
+        rows: list[list[Any]] = []
+        truncated = False
         while columns:  # one row at a time, each cell cut at once: memory stays bounded
             r = cur.fetchone()
             if r is None:

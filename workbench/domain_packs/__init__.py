@@ -41,8 +41,8 @@ def placeholders(template: str) -> set[str]:
         raise ValueError(f"bad template ({e})") from None
 
 
-def _check(template: str, where: str, allowed: set[str], required: set[str] = frozenset()
-           ) -> list[str]:
+def _check(template: str, where: str, allowed: set[str],
+           required: frozenset[str] | set[str] = frozenset()) -> list[str]:
     try:
         used = placeholders(template)
     except ValueError as e:

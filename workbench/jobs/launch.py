@@ -70,15 +70,16 @@ def stop_job(job: Job) -> bool:
     is not its process is refused with one line, and nothing is signalled."""
     if job.status != "running":
         return False
-    if not is_job_process(job):
-        raise WorkbenchError(f"job {job.id}: process {job.pid} is not this job's (it ended, "
+    pid = job.pid
+    if pid is None or not is_job_process(job):
+        raise WorkbenchError(f"job {job.id}: process {pid} is not this job's (it ended, "
                              "its pid was reused, or job.json was changed); nothing was "
                              "signalled")
     with contextlib.suppress(ProcessLookupError):
-        if os.getpgid(job.pid) == job.pid:  # start_job made it a group leader
-            os.killpg(job.pid, signal.SIGTERM)
+        if os.getpgid(pid) == pid:  # start_job made it a group leader
+            os.killpg(pid, signal.SIGTERM)
         else:
-            os.kill(job.pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM)
     return True
 
 

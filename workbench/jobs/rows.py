@@ -124,7 +124,7 @@ def job_row(job: Job, *, log_lines: int = 10) -> JobRow:
     return JobRow(id=job.id, kind=job.kind, state=job.status, run=str(run or "-"),
                   run_dir=str(root) if root else None, created=job.created,
                   started=job.started, finished=job.finished, elapsed=elapsed,
-                  error=job.error, message=(job.progress or [None])[-1],
+                  error=job.error, message=job.progress[-1] if job.progress else None,
                   progress=job_progress(job) if running else None,
                   last_progress=last_progress(job) if ended else None,
                   log_tail=log.splitlines() if log else [],

@@ -157,6 +157,7 @@ def load_job(folder: str | Path) -> Job:
     folder = Path(folder)
     f = folder / "job.json"
     ident = {"id": folder.name, "workspace": str(folder.parent.parent)}
+    first: str | None  # the first line of why the file cannot be read
     try:
         job = Job.model_validate_json(_read_job_json(f)).model_copy(update=ident)
     except DataError as e:

@@ -324,8 +324,8 @@ class CachedModel(ChatModel):
                    for ri in order]
             scored = self.inner.score(sub)
             self.calls_made += len(missing)
-            for ri, row in zip(order, scored, strict=True):
-                for (ci, key), sc in zip(by_req[ri], row, strict=True):
+            for ri, fresh in zip(order, scored, strict=True):
+                for (ci, key), sc in zip(by_req[ri], fresh, strict=True):
                     self.cache.put(key, "score", self.score_identity,
                                    {"logprob": sc.logprob, "n_tokens": sc.n_tokens,
                                     "n_chars": sc.n_chars, "is_greedy": sc.is_greedy})

@@ -262,15 +262,16 @@ class CT2ChatModel(TokenizerChatModel):
         watch = Watch(len(ids), params.stop, cancel_event(), tok, keep_markers)
         kw = self._sampling(params)
         kw.update(include_prompt_in_result=False, return_end_token=True)
-        seeded = params.seed is not None and not params.greedy
+        seed = None if params.greedy else params.seed
+        seeded = seed is not None
         # a seeded call runs on one fresh worker thread, which then draws every number
         parts = 1 if seeded else self.inter_threads
         cap = max(1, min(self.opts.batch_size, math.ceil(len(ids) / parts)))
         groups = length_groups([len(s) for s in starts], params.max_tokens, cap)
         results: list[Any] = [None] * len(ids)
         try:
-            if seeded:
-                gate = SeedGate(params.seed)
+            if seed is not None:
+                gate = SeedGate(seed)
                 try:
                     gen = self._new_generator(1)
                     for group in groups:

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from workbench.errors import DataError
+
 FLOAT_FILE_TYPES = {0: "f32", 1: "f16", 32: "bf16"}  # general.file_type of unquantised files
 
 
@@ -110,7 +112,10 @@ def f16_copy(gguf_path: Path, folder: Path) -> Path:
         import gguf
 
         reader = gguf.GGUFReader(str(gguf_path))
-        arch = reader.get_field("general.architecture").contents()
+        arch_field = reader.get_field("general.architecture")
+        if arch_field is None:
+            raise DataError("a GGUF without general.architecture", path=str(gguf_path))
+        arch = arch_field.contents()
         name = reader.get_field("general.name")
         tmp.mkdir(parents=True, exist_ok=True)
         write_gguf(tmp / F16_FILE, reader, arch, dequantised_tensors(reader), out_type="f16",

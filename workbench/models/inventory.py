@@ -16,7 +16,7 @@ def bundled_inventory() -> list[dict[str, str]]:
         rows.append({"name": "smollm2-135m-instruct (default)", "role": "chat",
                      "status": "converted" if converted else "gguf-only",
                      "where": str(gguf_cache_dir(src) if converted
-                                  else src.path / src.gguf_file)})
+                                  else src.gguf_path)})
     except ModelNotFoundError as e:
         rows.append({"name": "smollm2-135m-instruct", "role": "chat", "status": "missing",
                      "where": str(e)})

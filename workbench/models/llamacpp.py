@@ -84,6 +84,7 @@ class LlamaCppOptions(BaseModel):
                                             "build of xllamacpp; auto offloads when it has "
                                             "one).")
     threads: int | None = Field(None, ge=1, description="CPU threads (default: all cores).")
+    poll: int = Field(50, ge=0, le=100, description="POLL-DESC")
     batch_size: int = Field(8, ge=1, le=64, description="Parallel slots: conversations "
                                                         "decoded together.")
     slot_context: int | None = Field(None, ge=64, description=(
@@ -235,7 +236,8 @@ class LlamaCppChatModel(TokenizerChatModel):
         self.server = Server(weights, slots=self.slots, context=context, threads=self.threads,
                               gpu_layers=-1 if gpu else 0, lora=lora,
                               lora_scale=self.opts.lora_scale, timeout_s=self.opts.timeout_s,
-                              prompt_cache_mib=self.opts.prompt_cache_mib)
+                              prompt_cache_mib=self.opts.prompt_cache_mib,
+                              poll=self.opts.poll)
         self.slot_context, self.model_positions = context, positions
         self._positions = min(positions or self.server.n_ctx_train or context, context)
         self.load_seconds = time.perf_counter() - t0
@@ -517,7 +519,8 @@ class LlamaCppChatModel(TokenizerChatModel):
     def info(self):
         info = super().info()
         info.details.update(engine="llama.cpp (xllamacpp)", gguf=str(_gguf_file(self.source)),
-                            device=self.device, threads=self.threads, slots=self.slots,
+                            device=self.device, threads=self.threads, poll=self.opts.poll,
+                            slots=self.slots,
                             slot_context=self.slot_context,
                             load_seconds=self.load_seconds,
                             scoring="transformers")
@@ -527,9 +530,10 @@ class LlamaCppChatModel(TokenizerChatModel):
         server = getattr(self, "server", None)
         if server is not None:
             server.close()
-            self.server = None
-        if getattr(self, "_scorer", None) is not None:
-            self._scorer.close()
+            del self.server  # closed: a second close finds none
+        scorer = getattr(self, "_scorer", None)
+        if scorer is not None:
+            scorer.close()
 
 
 def _error_text(body: bytes, status: int) -> str:

@@ -53,7 +53,7 @@ class Server:
 
     def __init__(self, gguf: Path, *, slots: int, context: int, threads: int,
                  gpu_layers: int, lora: Path | None, lora_scale: float, timeout_s: float,
-                 prompt_cache_mib: int = 0):
+                 prompt_cache_mib: int = 0, poll: int = 50):
         import httpx
         import xllamacpp as xlc
 
@@ -68,6 +68,7 @@ class Server:
         p.ctx_shift = False  # a prompt that does not fit is refused, never silently cut
         p.cpuparams.n_threads = threads
         p.cpuparams_batch.n_threads = threads
+        p.cpuparams.poll = p.cpuparams_batch.poll = poll
         p.n_gpu_layers = gpu_layers
         p.fit_params = False  # the sizes asked for, not ones fitted to free memory
         p.cache_ram_mib = prompt_cache_mib  # 0: no prompt cache beyond the slots' own

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -84,12 +85,12 @@ def pick_dtype(device: str, dtype: str = "auto"):
 def gguf_cache_dir(source: ModelSource) -> Path:
     """Where a GGUF's weights, converted once to safetensors, are kept (by path, size and
     modification time: a rewritten file is converted afresh)."""
-    gguf = source.path / source.gguf_file
+    gguf = source.gguf_path
     st = gguf.stat()
     import hashlib
 
     tag = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()
-    return workbench_home() / "models" / f"{Path(source.gguf_file).stem}-{tag[:12]}"
+    return workbench_home() / "models" / f"{gguf.stem}-{tag[:12]}"
 
 
 LOGPROB_CHUNK = 256  # positions scored per forward pass in `token_logprobs`
@@ -114,7 +115,7 @@ def convert_gguf(source: ModelSource, *, force: bool = False) -> Path:
         log.info("converting %s to safetensors (once)", source.gguf_file)
         _write_conversion(source, tmp)  # a module global read per call: tests replace it
         (tmp / _DONE).write_text(json.dumps(
-            {"gguf": str(source.path / source.gguf_file),
+            {"gguf": str(source.gguf_path),
              "seconds": time.perf_counter() - t0}))
 
     publish_once(target, write, complete=_converted, force=force)
@@ -126,8 +127,8 @@ def _write_conversion(source: ModelSource, folder: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
-    quantised = AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file,
+    tok = AutoTokenizer.from_pretrained(source.folder, gguf_file=source.gguf_file)
+    quantised = AutoModelForCausalLM.from_pretrained(source.folder, gguf_file=source.gguf_file,
                                                      dtype=torch.float32)
     config = quantised.config
     if hasattr(config, "quantization_config"):
@@ -148,10 +149,10 @@ def model_folder(source: ModelSource) -> Path:
     global, so the test suite's guard around it sees every conversion)."""
     if source.kind in ("bundled-gguf", "gguf"):
         return convert_gguf(source)
-    return source.path
+    return source.folder
 
 
-def check_adapter_dir(adapter: str | Path) -> Path:
+def check_adapter_dir(adapter: str | os.PathLike) -> Path:
     """Accept only safetensors adapters: a pickle (`.bin`) adapter can run code on load."""
     path = Path(adapter)
     if not (path / "adapter_config.json").exists():
@@ -206,7 +207,9 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
         t0 = time.perf_counter()
         folder = model_folder(source)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
+        # a transformers model, then maybe a PeftModel or the merged model (Any: the three
+        # share the calls made here, which transformers' own annotations do not say)
+        model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype)
         self._adapter_id = ""
         if self.opts.adapter:
             from peft import PeftModel

@@ -6,7 +6,7 @@ several prompts share (an agent's system prompt, a benchmark's instructions) onc
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from workbench.models.base import ContinuationScore, ScoreRequest
@@ -22,6 +22,11 @@ class CachedScoring:
     device: str
     opts: Any
     _lock: threading.Lock
+    # the host's (`hf_chat.TokenizerChatModel`)
+    render: Callable[..., str]
+    _encode_pair: Callable[[str, str], tuple[list[int], list[int]]]
+    _flat_pairs: Callable[[Sequence[ScoreRequest], int],
+                          list[tuple[int, list[int], list[int], int]]]
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[list[ContinuationScore]]:
         """Log-likelihood of each continuation after its prompt (lm-eval's conventions).
@@ -136,6 +141,7 @@ class CachedScoring:
             total = shared_lp + head[c[0]].item()
             greedy = shared_greedy and int(head.argmax()) == c[0]
             for k in range(1, len(c)):
+                assert tail is not None  # set whenever a continuation is over one token
                 row = tail[j, k - 1]
                 total += row[c[k]].item()
                 greedy = greedy and int(row.argmax()) == c[k]

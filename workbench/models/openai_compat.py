@@ -98,7 +98,9 @@ class OpenAIChatModel(ChatModel):
                                      "model spec or folder (or 'server'), not a URL")
         self._renderer: _Renderer | None = None
         self._rendered: dict[str, str] = {}
-        self.base_url = source.url
+        if source.url is None:  # resolve gives every openai source its URL
+            raise WorkbenchError(f"{source.name}: no server URL to send requests to")
+        self.base_url: str = source.url
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.opts.api_key_env)
         if key:
@@ -371,6 +373,7 @@ class _LocalRenderer(_Renderer):
         tok = self.tokenizer
         msgs = template_messages(conversation, TemplateTools.of(tok.chat_template), None)
         text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        assert isinstance(text, str)  # tokenize=False: the prompt's text
         plain = tok(text, add_special_tokens=False)["input_ids"]
         added = tok(text)["input_ids"]
         return _strip_doubled_specials(text, plain, added,
@@ -409,6 +412,7 @@ def _error_text(resp) -> str:
     try:
         data = resp.json()
         err = data.get("error", data)
-        return (err.get("message") if isinstance(err, dict) else str(err))[:300]
+        msg = err.get("message") if isinstance(err, dict) else str(err)
+        return msg[:300] if isinstance(msg, str) else resp.text[:300]
     except Exception:  # noqa: BLE001 - any body that is not the usual JSON: its text
         return resp.text[:300]

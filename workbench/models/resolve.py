@@ -39,8 +39,23 @@ class ModelSource:
     def describe(self) -> str:
         if self.kind == "openai":
             return f"{self.url} (model {self.remote_model or 'first listed'})"
-        where = self.path / self.gguf_file if self.gguf_file else self.path
+        where = self.path / self.gguf_file if self.path and self.gguf_file else self.path
         return f"{self.kind}: {where}"
+
+    @property
+    def folder(self) -> Path:
+        """The model's folder (hf-dir, hub-cache) or the one holding its GGUF; an openai
+        source has none."""
+        if self.path is None:
+            raise ModelNotFoundError(f"{self.name}: a {self.kind} model has no local folder")
+        return self.path
+
+    @property
+    def gguf_path(self) -> Path:
+        """The GGUF file of a bundled-gguf or gguf source."""
+        if self.gguf_file is None:
+            raise ModelNotFoundError(f"{self.name}: a {self.kind} model has no GGUF file")
+        return self.folder / self.gguf_file
 
 
 def workbench_home() -> Path:

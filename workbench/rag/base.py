@@ -115,12 +115,14 @@ class BaseRetriever(abc.ABC):
     def retrieve_batch(self, queries: Sequence[str], k: int = 10,
                        filters: Filters | None = None) -> list[list[RetrievalHit]]:
         mask = self.store.mask(filters)
-        return [self.store.hits(*r, self.name) for r in self._search_batch(queries, k, mask)]
+        return [self.store.hits(order, scores, self.name)
+                for order, scores in self._search_batch(queries, k, mask)]
 
     @abc.abstractmethod
     def _search(self, query: str, k: int, mask: np.ndarray | None
                 ) -> tuple[np.ndarray, np.ndarray]:
         """(chunk indices, scores), best first, at most k, honouring `mask`."""
 
-    def _search_batch(self, queries: Sequence[str], k: int, mask: np.ndarray | None):
+    def _search_batch(self, queries: Sequence[str], k: int, mask: np.ndarray | None
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
         return [self._search(q, k, mask) for q in queries]

@@ -36,10 +36,10 @@ def _read_queries(path: Path) -> dict[str, str]:
             out[str(obj["query_id"])] = obj["query"]
         return out
     out = {}
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
+    for i, row in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not row.strip():
             continue
-        qid, sep, text = line.partition("\t")
+        qid, sep, text = row.partition("\t")
         if not sep:
             raise DataError("expected 'query_id<TAB>query text'", path=str(path), line=i)
         out[qid.strip()] = text.strip()
@@ -66,8 +66,8 @@ def read_qrels(path: str | Path, queries: str | Path | None = None) -> list[Qrel
         raise DataError("TREC qrels need the query texts: pass --queries FILE", path=str(path))
     texts = _read_queries(Path(queries))
     grouped: dict[str, dict[str, float]] = {}
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        parts = line.split()
+    for i, row in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        parts = row.split()
         if not parts:
             continue
         if len(parts) != 4:

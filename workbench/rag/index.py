@@ -95,6 +95,7 @@ class RagIndex:
                  keyword: KeywordRetriever, semantic, config: RagConfig):
         self.folder, self.manifest, self.store = folder, manifest, store
         self.keyword, self.semantic, self.config = keyword, semantic, config
+        self._tokens: list[list[str]] | None = None  # the chunks' terms, kept from a build
 
     # --- build ----------------------------------------------------------------------------
 
@@ -156,7 +157,7 @@ class RagIndex:
         tmp.mkdir()
         try:
             write_jsonl(tmp / "chunks.jsonl", self.store.chunks)
-            tokens = getattr(self, "_tokens", None) or self.keyword.analyzer.batch(
+            tokens = self._tokens or self.keyword.analyzer.batch(
                 c.text for c in self.store.chunks)
             write_jsonl(tmp / "tokens.jsonl", ({"t": t} for t in tokens))
             scorer = self.keyword.scorer
@@ -202,6 +203,7 @@ class RagIndex:
             raise DataError(f"manifest analyzer: {str(e).splitlines()[0][:200]}",
                             path=str(mpath)) from None
         backend = keyword_backend or cfg.keyword_backend
+        scorer: SparseBM25 | RankBM25Scorer
         if backend == "sparse":
             try:
                 scorer = SparseBM25.load(folder)

@@ -103,7 +103,7 @@ class SparseBM25:
         np.save(folder / "bm25_indptr.npy", self.indptr)
         np.save(folder / "bm25_indices.npy", self.indices)
         np.save(folder / "bm25_data.npy", self.data)
-        terms = sorted(self.vocab, key=self.vocab.get)
+        terms = sorted(self.vocab, key=self.vocab.__getitem__)
         (folder / "bm25_vocab.json").write_text(json.dumps(terms, ensure_ascii=False))
         (folder / "bm25_params.json").write_text(json.dumps({**self.params,
                                                              "n_docs": self.n_docs}))

@@ -23,6 +23,7 @@ def build_faiss(vectors: np.ndarray, index_type: str = "flat", *, hnsw_m: int = 
                          f"got {index_type!r}")
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     n, dim = vectors.shape
+    index: faiss.Index
     if index_type == "flat":
         index = faiss.IndexFlatIP(dim)
     elif index_type == "hnsw":
@@ -87,7 +88,8 @@ class SemanticRetriever(BaseRetriever):
             if len(allowed) == 0:
                 return [(np.empty(0, dtype=np.int64), np.empty(0))] * len(q)
             sel = faiss.IDSelectorBatch(allowed)
-            params = faiss.SearchParameters(sel=sel)
+            # faiss's Python layer sets keyword fields; the SWIG signature names none
+            params = faiss.SearchParameters(sel=sel)  # type: ignore[call-arg]
             k = min(k, len(allowed))
         k = min(k, len(self.store))
         scores, ids = (self.index.search(q, k, params=params) if params is not None

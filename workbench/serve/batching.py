@@ -105,7 +105,7 @@ class ApiGone(Exception):
 def _plain_tools(tools: dict[str, Any]) -> Any:
     if not tools:
         return None
-    choice = tools.get("tool_choice")
+    choice: Any = tools.get("tool_choice")  # a pydantic model or its JSON
     return {"tools": [t.model_dump(mode="json") if hasattr(t, "model_dump") else t
                       for t in tools["tools"]],
             "tool_choice": choice.model_dump(mode="json") if hasattr(choice, "model_dump")

@@ -15,6 +15,7 @@ from starlette.requests import Request  # at module level: FastAPI resolves the 
 from workbench.errors import WorkbenchError
 from workbench.models.base import Generation, GenerationParams
 from workbench.models.messages import as_tool_choice, new_call_id
+from workbench.serve.limits import Ticket
 from workbench.serve.replies import ApiError, error_body, sse, usage
 from workbench.serve.schemas import ChatCompletionRequest, conversation, generation_params
 from workbench.serve.state import ServerState
@@ -37,15 +38,16 @@ async def chat_completion(s: ServerState, req: ChatCompletionRequest, request: R
     tools = tool_args(s, req)
     rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     chunk = functools.partial(_chunk, rid, s.served_name)
-    ticket = admit(s)
+    admitted = admit(s)
+    ticket: Ticket | None = admitted  # None once a stream holds it (the stream releases it)
     try:
         params = await Work(s, request).run(chat_params, s, req, conv, tools)
         if req.stream and not tools:
-            response, ticket = streamed(s, request, ticket,
+            response, ticket = streamed(s, request, admitted,
                                         _text_events(s, chunk, conv, params)), None
             return response
         if req.stream and tools.get("tool_choice") not in (None, "auto", "none"):
-            response, ticket = streamed(s, request, ticket,
+            response, ticket = streamed(s, request, admitted,
                                         _call_events(s, chunk, conv, params, tools)), None
             return response
         gen = (await Work(s, request).run(s.generate, [conv], params, **tools))[0]

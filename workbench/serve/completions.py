@@ -93,7 +93,7 @@ def _text_tokens(s: ServerState, i: int, prompt: str) -> int | None:
 
 def _scored_choice(s: ServerState, i: int, prompt: str, top: int) -> dict[str, Any]:
     n = _text_tokens(s, i, prompt)
-    if n is not None and n > s.model.max_positions:
+    if n is not None and s.model.max_positions is not None and n > s.model.max_positions:
         raise ApiError(400, f"prompt {i} has {n} tokens, over the model's "
                             f"{s.model.max_positions} positions", "prompt")
     lp = s.model.token_logprobs(prompt, top)

@@ -181,7 +181,7 @@ class ChatCompletionRequest(_Sampling):
 
     def constraint(self) -> tuple[Constraint | None, str]:
         """The output constraint asked for, and the field that asked (at most one)."""
-        asked = [(f, v) for f, v in (("guided_regex", self.guided_regex),
+        asked: list[tuple[str, Any]] = [(f, v) for f, v in (("guided_regex", self.guided_regex),
                                      ("guided_choice", self.guided_choice),
                                      ("guided_grammar", self.guided_grammar)) if v is not None]
         if self.response_format is not None and self.response_format.type != "text":

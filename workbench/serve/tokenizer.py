@@ -42,6 +42,8 @@ def tokenized(s: ServerState, req: TokenizeRequest) -> dict[str, Any]:
     try:
         if req.prompt is not None:
             ids = s.model.tokenize(req.prompt, add_special_tokens=req.add_special_tokens)
+        elif req.messages is None:
+            raise ApiError(400, "send a prompt or messages to tokenize", "prompt")
         else:
             ids = s.model.tokenize(conversation(req.messages),
                                    add_special_tokens=req.add_special_tokens,

@@ -101,7 +101,8 @@ def needs_model(config: ExploreConfig) -> bool:
     return config.generator == "model" or config.prior in ("model", "choose")
 
 
-def select_tasks(pool: TaskPool, split: str, limit: int | None) -> list[Task]:
+def select_tasks(pool: TaskPool, split: Literal["train", "held_out", "all"],
+                 limit: int | None) -> list[Task]:
     tasks = pool.tasks if split == "all" else pool.split(split)
     return tasks[:limit] if limit else tasks
 
@@ -319,14 +320,14 @@ def explore(cfg, env: DataEnvironment, tasks: list[Task], out: Path, *, log=prin
 def make_task_pool(env: DataEnvironment, config: PoolConfig, out: str | Path) -> TaskPool:
     """Synthesise and verify `env`'s task pool into OUT/tasks.jsonl (and its summary)."""
     pool = build_pool(env, config)
-    save_pool(pool, TrajsynthFiles(out).tasks)
+    save_pool(pool, TrajsynthFiles(Path(out)).tasks)
     return pool
 
 
 def folder_tasks(cfg, out: str | Path) -> list[Task]:
     """The tasks of OUT/tasks.jsonl the config selects (`trajsynth.split`, `.limit`)."""
     tc: TrajsynthConfig = cfg.trajsynth
-    return select_tasks(load_pool(TrajsynthFiles(out).tasks), tc.split, tc.limit)
+    return select_tasks(load_pool(TrajsynthFiles(Path(out)).tasks), tc.split, tc.limit)
 
 
 def explore_folder(cfg, env: DataEnvironment, out: str | Path, *, log=print

@@ -64,7 +64,10 @@ class CostModel:
         self.seed = seed
         self.fitted = False
         self.rows = 0
-        self._success = self._cost = self._seconds = None
+        # fitted scikit-learn estimators (untyped), None until `fit` has rows enough
+        self._success: Any = None
+        self._cost: Any = None
+        self._seconds: Any = None
         self._constant: float | None = None
 
     def fit(self, attempts: Sequence[Attempt]) -> CostModel:

@@ -26,6 +26,7 @@ the folder's own.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -292,7 +293,8 @@ def _adapters(out: Path, cfg: DownstreamConfig, model_spec: str, stages: StageRu
 
     wanted = set(cfg.conditions)
     notes: dict[str, str] = {}
-    pairs, source = [], None
+    pairs: list = []
+    source: str | None = None
     if "sft_dpo" in wanted:
         pairs, source, note = _pairs(out, cfg)
         if note:
@@ -348,14 +350,17 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
         query, index = services.query_index(), files.icl_index
         return lambda q: [h.text for h in query(index, q, retriever="hybrid", k=cfg.k)]
 
-    scorers = {
+    # condition: (what its rows depend on besides the tasks, how to score it)
+    scorers: dict[str, tuple[tuple, Callable[[], list[dict[str, Any]]]]] = {
         "zero_shot": ((), lambda: score(models.base(), env, tasks, max_tokens=cfg.max_tokens)),
         "icl": ((cfg.k, file_hash(files.icl_bank)), lambda: score(
             models.base(), env, tasks, demos_for=icl_demos(), max_tokens=cfg.max_tokens))}
+
+    def tuned(folder: Path) -> Callable[[], list[dict[str, Any]]]:
+        return lambda: score(models.tuned(folder), env, tasks, max_tokens=cfg.max_tokens)
+
     for name, folder in folders.items():
-        scorers[name] = ((file_hash(folder / "adapter_model.safetensors"),),
-                         lambda folder=folder: score(models.tuned(folder), env, tasks,
-                                                     max_tokens=cfg.max_tokens))
+        scorers[name] = ((file_hash(folder / "adapter_model.safetensors"),), tuned(folder))
     per: dict[str, list[dict[str, Any]]] = {}
     for name in [c for c in CONDITIONS if c in cfg.conditions and c in scorers]:
         extra, fn = scorers[name]

@@ -135,7 +135,7 @@ def trajectory(tree: TaskTree, task: Task, node: TreeNode, env_name: str,
         category=task.category, difficulty=task.difficulty, split=task.split,
         generator=tree.generator, models=tree.models, verified=bool(node.verified),
         visits=node.visits, node_id=node.id,
-        plan=[by_id[i].move["text"] for i in path if by_id[i].move],
+        plan=[move["text"] for i in path if (move := by_id[i].move)],
         config=tree.config.digest(), ledger=tree.ledger.model_dump(mode="json"))
     return AgentTrajectory(
         id=f"{task.id}-{node.id}", task_id=task.id, pack="trajsynth", scaffold="tree_search",
@@ -191,6 +191,8 @@ def icl_entry(traj: AgentTrajectory, digest: str) -> dict[str, Any]:
         lines.append(f"SQL: {sql}")
         obs = observation.splitlines()
         lines.append("Result: " + " / ".join(obs[:4]) + (" / ..." if len(obs) > 4 else ""))
+    if traj.final is None:  # every path_trajectory ends in one
+        raise ValueError(f"trajectory {traj.id} has no final answer to demonstrate")
     lines.append(f"Answer: {traj.final['answer']}")
     return {"id": traj.id, "question": question, "text": "\n".join(lines),
             "schema": digest, "metadata": _provenance(traj)}

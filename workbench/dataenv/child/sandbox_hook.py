@@ -80,7 +80,7 @@ def make_hook(workdir: str, readable: frozenset, roots: tuple, violations: list,
             p = where(args[0])
             if p is None:
                 return
-            mode = args[1] if length(args) > 1 else None
+            mode = args[1] if length(args) > 1 else "r"  # open()'s default
             flags = args[2] if length(args) > 2 else 0
             writing = (is_a(flags, int) and flags > 0 and flags & write_flags) or \
                 (is_a(mode, str) and ("w" in mode or "a" in mode or "x" in mode or "+" in mode))

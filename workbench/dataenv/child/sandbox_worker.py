@@ -28,7 +28,8 @@ class _Capped:
     errors = "replace"
 
     def __init__(self, cap: int):
-        self.cap, self.parts, self.kept, self.dropped = cap, [], 0, 0
+        self.parts: list[str] = []
+        self.cap, self.kept, self.dropped = cap, 0, 0
 
     def write(self, s) -> int:
         if not isinstance(s, str):
@@ -204,7 +205,7 @@ def _work(job: dict, iso: dict) -> int:
     os.chdir(workdir)
     pd.read_pickle = blocked("read_pickle (unpickling runs code)")
     if "_posixsubprocess" in sys.modules:  # fork_exec itself raises no audit event
-        sys.modules["_posixsubprocess"].fork_exec = blocked("_posixsubprocess.fork_exec")
+        vars(sys.modules["_posixsubprocess"])["fork_exec"] = blocked("_posixsubprocess.fork_exec")
     violations: list[str] = []
     out = _Capped(lim["output_cap_chars"])
     ns = {"__name__": "__main__", "__builtins__": builtins, "tables": tables, "pd": pd, "np": np}
