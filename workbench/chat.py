@@ -21,6 +21,7 @@ training data the training core reads, rewritten whole after every rating:
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
@@ -151,18 +152,18 @@ class ChatSession:
 
     def __init__(self, setups: Sequence[ChatSetup | dict[str, Any]], *,
                  loader: Callable[..., Any] | None = None):
-        setups = [s if isinstance(s, ChatSetup) else ChatSetup.model_validate(s)
-                  for s in setups]
-        if not setups:
+        checked = [s if isinstance(s, ChatSetup) else ChatSetup.model_validate(s)
+                   for s in setups]
+        if not checked:
             raise WorkbenchError("chat: no setup (give at least one model)")
-        if len(setups) > MAX_SETUPS:
-            raise WorkbenchError(f"chat: {len(setups)} setups; at most {MAX_SETUPS} side by "
+        if len(checked) > MAX_SETUPS:
+            raise WorkbenchError(f"chat: {len(checked)} setups; at most {MAX_SETUPS} side by "
                                  "side")
-        self.setups = setups
+        self.setups = checked
         self._loader = loader
         self._models: dict[tuple, Any] = {}
         self._indexes: dict[tuple, Any] = {}
-        self.histories: list[list[dict[str, Any]]] = [[] for _ in setups]
+        self.histories: list[list[dict[str, Any]]] = [[] for _ in checked]
         self.answers: list[Answer] = []
 
     # --- resources -----------------------------------------------------------------------
@@ -175,11 +176,14 @@ class ChatSession:
             opts = dict(s.options)
             if s.adapter:
                 opts["adapter"] = s.adapter
-            self._models[key] = (self._loader or load_model)(s.model, **opts)
+            # validation gave every setup its model ("default" when nothing names one)
+            self._models[key] = (self._loader or load_model)(s.model or "default", **opts)
         return self._models[key]
 
     def _index(self, i: int):
         s = self.setups[i]
+        if s.index is None:
+            raise WorkbenchError(f"chat: {s.label} has no index to retrieve from")
         key = (s.index, s.retriever)
         if key not in self._indexes:
             from workbench.rag.context import token_counter
@@ -289,7 +293,7 @@ class ChatSession:
         turn = self.new_turn()
         return [self.answer(i, question, turn=turn, stop=stop,
                             on_piece=None if on_piece is None else
-                            (lambda p, i=i: on_piece(i, p)))
+                            functools.partial(on_piece, i))
                 for i in range(len(self.setups))]
 
     def _keep(self, ans: Answer) -> None:

@@ -4,7 +4,9 @@ LIMIT, correlated subqueries, and substr instead of strftime."""
 
 from __future__ import annotations
 
-from workbench.datatasks.queries import Aliases, Cond, Group, Query, Scalar, lit, qi
+from collections.abc import Sequence
+
+from workbench.datatasks.queries import Aliases, Cond, Group, Query, Scalar, lit, need, qi, year_of
 
 
 def _conds_b(conds: list[Cond], a: str, al: Aliases) -> list[str]:
@@ -18,7 +20,7 @@ def _conds_b(conds: list[Cond], a: str, al: Aliases) -> list[str]:
         elif c.op == "lt":
             out.append(f"{lit(c.value)} > {col}")
         elif c.op == "year":
-            y = int(c.value)
+            y = year_of(c.value)
             out.append(f"{col} >= '{y:04d}-01-01' AND {col} < '{y + 1:04d}-01-01'")
         else:  # via: our key in their keys; ref: our key in their foreign keys
             b = al.new("s")
@@ -28,7 +30,7 @@ def _conds_b(conds: list[Cond], a: str, al: Aliases) -> list[str]:
     return out
 
 
-def _where_b(conds: list[Cond], a: str, al: Aliases, extra: list[str] = ()) -> str:
+def _where_b(conds: list[Cond], a: str, al: Aliases, extra: Sequence[str] = ()) -> str:
     terms = [*_conds_b(conds, a, al), *extra]
     return " WHERE " + " AND ".join(terms) if terms else ""
 
@@ -39,7 +41,8 @@ def _measure_b(q: Query, a: str) -> str:
             "min": f"MIN({x})", "max": f"MAX({x})"}[q.agg]
 
 
-def _group_b(g: Group, a: str, al: Aliases) -> str:
+def _group_b(group: Group | None, a: str, al: Aliases) -> str:
+    g = need(group, "group")
     col = f"{a}.{qi(g.column)}"
     if g.kind == "column":
         return col
@@ -136,12 +139,12 @@ def sql_b(q: Query) -> str:
     if q.op == "group":  # every group: correlated measure per distinct key
         return _every_group_b(q, al)
     if q.op == "compare":
-        a, b = q.values
-        ma, mb = _group_measure_b(q, a, al), _group_measure_b(q, b, al)
-        return f"SELECT CASE WHEN {ma} > {mb} THEN {lit(a)} ELSE {lit(b)} END"
+        va, vb = q.values
+        ma, mb = _group_measure_b(q, va, al), _group_measure_b(q, vb, al)
+        return f"SELECT CASE WHEN {ma} > {mb} THEN {lit(va)} ELSE {lit(vb)} END"
     if q.op == "difference":
-        a, b = q.values
-        return f"SELECT {_group_measure_b(q, a, al)} - {_group_measure_b(q, b, al)}"
+        va, vb = q.values
+        return f"SELECT {_group_measure_b(q, va, al)} - {_group_measure_b(q, vb, al)}"
     if q.op == "argmax":
         a, b = al.new(), al.new()
         f = "MAX" if q.descending else "MIN"

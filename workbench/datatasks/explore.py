@@ -119,8 +119,8 @@ def explore_task(task: Task, env: DataEnvironment, generator: GrammarGenerator |
         keys = [f"{m.slot}:{m.key}" for m in search.moves(path)]
         trie.visit(keys)
         trie.learn(shape.text, [shape.abstract(k) for k in keys], task.id)
-    if getattr(generator, "chooser", None) is not None:
-        generator.chooser.learn(search)
+    if (chooser := getattr(generator, "chooser", None)) is not None:
+        chooser.learn(search)
     nodes, ids = _tree_nodes(search, mcts.root)
     verified = [ids[p] for p in search.verified_sql.values() if p in ids]
     tree = TaskTree(task_id=task.id, env_hash=task.env_hash, arm=arm, generator=generator.name,

@@ -233,10 +233,10 @@ class ModelGenerator:
         for g in gens:
             search.ledger.prompt_tokens += g.prompt_tokens or 0
             search.ledger.completion_tokens += g.completion_tokens or 0
-            sql = extract_sql(g.text or "")
-            if sql:
-                k = action_key("sql", sql)
-                counts.setdefault(k, [sql, 0])[1] += 1
+            found = extract_sql(g.text or "")
+            if found:
+                k = action_key("sql", found)
+                counts.setdefault(k, [found, 0])[1] += 1
         moves = [Move("sql", k, sql, sql) for k, (sql, _) in counts.items()]
         self._votes[(search.task.id, path)] = {m.key: counts[m.key][1] for m in moves}
         return moves + answer

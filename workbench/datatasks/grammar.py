@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workbench.dataenv.profile import ColumnProfile, EnvProfile
-from workbench.datatasks.queries import AGG_WORD, Cond, Group, Query, sql_a
+from workbench.datatasks.queries import AGG_WORD, Cond, Group, Query, need, sql_a
 from workbench.datatasks.questions import fmt_value
 from workbench.datatasks.slices import Slices, is_keylike
 
@@ -288,7 +288,7 @@ class Grammar:
     def _opt_table(self, plan: Plan) -> list[Move]:
         names = self._mentioned_tables or [t.name for t in self.profile.tables]
         return [Move("table", t, f"from the {t} table", t) for t in names
-                if self.profile.table(t).row_count > 0 and self._fits(plan.op, t)]
+                if self.profile.table(t).row_count > 0 and self._fits(need(plan.op, "op"), t)]
 
     def _fits(self, op: str, table: str) -> bool:
         """Can the rest of the plan be filled on this table (no dead ends later)?"""
@@ -302,26 +302,28 @@ class Grammar:
         out = []
         if plan.op != "agg":
             out.append(Move("measure", "count", "the number of rows", ("count", None)))
-        for col in self._named(self._numeric(plan.table)):
+        for col in self._named(self._numeric(need(plan.table, "table"))):
             for agg in ("sum", "avg", "min", "max"):
                 out.append(Move("measure", f"{agg}:{col}", f"the {AGG_WORD[agg]} {col}",
                                 (agg, col)))
         return out
 
     def _opt_column(self, plan: Plan) -> list[Move]:
-        cols = [c.name for c in self.columns(plan.table)]
+        table = need(plan.table, "table")
+        cols = [c.name for c in self.columns(table)]
         if plan.op in ("above_avg", "argmax"):
-            cols = self._numeric(plan.table)
+            cols = self._numeric(table)
         elif plan.op in ("count_distinct", "select"):
             cols = [c for c in cols if not is_keylike(c)] or cols
         return [Move("column", c, f"the {c} column", c) for c in self._named(cols)]
 
     def _opt_target(self, plan: Plan) -> list[Move]:
-        cols = [c.name for c in self.columns(plan.table) if c.name != plan.column]
+        cols = [c.name for c in self.columns(need(plan.table, "table"))
+                if c.name != plan.column]
         return [Move("target", c, f"report its {c}", c) for c in self._named(cols)]
 
     def _opt_group(self, plan: Plan) -> list[Move]:
-        t = plan.table
+        t = need(plan.table, "table")
         opts: list[tuple[Group, str]] = [(g, g.column if g.kind == "column"
                                           else f"{g.table} {g.label}")
                                          for g, _ in self.slices.group_options(t)]
@@ -329,8 +331,9 @@ class Grammar:
             opts += [(Group(kind="year", column=c), f"year of {c}"),
                      (Group(kind="month", column=c), f"month of {c}")]
         named = [(g, text) for g, text in opts
-                 if mentions(self.question, g.label if g.kind == "via" else g.column)
-                 and (g.kind != "via" or mentions(self.question, g.table))]
+                 if mentions(self.question, need(g.label, "label") if g.kind == "via"
+                             else g.column)
+                 and (g.kind != "via" or mentions(self.question, need(g.table, "table")))]
         return [Move("group", f"{g.kind}:{g.column}:{g.table or ''}", f"grouped by {text}", g)
                 for g, text in (named or opts)]
 
@@ -366,7 +369,8 @@ class Grammar:
         g = plan.group
         if g is None or g.kind in ("year", "month"):
             return False
-        table, col = (plan.table, g.column) if g.kind == "column" else (g.table, g.label)
+        table, col = (need(plan.table, "table"), g.column) if g.kind == "column" else \
+            (need(g.table, "table"), need(g.label, "label"))
         cp = self.profile.table(table).column(col)
         return all(self._occurs(table, cp, v) for v in values)
 
@@ -374,7 +378,7 @@ class Grammar:
         lit_ = self._pending(plan)[plan.lit_done]
         parts = ("conds", "extra") if plan.op == "share" else ("conds",)
         out = []
-        for cond in self.conditions(plan.table, lit_):
+        for cond in self.conditions(need(plan.table, "table"), lit_):
             for part in parts:
                 where = " (in the numerator)" if part == "extra" else ""
                 out.append(Move("lit", f"{part}:{_cond_key(cond)}",

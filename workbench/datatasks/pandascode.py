@@ -3,11 +3,11 @@ third, independent way a task's answer is computed."""
 
 from __future__ import annotations
 
-from workbench.datatasks.queries import Cond, Group, Query
+from workbench.datatasks.queries import Cond, Group, Query, need, year_of
 
 
-def _t(name: str) -> str:
-    return f"tables[{name!r}]"
+def _t(name: str | None) -> str:
+    return f"tables[{need(name, 'table')!r}]"
 
 
 def _mask_pd(conds: list[Cond], d: str) -> str:
@@ -21,7 +21,7 @@ def _mask_pd(conds: list[Cond], d: str) -> str:
         elif c.op == "lt":
             terms.append(f"({col} < {c.value!r})")
         elif c.op == "year":
-            terms.append(f"(pd.to_datetime({col}, errors='coerce').dt.year == {int(c.value)})")
+            terms.append(f"(pd.to_datetime({col}, errors='coerce').dt.year == {year_of(c.value)})")
         else:
             other = _t(c.table)
             inner = _mask_pd(c.inner, other)
@@ -30,7 +30,8 @@ def _mask_pd(conds: list[Cond], d: str) -> str:
     return " & ".join(terms) if terms else f"pd.Series(True, index={d}.index)"
 
 
-def _group_pd(g: Group, d: str) -> str:
+def _group_pd(group: Group | None, d: str) -> str:
+    g = need(group, "group")
     col = f"{d}[{g.column!r}]"
     if g.kind == "column":
         return col
@@ -61,8 +62,9 @@ def pandas_code(q: Query) -> str:
         if q.agg == "count":
             lines.append("s = dd.groupby(kk).size()")
         else:
-            fn = {"sum": "sum(min_count=1)", "avg": "mean()", "min": "min()", "max": "max()"}
-            lines.append(f"s = dd.groupby(kk)[{col}].{fn[q.agg]}")
+            call = {"sum": "sum(min_count=1)", "avg": "mean()", "min": "min()",
+                    "max": "max()"}[q.agg]
+            lines.append(f"s = dd.groupby(kk)[{col}].{call}")
         lines.append("s = s.dropna()")
         asc = not q.descending
         if q.op == "top":

@@ -137,9 +137,10 @@ class NodeChooser:
         for path, (name, tokens, weights) in sorted(search.node_scorer.items()):
             if search.node_why.get(path, "").startswith("escalated"):
                 continue
-            on = verified is not None and len(verified) > len(path) and \
-                verified[:len(path)] == path
-            reward = (weights[verified[len(path)]] if on else 0.0) \
+            # the verified path's next move from this node (None: off that path)
+            nxt = verified[len(path)] if verified is not None and len(verified) > len(path) \
+                and verified[:len(path)] == path else None
+            reward = (weights[nxt] if nxt is not None else 0.0) \
                 - c.choose_lam * tokens / c.choose_cost_scale
             k, r = mine.get((self.context(search, path), name), [0, 0.0])
             mine[(self.context(search, path), name)] = [k + 1, r + reward]

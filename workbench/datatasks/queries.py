@@ -18,7 +18,8 @@ built from the parents' queries, so every task, composed or not, renders the sam
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -83,9 +84,26 @@ class Query(BaseModel):
 
 Cond.model_rebuild()
 
+T = TypeVar("T")
 
-def qi(name: str) -> str:
-    return quote_ident(name)
+
+def need(value: T | None, what: str) -> T:
+    """A field the query's op needs (each op reads its own of the optional fields)."""
+    if value is None:
+        raise ValueError(f"the query has no {what}, which its op needs")
+    return value
+
+
+def year_of(value: Scalar) -> int:
+    """The year a `year` condition names."""
+    if value is None:
+        raise ValueError("the query has no year, which its op needs")
+    return int(value)
+
+
+def qi(name: str | None) -> str:
+    """A quoted identifier: a table or column the query names (one its op needs)."""
+    return quote_ident(need(name, "table or column"))
 
 
 def lit(v: Scalar) -> str:
@@ -124,7 +142,7 @@ def _simple_a(c: Cond, a: str) -> str:
     if c.op == "lt":
         return f"{col} < {lit(c.value)}"
     if c.op == "year":
-        return f"CAST(strftime('%Y', {col}) AS INTEGER) = {int(c.value)}"
+        return f"CAST(strftime('%Y', {col}) AS INTEGER) = {year_of(c.value)}"
     raise ValueError(c.op)
 
 
@@ -151,7 +169,7 @@ def _conds_a(conds: list[Cond], a: str, al: Aliases) -> tuple[list[str], list[st
 
 
 def _scope_a(table: str, conds: list[Cond], a: str, al: Aliases,
-             extra_joins: list[str] = (), extra_where: list[str] = ()) -> str:
+             extra_joins: Sequence[str] = (), extra_where: Sequence[str] = ()) -> str:
     joins, where = _conds_a(conds, a, al)
     joins = [*joins, *extra_joins]
     where = [*where, *extra_where]
@@ -183,7 +201,7 @@ def _grouped_a(q: Query, al: Aliases, only: list[Scalar] | None = None
     """(key expr, measure expr, FROM ... WHERE ... GROUP BY ... clause); `only`: keep just
     the groups with these keys."""
     a = al.new()
-    key, joins = _group_a(q.group, a, al)
+    key, joins = _group_a(need(q.group, "group"), a, al)
     m = _measure_a(q, a)
     where = [f"{key} IS NOT NULL"]
     if only:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from workbench.dataenv.profile import EnvProfile
 from workbench.datatasks.answers import AnswerSpec
-from workbench.datatasks.queries import Cond, Query
+from workbench.datatasks.queries import Cond, Query, need
 from workbench.datatasks.questions import fmt_value, group_name
 
 
@@ -49,7 +49,7 @@ def _walk(conds: list[Cond], table: str):
     for c in conds:
         yield table, c
         if c.op in ("via", "ref"):
-            yield from _walk(c.inner, c.table)
+            yield from _walk(c.inner, need(c.table, "table"))
 
 
 def tables_used(q: Query) -> list[str]:

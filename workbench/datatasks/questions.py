@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workbench.datatasks.queries import AGG_WORD, Cond, Group, Query, Scalar
+from workbench.datatasks.queries import AGG_WORD, Cond, Group, Query, Scalar, need, year_of
 
 
 def fmt_value(v: Scalar) -> str:
@@ -25,10 +25,11 @@ def _phrase(c: Cond) -> str:
     if c.op == "lt":
         return f"whose {c.column} is less than {fmt_value(c.value)}"
     if c.op == "year":
-        return f"whose {c.column} is in {int(c.value)}"
+        return f"whose {c.column} is in {year_of(c.value)}"
     verb = "linked to" if c.op == "via" else "referenced by"
     inner = " and ".join(_phrase(i) for i in c.inner)
-    return f"{verb} {_article(c.table)} {c.table} row" + (f" {inner}" if inner else "")
+    table = need(c.table, "table")
+    return f"{verb} {_article(table)} {table} row" + (f" {inner}" if inner else "")
 
 
 def _predicate(c: Cond) -> str:
@@ -39,7 +40,7 @@ def _predicate(c: Cond) -> str:
     if c.op == "lt":
         return f"have {c.column} less than {fmt_value(c.value)}"
     if c.op == "year":
-        return f"have {c.column} in {int(c.value)}"
+        return f"have {c.column} in {year_of(c.value)}"
     return "are " + _phrase(c)
 
 
@@ -48,7 +49,8 @@ def scope_text(table: str, conds: list[Cond], *, singular: bool = False) -> str:
     return head + ("" if not conds else " " + " and ".join(_phrase(c) for c in conds))
 
 
-def group_name(g: Group, plural: bool = False) -> str:
+def group_name(group: Group | None, plural: bool = False) -> str:
+    g = need(group, "group")
     if g.kind == "year":
         return f"years of {g.column}" if plural else f"year of {g.column}"
     if g.kind == "month":

@@ -60,8 +60,8 @@ class TaskTree(BaseModel):
 def node_path(nodes: list[TreeNode], node_id: int) -> list[int]:
     by_id = {n.id: n for n in nodes}
     out = [node_id]
-    while by_id[out[-1]].parent is not None:
-        out.append(by_id[out[-1]].parent)
+    while (parent := by_id[out[-1]].parent) is not None:
+        out.append(parent)
     return out[::-1]
 
 

@@ -50,7 +50,7 @@ def make_tls(folder: str | Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "loca
                                        decipher_only=False), critical=True)
           .sign(ca_key, hashes.SHA256()))
     srv_key = _key()
-    sans = []
+    sans: list[x509.GeneralName] = []
     for h in hosts:
         try:
             sans.append(x509.IPAddress(ipaddress.ip_address(h)))

@@ -12,8 +12,8 @@ import typer
 
 from workbench.cli_options import ConfigArg, ConfigOpt, SetOpt, load
 
-HomeOpt = Annotated[Path, typer.Option("--home", help="Deployment folder (FLWR_HOME, pids, "
-                                                      "logs); default federated.deploy.home.")]
+HomeOpt = Annotated[Path | None, typer.Option(
+    "--home", help="Deployment folder (FLWR_HOME, pids, logs); default federated.deploy.home.")]
 CertsOpt = Annotated[Path | None, typer.Option(
     "--certs", help="Folder with ca.crt, server.crt, server.key (`workbench fed certs`).")]
 

@@ -51,11 +51,11 @@ def _job(msg: Message, context: Context):
 
 
 def _reply(msg: Message, site_name: str, metrics: dict, state=None) -> Message:
-    from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-    content = {"metrics": MetricRecord({k: float(v) for k, v in metrics.items()
-                                        if k in METRIC_KEYS}),
-               "site": ConfigRecord({"name": site_name})}
+    content: dict[str, ArrayRecord | ConfigRecord | MetricRecord] = {
+        "metrics": MetricRecord({k: float(v) for k, v in metrics.items() if k in METRIC_KEYS}),
+        "site": ConfigRecord({"name": site_name})}
     if state is not None:
         content["arrays"] = to_record(state)
     return Message(RecordDict(content), reply_to=msg)
@@ -66,7 +66,7 @@ def handle_train(msg: Message, context: Context) -> Message:
     from workbench.federated.task import local_train
 
     cfg, site, model, local = _job(msg, context)
-    res = local_train(site, from_record(msg.content["arrays"]), model=model, local=local,
+    res = local_train(site, from_record(msg.content.array_records["arrays"]), model=model, local=local,
                       aggregation=str(cfg["aggregation"]), seed=int(cfg["seed"]),
                       rnd=int(cfg["round"]))
     return _reply(msg, site.name, res.metrics, res.state)
@@ -77,7 +77,7 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
     from workbench.federated.task import evaluate
 
     cfg, site, model, local = _job(msg, context)
-    out = evaluate(site, from_record(msg.content["arrays"]), model=model, local=local,
+    out = evaluate(site, from_record(msg.content.array_records["arrays"]), model=model, local=local,
                    mc=bool(cfg["mc"]))
     out["num-examples"] = float(len(site.eval) or len(site.train))
     return _reply(msg, site.name, {k: v for k, v in out.items() if isinstance(v, float)})

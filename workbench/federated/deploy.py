@@ -280,6 +280,8 @@ class Deployment:
         from workbench.federated.certs import make_node_key
 
         d = self.security.node_keys
+        if d is None:
+            raise WorkbenchError("node keys are made for a deployment with node authentication")
         d.mkdir(parents=True, exist_ok=True)
         for i in range(n):
             if not (d / f"site-{i}.key").exists():

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from workbench.errors import WorkbenchError
 from workbench.federated.config import Guards
@@ -116,8 +116,11 @@ def exchange(grid: Grid, row: RoundBase, msgs: list[Message], check: Callable[[A
     return replies, good
 
 
-class Track(Protocol):
-    """One track's side of a round, as `run_rounds` asks for it."""
+Row = TypeVar("Row", bound=RoundBase)  # a track's log row
+
+
+class Track(Protocol[Row]):
+    """One track's side of a round, as `run_rounds` asks for it (`Row`: its log row)."""
 
     def resume(self) -> tuple[int, int]:
         """(the last round saved, the failed streak it ended with); a fresh run saves its
@@ -125,7 +128,7 @@ class Track(Protocol):
         ...
 
     def configure(self, rnd: int, nodes: list[int], *, waited: float
-                  ) -> tuple[RoundBase, list[Message]]:
+                  ) -> tuple[Row, list[Message]]:
         """Round `rnd`'s log row and one message per node (`waited`: seconds spent waiting
         for the nodes)."""
         ...
@@ -135,13 +138,13 @@ class Track(Protocol):
         with a bad one."""
         ...
 
-    def update(self, rnd: int, row: RoundBase, replies: list[Message],
+    def update(self, rnd: int, row: Row, replies: list[Message],
                good: list[tuple[int, Any, tuple]], *, ok: bool) -> None:
         """Fold the good replies into the track's state (`ok`: enough of them), or keep it as
         it was (the row already says failed)."""
         ...
 
-    def save(self, rnd: int, row: RoundBase, streak: int) -> None:
+    def save(self, rnd: int, row: Row, streak: int) -> None:
         """Save the state after round `rnd` (atomically) and append its row to the log."""
         ...
 
@@ -150,7 +153,7 @@ class Track(Protocol):
         ...
 
 
-def run_rounds(track: Track, grid: Grid, g: Guards, rounds: int, *,
+def run_rounds(track: Track[Row], grid: Grid, g: Guards, rounds: int, *,
                on_round: Callable[[int], None] | None = None,
                poll_s: float = 0.5) -> dict[str, Any]:
     """Rounds 1..`rounds` of `track` over `grid` under the guards `g` (resuming after the

@@ -85,7 +85,7 @@ def write_report(out: Path, fc: FederatedConfig, sites, rows: list[dict], summar
     files = FedFiles(out)
     train_rounds = [r for r in read_rounds(files.federated) if r["kind"] == "train"]
     table = condition_table(rows)
-    by = {t.condition: t for t in table}
+    by: dict[str, LoraCondition] = {t.condition: t for t in table}
     wire = summary.get("wire", {})
     names = [s.name for s in sites]
     figures = _lora_figures(fc, sites, by, train_rounds, wire, seconds)
@@ -153,15 +153,15 @@ def _lora_conditions(table: list[LoraCondition], names: list[str]) -> list[str]:
     for t in table:
         ci = t.mc_ci95
         acc = (f"{t.mc_correct}/{t.mc_n} = {t.mc_accuracy:.2f} "
-               f"[{ci[0]:.2f}, {ci[1]:.2f}]") if t.mc_n else "–"
+               f"[{ci[0]:.2f}, {ci[1]:.2f}]") if t.mc_n and ci is not None else "–"
         pc = "/".join(str(t.predictions[k]) for k in "ABCD")
         p = t.mcnemar_p_vs_federated
         lines.append(f"| {t.label} | {fmt(t.eval_loss)} | "
                      + " | ".join(fmt(t.eval_loss_by_site.get(n)) for n in names)
                      + f" | {acc} | {pc} | {fmt(p, 2) if p is not None else '–'} |")
     n_items = max((t.mc_n for t in table), default=0)
-    if n_items:
-        lo, hi = table[0].mc_ci95
+    if n_items and (ci0 := table[0].mc_ci95) is not None:
+        lo, hi = ci0
         lines += ["", f"With {n_items} MC items an interval is about ±{(hi - lo) / 2:.2f}: "
                       "accuracy differences smaller than that are not results; the held-out "
                       "loss is the finer measure here."]

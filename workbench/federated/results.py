@@ -15,7 +15,7 @@ from pydantic import Field
 from workbench.errors import DataError
 from workbench.records import ReportPart
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; more is not a report
 
 

@@ -111,12 +111,12 @@ def check_reply(msg: Message, global_state: State | None) -> tuple[str, State | 
         if global_state is not None:
             if set(state) != set(global_state):
                 raise ValueError("tensor names differ from the global adapter's")
-            for k, v in state.items():
-                if v.shape != global_state[k].shape:
-                    raise ValueError(f"{k}: shape {v.shape}, global {global_state[k].shape}")
+            for k, t in state.items():
+                if t.shape != global_state[k].shape:
+                    raise ValueError(f"{k}: shape {t.shape}, global {global_state[k].shape}")
                 import numpy as np
 
-                if not np.isfinite(v).all():
+                if not np.isfinite(t).all():
                     raise ValueError(f"{k}: non-finite values")
         if metrics.get("num-examples", 0) <= 0:
             raise ValueError("num-examples must be positive")
@@ -184,12 +184,15 @@ class FedServer:
         row.wait_seconds = waited
         return row, msgs
 
-    def check(self, reply: Message) -> tuple[str, State | None, dict[str, float]]:
-        return check_reply(reply, self.state)
+    def check(self, reply: Message) -> tuple[str, State, dict[str, float]]:
+        name, state, metrics = check_reply(reply, self.state)
+        if state is None:  # check_reply asks a reply for arrays when there is a global state
+            raise ValueError("a train reply without arrays")
+        return name, state, metrics
 
     @staticmethod
     def _received(row: RoundLog, replies: list, good: list
-                  ) -> list[tuple[str, State | None, dict[str, float]]]:
+                  ) -> list[tuple[str, State, dict[str, float]]]:
         """(site, tensors, metrics) of each good reply; the bytes they brought in `row`."""
         row.replies = len(replies)
         out = []

@@ -163,8 +163,8 @@ def _write_site(sp: _Split, d: Path, i: int, bucket: list[QTSASample],
     planted = _plant_canaries(train, sp.canaries)
     write_dataset(d / "train.jsonl", train, "messages")
     write_dataset(d / "eval.jsonl", [sp.to_chat(s) for s in ev], "messages")
-    site_bench = [b for b in bench
-                  if sp.owner.get(b.provenance.doc_id if b.provenance else "", -1) == i] \
+    site_bench = [b for b in bench if sp.owner.get(
+                      (b.provenance.doc_id or "") if b.provenance else "", -1) == i] \
         if sp.by == "chapter" else bench[i::sp.sites]
     write_jsonl(d / "benchmark.jsonl", site_bench)
     atomic_write_json(d / "site.json", {

@@ -87,9 +87,10 @@ def aggregate(states: Sequence[Mapping[str, np.ndarray]], weights: Sequence[floa
     if method == "ffa" and previous is None:
         raise WorkbenchError("ffa keeps A from the previous global adapter: pass previous=")
     out: State = {}
+    kept = previous if method == "ffa" else None  # ffa: A as it was
     for k in sorted(names):
-        if method == "ffa" and is_a(k):
-            out[k] = np.asarray(previous[k], dtype=np.float32).copy()
+        if kept is not None and is_a(k):
+            out[k] = np.asarray(kept[k], dtype=np.float32).copy()
             continue
         acc = np.zeros(states[0][k].shape, dtype=np.float64)
         for s, w in zip(states, weights, strict=True):

@@ -101,7 +101,7 @@ def read_kg(folder: str | Path, pack: str = "kgv", index: str | Path | None = No
 
 def select(claims: list[KGClaim], part: str, limit: int | None, seed: int) -> list[KGClaim]:
     """Claims of one part, round-robin over (split, label) groups so a limit stays balanced."""
-    groups: dict[tuple[str, str], list[KGClaim]] = defaultdict(list)
+    groups: dict[tuple[str, str | None], list[KGClaim]] = defaultdict(list)
     for c in claims:
         if c.part == part:
             groups[(c.split, c.label)].append(c)
@@ -309,7 +309,7 @@ def _start(cfg, ctx) -> _Evaluation:
         raise WorkbenchError(f"{ac.data}: no claims with part 'dev' to evaluate")
     agent = make_agent(cfg, out, log=ctx.log, kg=kg)  # a bad index stops here, before runs
     AgentFiles(out).trajectories.mkdir(parents=True, exist_ok=True)
-    data_key = (corpus_hash(ac.data), ac.retriever, ac.search_k)
+    data_key: tuple = (corpus_hash(ac.data), ac.retriever, ac.search_k)
     if ac.index is not None:  # a run made without an index keeps its key
         data_key += (index_key(kg.evidence),)
     return _Evaluation(
@@ -417,9 +417,10 @@ def _pipeline_result(ev: _Evaluation, report: KgvReport, results: dict[str, Any]
                 f"(evidence: {ev.agent.source})")
 
 
-def read_claim(text: str, agent: KgvAgent) -> tuple[str, str, str] | None:
+def read_claim(text: str, agent: KgvAgent | SimpleNamespace) -> tuple[str, str, str] | None:
     """(subject, predicate, object) of a sentence written in one of the pack's wordings
-    ("Oak is a kind of tree."), or None."""
+    ("Oak is a kind of tree."), or None. `agent`: the agent, or a namespace with its
+    `settings.predicates` (the wordings, before an agent is made)."""
     sentence = text.strip().rstrip(".").strip()
     for pred, w in agent.settings.predicates.items():
         for tpl in (w.verbal, *w.paraphrases):
@@ -431,8 +432,8 @@ def read_claim(text: str, agent: KgvAgent) -> tuple[str, str, str] | None:
     return None
 
 
-def parse_input(text: str, claims: dict[str, KGClaim], agent: KgvAgent | None = None
-                ) -> KGClaim:
+def parse_input(text: str, claims: dict[str, KGClaim],
+                agent: KgvAgent | SimpleNamespace | None = None) -> KGClaim:
     """A claim id from the data, `subject | predicate | object`, a sentence in one of the
     pack's wordings ("Oak is a kind of tree.", read as its triple), or any other sentence
     (verified as a whole)."""
@@ -469,7 +470,7 @@ def run_inputs(cfg, inputs: list[str], log=print) -> list[AgentTrajectory]:
     # every input is read before the index is built: a bad one writes nothing
     pack_words = settings(load_pack(cfg.agent.pack)).predicates
     wordings = SimpleNamespace(settings=SimpleNamespace(predicates={**kg.extra, **pack_words}))
-    todo = [parse_input(x, by_id, wordings) for x in inputs]  # type: ignore[arg-type]
+    todo = [parse_input(x, by_id, wordings) for x in inputs]
     folder = RunLayout.of(cfg).folder("agent")
     agent = make_agent(cfg, folder, log=log, kg=kg)
     return [agent.annotate(t) for t in run_agents(_open(cfg), [agent.task(c) for c in todo],

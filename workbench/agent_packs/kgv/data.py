@@ -134,9 +134,10 @@ def graph_facts(synsets: dict[str, Synset]) -> dict[str, list[tuple[str, str]]]:
 
 
 def _ancestors(key: str, synsets: dict[str, Synset], depth: int = 12) -> set[str]:
-    out, frontier = set(), {key}
+    out: set[str] = set()
+    frontier = {key}
     for _ in range(depth):
-        nxt = set()
+        nxt: set[str] = set()
         for k in frontier:
             s = synsets.get(k)
             if s:
@@ -234,7 +235,7 @@ def _documents(synsets: dict[str, Synset], claims: list[dict],
     from workbench.records import Section
 
     entities = sorted({c["s"] for c in claims} | {c["o"] for c in claims} |
-                      {c.get("true_object") for c in claims if c.get("true_object")})
+                      {t for c in claims if (t := c.get("true_object"))})
     sentences: dict[str, list[str]] = defaultdict(list)
     fact_doc: dict[tuple[str, str, str], str] = {}
     for pred, s, o in stated:

@@ -18,6 +18,7 @@ evidence (`evidence_source`), so trajectories, `agent run` and the report name i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -95,15 +96,18 @@ class IndexSearch:
 
     def __init__(self, folder: Path, retriever: str):
         self.folder, self.retriever = folder, retriever
-        self._search = None
+        # an opened index's search: (queries, k) -> each query's hits
+        self._search: Callable[[list[str], int], list[list[Any]]] | None = None
         self._seen: dict[tuple[str, int], list[Any]] = {}
 
     def __call__(self, queries: list[str], k: int = 5) -> list[list[Any]]:
         if self._search is None:
             self.check()
+        search = self._search
+        assert search is not None  # check() opened the index or raised
         new = list(dict.fromkeys(q for q in queries if (q, k) not in self._seen))
         if new:
-            for q, hits in zip(new, self._search(new, k)):
+            for q, hits in zip(new, search(new, k)):
                 self._seen[(q, k)] = hits
         return [self._seen[(q, k)] for q in queries]
 
@@ -113,8 +117,9 @@ class IndexSearch:
         from workbench import services
 
         try:
-            self._search = services.open_index()(self.folder, self.retriever)
-            self._search(["index check"], 1)
+            search = services.open_index()(self.folder, self.retriever)
+            search(["index check"], 1)
+            self._search = search
         except _BROKEN as e:
             why = " ".join(str(e).split())[:300] or type(e).__name__
             hint = "" if "rebuild" in why else "; rebuild it with `workbench rag build`"

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ class Graph:
         found = folded.get(key.casefold(), set())
         return next(iter(found)) if len(found) == 1 else None
 
-    def predicate(self, text: str, known: set[str] = frozenset()) -> str | None:
+    def predicate(self, text: str, known: AbstractSet[str] = frozenset()) -> str | None:
         """The graph's (or a known) predicate that `text` names, as users write it: its IRI,
         its label, its local name in any case or spelling (`subClassOf`, `rdfs:subClassOf`,
         `sub class of`, `subclass_of` for rdfs:subClassOf), the graph's before the others;
@@ -369,12 +370,13 @@ def _col(cols: list[str], i: int) -> str | None:
 
 
 def _triple(g: Graph | None, s: str, p: str, o: str, worded: bool = False,
-            known: set[str] = frozenset()) -> dict[str, Any]:
+            known: AbstractSet[str] = frozenset()) -> dict[str, Any]:
     """Entities found in the graph by id or name; a predicate named by its label becomes the
     graph's (a worded sentence's predicate is already a wording's key)."""
     def entity(x: str) -> dict[str, Any]:
-        eid = g.find(x) if g is not None else None
-        return g.entity(eid) if eid else {"id": x, "label": x}
+        if g is not None and (eid := g.find(x)):
+            return g.entity(eid)
+        return {"id": x, "label": x}
 
     pred = p
     if g is not None and not worded and p not in g.predicate_labels:

@@ -28,7 +28,7 @@ def _f1_interval(preds: list[str | None], golds: list[str], fn) -> tuple[float, 
         return np.array([fn([preds[int(i)] for i in r], [golds[int(i)] for i in r])
                          for r in rows])
 
-    return bootstrap_interval(idx, statistic=stat, n_resamples=400, seed=0)
+    return bootstrap_interval(idx.tolist(), statistic=stat, n_resamples=400, seed=0)
 
 
 def route(t: AgentTrajectory) -> str:

@@ -65,6 +65,19 @@ class KGClaim(Record):
                              "form 'sentence'")
         return self
 
+    def sides(self) -> tuple[Entity, Entity]:
+        """(subject, object) of a triple (validation gives every claim but a sentence both)."""
+        if self.subject is None or self.object is None:
+            raise ValueError(f"claim {self.id}: a sentence claim has no subject and object")
+        return self.subject, self.object
+
+    @property
+    def sentence(self) -> str:
+        """The text of a sentence claim (validation gives it one)."""
+        if self.text is None:
+            raise ValueError(f"claim {self.id} has no text")
+        return self.text
+
 
 class Wording(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -94,8 +107,8 @@ def load_claims(path: str | Path) -> list[KGClaim]:
 
 def verbalise(claim: KGClaim, wording: Wording, s: str | None = None, o: str | None = None,
               template: str | None = None) -> str:
-    text = (template or wording.verbal).format(s=s or claim.subject.label,
-                                               o=o or claim.object.label)
+    subject, object_ = claim.sides()
+    text = (template or wording.verbal).format(s=s or subject.label, o=o or object_.label)
     return text[0].upper() + text[1:] + "."
 
 
@@ -207,7 +220,7 @@ class KgvAgent:
     def statement(self, claim: KGClaim) -> str:
         """The claim as the model reads it: the sentence as given, or the triple said."""
         if claim.form == "sentence":
-            text = " ".join(claim.text.split())
+            text = " ".join(claim.sentence.split())
             return text if text.endswith((".", "?", "!")) else text + "."
         return verbalise(claim, self.wording(claim))
 
@@ -223,15 +236,16 @@ class KgvAgent:
         """The rewrites in the order they are offered. A sentence claim: the sentence, then
         its content words alone."""
         if claim.form == "sentence":
-            words = [w for w in re.findall(r"[\w'-]+", claim.text)
+            words = [w for w in re.findall(r"[\w'-]+", claim.sentence)
                      if w.lower() not in _STOP]
             out = [self.statement(claim), " ".join(words)]
             return list(dict.fromkeys(q for q in out if q.strip()))
         w = self.wording(claim)
-        out = [verbalise(claim, w), claim.subject.label]
-        out += [verbalise(claim, w, s=a) for a in claim.subject.aliases[:2]]
-        out += [verbalise(claim, w, o=a) for a in claim.object.aliases[:1]]
-        out.append(claim.object.label)
+        subject, object_ = claim.sides()
+        out = [verbalise(claim, w), subject.label]
+        out += [verbalise(claim, w, s=a) for a in subject.aliases[:2]]
+        out += [verbalise(claim, w, o=a) for a in object_.aliases[:1]]
+        out.append(object_.label)
         out += [verbalise(claim, w, template=p) for p in w.paraphrases]
         seen, uniq = set(), []
         for q in out:
@@ -249,7 +263,7 @@ class KgvAgent:
         sentence claim, those sharing the most content words with it (at least two)."""
         found: list[str] = []
         if claim.form == "sentence":
-            want = content_words(claim.text)
+            want = content_words(claim.sentence)
             scored: dict[str, int] = {}
             for _, _, value in state.observations:
                 for h in value.data["hits"]:
@@ -257,7 +271,7 @@ class KgvAgent:
                     if shared >= min(2, len(want)):
                         scored[h["id"]] = max(scored.get(h["id"], 0), shared)
             return sorted(scored, key=lambda k: -scored[k])[:2]
-        for names in (claim.subject.names, claim.object.names):
+        for names in (e.names for e in claim.sides()):
             for _, _, value in state.observations:
                 for h in value.data["hits"]:
                     if h["id"] not in found and _mentions(h["text"], names):

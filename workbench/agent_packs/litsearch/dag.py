@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,7 @@ class OpSpec:
     help: str = ""
 
 
-def _obj(props: dict[str, Any], required: list[str] = ()) -> dict[str, Any]:
+def _obj(props: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": list(required),
             "additionalProperties": False}
 

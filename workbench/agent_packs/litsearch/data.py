@@ -76,7 +76,7 @@ class _Bounded:
 
 
 def parse_medline(path: Path) -> list[dict]:
-    out = []
+    out: list[dict] = []
     try:
         with open(path, "rb") as raw:
             gz = str(path).lower().endswith(".gz")
@@ -104,7 +104,7 @@ def _medline_records(stream, path: Path, out: list[dict]) -> None:
                                 path=str(path), code="too_large")
             continue
         depth -= 1
-        if depth == 1 and el.tag != "PubmedArticle":
+        if depth == 1 and el.tag != "PubmedArticle" and root is not None:
             root.clear()  # whatever else sits at the top is dropped as it ends
             held = 0
         if el.tag != "PubmedArticle":

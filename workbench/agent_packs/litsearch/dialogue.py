@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from workbench.agent_packs.litsearch import dag as D
 from workbench.agent_packs.litsearch.pack import (
@@ -38,12 +39,12 @@ from workbench.models.base import GenerationParams
 @dataclass
 class Dialogue:
     intent: Intent
+    user: SimulatedUser
     memo: D.Memo = field(default_factory=D.Memo)
     messages: list[dict[str, Any]] = field(default_factory=list)
     turns: list[dict[str, Any]] = field(default_factory=list)
     workflow: dict[str, Any] | None = None
-    feedback: tuple[list[str], list[str]] = ((), ())
-    user: SimulatedUser | None = None
+    feedback: tuple[Sequence[str], Sequence[str]] = ((), ())
     seconds: float = 0.0
 
     def candidates(self, lib: Library) -> dict[str, dict[str, Any]]:
@@ -72,9 +73,10 @@ def execute(d: Dialogue, lib: Library, wf: dict[str, Any] | None, choice: str,
     ranked: list[str] = []
     if wf is not None and error is None:
         parsed, problems = D.parse(wf)
-        problems = problems or D.validate(parsed)
-        if problems:
-            error = "; ".join(map(str, problems))
+        if parsed is not None and not problems:
+            problems = D.validate(parsed)
+        if problems or parsed is None:
+            error = "; ".join(map(str, problems)) or "not a workflow"
         else:
             try:
                 value, _ = D.run(parsed, lib.ops(), d.memo)
@@ -124,8 +126,11 @@ def oracle_choice(lib: Library):
     def choose(d: Dialogue, cands: dict[str, dict[str, Any]]) -> str:
         best = None
         for name, wf in cands.items():
+            parsed = D.parse(wf)[0]
+            if parsed is None:  # a candidate is a workflow the library made: it parses
+                continue
             try:
-                value, _ = D.run(D.parse(wf)[0], lib.ops(), d.memo)
+                value, _ = D.run(parsed, lib.ops(), d.memo)
             except D.ExecutionError:
                 continue
             ranked, seen = ranking(value), d.user.judged
@@ -140,7 +145,7 @@ def oracle_choice(lib: Library):
 
 
 def model_turns(dialogues: list[Dialogue], lib: Library, model, *, policy: str,
-                repairs: int = 2, calibrate: str = "none") -> None:
+                repairs: int = 2, calibrate: Literal["none", "batch"] = "none") -> None:
     """One turn chosen by the model (guided: among the candidates; free: written), with up
     to `repairs` retries after the validator's errors."""
     box = toolbox()
@@ -163,7 +168,7 @@ def model_turns(dialogues: list[Dialogue], lib: Library, model, *, policy: str,
     for d, t in zip(dialogues, run_agents(model, tasks, setup, desc="litsearch turn"),
                     strict=True):
         d.messages = [m.model_dump(mode="json", exclude_none=True) for m in t.messages]
-        if t.ok:
+        if t.ok and t.final is not None:  # an ok run ends in its final call
             wf = t.final["workflow"]
             call_id = d.messages[-1]["tool_calls"][-1]["id"]
             execute(d, lib, wf, _name_of(wf, d.candidates(lib)), None, call_id)

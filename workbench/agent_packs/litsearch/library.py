@@ -98,6 +98,9 @@ def read_library(path: str | Path) -> tuple[dict[str, Paper], dict[str, Any]]:
                             "limit for one library file: split the export", path=str(f),
                             code="too_large")
         fmt = _format(f)
+        if fmt is None:  # library_files lists only files of a known format
+            raise DataError("not a library file (.bib, .ris, .xml, .xml.gz, .jsonl)",
+                            path=str(f), code="unsupported")
         got = {"bibtex": _bibtex, "ris": _ris, "pubmed": _pubmed, "jsonl": _jsonl}[fmt](f)
         summary["files"][f.name] = {"format": got[1], "records": len(got[0])}
         records += got[0]
@@ -141,13 +144,14 @@ def _bibtex(path: Path) -> tuple[list[dict], str]:
 
     text = _text(path)
     lib = bibtexparser.parse_string(text, append_middleware=[LatexDecodingMiddleware()])
-    entries = list(lib.entries)
+    entries: list = list(lib.entries)  # Entry, and a duplicate key's second Entry (a Block)
     for b in lib.failed_blocks:
         if isinstance(b, DuplicateBlockKeyBlock) and b.ignore_error_block is not None:
             entries.append(b.ignore_error_block)  # a key used twice: both entries are read
             continue
         raise DataError(f"BibTeX entry not parsed ({type(b).__name__}: "
-                        f"{_clean(b.raw)[:80]})", path=str(path), line=b.start_line + 1,
+                        f"{_clean(b.raw)[:80]})", path=str(path),
+                        line=None if b.start_line is None else b.start_line + 1,
                         code="bad_record")
     out = []
     for e in entries:
@@ -355,8 +359,8 @@ def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int 
             cites[p.pmid].add(r)
             cited_by[r].add(p.pmid)
     by_term: dict[str, set[str]] = defaultdict(set)
-    for k, p in allp.items():
-        for t in p["mesh"]:
+    for k, rec in allp.items():
+        for t in rec["mesh"]:
             by_term[t].add(k)
     with_citations = any(p.refs for p in papers.values())
     cands = sorted(k for k in papers

@@ -55,7 +55,9 @@ def shown_units(units: Sequence[dict], family: str, limit: int = 3) -> list[dict
         return (not u.get("trial"), -int(u.get("support", 0)), str(u.get("id", "")))
 
     mine = sorted((u for u in units if u.get("family") == family), key=order)
-    flows, insights, seen = [], [], set()
+    flows: list[dict] = []
+    insights: list[dict] = []
+    seen: set[str] = set()
     for u in mine:
         if u.get("kind", "workflow") == "workflow" and u.get("steps"):
             text = "; ".join(step_text(s) for s in u["steps"])
@@ -240,7 +242,8 @@ class DataAgent:
         """Each task's outcome with these units in the prompt (cached per prompt)."""
         from workbench.agents.runner import AgentTask, run_reflexion
 
-        todo, keys = [], {}
+        todo: list[AgentTask] = []
+        keys: dict[str, str] = {}
         for t in tasks:
             system = self.system(t, units)
             keys[t.id] = k = self.key(t, system)
@@ -295,7 +298,7 @@ class DataAgent:
         self.model_runs += len(trials)
         t = self._tasks[a.id]
         sql = (trials[-1].final or {}).get("sql")
-        ok = bool(sql) and t.check(self.run_sql(sql))
+        ok = t.check(self.run_sql(sql)) if sql else False
         cand = next((c for c in self.candidates(t) if c.sql == sql), None)
         self._store(a.metadata["key"], {
             "verified": ok, "turns": sum(x.model_turns for x in trials),

@@ -30,15 +30,18 @@ if TYPE_CHECKING:
 def handle_knowledge(msg: Message, context: Context) -> Message:
     """Track B at a site: work the local tasks with the view, propose operations, filter,
     gate, reply with operations and counts."""
-    from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-    cfg = msg.content["config"]
+    cfg = msg.content.config_records["config"]
+    seed = cfg["seed"]
+    if not isinstance(seed, int):
+        raise ValueError("the round's config has no integer seed")
     path = context.node_config.get("data-path")
     if not path:
         raise ValueError("this SuperNode has no data-path in its node config")
     ks = KnowledgeSettings.model_validate_json(str(cfg["knowledge-json"]))
     view = json.loads(str(cfg["view-json"]))
-    site = DataAgentSite(str(path), iterations=ks.learn_iterations, seed=int(cfg["seed"]),
+    site = DataAgentSite(str(path), iterations=ks.learn_iterations, seed=seed,
                          agent=ks.agent, agent_settings=ks.prompted)
     dev = site.tasks("dev", 2 * ks.slice if ks.slice else None)
     gate_tasks, eval_tasks = dev[0::2], dev[1::2]
@@ -85,8 +88,9 @@ def handle_knowledge(msg: Message, context: Context) -> Message:
             ops += votes
             metrics["reviewed"] = len(votes)
     metrics["sent-ops"] = len(ops)
-    content = {"knowledge": ConfigRecord(ops_to_record(ops)),
-               "families": ConfigRecord({k: int(v) for k, v in site.families.items()}),
-               "metrics": MetricRecord({k: float(v) for k, v in metrics.items()}),
-               "site": ConfigRecord({"name": site.name})}
+    content: dict[str, ArrayRecord | ConfigRecord | MetricRecord] = {
+        "knowledge": ConfigRecord(ops_to_record(ops)),
+        "families": ConfigRecord({k: int(v) for k, v in site.families.items()}),
+        "metrics": MetricRecord({k: float(v) for k, v in metrics.items()}),
+        "site": ConfigRecord({"name": site.name})}
     return Message(RecordDict(content), reply_to=msg)

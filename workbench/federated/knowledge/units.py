@@ -64,7 +64,7 @@ class Unit(BaseModel):
 
 # --- the wire: ops as parallel lists of short strings and numbers ------------------------------
 
-def ops_to_record(ops: Sequence[KnowledgeOp]) -> dict[str, list]:
+def ops_to_record(ops: Sequence[KnowledgeOp]) -> dict[str, Any]:  # a ConfigRecord's lists
     return {"op": [o.op for o in ops], "count": [o.count for o in ops],
             "target": [o.target for o in ops], "kind": [o.kind for o in ops],
             "family": [o.family for o in ops], "text": [o.text for o in ops],
