@@ -66,7 +66,8 @@ def handle_train(msg: Message, context: Context) -> Message:
     from workbench.federated.task import local_train
 
     cfg, site, model, local = _job(msg, context)
-    res = local_train(site, from_record(msg.content.array_records["arrays"]), model=model, local=local,
+    state = from_record(msg.content.array_records["arrays"])
+    res = local_train(site, state, model=model, local=local,
                       aggregation=str(cfg["aggregation"]), seed=int(cfg["seed"]),
                       rnd=int(cfg["round"]))
     return _reply(msg, site.name, res.metrics, res.state)
@@ -77,7 +78,7 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
     from workbench.federated.task import evaluate
 
     cfg, site, model, local = _job(msg, context)
-    out = evaluate(site, from_record(msg.content.array_records["arrays"]), model=model, local=local,
-                   mc=bool(cfg["mc"]))
+    state = from_record(msg.content.array_records["arrays"])
+    out = evaluate(site, state, model=model, local=local, mc=bool(cfg["mc"]))
     out["num-examples"] = float(len(site.eval) or len(site.train))
     return _reply(msg, site.name, {k: v for k, v in out.items() if isinstance(v, float)})
