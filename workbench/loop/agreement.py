@@ -193,11 +193,11 @@ def judge_guard(check: JudgeCheck, settings) -> GuardResult:
                   limit=settings.judge_kappa_min)
     a = check.agreement
     n = a.n if a else 0
-    if n < settings.judge_min_items:
+    if a is None or n < settings.judge_min_items:
         return GuardResult(guard=guard, value=0.0, passed=True, detail=(
             f"not measured: {n} of {settings.judge_min_items} judged items rated by a person "
             "(the app's Improvement loop page, or `workbench loop judge-check`)"))
-    if a.kappa is None:
+    if a.kappa is None or a.ci_low is None or a.ci_high is None:  # all three, or none
         return GuardResult(guard=guard, value=0.0, passed=False, detail=(
             f"agreement undefined over {n} items: judge and person gave one and the same "
             "answer to all; rate items of both kinds"))

@@ -153,7 +153,7 @@ class Loop:
         """Plan, approve, run and decide by the guards, `rounds` times (resuming an
         unfinished round first)."""
         self.save_config()
-        done = []
+        done: list[Round] = []
         for _ in range(rounds):
             rs = self.rounds()
             r = rs[-1] if rs and rs[-1].status != "decided" else self.plan()

@@ -176,9 +176,10 @@ def register(group: typer.Typer) -> None:
                 with _locked(loop, "judge-check"):  # a skip is kept: another item replaces it
                     return rate_item(loop, key, verdict, by=by)
 
-            check = ask_in_terminal(check, keep, question="meets it?", show=show,
-                                    prompt=lambda text: typer.prompt(text, default="s"),
-                                    stop_on=(typer.Abort,))
+            # ask_in_terminal is typed for evaluate's Check; a JudgeCheck has the same shape
+            check = ask_in_terminal(  # type: ignore[assignment]
+                check, keep, question="meets it?", show=show,  # type: ignore[arg-type]
+                prompt=lambda text: typer.prompt(text, default="s"), stop_on=(typer.Abort,))
             with _locked(loop, "judge-check"):
                 refresh_round_guard(loop.store, loop.evaluator)
         a = check.agreement

@@ -28,7 +28,7 @@ class Evaluator:
         self.log = log
         self._suites: Suites | None = None
         self._pack: LoopPack | None = None
-        self._searcher = None
+        self._searcher: Callable[[list[str], int], list] | None = None  # a rag Searcher
         self._judge = None
 
     @property

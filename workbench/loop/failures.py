@@ -11,6 +11,7 @@ model does not reason to the answer even with the fact at hand (a reasoning corr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from workbench.evaluate.mc import evaluate_mc
 from workbench.loop.records import FailureRow
@@ -51,7 +52,7 @@ def mine(rows: Sequence[EvalResult], suites: Suites, *, model: ChatModel | None,
                                          f"over the right one ({len(gold)})", **base))
         else:
             probe.append(it)
-    info = {"probed": len(probe), "retrieval_hit": None}
+    info: dict[str, Any] = {"probed": len(probe), "retrieval_hit": None}
     if probe:
         if model is None or search is None:
             modes = ["missing_knowledge"] * len(probe)
@@ -101,7 +102,7 @@ def mine(rows: Sequence[EvalResult], suites: Suites, *, model: ChatModel | None,
 
 def _mentions(text: str, item: MCItem) -> bool:
     sid = item.provenance.section_id if item.provenance else None
-    return bool(sid) and sid in text
+    return sid is not None and sid != "" and sid in text
 
 
 def count_modes(rows: Sequence[FailureRow], subset: str | None = None) -> dict[str, int]:

@@ -78,10 +78,10 @@ def round_markdown(ev: Evaluator, r: Round) -> str:
     if r.recommendation:
         lines += ["", f"The guards recommend **{r.recommendation}**."]
     if r.decision:
-        d = r.decision
-        lines += ["", f"## Decision: {d.choice}", "", f"{d.reason} (by {d.by}, {d.at}). "
-                  f"Adapter {str(d.adapter_before or 'base')[:12]} -> "
-                  f"{str(d.adapter_after or 'base')[:12]}."]
+        dec = r.decision
+        lines += ["", f"## Decision: {dec.choice}", "", f"{dec.reason} (by {dec.by}, {dec.at}). "
+                  f"Adapter {str(dec.adapter_before or 'base')[:12]} -> "
+                  f"{str(dec.adapter_after or 'base')[:12]}."]
     lines += ["", "## Step times (s)", "", "| step | seconds |", "|---|---|"]
     lines += [f"| {k} | {v.get('seconds', '-')} |" for k, v in r.steps.items()]
     return "\n".join(lines) + "\n"

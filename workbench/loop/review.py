@@ -44,7 +44,7 @@ def apply_review(samples: list[ChatExample], review: dict[str, Any]) -> list[Cha
     """A person's review: {id: "reject"} drops a sample, {id: {"answer": text}} edits it."""
     out = []
     for e in samples:
-        v = review.get(e.id)
+        v = review.get(e.id) if e.id is not None else None
         if v == "reject":
             continue
         if isinstance(v, dict) and v.get("answer"):

@@ -161,6 +161,7 @@ def load_suites(settings, *, seed: int = 0) -> Suites:
     if dev_f and test_f:
         dev_all, all_test = _items(dev_f), _items(test_f)
     else:
+        assert items_f is not None  # checked above: dev and test, or items
         every = _items(items_f)
         by_subset: dict[str, list[str]] = defaultdict(list)
         for it in every:

@@ -136,10 +136,11 @@ class Synthesiser:
             return []
         hits = self.search([f.question for f in failures], self.s.retrieve_k) \
             if self.search else [[] for _ in failures]
-        out = []
+        out: list[ChatExample] = []
+        asked: set[str] = set()  # the questions in `out`
         for f, hs in zip(failures, hits, strict=True):
-            sections = [self.suites.section_by_id(h.section_id) for h in hs]
-            sections = [s for s in sections if s is not None]
+            sections = [s for s in (self.suites.section_by_id(h.section_id) for h in hs)
+                        if s is not None]
             self.stats["retrieval_queries"] += 1
             terms = [section_fields(s, self.pack) for s in sections]
             if f.section_id and any(f.section_id in s.text for s in sections):
@@ -155,8 +156,9 @@ class Synthesiser:
                     if any(not fields.get(n) for n in used):  # the section lacks a field
                         continue
                     q, a = t.question.format(**fields), t.answer.format(**fields)
-                    if any(e.metadata["qtsa"].get("question") == q for e in out):
+                    if q in asked:
                         continue
+                    asked.add(q)
                     thinking = self.pack.thinking.format(**fields)
                     out.append(self._example(
                         "knowledge", f.mode, q, a, source=f.id, section=s.id,
@@ -247,6 +249,8 @@ class Synthesiser:
                        if s.kind == "mc" and s.split == "train"]
             self.rng.shuffle(samples)
             for s in samples[:n - len(out)]:
+                if s.options is None:  # an mc sample has its four (validated)
+                    continue
                 gold = s.options[LETTERS.index(s.answer)]
                 user = s.question if self.scoring != "letter" else \
                     f"{s.question}\n{format_options(s.options)}"

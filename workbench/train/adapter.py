@@ -66,7 +66,7 @@ def init_adapter_state(lora: LoraSettings, *, model_spec: str | None = None, mod
 
     if (model_spec is None) == (model is None):
         raise WorkbenchError("pass a model_spec or an in-memory model, not both or neither")
-    if model is None:
+    if model_spec is not None:  # (else the in-memory model)
         from transformers import AutoModelForCausalLM
 
         folder, _ = local_weights(model_spec, "an adapter")
@@ -144,10 +144,11 @@ def _check_adapter(model, lora: LoraSettings) -> None:
     if not isinstance(pc, LoraConfig):
         raise WorkbenchError(f"the PeftModel carries a {pc.peft_type} adapter; training here "
                              f"is LoRA")
-    have = {"r": pc.r, "alpha": pc.lora_alpha, "dropout": pc.lora_dropout}
-    want = {"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout}
+    have: dict[str, Any] = {"r": pc.r, "alpha": pc.lora_alpha, "dropout": pc.lora_dropout}
+    want: dict[str, Any] = {"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout}
     if lora.target_modules:
-        have["target_modules"] = sorted(pc.target_modules)
+        got = pc.target_modules  # PEFT keeps a list, or one regular expression as a string
+        have["target_modules"] = sorted([got] if isinstance(got, str) else got or [])
         want["target_modules"] = sorted(lora.target_modules)
     differ = [f"{k}: adapter {have[k]}, train.lora {want[k]}" for k in want
               if have[k] != want[k]]

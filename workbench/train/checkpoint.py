@@ -66,7 +66,8 @@ def save_checkpoint(folder: Path, step: int, *, model, optimizer, state: dict[st
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             rng[f"cuda{i}"] = s
     save_file(rng, str(tmp / "rng.safetensors"))
-    np_state = np.random.get_state()
+    np_state = np.random.get_state(legacy=True)
+    assert isinstance(np_state, tuple)  # legacy=True: MT19937's (name, keys, pos, ...)
     full_state = dict(state, step=step, python_rng=_jsonable(random.getstate()),
                       numpy_rng=[np_state[0], np_state[1].tolist(), *np_state[2:]])
     (tmp / "trainer_state.json").write_text(json.dumps(full_state))

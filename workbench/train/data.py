@@ -53,8 +53,9 @@ def _plain(ex: ChatExample, template: str | None = None) -> tuple[list[dict], li
     <think> block before the answer); tool calls and results are rendered the way the
     template renders them, or as text with the tools described in the system prompt when it
     takes no tools (`models.tools.template_messages`, the same as at inference)."""
-    msgs = [{"role": m.role, "content": join_reasoning(m.reasoning_content, m.content)
-             if m.role == "assistant" else m.content,
+    # an assistant turn's reasoning joins its content (none, for a turn of tool calls only)
+    msgs = [{"role": m.role, "content": join_reasoning(m.reasoning_content, m.content or "")
+             if m.role == "assistant" and m.reasoning_content is not None else m.content,
              **({"tool_calls": [tc.model_dump(mode="json") for tc in m.tool_calls]}
                 if m.tool_calls else {}),
              **({"tool_call_id": m.tool_call_id} if m.tool_call_id else {}),
@@ -146,11 +147,15 @@ class Batch:
     n_trained: int  # tokens with a label
 
 
-def pack(examples: list[Tokenized], max_length: int, pad_id: int) -> list[tuple]:
+def pack(examples: list[Tokenized], max_length: int, pad_id: int
+         ) -> list[tuple[list[int], list[int], list[int], int]]:
     """Greedy packing in order: each row holds whole examples up to max_length tokens.
     Returns rows of (input_ids, labels, position_ids); the tail is padding that forms its
     own segment (positions from 0) with ignored labels."""
-    rows, cur_ids, cur_lab, cur_pos = [], [], [], []
+    rows: list[tuple[list[int], list[int], list[int]]] = []
+    cur_ids: list[int] = []
+    cur_lab: list[int] = []
+    cur_pos: list[int] = []
     for ex in examples:
         if cur_ids and len(cur_ids) + len(ex.input_ids) > max_length:
             rows.append((cur_ids, cur_lab, cur_pos))
@@ -175,12 +180,12 @@ def make_batches(examples: list[Tokenized], *, batch_size: int, max_length: int,
     shuffled = [examples[i] for i in order]
     batches = []
     if packing:
-        rows = pack(shuffled, max_length, pad_id)
-        for i in range(0, len(rows), batch_size):
-            chunk = rows[i:i + batch_size]
-            batches.append(Batch([r[0] for r in chunk], [r[1] for r in chunk],
-                                 [r[2] for r in chunk], None, sum(r[3] for r in chunk),
-                                 sum(sum(x != IGNORE for x in r[1]) for r in chunk)))
+        packed = pack(shuffled, max_length, pad_id)
+        for i in range(0, len(packed), batch_size):
+            rows = packed[i:i + batch_size]
+            batches.append(Batch([r[0] for r in rows], [r[1] for r in rows],
+                                 [r[2] for r in rows], None, sum(r[3] for r in rows),
+                                 sum(sum(x != IGNORE for x in r[1]) for r in rows)))
         return batches
     for i in range(0, len(shuffled), batch_size):
         chunk = shuffled[i:i + batch_size]

@@ -54,7 +54,7 @@ def domain_accuracy(session: Measured, items: list | None = None) -> float:
     from workbench.models.local import LocalChatModel
 
     s = session
-    items = s.benchmark if items is None else items
+    items = (s.benchmark or []) if items is None else items
     s.model.eval()
     scorer = LocalChatModel.wrap(s.model, s.tokenizer, device=s.device, identity="training")
     predict = cloze_norm_predictions if s.cfg.domain_eval.scoring == "cloze_norm" \

@@ -139,7 +139,7 @@ def _gguf_base(adapter: Path, base: str | None):
             f"{base}: the base model is not a GGUF file, so there is no tokenizer and "
             "metadata to copy; merge with `workbench train merge ADAPTER -o DIR` and convert DIR "
             "with llama.cpp's convert_hf_to_gguf.py")
-    reader = gguf.GGUFReader(str(source.path / source.gguf_file))
+    reader = gguf.GGUFReader(str(source.gguf_path))
     arch = _field(reader, "general.architecture")
     if arch != "llama":
         raise WorkbenchError(f"{source.gguf_file}: architecture {arch!r}; GGUF export "

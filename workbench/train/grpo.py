@@ -160,7 +160,8 @@ def token_logps(model, batch: SeqBatch) -> torch.Tensor:
     target = batch.input_ids[:, 1:][batch.keep]
     parts = decoder_and_head(model)
     if parts is not None and batch.prefix:
-        return _shared_prefix_logps(*parts, batch, target)
+        decoder, head = parts
+        return _shared_prefix_logps(decoder, head, batch, target)
     if parts is not None:
         decoder, head = parts
         hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,

@@ -242,8 +242,8 @@ def step_rollouts(s: GrpoSession, step: int) -> tuple[list[list[Rollout]], float
         head = json.loads(lines[0]) if lines else {}
         if head.get("key") == key:
             flat = [Rollout.model_validate_json(x) for x in lines[1:]]
-            g = s.cfg.grpo.group_size
-            return [flat[i:i + g] for i in range(0, len(flat), g)], 0.0, True
+            size = s.cfg.grpo.group_size
+            return [flat[i:i + size] for i in range(0, len(flat), size)], 0.0, True
     t0 = time.perf_counter()
     g = s.cfg.grpo
     groups = rollout(s, step_tasks(s, step), group_size=g.group_size,
@@ -384,7 +384,8 @@ def train_steps(s: GrpoSession, n: int, *,
     if n < 0 or s.step + n > s.total:
         raise WorkbenchError(f"cannot run {n} steps: {s.total - s.step} of the schedule's "
                              f"{s.total} remain (train.max_steps or train.epochs set it)")
-    stop = getattr(should_stop, "is_set", should_stop) or (lambda: False)
+    stop: Callable[[], bool] = (lambda: False) if should_stop is None else \
+        should_stop if callable(should_stop) else should_stop.is_set  # a function or an Event
     if s.held_out and s.step == 0 and s.start_reward is None:
         s.start_reward = heldout_reward(s)["heldout_reward"]
         s.best_step, s.best_reward, s.best_state = 0, s.start_reward, _copy(s)
@@ -505,7 +506,7 @@ def export(s: GrpoSession, output: str | Path, *, run_id: str | None = None
                  "heldout_reward_best": s.best_reward,
                  "final": s.metrics[-1] if s.metrics else {}}).to_json()
     current = None
-    if best and s.best_step != s.step:
+    if best and s.best_step != s.step and s.best_state is not None:
         current = _copy(s)
         load_adapter_state(s, s.best_state)
     try:

@@ -206,7 +206,7 @@ class ReferenceCache:
         self.values: dict[str, tuple[float, float]] = {}
         if self.path is None or not os.path.lexists(self.path):
             return
-        self._check()
+        self._check(self.path)
         with open(self.path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 try:
@@ -216,9 +216,10 @@ class ReferenceCache:
                 except (ValueError, KeyError, TypeError):
                     continue
 
-    def _check(self) -> None:
-        if self.path.is_symlink() or not self.path.is_file():
-            raise WorkbenchError(f"{self.path}: the reference cache is not a regular file; "
+    @staticmethod
+    def _check(path: Path) -> None:
+        if path.is_symlink() or not path.is_file():
+            raise WorkbenchError(f"{path}: the reference cache is not a regular file; "
                                  "refusing to read or append to it")
 
     def missing(self, keys) -> list[str]:
@@ -230,7 +231,7 @@ class ReferenceCache:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if os.path.lexists(self.path):
-            self._check()
+            self._check(self.path)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "a", encoding="utf-8") as fh:
             fh.writelines(json.dumps({"model": self.model_key, "key": k, "chosen": c,

@@ -207,6 +207,7 @@ def _setup_data(cfg: TrainConfig, tokenizer, given, *, seed: int, max_positions)
         data_source = f"in-memory {'pairs' if dpo else 'examples'}"
         data_hash = sha256_text("".join(json.dumps(e.to_json(), sort_keys=True) + "\n"
                                         for e in given))[:16]
+    tokenized: list  # Tokenized examples, or TokenizedPairs for DPO
     if dpo:
         from workbench.train.preference import tokenize_pairs
 
@@ -386,7 +387,8 @@ def train_steps(session: TrainingSession, n: int, *,
     if n < 0 or s.step + n > s.total:
         raise WorkbenchError(f"cannot run {n} steps: {s.total - s.step} of the schedule's "
                              f"{s.total} remain (train.max_steps or train.epochs set it)")
-    stop = getattr(should_stop, "is_set", should_stop) or (lambda: False)
+    stop: Callable[[], bool] = (lambda: False) if should_stop is None else \
+        should_stop if callable(should_stop) else should_stop.is_set  # a function or an Event
     rows = []
     s.model.train()
     for _ in range(n):

@@ -72,7 +72,8 @@ def dpo_backward(s: StepState, batches) -> tuple[int, float, dict]:
     from workbench.train.preference import dpo_loss, sequence_logps
 
     n_pairs = sum(b.pairs for b in batches)
-    loss_sum, stats = 0.0, {"chosen_reward": [], "rejected_reward": []}
+    loss_sum = 0.0
+    stats: dict[str, list[torch.Tensor]] = {"chosen_reward": [], "rejected_reward": []}
     for b in batches:
         policy, counts = sequence_logps(s.forward, b, s.device)
         ref = s.reference.tensor(b.keys, s.device)

@@ -28,6 +28,7 @@ import random
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from workbench.records import ChatExample, Message, PreferencePair, ToolCall
@@ -85,7 +86,7 @@ class _Pool:
 
 
 def perturbations(call: ToolCall, pool: _Pool, rng: random.Random,
-                  final_tools: set[str] = frozenset()) -> list[tuple[str, str, dict]]:
+                  final_tools: AbstractSet[str] = frozenset()) -> list[tuple[str, str, dict]]:
     """(kind, tool name, arguments) of schema-valid wrong calls for `call`, in KINDS order."""
     name, args = call.function.name, _args(call)
     if args is None:

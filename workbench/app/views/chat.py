@@ -83,6 +83,7 @@ for i, col in enumerate(cols):
         st.markdown(f"**Setup {i + 1}**")
         kind = st.selectbox("Model", [BASE, *adapters, ENDPOINT], key=f"c-model-{i}",
                             index=min(i, len(adapters)) if i and adapters else 0)
+        spec: str | None
         spec, opts = base_model()
         adapter = None
         if kind == ENDPOINT:

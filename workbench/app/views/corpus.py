@@ -47,7 +47,8 @@ st.subheader(f"{len(have)} documents")
 st.caption(f"{corpus_bytes(ws) / MB:.1f} MB of the {cap:g} MB corpus cap")
 for p in have:
     c1, c2 = st.columns([5, 1])
-    size = read_or_none(p.name, lambda p=p: p.stat().st_size)
+    size = read_or_none(p.name, p.stat)
+    size = size.st_size if size is not None else None
     c1.write(f"`{p.name}`" + (f" ({size / 1024:.1f} KB)" if size is not None else ""))
     if c2.button("Remove", key=f"rm-{p.name}",
                  help="Delete this file from the workspace's corpus folder. Runs already "

@@ -1,6 +1,7 @@
 import streamlit as st
 
 from workbench.app.common import (
+    COMPARE_SETTINGS,
     EVAL_SETTINGS,
     RAG_SETTINGS,
     TRAIN_SETTINGS,
@@ -55,7 +56,8 @@ with st.expander("Run the whole comparison (distil, index, base vs RAG vs SFT)")
                                        "answer_source": "text"},
                               rag=dict(RAG_SETTINGS),
                               train={**TRAIN_SETTINGS, "max_steps": int(steps)},
-                              eval=dict(EVAL_SETTINGS), compare={"eval_items": int(items)})
+                              eval=dict(EVAL_SETTINGS),
+                              compare={**COMPARE_SETTINGS, "eval_items": int(items)})
             job = start_job(ws, "compare", cfg)
             st.success(f"Started job {job.id}")
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
@@ -82,6 +84,7 @@ with st.expander("Evaluate a benchmark of your own (MMLU/ARC-style JSONL, CSV, o
         from workbench.evaluate.benchmark import load_benchmark
         from workbench.workspace import save_benchmark
 
+        assert up is not None  # the button is disabled without a file
         try:
             mapping = {k: v for k, v in (("question", qf), ("choices", cf), ("answer", af))
                        if v.strip()}

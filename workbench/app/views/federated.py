@@ -139,7 +139,8 @@ if any(r.get("kind") == "knowledge" for r in rounds_log):
     if report:
         st.markdown("**Final evaluation** (every site's held-out tasks)")
         st.dataframe([{"units": t.label, "verified": f"{t.verified}/{t.n}",
-                       "95% interval": f"{100 * t.ci95[0]:.0f}–{100 * t.ci95[1]:.0f}%",
+                       "95% interval": f"{100 * t.ci95[0]:.0f}–{100 * t.ci95[1]:.0f}%"
+                       if t.ci95 is not None else "-",
                        "p vs federated": "-" if t.mcnemar_p_vs_federated is None
                        else round(t.mcnemar_p_vs_federated, 3)}
                       for t in report.conditions], hide_index=True)
@@ -180,7 +181,7 @@ with tab_sites:
             for k, v in m.items()}} for r in rounds_log for site, m in r["sites"].items()]
     st.dataframe(rows, hide_index=True, width="stretch")
     if train:
-        chart = {}
+        chart: dict[str, dict[int, float]] = {}  # site: {round: loss}
         for r in train:
             for site, m in r["sites"].items():
                 if "eval-loss-before" in m:

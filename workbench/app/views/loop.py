@@ -1,5 +1,6 @@
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -51,7 +52,7 @@ with st.expander("Start a loop", expanded=False):
         mode = c4.selectbox("Start with", ["plan", "auto"], key="lp-mode",
                             help="plan: evaluate and plan round 1 for your approval; auto: "
                                  "unattended rounds, the guards decide")
-        rounds = c5.number_input("Rounds (auto)", 1, 10, 2, key="lp-rounds")
+        n_rounds = c5.number_input("Rounds (auto)", 1, 10, 2, key="lp-rounds")
         go = st.form_submit_button("Start")
     if go:
         try:
@@ -60,7 +61,7 @@ with st.expander("Start a loop", expanded=False):
                                  "(pipelines.loop)")
             cfg = base_config(name.strip() or f"{pack}_loop", domain=pack,
                               loop={"pack": pack, "suites": {"data": data.strip()},
-                                    "mode": mode, "rounds": int(rounds)})
+                                    "mode": mode, "rounds": int(n_rounds)})
             job = start_job(ws, "loop", cfg)
             st.success(f"Started job {job.id}")
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
@@ -206,7 +207,7 @@ if accepted:
         if ok:
             try:
                 orig = {e["id"]: e["messages"][-1]["content"] for e in accepted}
-                rev = {}
+                rev: dict[str, Any] = {}  # {id: "reject"} or {id: {"answer": text}}
                 for row in edited.to_dict("records"):
                     if row["decision"] == "reject":
                         rev[row["id"]] = "reject"

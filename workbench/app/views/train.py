@@ -1,3 +1,5 @@
+from typing import Any
+
 import streamlit as st
 
 from workbench.app.common import (
@@ -85,12 +87,14 @@ if go and ready:
                   "max_length": int(max_len), "batch_size": int(batch),
                   "save_every": int(save_every)}
         if dpo:
+            assert pick is not None  # `ready`
             init = next((r for r in adapters if r.name == start), None)
             train = {**common, "method": "dpo", "data": str(pair_files[pick]),
                      "dpo": {"beta": float(beta)}, "eval_every": max(1, int(save_every)),
                      "init_adapter": str(init.layout.artifact("train", "adapter"))
                      if init else None}
         else:
+            assert source is not None  # `ready`
             lay = source.layout
             bench = lay.artifact("distill", "benchmark")
             train = {**common, "data": str(lay.artifact("distill", "sft")),
@@ -159,7 +163,7 @@ def curve(points: list[dict], y: str, scale: tuple[float, float] | None = None) 
     """One metric by step, as a line with a dot at each measurement (a metric measured
     once still shows)."""
     data = [{"step": p.get("step"), y: p.get(y)} for p in points if p.get(y) is not None]
-    enc_y = {"field": y, "type": "quantitative", "title": y.replace("_", " ")}
+    enc_y: dict[str, Any] = {"field": y, "type": "quantitative", "title": y.replace("_", " ")}
     if scale:
         enc_y["scale"] = {"domain": list(scale)}
     st.vega_lite_chart(data, {"mark": {"type": "line", "point": True, "tooltip": True},
