@@ -41,6 +41,7 @@ def run(cfg, ctx) -> PipelineResult:
     from workbench.runs import file_hash
 
     dc = resolved_config(cfg)
+    assert dc.corpus is not None and dc.domain is not None  # the experiment's fill them in
     out = ctx.layout.folder("distill")
     inputs = (cfg.models.chat.model_dump(), cfg.seed, dc.model_dump(), corpus_hash(dc.corpus),
               file_hash(pack_path(dc.domain)))

@@ -84,7 +84,8 @@ class DistillConfig(_Section):
     domain: str | None = Field(None, description="Domain pack name (rf, generic) or a YAML "
                                                  "path (default: the experiment's `domain`).")
     perspectives: list[str] | None = Field(None, description="Perspective ids; all if unset.")
-    kinds: list[Literal["mc", "nd"]] = Field(default_factory=lambda: ["mc", "nd"])
+    kinds: list[Literal["mc", "nd"]] = Field(
+        default_factory=lambda: list[Literal["mc", "nd"]](["mc", "nd"]))
     mode: Literal["composed", "single"] = Field(
         "composed", description="single: RF-Agent's writer + answerer calls (capable "
                                 "teachers); composed: one easy step per call (small models).")

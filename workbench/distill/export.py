@@ -24,6 +24,7 @@ STYLES = ("instruct", "thinking")
 
 def question_text(s: QTSASample) -> str:
     if s.kind == "mc":
+        assert s.options is not None  # an MC sample has its four (QTSASample checks)
         return f"{s.question}\n{format_options(s.options)}\nAnswer with the letter of the " \
                "correct option."
     return s.question

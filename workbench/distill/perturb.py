@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 # word pairs whose swap turns a statement false (either direction); domain-neutral first,
@@ -95,7 +96,7 @@ def _word_site(sentence: str, m: re.Match, new: str, kind: str) -> Site:
     return Site(art.start(1), m.end(), f"{a}{sentence[art.end(1):m.start()]}{new}", kind)
 
 
-def _other_number(text: str, rng: random.Random, avoid: set[str] = frozenset()
+def _other_number(text: str, rng: random.Random, avoid: AbstractSet[str] = frozenset()
                   ) -> str | None:
     """A different value of the same form: integers stay integers, decimals keep their
     number of places; never the same value, never negative, never a value in `avoid` (a
@@ -113,9 +114,9 @@ def _other_number(text: str, rng: random.Random, avoid: set[str] = frozenset()
             return None  # a year
         cands = {str(v * f) for f in (2, 3, 10)} | ({str(v // 2)} if v >= 4 else set())
         cands |= {str(v + 1)} if v <= 3 else set()
-    cands = sorted(c for c in cands if c != text and float(c) != float(text)
-                   and float(c) > 0 and c not in avoid)
-    return rng.choice(cands) if cands else None
+    kept = sorted(c for c in cands if c != text and float(c) != float(text)
+                  and float(c) > 0 and c not in avoid)
+    return rng.choice(kept) if kept else None
 
 
 def _words(text: str) -> set[str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workbench.distill import gates, parse, shapes
 from workbench.distill.config import AgentModel, DistillConfig
@@ -42,6 +43,7 @@ from workbench.distill.write import (
     Task,
     _conv,
     _generate,
+    known,
     make_spans,
     write_composed,
     write_single,
@@ -61,7 +63,7 @@ def verify(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: DistillConf
            stats: Stats) -> None:
     mc = [t for t in tasks if t.reject is None and t.kind == "mc"]
     convs = [_conv(pack, pack.prompts.verifier.format(
-        text=t.span.text, question=t.question, options=format_options(t.options),
+        text=t.span.text, question=t.question, options=format_options(t.choice()[0]),
         domain=pack.title)) for t in mc]
     if cfg.verifier.method == "loglik":
         scores = agents.verifier.score([ScoreRequest(c, list(LETTERS)) for c in convs])
@@ -206,11 +208,13 @@ def _check_seen(tasks: list[Task], cfg: DistillConfig, stats: Stats) -> None:
     if not seen:
         return
     by_id = {t.id: t for t in tasks}
-    train = [shingles(t.question) for t in tasks if t.split == "train" and t.reject is None]
+    train = [shingles(known(t.question, "question")) for t in tasks
+             if t.split == "train" and t.reject is None]
     for t in seen:
-        if by_id[t.twin].reject is not None:
+        if by_id[known(t.twin, "twin")].reject is not None:
             t.fail("seen_twin_rejected")
-        elif any(jaccard(shingles(t.question), q) >= cfg.dedup.threshold for q in train):
+        elif any(jaccard(shingles(known(t.question, "question")), q) >= cfg.dedup.threshold
+                 for q in train):
             t.fail("seen_near_training")
     stats.stages["seen_kept"] = sum(t.reject is None for t in seen)
 
@@ -235,6 +239,7 @@ def _sections(cfg: DistillConfig, sections: list[Section] | None, stats: Stats):
 
     ingest_report = None
     if sections is None:
+        assert cfg.corpus  # _pack checked it
         sections, ingest_report = load_sections(cfg.corpus)
     corpus_sections = sections  # a document's vocabulary is all of it (foreign_words gate)
     if cfg.max_sections:
@@ -267,7 +272,7 @@ def _recheck_questions(tasks: list[Task], stats: Stats) -> None:
     stats.stages["parsed_and_answered"] = len(live)
     for t in live:
         try:
-            t.question = parse.check_question(t.question)
+            t.question = parse.check_question(known(t.question, "question"))
             parse.check_grounded(t.question, t.span.text)
         except Reject as r:
             t.fail(r.reason)
@@ -290,8 +295,8 @@ def _dedup(tasks: list[Task], cfg: DistillConfig, seed: int, stats: Stats) -> No
     section)."""
     live = [t for t in tasks if t.reject is None]
     stats.stages["validated"] = len(live)
-    drop = set(near_duplicates([t.question for t in live], threshold=cfg.dedup.threshold,
-                               method=cfg.dedup.method,
+    drop = set(near_duplicates([known(t.question, "question") for t in live],
+                               threshold=cfg.dedup.threshold, method=cfg.dedup.method,
                                embedder=_embedder(cfg) if cfg.dedup.method == "embedding"
                                else None, seed=seed))
     for i in drop:
@@ -346,12 +351,12 @@ def apply_gates(tasks: list[Task], corpus: list[Section], pack: DomainPack, cfg:
         ctx = gates.Context(section_text=sec.text, headings=sec.title, answer=_answer_text(t),
                             perspective=pack.perspective(t.perspective).name,
                             document_stems=doc_stems.get(sec.doc_id))
-        res = gates.check(t.question, ctx, enabled=active,
+        res = gates.check(known(t.question, "question"), ctx, enabled=active,
                           min_share=cfg.gates.min_content_share,
                           max_foreign=cfg.gates.max_foreign_words,
                           min_letters=cfg.gates.foreign_min_letters)
-        row = {"task": t.id, "section_id": sec.id, "section": sec.title, "kind": t.kind,
-               "split": t.split, "question": t.question}
+        row: dict[str, Any] = {"task": t.id, "section_id": sec.id, "section": sec.title,
+                               "kind": t.kind, "split": t.split, "question": t.question}
         if res.question != t.question:
             row["stripped_to"] = res.question
             t.question = res.question
@@ -414,8 +419,9 @@ def _to_sample(t: Task, pack: DomainPack, agents: Agents) -> QTSASample:
     sid = "q-" + sha256_text(f"{t.id}\x1f{t.question}")[:16]
     return QTSASample(id=sid, kind=t.kind, question=t.question, options=t.options,
                       thinking=t.thinking, solution=t.solution, answer=t.answer,
-                      difficulty=difficulty(t.question, t.solution, t.thinking,
-                                            pack.advanced_terms),
+                      difficulty=difficulty(known(t.question, "question"),
+                                            known(t.solution, "solution"),
+                                            known(t.thinking, "thinking"), pack.advanced_terms),
                       provenance=prov, split=t.split, flags=list(t.flags))
 
 

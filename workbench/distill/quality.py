@@ -64,8 +64,8 @@ def near_duplicates(texts: Sequence[str], *, threshold: float = 0.7, method: str
         for j in range(n):
             if j in drop:
                 continue
-            for i in np.flatnonzero(sims[j, j + 1:] >= threshold) + j + 1:
-                drop.add(int(i))
+            for near in np.flatnonzero(sims[j, j + 1:] >= threshold) + j + 1:
+                drop.add(int(near))
         return sorted(drop)
     if method != "minhash":
         raise ValueError(f"dedup method must be 'minhash' or 'embedding', got {method!r}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from workbench.distill import perturb
 from workbench.distill.quality import balance_letters
 from workbench.distill.tasks import facts
-from workbench.distill.write import LETTERS, Span, Task
+from workbench.distill.write import LETTERS, Span, Task, known
 from workbench.io import sha256_text
 from workbench.records import Section
 
@@ -127,15 +127,16 @@ def seen_items(accepted: list[Task], sections: list[Section], share: float, seed
                           heldout="seen", twin=t.id), vocab, f"{seed}:seen:{t.id}")
         if item is None:
             continue
-        shared += sum(o in trained_options[t.reference] for o in item.options[1:])
+        shared += sum(o in trained_options[t.reference]
+                      for o in known(item.options, "options")[1:])
         out.append(item)
     return _balanced(out, seed + 1), shared
 
 
 def _balanced(items: list[Task], seed: int) -> list[Task]:
     """The correct option moved to near-uniform letters; the solution names it."""
-    for t, (opts, gold) in zip(items, balance_letters([(t.options, t.gold) for t in items],
-                                                      seed), strict=True):
+    for t, (opts, gold) in zip(items, balance_letters([t.choice() for t in items], seed),
+                               strict=True):
         t.options, t.gold, t.answer = opts, gold, gold
         t.solution = f"The correct option is {gold}: {opts[LETTERS.index(gold)]}"
     return items

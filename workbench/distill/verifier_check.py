@@ -106,6 +106,7 @@ def verifier_decisions(run: str | Path) -> VerifierDecisions:
                                  if i in sections])
     items = []
     for s in samples:
+        assert s.options is not None  # an MC sample has its four (QTSASample checks)
         p = s.provenance
         sec = sections.get(p.section_id)
         text = spans.get((p.section_id, p.span_hash)) or (

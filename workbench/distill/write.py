@@ -14,6 +14,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from workbench.distill import parse, shapes
 from workbench.distill.config import AgentModel, DistillConfig
@@ -26,6 +27,14 @@ from workbench.models.base import ChatModel, GenerationParams
 from workbench.records import Section
 
 LETTERS = "ABCD"
+T = TypeVar("T")
+
+
+def known(value: T | None, what: str) -> T:
+    """A task's field that an earlier stage set for every task still live (the question once
+    written, the reference once answered): None here is a bug of the stage order."""
+    assert value is not None, f"{what} is not set yet"
+    return value
 
 
 @dataclass
@@ -69,6 +78,16 @@ class Task:
         if self.reject is None:
             self.reject = reason
 
+    def choice(self) -> tuple[list[str], str]:
+        """An MC task's options and correct letter (set for a live one once its options
+        are)."""
+        return known(self.options, "options"), known(self.gold, "gold")
+
+    def gold_option(self) -> str:
+        """The text of an MC task's correct option."""
+        options, gold = self.choice()
+        return options[LETTERS.index(gold)]
+
 
 @dataclass
 class Stats:
@@ -95,6 +114,12 @@ class Stats:
 
 class Agents:
     """The model of each agent, loaded once per distinct spec, all behind the call cache."""
+
+    # set by __init__, one per agent (`setattr`, as the agents are named in the config)
+    writer: ChatModel
+    answerer: ChatModel
+    verifier: ChatModel
+    postprocess: ChatModel
 
     def __init__(self, cfg: DistillConfig, default: AgentModel, cache_path: Path | None):
         from workbench.models.backends import load_model
@@ -291,7 +316,7 @@ def _balance(tasks: list[Task], seed: int) -> None:
     """Move each MC item's correct option to a seeded, near-uniform target letter, before any
     reasoning mentions letters."""
     mc = [t for t in tasks if t.reject is None and t.kind == "mc"]
-    for t, (opts, gold) in zip(mc, balance_letters([(t.options, t.gold) for t in mc], seed),
+    for t, (opts, gold) in zip(mc, balance_letters([t.choice() for t in mc], seed),
                                strict=True):
         t.options, t.gold = opts, gold
 
@@ -315,7 +340,7 @@ def write_from_facts(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: D
 
     def asked(t: Task, text: str) -> None:
         t.question = parse.parse_question(text)
-        parse.check_grounded(t.question, t.reference)
+        parse.check_grounded(t.question, known(t.reference, "reference"))
 
     todo = [t for t in tasks if t.reject is None]
     for attempt in range(cfg.write_attempts):
@@ -385,16 +410,15 @@ def _rationales(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: Distil
         for t in live:
             if t.split != "train" and t.kind == "mc":
                 t.thinking, t.answer = "", t.gold
-                t.solution = (f"The correct option is {t.gold}: "
-                              f"{t.options[LETTERS.index(t.gold)]}")
+                t.solution = f"The correct option is {t.gold}: {t.gold_option()}"
                 t.flags.append("no_rationale")
         live = [t for t in live if t.thinking is None]
     rp = GenerationParams(max_tokens=cfg.answer_max_tokens, temperature=cfg.answer_temperature,
                           seed=seed)
     convs = []
     for t in live:
-        opts = format_options(t.options) if t.kind == "mc" else ""
-        ans = f"{t.gold}) {t.options[LETTERS.index(t.gold)]}" if t.kind == "mc" else t.reference
+        opts = format_options(t.choice()[0]) if t.kind == "mc" else ""
+        ans = f"{t.gold}) {t.gold_option()}" if t.kind == "mc" else t.reference
         convs.append(_conv(pack, pack.prompts.rationale.format(
             text=t.span.text, question=t.question, options=opts, answer=ans,
             domain=pack.title)))
@@ -402,11 +426,10 @@ def _rationales(tasks: list[Task], pack: DomainPack, agents: Agents, cfg: Distil
         t.thinking = parse.parse_rationale(text)
         if t.kind == "mc":
             t.answer = t.gold
-            t.solution = (f"The correct option is {t.gold}: "
-                          f"{t.options[LETTERS.index(t.gold)]}")
+            t.solution = f"The correct option is {t.gold}: {t.gold_option()}"
         else:
-            t.solution = t.reference
-            t.answer = t.reference.split(". ")[0].rstrip(".") + "."
+            t.solution = known(t.reference, "reference")
+            t.answer = t.solution.split(". ")[0].rstrip(".") + "."
 
     _ask(agents.answerer, live, convs, rp, stats, explained)
 
@@ -426,7 +449,8 @@ def _assemble_options(tasks: list[Task], seed: int) -> None:
     for t in tasks:
         if t.kind != "mc":
             continue
-        mine = shingles(t.reference)
+        reference = known(t.reference, "reference")
+        mine = shingles(reference)
         same = [o for o in by_span[t.span.id] if o is not t]
         doc = [o for o in by_doc[t.span.section.doc_id] if o.span.id != t.span.id]
         rest = [o for o in everyone if o.span.section.doc_id != t.span.section.doc_id]
@@ -436,7 +460,7 @@ def _assemble_options(tasks: list[Task], seed: int) -> None:
             rng.shuffle(group)
         for o in same + doc + rest:
             cand = o.reference
-            if not cand or cand == t.reference or jaccard(mine, shingles(cand)) >= 0.5:
+            if not cand or cand == reference or jaccard(mine, shingles(cand)) >= 0.5:
                 continue
             if any(jaccard(shingles(cand), shingles(p)) >= 0.5 for p in picked):
                 continue
@@ -446,7 +470,7 @@ def _assemble_options(tasks: list[Task], seed: int) -> None:
         if len(picked) < 3:
             t.fail("no_distractors")
             continue
-        t.options = [t.reference, *picked]
+        t.options = [reference, *picked]
         t.gold = "A"  # letter balance moves it
         try:
             parse.check_options(t.options)
@@ -472,8 +496,9 @@ def _perturbed_options(tasks: list[Task], seed: int) -> None:
             continue
         if t.span.id not in vocab:
             vocab[t.span.id] = perturb.vocabulary(t.span.text, *docs[t.span.section.doc_id])
-        opts = perturb.factorial_options(t.reference, t.question or "", t.span.section.text,
-                                         vocab[t.span.id], f"{seed}:{t.id}")
+        opts = perturb.factorial_options(known(t.reference, "reference"), t.question or "",
+                                         t.span.section.text, vocab[t.span.id],
+                                         f"{seed}:{t.id}")
         if opts is None:
             t.fail("no_distractors")
             continue
