@@ -28,6 +28,8 @@ Log = Callable[[str], Any]
 class ContextProvider(Protocol):
     """One formatted context per question, from ranks `ranks[0]..ranks[1]` (1-based)."""
 
+    top_k: int  # the ranks given when `ranks` is None (evaluation's hit-vs-miss reads it)
+
     def __call__(self, questions: Sequence[str],
                  ranks: tuple[int, int] | None = None) -> list[str]: ...
 

@@ -21,10 +21,10 @@ import hashlib
 import math
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
@@ -282,7 +282,7 @@ def reading(c: Check, *, what: str = "the machine", kappa_min: float = KAPPA_MIN
             f"{what}'s yeses cannot be trusted: {p.share:.0%} of them are right (limit "
             f"{precision_min:.0%})"))
     a = c.agreement
-    if a is None or a.kappa is None:
+    if a is None or a.kappa is None or a.ci_low is None:  # all three, or none
         return Reading(trusted=None, text=(
             f"agreement undefined over {n} items: {what} and the person gave one and the same "
             "answer to all; rate items of both kinds"))
@@ -317,8 +317,24 @@ def agreement_lines(a: Agreement, *, machine: tuple[str, str],
             f"{machine[1]:<{width}}{cf['no/yes']:>{w0}}   {cf['no/no']:>{w1}}"]
 
 
-def ask_in_terminal(check: Check, rate, *, question: str, show, prompt,
-                    stop_on: tuple[type[BaseException], ...] = (EOFError,)) -> Check:
+class _Keyed(Protocol):
+    @property
+    def key(self) -> str: ...
+
+
+class Pending(Protocol):
+    """What `ask_in_terminal` reads of a check: its next unrated item (a `Check`, or a
+    pipeline's own check of the same shape such as the loop's `JudgeCheck`)."""
+
+    @property
+    def next(self) -> _Keyed | None: ...
+
+
+P = TypeVar("P", bound=Pending)
+
+
+def ask_in_terminal(check: P, rate: Callable[[str, bool | None], P], *, question: str, show,
+                    prompt, stop_on: tuple[type[BaseException], ...] = (EOFError,)) -> P:
     """Ask a person about the check's next items until none is left or they stop: y (yes),
     n (no), s (skip: kept, so another item takes its place), q (stop); anything else asks
     again. `show(item, check)` prints the item (the machine's verdict never); `prompt(text)`

@@ -3,7 +3,12 @@ retrieval contexts through the "contexts" service, then `run.run_eval`."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workbench.registry import PipelineResult
+
+if TYPE_CHECKING:
+    from workbench.evaluate.contexts import ContextProvider
 
 
 def resolved(cfg, layout):
@@ -22,7 +27,7 @@ def resolved(cfg, layout):
     return cfg.model_copy(update={"eval": ec.model_copy(update=update)})
 
 
-def context_providers(index: str | None, conditions) -> dict:
+def context_providers(index: str | None, conditions) -> dict[str, ContextProvider]:
     """Retrieval contexts through the "contexts" service (no import of rag)."""
     from workbench import services
 
@@ -34,7 +39,7 @@ def context_providers(index: str | None, conditions) -> dict:
 
         raise WorkbenchError(f"conditions {', '.join(rag_conditions)} need eval.index (build "
                              "one with `workbench rag run` or `workbench rag build`)")
-    return services.contexts()(index, rag_conditions)
+    return dict(services.contexts()(index, rag_conditions))  # the caller adds the oracle's
 
 
 def oracle_provider(ec):

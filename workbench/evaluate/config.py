@@ -8,8 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # none: the question alone; semantic, keyword, hybrid: retrieved passages; oracle: the item's
 # own source passage (the bound a retriever cannot pass; needs items with provenance)
-CONDITIONS = ("none", "semantic", "keyword", "hybrid", "oracle")
 Condition = Literal["none", "semantic", "keyword", "hybrid", "oracle"]
+CONDITIONS: tuple[Condition, ...] = ("none", "semantic", "keyword", "hybrid", "oracle")
 
 
 class EvalConfig(BaseModel):
@@ -39,9 +39,9 @@ class EvalConfig(BaseModel):
                                                        "many words (a whole section may be "
                                                        "longer than a retriever's context).")
     methods: list[Literal["loglik", "generate"]] = Field(
-        default_factory=lambda: ["loglik", "generate"])
+        default_factory=lambda: list[Literal["loglik", "generate"]](["loglik", "generate"]))
     formulations: list[Literal["letter", "cloze"]] = Field(
-        default_factory=lambda: ["letter", "cloze"],
+        default_factory=lambda: list[Literal["letter", "cloze"]](["letter", "cloze"]),
         description="Log-likelihood formulations (OLMES): letter lists the options and "
                     "scores letters (MCF); cloze asks the question only and scores each "
                     "option's text (CF, acc and length-normalised acc_norm).")

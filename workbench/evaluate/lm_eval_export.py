@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypedDict
 
 from workbench.errors import WorkbenchError
 from workbench.evaluate.mc import LETTERS, cloze_request, raw_prompt
@@ -59,7 +60,17 @@ def task_name(name: str) -> str:
     return slug
 
 
-def export_lm_eval(items: Sequence[MCItem], out: Path, name: str) -> dict[str, object]:
+class Exported(TypedDict):
+    """What `export_lm_eval` wrote (export.json)."""
+
+    group: str
+    tasks: list[str]
+    items: int
+    skipped_multi_answer: int
+    folder: str
+
+
+def export_lm_eval(items: Sequence[MCItem], out: Path, name: str) -> Exported:
     """Write the task folder; returns what was written."""
     from workbench.io import atomic_write_text, check_made_here
 
@@ -94,8 +105,8 @@ def export_lm_eval(items: Sequence[MCItem], out: Path, name: str) -> dict[str, o
                       f"group: {name}\ntask:\n" + "".join(f"  - {t}\n" for t in tasks)
                       + "aggregate_metric_list:\n  - metric: acc\n    weight_by_size: true\n"
                       "metadata:\n  version: 1\n")
-    done = {"group": name, "tasks": list(tasks), "items": len(rows),
-            "skipped_multi_answer": skipped, "folder": str(out)}
+    done: Exported = {"group": name, "tasks": list(tasks), "items": len(rows),
+                      "skipped_multi_answer": skipped, "folder": str(out)}
     atomic_write_text(out / "export.json", json.dumps(done, indent=1) + "\n")  # written last
     return done
 

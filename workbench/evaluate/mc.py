@@ -202,8 +202,8 @@ def evaluate_mc(model: ChatModel, items: Sequence[MCItem], *, condition: str = "
         if generations is not None:
             extra["generation"] = generations[i].text[:500]
             error = generations[i].error
-        if ctx[i]:
-            extra["context"] = ctx[i][:2000]
+        if context := ctx[i]:
+            extra["context"] = context[:2000]
         if it.provenance is not None and it.provenance.fact_hash:
             extra["cluster"] = it.provenance.fact_hash  # items of one sentence: not independent
         pred = item_preds.get(primary) if primary else None

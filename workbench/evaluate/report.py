@@ -88,8 +88,8 @@ def summary_markdown(summary: EvalSummary, *, title: str | None = None) -> str:
     lines = [f"## {title or s.model}", "",
              f"Model `{s.model_identity}`, {s.items} items, chance {_pct(s.chance)}. "
              "Accuracies with 95% Wilson intervals.", ""]
-    if k := clusters_of(s):
-        lines[-2] += (f" The items form {k} independent clusters (items asked for one "
+    if clusters := clusters_of(s):
+        lines[-2] += (f" The items form {clusters} independent clusters (items asked for one "
                       "sentence of the text share their correct option): intervals are at "
                       "the effective sample size, and comparisons marked with clusters test "
                       "and resample clusters.")
@@ -110,8 +110,8 @@ def summary_markdown(summary: EvalSummary, *, title: str | None = None) -> str:
     lines += ["", f"**Headline: {SCORING_LABELS.get(head, head) if head else 'none'}**"
               + ("" if head else " (every candidate formulation is degenerate)")
               + f". Rule: {s.headline.rule}"]
-    for f, why in s.headline.excluded.items():
-        lines.append(f"- {SCORING_LABELS.get(f, f)} left out: {why}")
+    for excluded, why in s.headline.excluded.items():
+        lines.append(f"- {SCORING_LABELS.get(excluded, excluded)} left out: {why}")
     lines += ["", s.degenerate_rule, ""]
     letters = list(next(iter(s.conditions.values())).gold) if s.conditions else []
     if letters:
@@ -126,7 +126,7 @@ def summary_markdown(summary: EvalSummary, *, title: str | None = None) -> str:
                 if f is not None:
                     lines.append(f"| {name} | {SCORING_LABELS[k]} | " + " | ".join(
                         str(f.predictions.get(x, 0)) for x in letters) +
-                        f" | {'degenerate: ' + f.degenerate_reason if f.degenerate else ''} |")
+                        f" | {f'degenerate: {f.degenerate_reason}' if f.degenerate else ''} |")
         lines.append("")
     if s.comparisons:
         lines += ["### Conditions compared", "", comparisons_markdown(s.comparisons),

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from workbench.errors import WorkbenchError
 from workbench.evaluate.benchmark import load_benchmark
@@ -92,6 +93,15 @@ def _contexts(provider: ContextProvider, cond: str, items: Sequence[MCItem],
     return ctx
 
 
+class _Scoring(TypedDict):
+    """The `evaluate_mc` options every condition shares."""
+
+    methods: Sequence[str]
+    formulations: Sequence[str]
+    template: str
+    model_name: str
+
+
 def evaluate_conditions(model: ChatModel, items: Sequence[MCItem], cfg: EvalConfig, *,
                         contexts: Mapping[str, ContextProvider] | None = None,
                         model_name: str | None = None, log: Log = print
@@ -101,8 +111,8 @@ def evaluate_conditions(model: ChatModel, items: Sequence[MCItem], cfg: EvalConf
     `correct` follow the headline formulation the summary picks."""
     check_contexts(cfg.conditions, contexts)
     name = model_name or model.identity
-    kw = {"methods": cfg.methods, "formulations": cfg.formulations, "template": cfg.template,
-          "model_name": name}
+    kw: _Scoring = {"methods": cfg.methods, "formulations": cfg.formulations,
+                    "template": cfg.template, "model_name": name}
     results: list[EvalResult] = []
     for cond in cfg.conditions:
         provider = (contexts or {}).get(cond)
@@ -119,9 +129,10 @@ def evaluate_conditions(model: ChatModel, items: Sequence[MCItem], cfg: EvalConf
         if cfg.hit_vs_miss and provider is not None and "loglik" in cfg.methods \
                 and cond != "oracle":
             lo, hi = miss_ranks(provider)
+            loglik: _Scoring = {**kw, "methods": ["loglik"]}
             results += evaluate_mc(model, items, condition=f"{cond}_ranks{lo}-{hi}",
                                    contexts=_contexts(provider, cond, items, (lo, hi)),
-                                   **{**kw, "methods": ["loglik"]})
+                                   **loglik)
     chance = sum(1 / len(it.options) for it in items) / max(len(items), 1)
     summary = summarize_eval(results, model=name, model_identity=model.identity,
                              chance=chance, seed=cfg.bootstrap_seed)

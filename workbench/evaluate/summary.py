@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from itertools import combinations
-from typing import Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,7 +31,7 @@ from workbench.evaluate.stats import (
 )
 from workbench.records import LETTERS, EvalResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 # OLMES (arXiv 2406.08446) scores each model in both formulations and reports the better one;
 # its cloze scores are normalised by length in characters for most tasks, as here.
 HEADLINE_CANDIDATES = ("letter", "cloze_norm")
@@ -76,7 +76,7 @@ class Accuracy(_Summary):
     @classmethod
     def of(cls, correct: Sequence[bool], clusters: Sequence[str] | None = None) -> Accuracy:
         k, n = sum(bool(c) for c in correct), len(correct)
-        if is_clustered(clusters):
+        if clusters is not None and is_clustered(clusters):
             lo, hi = clustered_wilson_interval(correct, clusters)
             return cls(correct=k, n=n, value=k / n, ci_low=lo, ci_high=hi,
                        clusters=len(set(clusters)))
@@ -162,8 +162,8 @@ class EvalSummary(_Summary):
     def headline_accuracy(self) -> dict[str, Accuracy]:
         """Each condition's accuracy in the headline formulation."""
         f = self.headline.formulation
-        return {c: s.scoring(f).accuracy for c, s in self.conditions.items()
-                if f and s.scoring(f) is not None}
+        return {c: scored.accuracy for c, s in self.conditions.items()
+                if f and (scored := s.scoring(f)) is not None}
 
 
 def _letters(results: Sequence[EvalResult]) -> str:
@@ -229,18 +229,18 @@ def choose_headline(conditions: Mapping[str, ConditionSummary]) -> Headline:
                   if conds and all(c.scoring(f) is not None for c in conds)]
     if not candidates and conds and all(c.generation is not None for c in conds):
         candidates = ["generate"]
-    means, excluded = {}, {}
-    for f in candidates:
-        means[f] = sum(c.scoring(f).accuracy.value for c in conds) / len(conds)
-        bad = [(name, c.scoring(f).degenerate_reason) for name, c in conditions.items()
-               if c.scoring(f).degenerate]
+    means: dict[str, float] = {}
+    excluded: dict[str, str] = {}
+    for f in candidates:  # each scored under every condition
+        scored = {name: s for name, c in conditions.items() if (s := c.scoring(f)) is not None}
+        means[f] = sum(s.accuracy.value for s in scored.values()) / len(conds)
+        bad = [(name, s.degenerate_reason) for name, s in scored.items() if s.degenerate]
         if bad:
             excluded[f] = f"degenerate under {', '.join(n for n, _ in bad)}: {bad[0][1]}"
     for f in HEADLINE_CANDIDATES:  # scored under some conditions only: never a headline
-        some = [name for name, c in conditions.items() if c.scoring(f) is not None]
+        some = {name: s for name, c in conditions.items() if (s := c.scoring(f)) is not None}
         if some and f not in candidates:
-            bad = [(name, conditions[name].scoring(f).degenerate_reason) for name in some
-                   if conditions[name].scoring(f).degenerate]
+            bad = [(name, s.degenerate_reason) for name, s in some.items() if s.degenerate]
             excluded[f] = f"scored under {', '.join(some)} only" + (
                 f"; degenerate under {', '.join(n for n, _ in bad)}: {bad[0][1]}" if bad
                 else "")
@@ -261,7 +261,7 @@ def paired_comparisons(pairs: Sequence[tuple[str, str, Mapping[str, bool], Mappi
     where correct_* map item id -> right or wrong; only the items both sides have count, and
     the p-values are Holm-adjusted together. `clusters` maps item id -> cluster where items
     are not independent (clustered McNemar and a bootstrap over clusters then)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for a, b, ca, cb, fa, fb in pairs:
         ids = [i for i in ca if i in cb]
         if not ids:

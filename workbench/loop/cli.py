@@ -155,7 +155,7 @@ def register(group: typer.Typer) -> None:
         and whether the open questions' rubric delta can be trusted. With --rate, show the
         next unrated items (the judge's verdict hidden) and keep your verdicts."""
         from workbench.evaluate.agreement import agreement_lines, ask_in_terminal
-        from workbench.loop.agreement import judge_check, judge_guard, rate_item
+        from workbench.loop.agreement import JudgeCheck, judge_check, judge_guard, rate_item
         from workbench.loop.decide import refresh_round_guard
 
         loop = _loop(config, set_)
@@ -172,13 +172,12 @@ def register(group: typer.Typer) -> None:
                            f"{item.answer}\n\ncriterion ({item.points:+g} points): "
                            f"{item.criterion}")
 
-            def keep(key: str, verdict: bool | None):
+            def keep(key: str, verdict: bool | None) -> JudgeCheck:
                 with _locked(loop, "judge-check"):  # a skip is kept: another item replaces it
                     return rate_item(loop, key, verdict, by=by)
 
-            # ask_in_terminal is typed for evaluate's Check; a JudgeCheck has the same shape
-            check = ask_in_terminal(  # type: ignore[assignment]
-                check, keep, question="meets it?", show=show,  # type: ignore[arg-type]
+            check = ask_in_terminal(
+                check, keep, question="meets it?", show=show,
                 prompt=lambda text: typer.prompt(text, default="s"), stop_on=(typer.Abort,))
             with _locked(loop, "judge-check"):
                 refresh_round_guard(loop.store, loop.evaluator)
