@@ -237,8 +237,10 @@ def _best_rag(base: EvalSummary | None) -> str | None:
 
 
 def _rows(who: str, bench: str, summary: EvalSummary | None) -> list[CompareRow]:
-    rows = []
-    for cond, s in (summary.conditions.items() if summary else []):
+    rows: list[CompareRow] = []
+    if summary is None:
+        return rows
+    for cond, s in summary.conditions.items():
         if cond not in ROW_NAMES:
             continue
         scorings = {k: f for k in ("letter", "cloze", "cloze_norm", "generate")
@@ -292,13 +294,13 @@ def build_report(cfg, job: _Job, base: dict[str, EvalSummary | None],
     first = next(iter(job.benches), None)
     hit_miss = {}
     b0 = base.get(first) if first else None
-    for cond, s in (b0.conditions.items() if b0 else []):
+    conditions = b0.conditions if b0 else {}
+    for cond, s in conditions.items():
         if cond not in ROW_NAMES and "_ranks" in cond:
             top = cond.split("_ranks")[0]
             f = s.scoring("letter") or s.scoring("cloze_norm")
-            if f and top in b0.conditions and b0.conditions[top].scoring("letter"):
-                hit_miss[top] = {"top": b0.conditions[top].scoring("letter").accuracy,
-                                 "below": f.accuracy}
+            if f and top in conditions and (above := conditions[top].scoring("letter")):
+                hit_miss[top] = {"top": above.accuracy, "below": f.accuracy}
     distill_report = lay.artifact("distill", "report")
     distill = DistillReport.model_validate_json(distill_report.read_bytes()).summary() \
         if distill_report.exists() else {}
