@@ -53,6 +53,11 @@ def test_answerer_tags():
                   multiple_choice=True) == "unbalanced_tags"
     assert reason(parse.parse_answerer, "<think>x</think><answer>B</answer>",
                   multiple_choice=True) == "empty_solution"
+    # each tag once, but a pair closed before it opens: a rejected reply, not a crash
+    assert reason(parse.parse_answerer, "</think>a<think> s <answer>B</answer>",
+                  multiple_choice=True) == "unbalanced_tags"
+    assert reason(parse.parse_answerer, "<think>a</think> s </answer>B<answer>",
+                  multiple_choice=True) == "unbalanced_tags"
     assert reason(parse.parse_answerer, "<think>a</think>s<answer>B</answer><answer>C</answer>",
                   multiple_choice=True) == "answer_tag_count"
     assert reason(parse.parse_answerer, "<think>a</think> s <answer>maybe B</answer>",

@@ -170,6 +170,8 @@ def parse_answerer(text: str, *, multiple_choice: bool) -> tuple[str, str, str]:
             raise Reject(f"{tag}_tag_count", str(low.count(f"<{tag}>")))
     think = _THINK.search(text)
     ans = _ANSWER.search(text)
+    if think is None or ans is None:  # a closing tag before its opening one
+        raise Reject("unbalanced_tags", "think" if think is None else "answer")
     if think.start() > ans.start():
         raise Reject("answer_before_thinking")
     thinking = think.group(1).strip()
