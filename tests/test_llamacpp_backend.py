@@ -389,3 +389,28 @@ def test_a_small_quantised_file_is_decoded_from_an_f16_copy(peaked, engines, tmp
     finally:
         as_is.close()
     assert "@f16" not in f32.identity  # an unquantised file is decoded as it is
+
+
+def test_thread_options_reach_the_engine_and_a_late_openmp_is_said(peaked, monkeypatch,
+                                                                     caplog):
+    """`threads` and `poll` reach llama.cpp's CPU parameters (both the decoding and the
+    prompt-batch ones); where libgomp was loaded before the workbench could make OpenMP's
+    threads sleep (`workbench.openmp`), starting the engine on 2 threads says so, once."""
+    from workbench import openmp
+    from workbench.models import llamacpp_server
+
+    monkeypatch.setattr(openmp, "_STATE", "late")
+    monkeypatch.setattr(llamacpp_server, "_SPIN_SAID", False)
+    with caplog.at_level("WARNING", logger="workbench.models.llamacpp_server"):
+        m = load_model(str(peaked[1]), threads=2, poll=0, batch_size=1)
+    try:
+        p = m.server.params
+        assert (p.cpuparams.n_threads, p.cpuparams_batch.n_threads) == (2, 2)
+        assert (p.cpuparams.poll, p.cpuparams_batch.poll) == (0, 0)
+        details = m.info().details
+        assert (details["threads"], details["poll"], details["openmp_wait"]) == (2, 0, "late")
+        assert m.generate(_convs(1), GenerationParams(max_tokens=3))[0].ok
+    finally:
+        m.close()
+    said = [r.getMessage() for r in caplog.records if "spin-wait" in r.getMessage()]
+    assert len(said) == 1 and "OMP_WAIT_POLICY=passive" in said[0]

@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbench import openmp
 from workbench.errors import BackendError, WorkbenchError
 from workbench.models.backends import register_backend
 from workbench.models.base import (
@@ -84,7 +85,12 @@ class LlamaCppOptions(BaseModel):
                                             "build of xllamacpp; auto offloads when it has "
                                             "one).")
     threads: int | None = Field(None, ge=1, description="CPU threads (default: all cores).")
-    poll: int = Field(50, ge=0, le=100, description="POLL-DESC")
+    poll: int = Field(50, ge=0, le=100, description=(
+        "llama.cpp's polling level (0-100: how long idle threads busy-wait for work; 50 is "
+        "llama.cpp's own default). The xllamacpp wheel's ggml is built with OpenMP, whose "
+        "threads wait by OpenMP's policy instead (the workbench sets OMP_WAIT_POLICY=passive: "
+        "`workbench.openmp`), so it has no measured effect there (BENCHMARKS.md, "
+        "\"llama.cpp under load\")."))
     batch_size: int = Field(8, ge=1, le=64, description="Parallel slots: conversations "
                                                         "decoded together.")
     slot_context: int | None = Field(None, ge=64, description=(
@@ -520,7 +526,7 @@ class LlamaCppChatModel(TokenizerChatModel):
         info = super().info()
         info.details.update(engine="llama.cpp (xllamacpp)", gguf=str(_gguf_file(self.source)),
                             device=self.device, threads=self.threads, poll=self.opts.poll,
-                            slots=self.slots,
+                            openmp_wait=openmp.state(), slots=self.slots,
                             slot_context=self.slot_context,
                             load_seconds=self.load_seconds,
                             scoring="transformers")

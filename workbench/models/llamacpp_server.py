@@ -7,11 +7,15 @@ registry asks before it picks llama.cpp for a GGUF file."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import secrets
 from pathlib import Path
 
+from workbench import openmp
 from workbench.errors import BackendError
+
+log = logging.getLogger(__name__)
 
 PACKAGE = "xllamacpp"
 PIP = "pip install 'xllamacpp==2026.10.11549'"
@@ -48,6 +52,21 @@ def fallback_reason() -> str | None:
     return None
 
 
+_SPIN_SAID = False
+
+
+def _say_if_spinning(threads: int) -> None:
+    """Warn once when llama.cpp's OpenMP threads in this process spin-wait at barriers
+    (libgomp was loaded before `import workbench` could make them sleep: `workbench.openmp`)."""
+    global _SPIN_SAID
+    if threads > 1 and openmp.state() == "late" and not _SPIN_SAID:
+        _SPIN_SAID = True
+        log.warning("OpenMP was loaded before the workbench (torch imported first?), so "
+                    "llama.cpp's threads spin-wait, and generation slows many-fold when "
+                    "another process uses the CPU; set OMP_WAIT_POLICY=passive in the "
+                    "environment, or import workbench first")
+
+
 class Server:
     """llama.cpp's server in this process: 127.0.0.1, a port the OS picks, a random key."""
 
@@ -57,6 +76,7 @@ class Server:
         import httpx
         import xllamacpp as xlc
 
+        _say_if_spinning(threads)
         p = xlc.CommonParams()
         p.model.path = str(gguf)
         p.n_parallel = slots
@@ -68,6 +88,8 @@ class Server:
         p.ctx_shift = False  # a prompt that does not fit is refused, never silently cut
         p.cpuparams.n_threads = threads
         p.cpuparams_batch.n_threads = threads
+        # polling for work between graphs; the wheel's ggml is built with OpenMP, whose
+        # barriers wait by OpenMP's own policy (`workbench.openmp`), so it has no effect there
         p.cpuparams.poll = p.cpuparams_batch.poll = poll
         p.n_gpu_layers = gpu_layers
         p.fit_params = False  # the sizes asked for, not ones fitted to free memory
@@ -83,6 +105,7 @@ class Server:
         p.api_keys = [self.key]
         if lora is not None:
             p.lora_adapters = [xlc.CommonAdapterLoraInfo(str(lora), float(lora_scale))]
+        self.params = p
         try:
             self.server = xlc.Server(p)
         except Exception as e:
