@@ -58,9 +58,9 @@ def with_corpus(ws):
     return w
 
 
-# what a form asks (so it may differ from the demo), and what sizes the demo to ~5 minutes
+# what a form asks (so it may differ from the demo), and what sizes the demo
 ASKED = {"perspectives", "kinds", "mode", "answer_source", "max_steps", "eval_items"}
-DEMO_ONLY = {"max_train_tasks"}  # the demo's 8 steps read ~20 samples: a form trains longer
+DEMO_ONLY = {"max_train_tasks"}  # the demo writes questions for 72 tasks: a form for all
 
 
 def same_as_demo(section: str, asked: dict) -> None:
@@ -93,7 +93,7 @@ def test_the_comparison_form_runs_as_the_demo_does(ws, started):
     assert not at.exception and not at.error, [e.value for e in at.error]
     (kind, cfg), = started
     assert kind == "compare"
-    for section in ("distill", "eval", "rag", "train"):
+    for section in ("distill", "eval", "rag", "train", "compare"):
         same_as_demo(section, cfg[section])
 
 

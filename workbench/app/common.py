@@ -215,16 +215,23 @@ DISTILL_SETTINGS = {"constrained": "auto", "writer_temperature": 0.7,
                     "verifier": {"method": "loglik", "on_disagree": "flag"},
                     "benchmark_fraction": 0.35}
 COMPOSED_SETTINGS = {"writer_max_tokens": 48, "answer_max_tokens": 96}
-TEXT_ANSWER_SETTINGS = {"benchmark_rationales": False}
+# with answers from the text: held-out items that need the text's knowledge ("Which
+# statement about <section> is correct?" over the sentence and three false copies, no model
+# call), both benchmarks (unseen sections, seen facts), and a recall sample for each training
+# sentence the writer's questions miss
+TEXT_ANSWER_SETTINGS = {"benchmark_rationales": False, "distractors": "perturbed",
+                        "benchmark_items": "statement", "seen_fraction": 1.0,
+                        "recall_samples": True}
 # the comparison: one log-likelihood pass (generation answers "A" for the 135M model and cost
 # ~40% of the time), letter scoring only without retrieval, no hit-vs-miss passes; short
 # chunks keep RAG prompts short; the demo's LoRA settings
 EVAL_SETTINGS = {"methods": ["loglik"], "letter_conditions": ["none"], "hit_vs_miss": False,
-                 "max_tokens": 48}
+                 "max_tokens": 48, "oracle_tokens": 64}
 RAG_SETTINGS = {"chunk_size": 96, "chunk_overlap": 16}
-TRAIN_SETTINGS = {"max_length": 512, "batch_size": 2, "grad_accum": 1, "learning_rate": 3.0e-4,
-                  "lora": {"r": 8, "alpha": 16, "dropout": 0.05},
-                  "domain_eval": {"every": 4, "max_items": 20}}
+COMPARE_SETTINGS = {"seen_conditions": ["none"]}  # seen: does training teach the facts
+TRAIN_SETTINGS = {"max_length": 512, "batch_size": 2, "grad_accum": 1, "learning_rate": 6.0e-4,
+                  "lora": {"r": 16, "alpha": 32, "dropout": 0.05},
+                  "domain_eval": {"every": 8, "max_items": 20}}
 
 
 def distill_settings(mode: str = "composed", answer_source: str = "text") -> dict[str, Any]:
