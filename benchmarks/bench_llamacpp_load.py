@@ -39,14 +39,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PROMPTS = ["Explain what VSWR measures in an RF system.",
-           "How does a quarter-wave transformer match two impedances?",
-           "What limits the noise figure of a low-noise amplifier?",
-           "Describe how a double-balanced mixer suppresses its local oscillator.",
-           "Why do microstrip lines radiate at discontinuities?",
-           "What does the Smith chart show about a load?",
-           "How is the Q factor of a resonator measured?",
-           "What sets the bandwidth of a Wilkinson power divider?"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_generation_engines import PROMPTS  # noqa: E402  the same 8 RF prompts
 SPIN = {"GOMP_SPINCOUNT": "300000"}  # libgomp's own default: its threads spin-wait this long
 # name -> (backend, its options, environment for the child: OMP_WAIT_POLICY and
 # GOMP_SPINCOUNT are taken out of it first, so "default" gets what `import workbench` sets)
