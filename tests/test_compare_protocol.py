@@ -49,6 +49,13 @@ def test_compare_scores_seen_and_unseen_with_the_oracle_first(tmp_path, tiny_mod
     unseen_rows = sorted(n for b, n in rows if b == "unseen")
     assert len(unseen_rows) == 7 and len(seen_rows) == 3, rows  # base x5 + SFT x2; 2 + 1
     assert not any("RAG" in n for n in seen_rows)
+    # the letter formulation is scored on unseen (under none) and not on seen
+    # (compare.letter_benchmarks): there it would be a second pass for nothing read
+    for name, letter in (("eval_base", True), ("eval_base_seen", False),
+                         ("eval_sft", True), ("eval_sft_seen", False)):
+        scored = [json.loads(x)["scores"] for x in (run / name / "results.jsonl").read_text()
+                  .splitlines()]
+        assert any("letter" in s for s in scored) is letter, name
     md = (run / "report.md").read_text()
     assert "## Benchmark `seen`" in md and "Knowledge-free rules" in md
     assert "with the item's own passage (the oracle bound)" in md

@@ -15,7 +15,7 @@ not change, and the model calls of a re-run distillation come from the call cach
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +65,26 @@ class _Job:
     benches: dict[str, list[MCItem]]
     stages: Any
     providers: dict | None = None
+    models: dict[str, Any] = field(default_factory=dict)
 
     @property
     def lay(self):
         return self.ctx.layout
+
+    def model(self, which: str, mc) -> Any:
+        """The base or SFT model, opened once for every benchmark that has to be scored (a
+        load, and for SFT an adapter merge, each time was ~10 s of the main job)."""
+        from workbench.models.factory import open_chat_model
+
+        if which not in self.models:
+            self.models[which] = open_chat_model(mc, self.cfg)
+        return self.models[which]
+
+    def close(self, which: str) -> None:
+        """Let go of a model the run needs no more (the base before training)."""
+        model = self.models.pop(which, None)
+        if model is not None:
+            model.close()
 
     def contexts(self, conditions, items: list[MCItem]) -> dict[str, Any]:
         if self.providers is None:
@@ -92,11 +108,13 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
     inputs = {b: _evaluate_base(job, b) for b in job.benches}  # 3. base x every condition
     seed = cfg.eval.bootstrap_seed
     base = {b: _summary(job.lay, stage_name("eval_base", b), seed) for b in job.benches}
+    job.close("base")
     _train_sft(job)  # 4. LoRA SFT on the training split (the train pipeline)
     # 5. the SFT model without RAG and with the best RAG (of the base model on unseen items)
     best = _best_rag(base.get("unseen") or next(iter(base.values()), None))
     for b in job.benches:
         _evaluate_sft(job, b, best, inputs[b])
+    job.close("sft")
     sft = {b: _summary(job.lay, stage_name("eval_sft", b), seed) for b in job.benches}
     report = build_report(cfg, job, base, sft, best, time.perf_counter() - t_all)  # 6.
     job.stages.mark("report", file_hash(job.lay.artifact("compare", "report")) or "", 0.0)
@@ -129,19 +147,17 @@ def _evaluate_base(job: _Job, bench: str) -> tuple:
     """The base model on one benchmark under no context, the oracle and every retriever,
     with the retrievers' own metrics; returns the stage's inputs (the SFT stage's key
     includes them)."""
-    from workbench.models.factory import open_chat_model
-
     cfg, lay, items = job.cfg, job.lay, job.benches[bench]
     conds = list(BASE_CONDITIONS) if bench == "unseen" or cfg.compare.seen_conditions is None \
         else [c for c in BASE_CONDITIONS if c in cfg.compare.seen_conditions]
-    ec = cfg.eval.model_copy(update={"conditions": conds})
+    ec = _eval_settings(cfg, bench, conds)
     base_inputs = (cfg.models.chat.model_dump(), cfg.seed, file_hash(job.bench_paths[bench]),
                    file_hash(lay.artifact("rag", "manifest")),
                    file_hash(lay.artifact("distill", "sections")), ec.model_dump(),
                    cfg.compare.eval_items)
 
     def eval_base():
-        model = open_chat_model(cfg.models.chat, cfg)
+        model = job.model("base", cfg.models.chat)
         results, summary = evaluate_conditions(
             model, items, ec, contexts=job.contexts(ec.conditions, items),
             model_name=f"base ({cfg.models.chat.spec})", log=job.ctx.log)
@@ -155,6 +171,16 @@ def _evaluate_base(job: _Job, bench: str) -> tuple:
 
     job.stages.run(stage_name("eval_base", bench), base_inputs, eval_base)
     return base_inputs
+
+
+def _eval_settings(cfg, bench: str, conds: list[str]):
+    """The evaluation settings of one benchmark: its conditions, and the letter formulation
+    only on the benchmarks `compare.letter_benchmarks` names (elsewhere it is a second pass
+    as long as the cloze one, for a formulation that reads nothing on a small model)."""
+    update: dict[str, Any] = {"conditions": conds}
+    if bench not in cfg.compare.letter_benchmarks:
+        update["letter_conditions"] = []
+    return cfg.eval.model_copy(update=update)
 
 
 def _train_sft(job: _Job) -> None:
@@ -171,14 +197,12 @@ def _train_sft(job: _Job) -> None:
 def _evaluate_sft(job: _Job, bench: str, best: str | None, base_inputs: tuple) -> None:
     """The SFT model on one benchmark without RAG and with the base model's best retriever
     (or under every condition)."""
-    from workbench.models.factory import open_chat_model
-
     cfg, lay, items = job.cfg, job.lay, job.benches[bench]
     conds = list(BASE_CONDITIONS) if cfg.compare.sft_conditions == "all" \
         else ["none"] + ([best] if best else [])
     if bench != "unseen" and cfg.compare.seen_conditions is not None:  # paired with the base's
         conds = [c for c in conds if c in cfg.compare.seen_conditions]
-    ec_sft = cfg.eval.model_copy(update={"conditions": conds, "hit_vs_miss": False})
+    ec_sft = _eval_settings(cfg, bench, conds).model_copy(update={"hit_vs_miss": False})
     adapter = lay.artifact("train", "adapter")
     sft_inputs = (base_inputs, ec_sft.model_dump(), file_hash(lay.artifact("train",
                                                                            "weights")))
@@ -186,7 +210,7 @@ def _evaluate_sft(job: _Job, bench: str, best: str | None, base_inputs: tuple) -
     def eval_sft():
         mc = cfg.models.chat.model_copy(update={"options": {
             **cfg.models.chat.options, "adapter": str(adapter), "merge_adapter": True}})
-        model = open_chat_model(mc, cfg)
+        model = job.model("sft", mc)
         results, summary = evaluate_conditions(model, items, ec_sft,
                                                contexts=job.contexts(conds, items),
                                                model_name="SFT (LoRA)", log=job.ctx.log)

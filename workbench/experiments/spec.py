@@ -20,6 +20,12 @@ class CompareConfig(BaseModel):
                                 "five, as on unseen). The seen benchmark asks whether training "
                                 "taught the facts, so [none] is enough to read it; each "
                                 "retriever is another pass over its items.")
+    letter_benchmarks: list[Literal["unseen", "seen"]] = Field(
+        ["unseen"], description="The benchmarks on which the letter formulation is scored "
+                                "(under eval.letter_conditions). On seen it would be a second "
+                                "pass as long as the cloze one; the question there, whether "
+                                "training taught the facts, is read in the headline "
+                                "formulation.")
 
     @field_validator("seen_conditions")
     @classmethod
