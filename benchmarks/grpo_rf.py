@@ -3,17 +3,22 @@ on its own rollouts against the pack's reward, held-out accuracy before and afte
 
     python benchmarks/grpo_rf.py [--steps 12] [--group 4] [--tasks 4] [--heldout 16]
         [--temperature 0.5] [--lr 5e-4] [--beta 0] [--out runs/grpo_rf] [--json FILE]
+        [--generate-per-family N [--generate-seed 0]]
 
 The 40 design items are split by a seeded shuffle into held-out items (never rolled out in
-training) and training items. Each step rolls out `--tasks` training items `--group` times
-(the guided policy sampling over its candidates' scores at `--temperature`), rewards them
-with `rf.reward` (correct within tolerance, less 0.1 per model mistake) and updates the
-LoRA adapter. The held-out items run greedily before training and every `--eval-every`
-steps; the adapter with the best held-out reward is kept. The report: per-step figures
-(reward, within-group spread, groups with no signal, tool calls, clip fraction, rollout
-and update tokens/s) and held-out accuracy of the prompted agent against the kept adapter,
-each with a Wilson interval, and an exact McNemar test on the same items. Killed, it
-resumes from its checkpoints in `--out`.
+training) and training items. With `--generate-per-family N` the pool is the 40 and N
+items per family generated from the calculators (`rf.generate`, at most 79, none repeating a
+shipped item), so the test, dev and training splits can be large: e.g.
+`--generate-per-family 50 --heldout 200 --dev 100` leaves 140 training items. Each step
+rolls out `--tasks` training items `--group` times (the guided policy sampling over its
+candidates' scores at `--temperature`), rewards them with `rf.reward` (correct within
+tolerance, less 0.1 per model mistake) and updates the LoRA adapter. The held-out items
+run greedily before training and every `--eval-every` steps; the adapter with the best
+held-out reward is kept. The report: per-step figures (reward, within-group spread, groups
+with no signal, tool calls, clip fraction, rollout and update tokens/s) and held-out
+accuracy of the prompted agent against the kept adapter, each with a Wilson interval, and
+an exact McNemar test on the same items. Killed, it resumes from its checkpoints in
+`--out`.
 """
 
 from __future__ import annotations
@@ -39,6 +44,11 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=4)
     ap.add_argument("--model", default="default")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--generate-per-family", type=int, default=None,
+                    help="add this many generated design items per family to the 40 "
+                         "(default: the 40 only)")
+    ap.add_argument("--generate-seed", type=int, default=None,
+                    help="the generated items' draw, 0 unless given (their ids carry it)")
     ap.add_argument("--out", type=Path, default=Path("runs/grpo_rf"))
     ap.add_argument("--json", type=Path)
     ap.add_argument("--compare-prefix", action="store_true",
@@ -55,6 +65,10 @@ def main() -> None:
     from workbench.train.config import TrainConfig
 
     items = rf.load_items("datasets/rf_design")
+    if a.generate_per_family:
+        from workbench.agent_packs.rf.generate import generate
+
+        items += generate(a.generate_per_family, a.generate_seed or 0)
     random.Random(a.seed).shuffle(items)
     # test items report the result; dev items (with --dev) choose the kept adapter, so the
     # reported figure is not the one the choice was made on

@@ -1,6 +1,7 @@
 """`workbench agent run|eval PACK CONFIG`: run a domain agent on a few inputs and watch its
 steps, or evaluate it against its baselines (a registered job: `workbench jobs start agent`);
-`workbench agent verdict-check RUN`: a person checks a KGV evaluation's verdicts."""
+`workbench agent verdict-check RUN`: a person checks a KGV evaluation's verdicts;
+`workbench agent generate-design OUT`: more RF design items from the calculators."""
 
 from __future__ import annotations
 
@@ -104,6 +105,28 @@ def register(group: typer.Typer) -> None:
         typer.echo(result.message)
 
     _register_verdict_check(group)
+    _register_generate_design(group)
+
+
+def _register_generate_design(group: typer.Typer) -> None:
+    @group.command("generate-design")
+    def generate_design(
+            out: Annotated[Path, typer.Argument(help="Folder to write design.jsonl into (a new "
+                                                     "one, or one this command made).")],
+            per_family: Annotated[int, typer.Option(
+                "--per-family", help="Items of each of the 8 families (at most 79: the "
+                                     "distinct quarter-wave items).")] = 25,
+            seed: Annotated[int, typer.Option(help="The draw; the same seed gives the same "
+                                                   "items.")] = 0):
+        """rf: write seeded design items generated from the calculators (ids
+        rfg-sSEED-FAMILY-NNN, none repeating a shipped item), for `agent.data` of the rf
+        pack: `workbench agent eval rf CONFIG -s agent.data=OUT`."""
+        from workbench.agent_packs.rf.generate import write_generated
+
+        info = write_generated(out, per_family, seed)
+        typer.echo(f"wrote {info['file']}: {info['items']} items ({per_family} per family, "
+                   f"seed {seed}); evaluate with: workbench agent eval rf CONFIG "
+                   f"-s agent.data={out}")
 
 
 def _register_verdict_check(group: typer.Typer) -> None:
