@@ -123,3 +123,173 @@ def test_passive_loads_only_and_free_text_units():
         ("1.6 cm", "length")]
     assert T.quantity("1 kΩ", "impedance", "z") == 1000
     assert T.quantity("50 Ohm", "impedance", "z") == 50
+
+
+# Generated design items (issue 44): seeded, answered by the calculators, never a shipped item.
+
+SHIPPED_SHA256 = "d4afcd081176c1713cbdb39aeb757425a3185792f18df4f53c539d66560bf639"
+
+
+def _sha256(path) -> str:
+    import hashlib
+
+    from pathlib import Path
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def test_generated_items_are_seeded_distinct_and_never_shipped(tmp_path):
+    from workbench.agent_packs.rf.api import load_items
+    from workbench.agent_packs.rf.bench import FAMILIES, build
+    from workbench.agent_packs.rf.generate import RANGES, generate
+
+    a = generate(20, 0)
+    assert [x.model_dump() for x in a] == [x.model_dump() for x in generate(20, 0)]
+    other = generate(20, 1)
+    assert {x.question for x in a} != {x.question for x in other}
+    assert all(x.id.startswith("rfg-s1-") for x in other)
+    # a larger draw extends a smaller one, family by family
+    small = generate(5, 0)
+    assert [x.model_dump() for x in small] == [x.model_dump() for x in a
+                                               if int(x.id.rsplit("-", 1)[1]) < 5]
+    assert len(a) == 160 and [x.family for x in a] == [f for f in FAMILIES for _ in range(20)]
+    assert [x.id for x in a[:2]] == ["rfg-s0-vswr-000", "rfg-s0-vswr-001"]
+    shipped = load_items("datasets/rf_design")
+    assert len({x.id for x in a}) == len(a) and not {x.id for x in a} & {x.id for x in shipped}
+    assert len({x.question for x in a}) == len(a)
+    assert not {x.question for x in a} & {x.question for x in shipped}
+    # the same physics is not asked twice, in other words or beside a shipped item: the
+    # numbers the answer depends on differ (a matching network's frequency does not count)
+    def numbers(it):
+        qs = [(k, T.quantity(t, k, "x") if k != "number" else float(t))
+              for t, k in quantities(it.question)]
+        if it.family in ("vswr", "return_loss", "quarter_wave", "l_match_q"):
+            return it.family, tuple(sorted(x for _, x in qs[:2]))
+        if it.family == "rx_power":  # the two antennas' gains in either order
+            return it.family, tuple(sorted(qs))
+        return it.family, tuple(qs)  # cascaded stages in their order
+    seen = [numbers(x) for x in [*shipped, *generate(79, 0)]]
+    assert len(set(seen)) == len(seen) == 40 + 8 * 79
+    for it in a:  # no degenerate item: in the family's range, not matched, not trivial
+        lo, hi = RANGES[it.family]
+        assert lo <= it.answer <= hi and math.isfinite(it.answer), it.id
+        assert it.family != "vswr" or it.answer > 1
+        assert it.tool and it.quantity and it.source and it.tolerance == 0.02
+    # generating writes nothing of the shipped file, which `build` still makes byte for byte
+    assert _sha256("datasets/rf_design/design.jsonl") == SHIPPED_SHA256
+    build(tmp_path)
+    from pathlib import Path
+
+    assert (tmp_path / "design.jsonl").read_bytes() == \
+        Path("datasets/rf_design/design.jsonl").read_bytes()
+
+
+def test_generated_answers_are_the_calculators_and_the_checker_takes_them():
+    from workbench.agent_packs.rf.generate import generate
+
+    items = generate(79, 3)
+    assert len(items) == 8 * 79
+    by_family: dict[str, int] = {}
+    for it in items:
+        qs = [(T.quantity(t, k, "x") if k != "number" else float(t), k)
+              for t, k in quantities(it.question)]
+        v = [x for x, _ in qs]
+        # recomputed here from the question's own numbers, not through the generator
+        if it.family == "vswr":
+            g = abs(v[1] - v[0]) / (v[1] + v[0])
+            assert it.answer == pytest.approx((1 + g) / (1 - g), rel=1e-3), it.id
+        elif it.family == "return_loss":
+            assert it.answer == pytest.approx(-20 * math.log10(abs(v[1] - v[0]) / (v[1] + v[0])),
+                                              rel=1e-3), it.id
+        elif it.family == "quarter_wave":
+            ohms = [x for x, k in qs if k == "impedance"]
+            assert it.answer == pytest.approx(math.sqrt(ohms[0] * ohms[1]), rel=1e-3), it.id
+        elif it.family == "l_match_q":
+            hi, lo = max(v[:2]), min(v[:2])
+            assert it.answer == pytest.approx(math.sqrt(hi / lo - 1), rel=1e-3), it.id
+        elif it.family == "cascade_nf":
+            f_total, g_total = 0.0, 1.0
+            for i in range(0, len(v), 2):
+                gain, nf = 10 ** (v[i] / 10), 10 ** (v[i + 1] / 10)
+                f_total += nf if i == 0 else (nf - 1) / g_total
+                g_total *= gain
+            assert it.answer == pytest.approx(10 * math.log10(f_total), rel=1e-3), it.id
+            assert not correct(v[1], it)  # the first stage's figure alone is not the answer
+        elif it.family in ("fspl", "rx_power"):
+            f = next(x for x, k in qs if k == "frequency")
+            d = next(x for x, k in qs if k == "length")
+            fspl = 20 * math.log10(4 * math.pi * d * f / 299_792_458.0)
+            if it.family == "fspl":
+                assert it.answer == pytest.approx(fspl, rel=1e-3), it.id
+            else:
+                pt = next(x for x, k in qs if k == "power_dbm")
+                gains = sum(x for x, k in qs if k == "gain_dbi")
+                assert it.answer == pytest.approx(pt + gains - fspl, rel=1e-3), it.id
+                assert -120 <= it.answer <= -20
+        elif it.family == "coax":
+            d, dd, er = v
+            assert it.answer == pytest.approx(60 / math.sqrt(er) * math.log(dd / d),
+                                              rel=1e-3), it.id
+        by_family[it.family] = by_family.get(it.family, 0) + 1
+        # the calculator the item names, called as the guided agent binds the question's
+        # quantities, gives exactly the item's answer; the checker takes it, and the number
+        # a model would write
+        values = []
+        for c in bindings(it.question):
+            if c.function.name == it.tool:
+                try:
+                    values.append(getattr(T, it.tool)(**json.loads(c.function.arguments))[
+                        it.quantity])
+                except ToolError:
+                    pass
+        assert it.answer in values, it.id
+        assert correct(it.answer, it) and correct(parse_number(f"about {it.answer} {it.unit}"),
+                                                  it), it.id
+        assert not correct(it.answer * 1.05, it)
+    assert by_family == {f: 79 for f in by_family} and len(by_family) == 8
+
+
+def test_generated_items_are_written_only_where_the_workbench_may(tmp_path, cli):
+    import shutil
+
+    from workbench.agent_packs.rf.api import load_items
+    from workbench.agent_packs.rf.bench import main
+    from workbench.agent_packs.rf.generate import (
+        MARKER,
+        capacity,
+        generate,
+        write_generated,
+    )
+    from workbench.errors import WorkbenchError
+
+    out = tmp_path / "gen"
+    info = main([str(out), "--per-family", "3", "--seed", "7"])
+    assert info["items"] == 24 and (out / MARKER).is_file()
+    items = load_items(out)  # a folder the rf pack's agent.data can name
+    assert [x.model_dump() for x in items] == [x.model_dump() for x in generate(3, 7)]
+    assert write_generated(out, 4, 7)["items"] == 32  # its own folder: replaced
+    r = cli("agent", "generate-design", str(out), "--per-family", "2", "--seed", "1")
+    assert r.returncode == 0 and "16 items" in r.stdout, r
+    assert len(load_items(out)) == 16 and load_items(out)[0].id == "rfg-s1-vswr-000"
+    # never the shipped folder, a user's folder or a file
+    shipped = tmp_path / "rf_design"
+    shutil.copytree("datasets/rf_design", shipped)
+    for target in (shipped, out / "design.jsonl"):
+        with pytest.raises(WorkbenchError, match="not made by the workbench|not a folder the "
+                                                 "workbench made"):
+            write_generated(target, 2, 0)
+    assert _sha256(shipped / "design.jsonl") == SHIPPED_SHA256
+    assert not (shipped / MARKER).exists()
+    r = cli("agent", "generate-design", str(shipped), "--per-family", "2")
+    assert r.returncode != 0 and "refusing" in r.stderr and r.stderr.count("\n") <= 1, r
+    # bad sizes: one line naming the field; the most there is, said
+    for bad, field in ((0, "per_family"), (True, "per_family")):
+        with pytest.raises(WorkbenchError, match=f"^{field}: "):
+            generate(bad, 0)
+    with pytest.raises(WorkbenchError, match="^seed: "):
+        generate(2, -1)
+    cap = capacity(("vswr", "return_loss", "quarter_wave", "l_match_q", "fspl"))
+    assert min(cap.values()) == cap["quarter_wave"] == 79  # as the CLI's help says
+    with pytest.raises(WorkbenchError, match="^per_family: 80 asked, but quarter_wave has only "
+                                             "79 distinct items; at most 79 per family$"):
+        generate(80, 0)
