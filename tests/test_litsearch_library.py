@@ -310,20 +310,22 @@ def test_a_large_pubmed_library_gives_intents_quickly(tmp_path):
 
 def test_embedding_a_large_library_counts_in_a_logs_progress_lines(embedder, monkeypatch):
     """A 30,000-record library embeds for many minutes: with no terminal (a job's log), the
-    embedder's batches are counted, so the progress lines say how far it is."""
+    embedder counts the texts it has embedded of all, so the progress lines say how far it
+    is (tests/test_progress.py reads the lines themselves)."""
     import workbench.progress as P
 
     seen = []
-    real = P.progress
+    real = P.count
 
-    def spy(items, desc="", *a, **k):
-        seen.append(desc)
-        return real(items, desc, *a, **k)
+    def spy(desc, total, unit="it", **k):
+        seen.append((desc, total, unit))
+        return real(desc, total, unit, **k)
 
     monkeypatch.setenv("TQDM_DISABLE", "1")
-    monkeypatch.setattr(P, "progress", spy)
-    vecs = embedder.embed([f"paper {i} on noise figure" for i in range(3 * embedder.batch_size)])
-    assert vecs.shape[0] == 3 * embedder.batch_size and seen == ["embedding"]
+    monkeypatch.setattr(P, "count", spy)
+    n = 3 * embedder.batch_size
+    vecs = embedder.embed([f"paper {i} on noise figure" for i in range(n)])
+    assert vecs.shape[0] == n and seen == [("embedding", n, "text")]
 
 
 def test_a_library_says_what_it_kept_apart_derived_or_could_not_make(tmp_path):

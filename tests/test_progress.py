@@ -271,3 +271,160 @@ def test_the_local_backend_counts_tokens_as_each_step_makes_them(tiny_model, mon
     assert [g.text for g in counted] == [g.text for g in plain]
     assert sum(steps) == sum(g.completion_tokens for g in counted) > 0
     assert len(steps) >= 12 and max(steps) <= 2  # a step at a time, a batch of 2 rows
+
+
+# --- long stages other than generation (issue 46: a 30,000-record library embedded for 30
+# minutes with no progress line) ----------------------------------------------------------------
+
+EMBED_LINE = re.compile(r"^\[progress\] (?P<names>.*)embedding: (?P<done>\d+)/(?P<total>\d+) "
+                        r"text \(\d+%\), [0-9.e+-]+/s, \d+s, ETA \S+$")
+
+
+class _SlowModel:
+    """A sentence-transformers model as the PyTorch embedder calls it: `encode` takes 20 ms a
+    batch and gives 4-dimensional vectors."""
+
+    def __init__(self):
+        self.calls = []
+
+    def encode(self, texts, batch_size, **kw):
+        import numpy as np
+
+        self.calls.append(len(texts))
+        time.sleep(0.02 * -(-len(texts) // batch_size))
+        return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    def get_sentence_embedding_dimension(self):
+        return 4
+
+
+def _embed_lines(capsys) -> list[str]:
+    time.sleep(0.15)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[progress]")]
+    got = [x for x in lines if EMBED_LINE.match(x)]
+    assert got, lines
+    return got
+
+
+def test_a_long_embedding_logs_texts_done_of_all_with_rate_and_eta(monkeypatch, capsys):
+    """The PyTorch embedder (a scripted model) counts texts, not blocks: each line says how
+    many of the 320 texts are embedded, at what rate and how long is left, and the count
+    grows; the vectors are the model's, in order."""
+    from workbench.models.embed import PROGRESS_BATCHES, Embedder
+
+    monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.05")
+    model = _SlowModel()
+    emb = Embedder("scripted", model, batch_size=8)
+    with P.stage("rag/index"):
+        vecs = emb.embed([f"text {i}" for i in range(320)])
+    assert vecs.shape == (320, 4) and vecs.dtype.name == "float32"
+    assert model.calls == [8 * PROGRESS_BATCHES] * (320 // (8 * PROGRESS_BATCHES))
+    lines = _embed_lines(capsys)
+    done = [int(EMBED_LINE.match(x)["done"]) for x in lines]
+    assert all(EMBED_LINE.match(x)["total"] == "320" for x in lines)
+    assert all(EMBED_LINE.match(x)["names"] == "rag/index > " for x in lines), lines
+    assert done == sorted(done) and 0 < done[-1] <= 320 and len(set(done)) > 1, lines
+    # a query (one batch) counts nothing and starts no reporter's work
+    emb.embed(["one query"])
+    assert not P._ticker.stacks
+
+
+def test_the_onnx_embedder_counts_texts_in_the_log_and_the_snapshot(tmp_path, monkeypatch,
+                                                                    capsys):
+    """ONNX Runtime's embedder (a scripted session and tokenizer) counts each batch's texts:
+    in the log's lines and in a job's progress snapshot."""
+    import numpy as np
+
+    from workbench.models.embed import OnnxEmbedder
+
+    class Tok:
+        def __call__(self, texts, **kw):
+            n = len(texts)
+            return {"input_ids": np.ones((n, 3)), "attention_mask": np.ones((n, 3))}
+
+    class Session:
+        def run(self, names, feed, options=None):
+            time.sleep(0.02)
+            return [np.ones((len(feed["input_ids"]), 3, 4), dtype=np.float32)]
+
+    monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.05")
+    monkeypatch.setattr("workbench.models.embed._release_arena", lambda: None)
+    P.set_progress_file(tmp_path / "progress.json")
+    seen = []
+    emb = OnnxEmbedder("scripted", Session(), Tok(), 4, 16, batch_size=4,
+                       inputs=["input_ids", "attention_mask"])
+    real_run = Session.run
+
+    def run_and_look(self, names, feed, options=None):
+        seen.append(_read(tmp_path / "progress.json"))
+        return real_run(self, names, feed, options)
+
+    monkeypatch.setattr(Session, "run", run_and_look)
+    vecs = emb.embed([f"t{i}" for i in range(60)])
+    assert vecs.shape == (60, 4) and np.allclose(np.linalg.norm(vecs, axis=1), 1)
+    lines = _embed_lines(capsys)
+    assert all(EMBED_LINE.match(x)["total"] == "60" for x in lines)
+    snaps = [s for s in seen if s and s["levels"]]
+    assert snaps and all(s["label"] == "embedding" and s["unit"] == "text"
+                         and s["total"] == 60 for s in snaps)
+    assert max(s["done"] for s in snaps) > 0
+
+
+def test_an_index_build_names_each_step_with_its_count(monkeypatch, capsys):
+    """Building an index: chunking, keyword terms and embedding are counted, each line says
+    which step of the build is under way."""
+    from workbench.models.embed import Embedder
+    from workbench.rag.index import RagConfig, RagIndex
+    from workbench.rag.keyword import KeywordRetriever
+    from workbench.records import Section
+
+    monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.05")
+    slow = KeywordRetriever.make_scorer
+
+    def slow_scorer(*a, **kw):
+        time.sleep(0.15)
+        return slow(*a, **kw)
+
+    monkeypatch.setattr(KeywordRetriever, "make_scorer", staticmethod(slow_scorer))
+    secs = [Section(id=f"s{i}", doc_id="d", source="x.md", heading_path=["x"],
+                    text=f"Paragraph {i} about antennas and their gain.", content_hash="h",
+                    order=i) for i in range(40)]
+    idx = RagIndex.build(secs, config=RagConfig(chunk_size=96, chunk_overlap=16),
+                         embedder=Embedder("scripted", _SlowModel(), batch_size=2))
+    assert idx.manifest["n_chunks"] == 40
+    time.sleep(0.15)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[progress]")]
+    assert any(re.match(r"\[progress\] building the index > keyword index: running", x)
+               for x in lines), lines
+    emb = [x for x in lines if EMBED_LINE.match(x)]
+    assert emb and all(EMBED_LINE.match(x)["names"] == "building the index > " and
+                       EMBED_LINE.match(x)["total"] == "40" for x in emb), lines
+
+
+def test_count_on_a_terminal_draws_a_bar_in_the_loops_own_unit(monkeypatch):
+    """On a terminal, `count` is a tqdm bar that moves by each lump; nothing is tracked for
+    the ticker unless a progress file is set."""
+    import tqdm.auto
+
+    made = []
+
+    class Bar:
+        def __init__(self, **kw):
+            self.kw, self.n, self.closed = kw, 0, False
+            made.append(self)
+
+        def update(self, n):
+            self.n += n
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(P, "bars_enabled", lambda: True)
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    with P.count("embedding", 100, "text") as c:
+        c.add(40)
+        c.add(0)
+        c.add(60)
+        assert not P._ticker.stacks
+    assert made[0].n == 100 and made[0].closed
+    assert made[0].kw["total"] == 100 and made[0].kw["unit"] == "text"

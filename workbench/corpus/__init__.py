@@ -144,7 +144,9 @@ def ingest(paths: list[Path] | Path, *, root: Path | None = None, on_error: str 
     for f, why in notes:  # said, never an error: a folder holds such things
         rel = str(f.relative_to(root)) if root and f.is_relative_to(root) else str(f)
         report.skipped.append((rel + ("/" if f.is_dir() and not f.is_symlink() else ""), why))
-    for f in files:
+    from workbench.progress import progress
+
+    for f in progress(files, desc="reading documents", unit="file", delay=2):
         rel = str(f.relative_to(root)) if root and f.is_relative_to(root) else str(f)
         try:
             fmt, title, parts = read_file(f)

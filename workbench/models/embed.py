@@ -9,6 +9,7 @@ BENCHMARKS.md); `backend="torch"` or `WB_EMBED_BACKEND=torch` forces PyTorch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from workbench.models.resolve import resolve_embedder, workbench_home
 log = logging.getLogger(__name__)
 
 EXPORT_VERSION = 1  # bump when the exported graph changes
+PROGRESS_BATCHES = 4  # PyTorch embedder: batches encoded between two counts (a bar's step)
 PARITY_ATOL = 1e-4  # the most an ONNX vector may differ from PyTorch's, per component
 _PROBES = ["VSWR of a 75 ohm load on a 50 ohm line", "a", "Smith chart " * 60,
            "The quick brown fox jumps over the lazy dog.", "Ünïcödé τεστ 测试",
@@ -42,27 +44,32 @@ class Embedder:
         return int(fn())
 
     def embed(self, texts: Sequence[str], *, show_progress: bool | None = None):
-        """float32 array (n, dim), L2-normalised. Many texts show a bar on a terminal, or
-        count in the progress lines of a log (blocks of 16 batches)."""
+        """float32 array (n, dim), L2-normalised. More texts than a batch show a bar on a
+        terminal, or count in the progress lines of a log (texts done of all, with rate and
+        time left), encoded PROGRESS_BATCHES batches at a time."""
         import numpy as np
-
-        from workbench.progress import bars_enabled, progress
 
         texts = list(texts)
         if show_progress is None:
             show_progress = len(texts) > self.batch_size
-        if show_progress and not bars_enabled():  # a log: counted blocks, no bar
-            step = self.batch_size * 16
-            parts = [self.model.encode(texts[i:i + step], batch_size=self.batch_size,
-                                       normalize_embeddings=True, convert_to_numpy=True,
-                                       show_progress_bar=False)
-                     for i in progress(range(0, len(texts), step), desc="embedding",
-                                       unit="block")]
-            vecs = np.concatenate(parts) if parts else np.empty((0, self.dim))
-        else:
+        if not show_progress:
             vecs = self.model.encode(texts, batch_size=self.batch_size,
                                      normalize_embeddings=True, convert_to_numpy=True,
-                                     show_progress_bar=show_progress)
+                                     show_progress_bar=False)
+            return np.ascontiguousarray(vecs, dtype=np.float32)
+        from workbench.progress import count
+
+        step = self.batch_size * PROGRESS_BATCHES
+        parts = []
+        with count("embedding", len(texts), "text") as done:
+            for i in range(0, len(texts), step):
+                part = texts[i:i + step]
+                parts.append(self.model.encode(part, batch_size=self.batch_size,
+                                               normalize_embeddings=True,
+                                               convert_to_numpy=True,
+                                               show_progress_bar=False))
+                done.add(len(part))
+        vecs = np.concatenate(parts) if parts else np.empty((0, self.dim))
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
 
@@ -88,7 +95,7 @@ class OnnxEmbedder:
         """float32 array (n, dim), L2-normalised; batches of similar length."""
         import numpy as np
 
-        from workbench.progress import progress
+        from workbench.progress import count
 
         texts = list(texts)
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
@@ -96,13 +103,23 @@ class OnnxEmbedder:
             return out
         if show_progress is None:  # a bar on a terminal, else counted in a log's lines
             show_progress = len(texts) > self.batch_size
+        with count("embedding", len(texts), "text") if show_progress else \
+                contextlib.nullcontext() as done:
+            self._embed_into(out, texts, done)
+        return out
+
+    def _embed_into(self, out, texts: list[str], done) -> None:
+        """Embed `texts` into the rows of `out`, counting each batch in `done` (a
+        `progress.Counter`, or None)."""
+        import numpy as np
+
         order = np.argsort([len(t) for t in texts], kind="stable")
         starts = range(0, len(texts), self.batch_size)
         # after a call of several batches, the last one hands ONNX Runtime's arena back: kept,
         # it holds the largest batch's activations for the session's life (an index build
         # left 2.3 GB behind; a one-batch call, e.g. a query, keeps its small arena)
         last = starts[-1] if len(starts) > 1 else -1
-        for i in progress(starts, desc="embedding", unit="batch") if show_progress else starts:
+        for i in starts:
             idx = order[i:i + self.batch_size]
             enc = self.tokenizer([texts[j] for j in idx], padding=True, truncation=True,
                                  max_length=self.max_seq_length, return_tensors="np")
@@ -114,7 +131,8 @@ class OnnxEmbedder:
             vec = (hidden * mask).sum(1) / np.clip(mask.sum(1), 1e-9, None)
             vec /= np.clip(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12, None)
             out[idx] = vec
-        return out
+            if done is not None:
+                done.add(len(idx))
 
 
 def _release_arena():

@@ -103,7 +103,18 @@ class RagIndex:
     def build(cls, sections: list[Section], out: str | Path | None = None, *,
               config: RagConfig | None = None, embedder=None,
               log=lambda msg: None) -> RagIndex:
+        """Chunk, analyse, embed and index `sections` (saved in `out` when given); the
+        progress lines name each step of the build with its count."""
+        from workbench.progress import stage
+
+        with stage("building the index"):
+            return cls._build(sections, out, config=config, embedder=embedder, log=log)
+
+    @classmethod
+    def _build(cls, sections: list[Section], out: str | Path | None, *,
+               config: RagConfig | None, embedder, log) -> RagIndex:
         from workbench.models.embed import load_embedder
+        from workbench.progress import progress, stage
         from workbench.rag.chunking import chunk_sections, embedder_token_counter
         from workbench.rag.semantic import SemanticRetriever
 
@@ -116,20 +127,23 @@ class RagIndex:
         log(f"{len(sections)} sections -> {len(chunks)} chunks")
         store = ChunkStore(chunks)
         analyzer = Analyzer(**cfg.analyzer.model_dump())
-        tokens = analyzer.batch(c.text for c in chunks)
+        tokens = analyzer.batch(progress((c.text for c in chunks), desc="keyword terms",
+                                         total=len(chunks), unit="chunk", delay=2))
         empty = [c.id for c, t in zip(chunks, tokens, strict=True) if not t]
         if empty:
             log(f"warning: {len(empty)} chunks have no keyword tokens (e.g. {empty[0]})")
-        keyword = KeywordRetriever(store, analyzer, cfg.keyword_backend,
-                                   scorer=KeywordRetriever.make_scorer(tokens,
-                                                                       cfg.keyword_backend))
+        with stage("keyword index"):
+            keyword = KeywordRetriever(store, analyzer, cfg.keyword_backend,
+                                       scorer=KeywordRetriever.make_scorer(
+                                           tokens, cfg.keyword_backend))
         embedder = embedder or load_embedder(cfg.embedder)
         t1 = time.perf_counter()
         vectors = embedder.embed([c.text for c in chunks])
         log(f"embedded {len(chunks)} chunks in {time.perf_counter() - t1:.1f}s")
-        semantic = SemanticRetriever(store, embedder, index_type=cfg.index_type,
-                                     vectors=vectors, ef_search=cfg.ef_search,
-                                     nprobe=cfg.nprobe)
+        with stage("vector index"):
+            semantic = SemanticRetriever(store, embedder, index_type=cfg.index_type,
+                                         vectors=vectors, ef_search=cfg.ef_search,
+                                         nprobe=cfg.nprobe)
         manifest = {
             "format": FORMAT, "created": time.time(),
             "corpus_hash": corpus_hash(sections), "n_sections": len(sections),
@@ -144,7 +158,8 @@ class RagIndex:
         index = cls(None, manifest, store, keyword, semantic, cfg)
         if out is not None:
             index._tokens = tokens
-            index.save(out)
+            with stage("saving the index"):
+                index.save(out)
         manifest["build_seconds"] = time.perf_counter() - t0
         return index
 

@@ -75,8 +75,10 @@ class _Bounded:
         return data
 
 
-def parse_medline(path: Path) -> list[dict]:
-    out: list[dict] = []
+def parse_medline(path: Path, out: list[dict] | None = None) -> list[dict]:
+    """The PubmedArticle records of a MEDLINE XML file (.xml or .xml.gz), appended to `out`
+    (a new list when None) one at a time as they are read."""
+    out = [] if out is None else out
     try:
         with open(path, "rb") as raw:
             gz = str(path).lower().endswith(".gz")

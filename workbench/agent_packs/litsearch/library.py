@@ -90,9 +90,12 @@ def read_library(path: str | Path) -> tuple[dict[str, Paper], dict[str, Any]]:
         files = [path]
     else:
         raise DataError("not found", path=str(path), code="not_found")
+    from workbench.progress import progress, tally
+
     records: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"files": {}, "skipped_without_title": 0}
-    for f in files:
+    # a log's lines count files and, inside one (a 30,000-record export), its records so far
+    for f in progress(files, desc="reading the library", unit="file", delay=2):
         if f.stat().st_size > MAX_MB * 2**20:
             raise DataError(f"{f.stat().st_size / 2**20:.0f} MB is over the {MAX_MB} MB "
                             "limit for one library file: split the export", path=str(f),
@@ -101,9 +104,12 @@ def read_library(path: str | Path) -> tuple[dict[str, Paper], dict[str, Any]]:
         if fmt is None:  # library_files lists only files of a known format
             raise DataError("not a library file (.bib, .ris, .xml, .xml.gz, .jsonl)",
                             path=str(f), code="unsupported")
-        got = {"bibtex": _bibtex, "ris": _ris, "pubmed": _pubmed, "jsonl": _jsonl}[fmt](f)
-        summary["files"][f.name] = {"format": got[1], "records": len(got[0])}
-        records += got[0]
+        read: list[dict[str, Any]] = []
+        with tally("records read", "record", probe=lambda read=read: len(read)):
+            kind = {"bibtex": _bibtex, "ris": _ris, "pubmed": _pubmed, "jsonl": _jsonl}[fmt](
+                f, read)
+        summary["files"][f.name] = {"format": kind, "records": len(read)}
+        records += read
     papers = _resolve(records, summary)
     summary["papers"] = len(papers)
     summary["citation_edges"] = sum(len(p.refs) for p in papers.values())
@@ -137,7 +143,10 @@ def _split_keywords(s: Any) -> list[str]:
     return [k.strip() for k in re.split(r"[;,]", _clean(s)) if k.strip()]
 
 
-def _bibtex(path: Path) -> tuple[list[dict], str]:
+# each reader appends the file's records to `out` as it reads them (a tally's probe counts
+# them) and returns the format's name
+
+def _bibtex(path: Path, out: list[dict]) -> str:
     import bibtexparser
     from bibtexparser.middlewares import LatexDecodingMiddleware
     from bibtexparser.model import DuplicateBlockKeyBlock
@@ -153,7 +162,6 @@ def _bibtex(path: Path) -> tuple[list[dict], str]:
                         f"{_clean(b.raw)[:80]})", path=str(path),
                         line=None if b.start_line is None else b.start_line + 1,
                         code="bad_record")
-    out = []
     for e in entries:
         f = {k.lower(): v.value for k, v in e.fields_dict.items()}
         ids = [x for x in (str(f.get("pmid", "")).strip() or None, _doi(f.get("doi")),
@@ -163,17 +171,16 @@ def _bibtex(path: Path) -> tuple[list[dict], str]:
                     "abstract": _clean(f.get("abstract")), "year": _year(f.get("year")),
                     "journal": _clean(f.get("journal") or f.get("booktitle")),
                     "keywords": list(dict.fromkeys(keywords)), "major": [], "refs": []})
-    return out, "bibtex"
+    return "bibtex"
 
 
-def _ris(path: Path) -> tuple[list[dict], str]:
+def _ris(path: Path, out: list[dict]) -> str:
     import rispy
 
     try:
         entries = rispy.loads(_text(path))
     except Exception as e:  # noqa: BLE001  rispy raises plain IOError/ValueError with the line
         raise DataError(f"RIS not parsed ({e})", path=str(path), code="bad_record") from None
-    out = []
     for r in entries:
         pmid = next((str(r[k]).strip() for k in ("pubmed_id",) if r.get(k)), None)
         ids = [x for x in (pmid, _doi(r.get("doi")), str(r.get("id") or "").strip() or None)
@@ -186,22 +193,22 @@ def _ris(path: Path) -> tuple[list[dict], str]:
                                       or r.get("alternate_title1")),
                     "keywords": _split_keywords(r.get("keywords") or []), "major": [],
                     "refs": []})
-    return out, "ris"
+    return "ris"
 
 
-def _pubmed(path: Path) -> tuple[list[dict], str]:
+def _pubmed(path: Path, out: list[dict]) -> str:
     from workbench.agent_packs.litsearch.data import parse_medline
 
-    out = []
-    for p in parse_medline(path):
-        out.append({"ids": [p["pmid"]], "title": p["title"], "abstract": p["abstract"],
+    start = len(out)
+    parse_medline(path, out)  # MEDLINE's records, counted as they are read, then converted
+    out[start:] = [{"ids": [p["pmid"]], "title": p["title"], "abstract": p["abstract"],
                     "year": p["year"], "journal": p["journal"], "keywords": p["mesh"],
-                    "major": p["major"], "refs": p["refs"]})
-    return out, "pubmed"
+                    "major": p["major"], "refs": p["refs"]} for p in out[start:]]
+    return "pubmed"
 
 
-def _jsonl(path: Path) -> tuple[list[dict], str]:
-    out, kinds = [], set()
+def _jsonl(path: Path, out: list[dict]) -> str:
+    kinds = set()
     # one record a line; bad UTF-8 or JSON raise naming the file and line
     for n, r in iter_jsonl_raw(path):  # a line nested too deeply: one DataError
         if not isinstance(r, dict):
@@ -223,7 +230,7 @@ def _jsonl(path: Path) -> tuple[list[dict], str]:
                             f"({type(e).__name__}: {str(e)[:120]})", path=str(path), line=n,
                             code="bad_record") from None
         kinds.add(kind)
-    return out, "+".join(sorted(kinds)) or "jsonl"
+    return "+".join(sorted(kinds)) or "jsonl"
 
 
 def _openalex_id(s: Any) -> str | None:
@@ -343,6 +350,7 @@ def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int 
     whose records carry no keywords at all (a BibTeX export without them) is graded on the
     words most particular to each paper's title and abstract instead (`derived_terms`)."""
     from workbench.agent_packs.litsearch.data import anchor_grades
+    from workbench.progress import progress
 
     allp = {k: p.model_dump() for k, p in papers.items()}
     share = 0.5
@@ -368,7 +376,8 @@ def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int 
                        else bool(allp[k]["mesh"])))
     random.Random(seed).shuffle(cands)
     out: list[Intent] = []
-    for pid in cands[:MAX_ANCHOR_TRIES]:
+    for pid in progress(cands[:MAX_ANCHOR_TRIES], desc="grading anchor candidates",
+                        unit="paper", delay=2):
         # only papers that can reach a grade: cited, citing, sharing a reference or a term
         near = {pid, *cites[pid], *cited_by[pid]}
         for r in allp[pid]["refs"]:
