@@ -163,6 +163,103 @@ def test_task_centre_and_job_panel_show_where_a_stopped_job_stood(app_ws):
     assert not any(b.key in ("distill-stop", "distill-refresh") for b in at.button)
 
 
+# --- how far a running job is, without opening its log (issue 46) ---------------------------
+
+def test_the_last_progress_line_of_a_log_gives_the_figure(monkeypatch, capsys):
+    """`last_progress_figure` reads the lines `workbench.progress` writes (made here by the
+    real reporter: a counted loop, a tally of tokens inside a batch, a loop of one item,
+    uncounted work) and takes the last of them; other lines, and a log without any, give
+    nothing."""
+    from workbench import progress as P
+    from workbench.jobs import last_progress_figure
+
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.05")
+    with P.stage("distill/distill"):
+        for _ in P.progress(range(4), desc="model calls", unit="chunk"):
+            time.sleep(0.12)
+        with P.tally("tokens", "token") as t:
+            for _ in range(6):
+                t.add(7)
+                time.sleep(0.03)
+    time.sleep(0.1)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[progress]")]
+    counted = [x for x in lines if "model calls" in x]
+    assert counted, lines
+    f = last_progress_figure("\n".join([*counted, "3 tasks; writing (composed mode)", ""]))
+    assert f.where == "distill/distill > model calls" and f.total == 4 and f.unit == "chunk"
+    assert 0 <= f.done <= 4 and f.figure.startswith(f"{f.done}/4 chunk (")
+    assert f.text() == counted[-1].removeprefix("[progress] ")
+    tokens = [x for x in lines if "token" in x]
+    assert tokens, lines
+    f = last_progress_figure("\n".join(lines[:1] + tokens))
+    assert f.where == "distill/distill" and re.match(r"\d+ token \(", f.figure), f
+    assert f.done is None and f.fraction is None and f.eta is None
+    # written by hand: the forms the reporter makes
+    f = last_progress_figure(
+        "[progress] a > b 3/4: 2/7 chunk (29%), 0.02/s, 1m40s, ETA 4m10s\n"
+        "distill: 2 chunks cached\n")
+    assert (f.where, f.done, f.total, f.eta, round(f.fraction, 3)) == (
+        "a > b 3/4", 2, 7, "4m10s", 0.286)
+    f = last_progress_figure("[progress] x > generating: 0/8 reply (0%), 1234 token (41/s), "
+                             "30s, ETA ?")
+    assert (f.done, f.total, f.unit, f.eta) == (0, 8, "reply", None)
+    assert f.figure == "0/8 reply (0%), 1234 token (41/s), 30s, ETA ?"
+    f = last_progress_figure("[progress] distill > model calls: 1 chunk under way, 30s")
+    assert f.figure == "1 chunk under way, 30s" and f.done is None
+    f = last_progress_figure("[progress] rag: running, 2m05s")
+    assert (f.where, f.figure) == ("rag", "running, 2m05s")
+    for nothing in ("", "no progress here\n[progress]\n", "  [progress]  \n",
+                    "Traceback ...\n[progress] x: "):
+        assert last_progress_figure(nothing) is None, nothing
+    assert len(last_progress_figure("[progress] " + "x" * 10_000).figure) <= 300
+
+
+def _running(monkeypatch, ws: Path, name: str, log: str) -> Job:
+    """A job that reads as running (its process is taken to be alive)."""
+    monkeypatch.setattr("workbench.jobs.state.is_job_process", lambda job: True)
+    return _fake(ws, name, "running", log, pid=os.getpid(), started=time.time() - 60)
+
+
+def test_job_panel_shows_the_last_progress_line_without_opening_the_log(app_ws,
+                                                                        monkeypatch):
+    """A running job's panel (its pipeline page) and its Task-centre row show the log's last
+    progress line, tokens so far included, under the snapshot's bar; with no snapshot (yet),
+    the line's count is the bar."""
+    ws, _ = app_ws
+    line = ("[progress] distill/distill > model calls > generating: 0/8 reply (0%), "
+            "1234 token (41/s), 30s, ETA ?")
+    job = _running(monkeypatch, ws, "r", "[progress] distill/distill > model calls: 1 chunk "
+                   f"under way, 5s\n3 tasks; writing (composed mode)\n{line}\n"
+                   "a message after it\n")
+    (job.folder / "progress.json").write_text(json.dumps(_snap(2, 7, rate=0.02, eta=250.0)))
+    row = job_row(load_job(job.folder), log_lines=0)
+    assert row.state == "running" and row.log_figure.text() == line.removeprefix(
+        "[progress] ")
+    for name in ("distill", "jobs"):
+        at = page(name).run()
+        assert not at.exception, at.exception
+        assert any(re.fullmatch(r"distill > model calls: 2/7 chunk, 0\.02 chunk/s, ETA .+", b)
+                   for b in bars(at)), bars(at)
+        caps = [c.value.replace("\\", "") for c in at.caption]
+        assert "last progress line: " + line.removeprefix("[progress] ") in caps, caps
+    # no snapshot: the log's count is the bar, nothing else repeats it
+    (job.folder / "progress.json").unlink()
+    (job.folder / "log.txt").write_text(
+        "[progress] distill/distill > model calls: 3/12 chunk (25%), 0.1/s, 30s, ETA 1m30s\n")
+    at = page("distill").run()
+    assert not at.exception, at.exception
+    assert bars(at) == ["distill/distill > model calls: 3/12 chunk (25%), 0.1/s, 30s, "
+                        "ETA 1m30s"]
+    assert not any("last progress line" in c.value for c in at.caption)
+    assert not any("count shows once" in c.value for c in at.caption)
+    # a log without a progress line and no snapshot: it says it has started
+    (job.folder / "log.txt").write_text("loading the model\n")
+    at = page("distill").run()
+    assert not at.exception, at.exception
+    assert not bars(at) and any("count shows once" in c.value for c in at.caption)
+
+
 # --- Run again on a pipeline page ------------------------------------------------------------
 
 def _wait_log(job, pattern: str, timeout: float = 120) -> None:

@@ -264,23 +264,36 @@ RUN_AGAIN_HELP = ("Start a new job with this job's config: it finishes the rest 
                   "(finished stages and cached model calls are skipped).")
 
 
+def plain_caption(text: str) -> None:
+    """A caption of text that is not markdown (a log line: `_`, `*` and `$` stay as they
+    are; the text starts with a word, so `#`, `-` and `1.` cannot start a block)."""
+    st.caption("".join("\\" + c if c in "\\`*_[]<>|~$" else c for c in text))
+
+
 def job_progress_bar(row) -> bool:
     """A task-centre row's progress: the work in flight of a running job (done/total, rate,
-    time left), or where a stopped or failed job's work stood when it ended; whether there
-    was any to show."""
+    time left), or where a stopped or failed job's work stood when it ended; under a running
+    job's bar, the last progress line of its log (the figure that moves inside a slow step:
+    tokens generated so far, each level's count), so how far it is shows without opening the
+    log. Whether there was any to show."""
+    fig = row.log_figure if row.state == "running" else None
+    label: str | None = None
+    frac = None
     if row.progress is not None and row.progress.levels:
         label = (f"{row.progress.label}: {row.progress_text()}, {row.rate_text()}, "
                  f"ETA {row.eta_text()}")
         frac = row.fraction
     elif row.last_progress is not None:
         label, frac = f"{row.state} at {row.last_progress_text()}", row.last_fraction
-    else:
-        return False
-    if frac is not None:
+    elif fig is not None and fig.fraction is not None:  # no snapshot (yet): the log's count
+        label, frac, fig = fig.text(), fig.fraction, None
+    if label is not None and frac is not None:
         st.progress(frac, text=label)
-    else:
+    elif label is not None:
         st.caption(f"{label} (not counted)" if row.state == "running" else label)
-    return True
+    if fig is not None:
+        plain_caption(f"last progress line: {fig.text()}")
+    return label is not None or fig is not None
 
 
 def run_again_button(job, key: str) -> None:

@@ -24,7 +24,7 @@ from workbench.jobs.launch import (
     start_job,
     stop_job,
 )
-from workbench.jobs.rows import JobRow, job_row, job_rows
+from workbench.jobs.rows import JobRow, LogFigure, job_row, job_rows, last_progress_figure
 from workbench.jobs.state import (
     ACTIVE,
     JOB_SCHEMA,
@@ -49,8 +49,8 @@ from workbench.jobs.state import (
 )
 
 __all__ = ["ACTIVE", "JOB_SCHEMA", "MAX_JOB_JSON", "MAX_PROGRESS_JSON", "PROGRESS_FILE",
-           "STATUSES", "Job", "JobRow", "ProgressLevel", "ProgressSnapshot", "check_job_id",
+           "STATUSES", "Job", "JobRow", "LogFigure", "ProgressLevel", "ProgressSnapshot", "check_job_id",
            "how_it_ended", "is_job_process", "job_folder", "job_progress", "job_row",
-           "job_rows", "kinds", "kinds_known", "list_jobs", "load_job", "main",
+           "job_rows", "kinds", "kinds_known", "last_progress_figure", "list_jobs", "load_job", "main",
            "process_start", "run_again", "run_in_process", "run_lock", "run_root",
            "start_job", "stop_job", "wait_job"]

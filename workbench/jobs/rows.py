@@ -3,6 +3,7 @@ as one typed table for the CLI (`workbench jobs list --watch`) and the app."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -11,6 +12,62 @@ from pydantic import BaseModel, Field
 from workbench.jobs.state import Job, ProgressSnapshot, job_progress, list_jobs, run_root
 
 ENDED_UNFINISHED = ("stopped", "failed")  # ended with work left: where it stood is shown
+
+
+PROGRESS_PREFIX = "[progress] "  # a progress line of a log (`workbench.progress`)
+MAX_FIGURE_CHARS = 300  # the most of a progress line shown (a line is ~100 characters)
+_COUNT = re.compile(r"(?:^|, )(\d+)/(\d+) (\S*) ?\(\d+%\)")
+_ETA = re.compile(r"(?:^|, )ETA (\S+)$")
+
+
+class LogFigure(BaseModel):
+    """The last progress line of a job's log, as a person reads it: where the work is (its
+    levels) and the figure (done/total, rate, tokens so far, elapsed, ETA)."""
+
+    where: str  # "distill/distill > model calls > generating 3/4"
+    figure: str  # "2/7 chunk (29%), 0.02/s, 1m40s, ETA 4m10s"
+    done: int | None = None  # the counted level's done/total, when the line has one
+    total: int | None = None
+    unit: str = ""
+    eta: str | None = None  # "4m10s"; None when unknown ("?") or not given
+
+    @property
+    def fraction(self) -> float | None:
+        if self.done is None or not self.total:
+            return None
+        return min(1.0, max(0.0, self.done / self.total))
+
+    def text(self) -> str:
+        return f"{self.where}: {self.figure}" if self.where else self.figure
+
+
+def last_progress_figure(log: str) -> LogFigure | None:
+    """The figure of the last progress line in `log` (a job's log text): what the app's job
+    panel shows without the log being opened; None when the log has no progress line. A
+    line of another process's making that only starts like one is read as far as it goes."""
+    for raw in reversed(log.splitlines()):
+        line = raw.strip()
+        if not line.startswith(PROGRESS_PREFIX):
+            continue
+        body = line[len(PROGRESS_PREFIX):].strip()[:MAX_FIGURE_CHARS]
+        if not body or body.endswith(":"):  # a name and no figure
+            continue
+        where, sep, figure = body.rpartition(": ")
+        if not sep:  # "working" with nothing after it
+            where, figure = "", body
+        if not figure:
+            continue
+        m = _COUNT.search(figure)
+        e = _ETA.search(figure)
+        return LogFigure(where=where, figure=figure,
+                         done=int(m.group(1)) if m else None,
+                         total=int(m.group(2)) if m else None,
+                         unit=m.group(3) if m else "",
+                         eta=e.group(1) if e and e.group(1) != "?" else None)
+    return None
+
+
+FIGURE_LOG_BYTES = 64 * 1024  # the end of a running job's log searched for its progress line
 
 
 class JobRow(BaseModel):
@@ -30,6 +87,9 @@ class JobRow(BaseModel):
     progress: ProgressSnapshot | None = None  # the work in flight (running jobs only)
     # stopped or failed: where its work stood when it ended (`last_progress`)
     last_progress: ProgressSnapshot | None = None
+    # running: the last progress line of its log (tokens so far included, which the
+    # snapshot's done/total does not say)
+    log_figure: LogFigure | None = None
     log_tail: list[str] = Field(default_factory=list)
     can_stop: bool = False
     can_run_again: bool = False  # stopped or failed: there is work left to finish
@@ -121,12 +181,16 @@ def job_row(job: Job, *, log_lines: int = 10) -> JobRow:
     running = job.status == "running"
     ended = job.status in ENDED_UNFINISHED
     log = job.log_text(log_lines, max_bytes=64 * 1024) if log_lines > 0 else ""
+    figure = None
+    if running:  # progress lines come every WB_PROGRESS_SECONDS: the last one is near the end
+        figure = last_progress_figure(job.log_text(400, max_bytes=FIGURE_LOG_BYTES))
     return JobRow(id=job.id, kind=job.kind, state=job.status, run=str(run or "-"),
                   run_dir=str(root) if root else None, created=job.created,
                   started=job.started, finished=job.finished, elapsed=elapsed,
                   error=job.error, message=job.progress[-1] if job.progress else None,
                   progress=job_progress(job) if running else None,
                   last_progress=last_progress(job) if ended else None,
+                  log_figure=figure,
                   log_tail=log.splitlines() if log else [],
                   can_stop=running, can_run_again=job.status in ("stopped", "failed"),
                   peak_rss_mb=job.peak_rss_mb)
