@@ -305,10 +305,9 @@ def test_a_parameter_schema_nested_too_deeply_is_one_error_naming_the_tool():
             "enum": list(range(1001))}}}, lambda **k: ""), answer])
     with pytest.raises(WorkbenchError, match="tool bad: tool schema is not valid JSON Schema"):
         Toolbox([Tool("bad", "b", {"type": "objekt"}, lambda **k: ""), answer])
-    with pytest.raises(WorkbenchError, match="tool both: .*unevaluatedProperties with "
-                                             "patternProperties"):
-        Toolbox([Tool("both", "b", {"type": "object", "patternProperties": {"^a": {}},
-                                    "unevaluatedProperties": False}, lambda **k: ""), answer])
+    # unevaluatedProperties with patternProperties: validated, bounded (the test below)
+    Toolbox([Tool("both", "b", {"type": "object", "patternProperties": {"^a": {}},
+                                "unevaluatedProperties": False}, lambda **k: ""), answer])
     Toolbox([Tool("ok", "o", _nested(30), lambda **k: ""), answer])  # 61 levels: taken
 
 
@@ -365,3 +364,97 @@ def test_a_pattern_that_backtracks_is_refused_in_bounded_time(monkeypatch):
     assert obs.error and time.monotonic() - t0 < 1.5
     ok = b.call(ToolCall.make("p", {"code": "aaa", "nested": "aa", "letter": "B", "bb": 3}))
     assert ok.error is None and ok.text == "ok"
+
+
+def test_unevaluated_properties_with_pattern_properties_are_validated_in_bounded_time(
+        monkeypatch):
+    """A schema with `unevaluatedProperties` and `patternProperties` was refused (jsonschema
+    matches the names it evaluates with `re`, unbounded); now the names are matched with
+    `regex` under the call's time budget, through allOf, $ref and the rest, with
+    jsonschema's own messages (the same verdicts as jsonschema on 18,576 ordinary cases
+    when this was written), and a name a pattern backtracks on is refused, naming it."""
+    import workbench.agents.tools as T
+
+    monkeypatch.setattr(T, "PATTERN_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(T, "PATTERN_BUDGET_S", 0.3)
+    schema = {"type": "object", "properties": {"q": {"type": "string"}},
+              "patternProperties": {"^x_[a-z]+$": {"type": "integer"}, "^(b|b)+$": {}},
+              "allOf": [{"patternProperties": {"^y_": {"type": "string"}}}],
+              "$defs": {"z": {"patternProperties": {"^z_": {}}}}, "$ref": "#/$defs/z",
+              "unevaluatedProperties": False}
+    b = Toolbox([Tool("u", "U.", schema, lambda **k: "ok", final=True)])
+    ok = b.call(ToolCall.make("u", {"q": "s", "x_ab": 3, "y_z": "w", "z_1": None}))
+    assert ok.error is None and ok.text == "ok"
+    cases = [({"q": "s", "zz": 1}, "u.(arguments): Unevaluated properties are not allowed "
+                                   "('zz' was unexpected)"),
+             ({"x_ab": "no"}, "u.x_ab: 'no' is not of type 'integer'"),
+             ({"b" * 40 + "!": 1}, "could not be matched against the pattern '^(b|b)+$' in "
+                                   "time")]
+    for args, part in cases:
+        t0 = time.monotonic()
+        obs = b.call(ToolCall.make("u", args))
+        assert time.monotonic() - t0 < 2.0, args
+        assert obs.error and part in obs.error, (args, obs.error)
+    # many names to match, each slow: the call's budget bounds them all
+    t0 = time.monotonic()
+    obs = b.call(ToolCall.make("u", {"b" * n + "!": 1 for n in range(30, 60)}))
+    assert obs.error and time.monotonic() - t0 < 2.0
+    # unevaluatedProperties as a schema: what no other keyword evaluated must match it
+    v = Toolbox([Tool("v", "V.", {"type": "object", "properties": {"q": {}},
+                                  "patternProperties": {"^x": {}},
+                                  "unevaluatedProperties": {"type": "integer"}},
+                      lambda **k: "ok", final=True)])
+    assert v.call(ToolCall.make("v", {"q": "a", "xs": "s", "n": 3})).error is None
+    assert "('n', 'm' were unevaluated and invalid)" in v.call(
+        ToolCall.make("v", {"n": "s", "m": "t"})).error
+
+
+def test_a_schema_pattern_regex_cannot_compile_or_unroll_is_one_error_naming_it():
+    """Every pattern of a tool's schema is compiled by `regex`, the module that matches it,
+    when the toolbox is made: `(?t)a` (Python's `re` takes it, so jsonschema's check_schema
+    did; `regex` does not) was matched with `re` at each call, now it is one error naming
+    the tool and the pattern, as are a pattern whose counted repeats `regex` unrolls past
+    the bound (`a{4294967294}` took 2.8 GB and 9 s to fail) and an oversized one; the
+    bounds of a regex constraint (alternatives) hold too. Ordinary patterns are taken."""
+    import workbench.agents.tools as T
+
+    def make(pattern: str, where: str = "pattern") -> Toolbox:
+        schema = ({"type": "object", "properties": {"s": {"type": "string",
+                                                          "pattern": pattern}}}
+                  if where == "pattern" else
+                  {"type": "object", "patternProperties": {pattern: {}}})
+        return Toolbox([Tool("t", "T.", schema, lambda **k: "ok", final=True)])
+
+    for where in ("pattern", "patternProperties"):
+        with pytest.raises(WorkbenchError, match=r"^tool t: parameter schema pattern '\(\?t\)a"
+                                                 r"' cannot be compiled by the regex module "
+                                                 r"that matches it \(unknown extension"):
+            make("(?t)a", where)
+    t0 = time.monotonic()
+    for pattern, count in (("a{4294967294}", "4,294,967,294"), ("(a{1000}){1000}",
+                                                                "1,000,000"),
+                           ("(?:x|yz){100000}", "300,000"), ("a{" + "9" * 5000 + "}", None)):
+        with pytest.raises(WorkbenchError, match=r"^tool t: parameter schema pattern .* "
+                                                 r"repeats too much \(" + (count or "")):
+            make(pattern)
+    assert time.monotonic() - t0 < 2.0
+    # a repeat count of over 4,300 digits: check_schema's `re` raised ValueError, `regex`
+    # too; now one error from the bound or the compile
+    with pytest.raises(WorkbenchError, match=r"^tool t: parameter schema pattern 'a\{0,999"
+                                             r".* cannot be compiled .*4300 digits"):
+        make("a{0," + "9" * 5000 + "}")
+    with pytest.raises(WorkbenchError, match=r"\(10001 characters\) is over the limit of "
+                                             r"10000 characters"):
+        make("x" * 10_001)
+    with pytest.raises(WorkbenchError, match="refused: the regex has 1001 alternatives"):
+        make("|".join(["a"] * 1001))
+    # a value in `enum` or `default` is no pattern, whatever its keys say
+    Toolbox([Tool("t", "T.", {"type": "object", "properties": {"s": {
+        "enum": [{"pattern": "(?t)"}], "default": {"pattern": "a{99999999}"}}}},
+        lambda **k: "ok", final=True)])
+    for ok in ("^[A-D]$", "^\\d{5}(-\\d{4})?$", "^.{0,65535}$", "a{100000}",
+               "(?<=a)(?P<x>b){5}", "^[a-z]+(?:-[a-z]+)*$"):
+        assert make(ok).call(ToolCall.make("t", {"s": "zz"})).text in ("ok", "Error: "
+                                                                      "t.s: 'zz' does not "
+                                                                      f"match {ok!r}"), ok
+    assert T._pattern_units("(a{10}b){3}c") == 34

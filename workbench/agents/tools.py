@@ -8,28 +8,37 @@ and shows the model; any other exception is a bug and propagates.
 Schemas and arguments are bounded before anything recurses over them: a parameter schema is
 held to constrained decoding's limits (`workbench.models.constrain`: nesting depth 64,
 alternatives, size) when the toolbox is made, and arguments nested past that depth are the
-model's error, never Python's RecursionError. A schema's `pattern` and `patternProperties`
-are matched with the `regex` module under a timeout (`PATTERN_TIMEOUT_S` a match,
-`PATTERN_BUDGET_S` a call), since Python's `re`, which jsonschema uses, can backtrack on a
-pattern like `^(a|a)+$` for ever; a match that runs out of time refuses the value, naming
-the field.
+model's error, never Python's RecursionError. A schema's `pattern`, `patternProperties` and
+the names `unevaluatedProperties` and `additionalProperties` take from them are matched with
+the `regex` module under a timeout (`PATTERN_TIMEOUT_S` a match, `PATTERN_BUDGET_S` a call),
+since Python's `re`, which jsonschema uses, can backtrack on a pattern like `^(a|a)+$` for
+ever; a match that runs out of time refuses the value, naming the field. Every pattern is
+compiled by `regex` when the toolbox is made, after its size is bounded (`regex` unrolls a
+counted repeat: `a{4294967294}` took 2.8 GB and 9 s to refuse): one that cannot be compiled,
+or would unroll past `MAX_PATTERN_UNITS`, is a WorkbenchError naming the tool and the pattern.
 """
 
 from __future__ import annotations
 
 import contextvars
 import json
+import re
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.models.constrain import MAX_SCHEMA_DEPTH, bounded_schema
+from workbench.models.constrain import MAX_SCHEMA_DEPTH, bounded_pattern, bounded_schema
 from workbench.records import ToolCall, ToolSpec
 
 PATTERN_TIMEOUT_S = 0.5  # one match of a schema pattern against one value
 PATTERN_BUDGET_S = 2.0  # all the pattern matches of one call's arguments
+MAX_PATTERN_CHARS = 10_000  # one pattern of a parameter schema
+# what a pattern's counted repeats unroll to when `regex` compiles it (an atom repeated at
+# least m times is m copies, nested repeats multiply): ~0.25 KB each, so at most ~25 MB
+MAX_PATTERN_UNITS = 100_000
 
 
 class ToolError(Exception):
@@ -80,8 +89,7 @@ _call_matching: contextvars.ContextVar[tuple[float, dict] | None] = contextvars.
 def _search(pattern: str, text: str) -> bool | None:
     """Whether `pattern` matches somewhere in `text`, with the `regex` module under
     PATTERN_TIMEOUT_S (and what is left of the call's PATTERN_BUDGET_S); None when it ran
-    out of time. A pattern `regex` cannot compile (check_schema took it with `re`) is
-    matched with `re`."""
+    out of time."""
     import regex
 
     state = _call_matching.get()
@@ -93,10 +101,8 @@ def _search(pattern: str, text: str) -> bool | None:
         found = None if left <= 0 else regex.search(pattern, text, timeout=left) is not None
     except TimeoutError:
         found = None
-    except regex.error:
-        import re
-
-        found = re.search(pattern, text) is not None
+    # regex.error is not caught: every pattern of a toolbox's schemas compiled when it was
+    # made (`_check_patterns`), so one that does not is our bug, not the model's
     if state is not None:
         state[1][pattern, text] = found
     return found
@@ -166,6 +172,72 @@ def _additional_properties(validator, ap, instance, schema):
                                   "unexpected)")
 
 
+def _evaluated_keys(validator, instance: dict, schema: Any) -> set[str]:
+    """The property names of `instance` that `schema`'s keywords evaluate (what
+    `unevaluatedProperties` leaves alone): jsonschema's own walk (`_utils.
+    find_evaluated_property_keys_by_schema`, 4.x), with patternProperties' names matched by
+    `_search`. A name a pattern could not be matched against in time counts as evaluated:
+    patternProperties refuses it, naming it, in the same schema."""
+    if not isinstance(schema, dict):
+        return set()
+    keys: set[str] = set()
+    for ref in ("$ref", "$dynamicRef"):
+        if (target := schema.get(ref)) is not None:
+            resolved = validator._resolver.lookup(target)
+            keys |= _evaluated_keys(validator.evolve(schema=resolved.contents,
+                                                     _resolver=resolved.resolver),
+                                    instance, resolved.contents)
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        keys |= properties.keys() & instance.keys()
+    for keyword in ("additionalProperties", "unevaluatedProperties"):
+        if (sub := schema.get(keyword)) is not None:
+            keys |= {k for k, v in instance.items() if _valid(validator.descend(v, sub))}
+    for patrn in schema.get("patternProperties", {}):
+        keys |= {k for k in instance if _search(patrn, k) is not False}
+    for name, sub in schema.get("dependentSchemas", {}).items():
+        if name in instance:
+            keys |= _evaluated_keys(validator, instance, sub)
+    for keyword in ("allOf", "oneOf", "anyOf"):
+        for sub in schema.get(keyword, []):
+            if _valid(validator.descend(instance, sub)):
+                keys |= _evaluated_keys(validator, instance, sub)
+    if "if" in schema:
+        if validator.evolve(schema=schema["if"]).is_valid(instance):
+            keys |= _evaluated_keys(validator, instance, schema["if"])
+            if "then" in schema:
+                keys |= _evaluated_keys(validator, instance, schema["then"])
+        elif "else" in schema:
+            keys |= _evaluated_keys(validator, instance, schema["else"])
+    return keys
+
+
+def _valid(errors) -> bool:
+    return next(errors, None) is None
+
+
+def _unevaluated_properties(validator, uneval, instance, schema):
+    """jsonschema's `unevaluatedProperties` (same messages) with the names the schema's
+    patternProperties evaluate matched by `_search`, under the call's time budget."""
+    from jsonschema import ValidationError
+
+    if not validator.is_type(instance, "object"):
+        return
+    evaluated = _evaluated_keys(validator, instance, schema)
+    bad = [k for k in instance if k not in evaluated and not _valid(
+        validator.descend(instance[k], uneval, path=k, schema_path=k))]
+    if not bad:
+        return
+    names = ", ".join(repr(k) for k in (sorted(bad, key=str) if uneval is False else bad))
+    verb = "was" if len(bad) == 1 else "were"
+    if uneval is False:
+        yield ValidationError(f"Unevaluated properties are not allowed ({names} {verb} "
+                              "unexpected)")
+    else:
+        yield ValidationError("Unevaluated properties are not valid under the given schema "
+                              f"({names} {verb} unevaluated and invalid)")
+
+
 def _short(text: str, n: int = 60) -> str:
     return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text)} characters)"
 
@@ -180,23 +252,101 @@ def _validator_class():
 
         _BOUNDED_VALIDATOR.append(validators.extend(Draft202012Validator, {
             "pattern": _pattern, "patternProperties": _pattern_properties,
-            "additionalProperties": _additional_properties}))
+            "additionalProperties": _additional_properties,
+            "unevaluatedProperties": _unevaluated_properties}))
     return _BOUNDED_VALIDATOR[0]
 
 
-def _uses_both(schema: Any) -> bool:
-    """Whether the schema has both `unevaluatedProperties` and `patternProperties` (as keys
-    of some object in it): jsonschema matches the names for the first with `re`, unbounded."""
-    seen: set[str] = set()
+# a pattern's parts, as `_pattern_units` counts them: an escape (\p{L}, \N{...}, \x{..}
+# whole), a character class, a comment, a group's opening, its end, a counted repeat, `|`,
+# anything else (one atom)
+_PATTERN_PARTS = re.compile(
+    r"\\[pPNx]\{[^}]*\}|\\.|\[\^?\]?(?:\\.|\[:\^?[a-z]+:\]|[^\]\\])*\]|\(\?#[^)]*\)"
+    r"|\((?:\?(?:<[=!]|P?<[^>]*>|'[^']*'|[a-zA-Z^-]*[:=!>|]?))?|\)|\{(\d*)(?:,\d*)?\}"
+    r"|[|*+?]|.", re.DOTALL)
+
+
+def _pattern_units(pattern: str) -> int:
+    """What `regex` unrolls `pattern` to, roughly: atoms, with a group or atom repeated at
+    least m times (`{m}`, `{m,}`, `{m,n}`) counted m times, nested repeats multiplying (what
+    it compiles an atom's minimum repeats into; `*`, `+` and `?` add nothing)."""
+    frames = [[0, 0]]  # per open group: units so far, units of the last atom or group
+    for m in _PATTERN_PARTS.finditer(pattern):
+        part = m.group()
+        top = frames[-1]
+        if m.group(1) is not None:  # a counted repeat of the last atom or group
+            digits = m.group(1)
+            times = 1 if not digits else int(digits) if len(digits) <= 12 else 10 ** 12
+            times = max(1, times)
+            top[0] += top[1] * (times - 1)
+            top[1] *= times
+        elif part in ("|", "*", "+", "?"):
+            top[1] = 0 if part == "|" else top[1]
+        elif part.startswith("(") and not part.startswith("(?#"):
+            frames.append([0, 0])
+        elif part == ")" and len(frames) > 1:
+            units = frames.pop()[0]
+            frames[-1][0] += units
+            frames[-1][1] = units
+        else:
+            top[0] += 1
+            top[1] = 1
+    while len(frames) > 1:  # a group never closed (regex refuses it when it compiles)
+        units = frames.pop()[0]
+        frames[-1][0] += units
+    return frames[0][0]
+
+
+_NOT_SCHEMAS = ("enum", "const", "default", "examples")  # values, not schemas
+
+
+def _schema_patterns(schema: Any) -> list[str]:
+    """Every regex of a schema: `pattern` values and `patternProperties` names (walked
+    without recursion; literal values such as `enum` members are not walked)."""
+    found: list[str] = []
     stack = [schema]
-    while stack and len(seen) < 2:
+    while stack:
         v = stack.pop()
-        if isinstance(v, dict):
-            seen |= {"unevaluatedProperties", "patternProperties"} & v.keys()
-            stack.extend(v.values())
-        elif isinstance(v, list):
+        if isinstance(v, list):
             stack.extend(v)
-    return len(seen) == 2
+        elif isinstance(v, dict):
+            if isinstance(v.get("pattern"), str):
+                found.append(v["pattern"])
+            if isinstance(v.get("patternProperties"), dict):
+                found.extend(str(k) for k in v["patternProperties"])
+            stack.extend(x for k, x in v.items() if k not in _NOT_SCHEMAS)
+    return list(dict.fromkeys(found))
+
+
+def _check_patterns(name: str, schema: dict[str, Any]) -> None:
+    """Compile every regex of the tool's schema with `regex`, the module that matches them,
+    once its size is bounded; one WorkbenchError naming the tool and the pattern otherwise.
+    (A pattern `regex` cannot compile used to be matched with Python's `re`: unbounded in
+    time, and not the engine the schema was checked against.)"""
+    import regex
+
+    for patrn in _schema_patterns(schema):
+        shown = _short(patrn)
+        if len(patrn) > MAX_PATTERN_CHARS:
+            raise WorkbenchError(f"tool {name}: parameter schema pattern {shown} is over the "
+                                 f"limit of {MAX_PATTERN_CHARS} characters")
+        if problem := bounded_pattern(patrn, grammar=False):
+            raise WorkbenchError(f"tool {name}: parameter schema pattern {shown} refused: "
+                                 f"{problem}")
+        if (units := _pattern_units(patrn)) > MAX_PATTERN_UNITS:
+            raise WorkbenchError(f"tool {name}: parameter schema pattern {shown} repeats "
+                                 f"too much ({units:,} atoms once its counted repeats are "
+                                 f"unrolled, over the limit of {MAX_PATTERN_UNITS:,}); "
+                                 "bound the length with minLength/maxLength instead")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # regex's FutureWarning on `[[`: no output
+                regex.compile(patrn)
+        except (regex.error, ValueError, OverflowError, RecursionError, MemoryError) as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise WorkbenchError(f"tool {name}: parameter schema pattern {shown} cannot be "
+                                 f"compiled by the regex module that matches it ({why})"
+                                 ) from None
 
 
 def _validator(name: str, schema: dict[str, Any]):
@@ -208,15 +358,14 @@ def _validator(name: str, schema: dict[str, Any]):
                              f"{MAX_SCHEMA_DEPTH})")
     if problem := bounded_schema(schema):
         raise WorkbenchError(f"tool {name}: parameter schema refused: {problem}")
+    # the patterns first: check_schema compiles them with `re`, which raised ValueError on a
+    # repeat count of over 4,300 digits (`a{999...}`)
+    _check_patterns(name, schema)
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as e:
         raise WorkbenchError(f"tool {name}: tool schema is not valid JSON Schema: "
                              f"{e.message}") from None
-    if _uses_both(schema):
-        raise WorkbenchError(f"tool {name}: parameter schema combines unevaluatedProperties "
-                             "with patternProperties, whose property names could then not "
-                             "be matched in bounded time; use additionalProperties")
     return _validator_class()(schema)
 
 
