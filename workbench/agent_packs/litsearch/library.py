@@ -350,7 +350,7 @@ def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int 
     whose records carry no keywords at all (a BibTeX export without them) is graded on the
     words most particular to each paper's title and abstract instead (`derived_terms`)."""
     from workbench.agent_packs.litsearch.data import anchor_grades
-    from workbench.progress import progress
+    from workbench.progress import count, tally
 
     allp = {k: p.model_dump() for k, p in papers.items()}
     share = 0.5
@@ -376,26 +376,31 @@ def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int 
                        else bool(allp[k]["mesh"])))
     random.Random(seed).shuffle(cands)
     out: list[Intent] = []
-    for pid in progress(cands[:MAX_ANCHOR_TRIES], desc="grading anchor candidates",
-                        unit="paper", delay=2):
-        # only papers that can reach a grade: cited, citing, sharing a reference or a term
-        near = {pid, *cites[pid], *cited_by[pid]}
-        for r in allp[pid]["refs"]:
-            near |= ref_index.get(r, set())
-        for t in allp[pid]["mesh"]:
-            near |= by_term[t]
-        g = anchor_grades(pid, {k: allp[k] for k in near}, cites, cited_by, ref_index,
-                          max_grade1, share)
-        if g is None:
-            continue
-        g = dict(sorted(g.items()))
-        i = len(out)
-        p = papers[pid]
-        out.append(Intent(id=f"ls-{i:03d}", anchor=pid, query=p.title,
-                          intent=(p.major or allp[pid]["mesh"])[:3], relevance=g,
-                          part="train" if i % 3 == 0 else "dev"))
-        if len(out) == anchors:
-            break
+    # counted: the intents made of those wanted (the loop ends there, usually long before
+    # the candidates run out); the candidates graded so far move inside it
+    with count("making intents", anchors, "intent", delay=2) as made, \
+            tally("candidates graded", "paper") as tried:
+        for pid in cands[:MAX_ANCHOR_TRIES]:
+            tried.add()
+            # only papers that can reach a grade: cited, citing, sharing a reference or a term
+            near = {pid, *cites[pid], *cited_by[pid]}
+            for r in allp[pid]["refs"]:
+                near |= ref_index.get(r, set())
+            for t in allp[pid]["mesh"]:
+                near |= by_term[t]
+            g = anchor_grades(pid, {k: allp[k] for k in near}, cites, cited_by, ref_index,
+                              max_grade1, share)
+            if g is None:
+                continue
+            g = dict(sorted(g.items()))
+            i = len(out)
+            p = papers[pid]
+            out.append(Intent(id=f"ls-{i:03d}", anchor=pid, query=p.title,
+                              intent=(p.major or allp[pid]["mesh"])[:3], relevance=g,
+                              part="train" if i % 3 == 0 else "dev"))
+            made.add()
+            if len(out) == anchors:
+                break
     return out
 
 
