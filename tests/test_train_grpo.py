@@ -1,7 +1,9 @@
 """GRPO in the training library, on the tiny random-init Llama and scripted models: advantages
 and group statistics, which tokens are the policy's (a tool observation's get no gradient),
 the loss against hand-computed values, an exact kill-and-resume, and a reward that prefers one
-answer moving the policy toward it."""
+answer moving the policy toward it; then on-policy distillation on the same rollouts (its
+loss by hand, its mask, a teacher pulling the student, self-distillation's privileged prompt,
+the protocol teacher's token alignment, resume)."""
 
 import json
 import math
@@ -20,7 +22,7 @@ from workbench.agents.runner import (
 from workbench.agents.tools import Tool, Toolbox
 from workbench.errors import TrainingInterrupted, WorkbenchError
 from workbench.models import load_model
-from workbench.models.base import GenerationParams
+from workbench.models.base import Capabilities, GenerationParams
 from workbench.records import ToolCall
 from workbench.train import grpo_session as G
 from workbench.train.config import TrainConfig
@@ -97,14 +99,14 @@ def config(**kw):
 
 
 def session(tiny_model, *, agent_setup=guided_setup, reward=prefers_yes, n_tasks=6,
-            held_out=(), checkpoint_dir=None, **kw):
+            held_out=(), checkpoint_dir=None, teacher=None, **kw):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     tok = AutoTokenizer.from_pretrained(tiny_model)
     return G.setup(config(**kw), model=model, tokenizer=tok, tasks=tasks(n_tasks),
                    agent_setup=agent_setup, reward=reward, held_out=list(held_out), seed=3,
-                   checkpoint_dir=checkpoint_dir)
+                   checkpoint_dir=checkpoint_dir, teacher=teacher)
 
 
 # --- advantages, groups, masks ------------------------------------------------------------------
@@ -142,10 +144,11 @@ def test_rollouts_form_groups_with_the_packs_reward_and_their_statistics():
     assert group_stats(same)["reward_std_in_group"] == 0.0
 
 
-def scripted_rollout():
+def scripted_rollout(metadata=None):
     replies = [call("lookup", key="alpha"), call("answer", label="YES")]
     setup = AgentSetup(toolbox=toolbox(), system="Answer.", budget=Budget(max_steps=3))
-    (g,) = sample_groups(load_model("fake", responses=replies), tasks(1), setup,
+    task = AgentTask("t0", "Is claim 0 true?", metadata=dict(metadata or {}))
+    (g,) = sample_groups(load_model("fake", responses=replies), [task], setup,
                          group_size=1, reward=prefers_yes)
     return g[0]
 
@@ -340,33 +343,33 @@ def test_kill_and_resume_is_exact(tiny_model, tmp_path):
         assert x["loss"] == pytest.approx(y["loss"], abs=1e-6)
 
 
-def test_a_reward_that_prefers_one_answer_moves_the_policy_toward_it(tiny_model, tmp_path):
+def yes_margin(s):
+    """Mean log-probability of the YES call minus the NO call, over the session's tasks."""
     import torch
 
+    from workbench.models.base import ScoreRequest
+    from workbench.models.tools import TemplateTools, template_messages, tool_call_text
+
+    m = G.policy_model(s, 8)
+    box = toolbox()
+    out = []
+    with torch.no_grad():
+        for t in s.tasks:
+            conv = [{"role": "system", "content": "Answer."},
+                    {"role": "user", "content": t.prompt}]
+            box_prompt = template_messages(conv, TemplateTools.of(None), box.specs())
+            texts = [tool_call_text([ToolCall.make("answer", {"label": x})
+                                     .model_dump(mode="json")]) for x in ("YES", "NO")]
+            yes, no = m.score([ScoreRequest(prompt=box_prompt, continuations=texts)])[0]
+            out.append(yes.logprob - no.logprob)
+    return sum(out) / len(out)
+
+
+def test_a_reward_that_prefers_one_answer_moves_the_policy_toward_it(tiny_model, tmp_path):
     s = session(tiny_model, held_out=tasks(4, "dev"), max_steps=4, grpo={"eval_every": 2})
-
-    def margin():
-        """Mean log-probability of the YES call minus the NO call, over the tasks."""
-        from workbench.models.base import ScoreRequest
-        from workbench.models.tools import TemplateTools, template_messages, tool_call_text
-
-        m = G.policy_model(s, 8)
-        box = toolbox()
-        out = []
-        with torch.no_grad():
-            for t in s.tasks:
-                conv = [{"role": "system", "content": "Answer."},
-                        {"role": "user", "content": t.prompt}]
-                box_prompt = template_messages(conv, TemplateTools.of(None), box.specs())
-                texts = [tool_call_text([ToolCall.make("answer", {"label": x})
-                                         .model_dump(mode="json")]) for x in ("YES", "NO")]
-                yes, no = m.score([ScoreRequest(prompt=box_prompt, continuations=texts)])[0]
-                out.append(yes.logprob - no.logprob)
-        return sum(out) / len(out)
-
-    before = margin()
+    before = yes_margin(s)
     rows = G.train_steps(s, 4)
-    after = margin()
+    after = yes_margin(s)
     assert after > before + 1.0, (before, after)
     # the greedy guided choice on tasks it never trained on: NO everywhere at the start
     # (this seed), YES everywhere after
@@ -533,3 +536,208 @@ def test_each_pass_over_the_tasks_takes_every_task_once_in_a_seeded_order():
     assert first != second  # a new order each pass
     assert first == [t.id for step in range(2) for t in G.step_tasks(fake(3), step)]
     assert first != [t.id for step in range(2) for t in G.step_tasks(fake(4), step)]
+
+
+# --- on-policy distillation ------------------------------------------------------------------------
+
+def test_the_distillation_loss_equals_hand_computed_values(tiny_model):
+    """Per token, the advantage gains weight x (teacher - student) log-prob; with one update
+    per batch the step's loss is reward_weight x GRPO's plus weight x mean(student -
+    teacher), and the logged distill_kl is that mean (the sampled reverse KL)."""
+    import torch
+
+    from workbench.train.grpo_distill import distill_advantages
+
+    logp = torch.tensor([-1.0, -2.0, -0.5])
+    teacher = torch.tensor([-0.2, -3.0, -0.5])
+    adv = 0.5 * torch.tensor([1.0, 1.0, -2.0]) + 2.0 * distill_advantages(logp, teacher)
+    loss, _ = grpo_token_loss(logp, logp, adv, epsilon=0.2, epsilon_high=0.2)
+    # ratio 1: loss = -(0.5 A + 2 (T - logp)) = [-(0.5 + 1.6), -(0.5 - 2), -(-1 + 0)]
+    assert loss.tolist() == pytest.approx([-2.1, 1.5, 1.0], abs=1e-6)
+
+    for rw in (0.0, 1.0):
+        s = session(tiny_model, grpo={"distill": {"weight": 0.5, "reward_weight": rw}},
+                    batch_size=1)
+        seqs = fixed_sequences(s.tokenizer)
+        for q in seqs:
+            q.teacher_logps = [-3.0] * q.n_policy
+        student = torch.cat([token_logps(s.model, seq_batch([q], s.tokenizer.pad_token_id,
+                                                            "cpu")).detach() for q in seqs])
+        n = [q.n_policy for q in seqs]
+        gap = float((student + 3.0).mean())
+        want = rw * -(0.75 * n[0] - 1.5 * n[1]) / sum(n) + 0.5 * gap
+        st = G.update(s, seqs)
+        assert st["loss"] == pytest.approx(want, abs=1e-5)
+        assert st["distill_kl"] == pytest.approx(gap, abs=1e-5)
+    with pytest.raises(ValueError, match="grpo.distill.reward_weight is 0"):
+        config(grpo={"distill": {"reward_weight": 0.0}})
+
+
+def test_distillation_gives_no_gradient_to_tool_observations(tiny_model, monkeypatch):
+    """Distillation only, on a rollout whose reward advantage is 0: the gradient reaches the
+    logits at positions predicting the policy's tokens and nowhere else (not the tool's
+    observation, not the prompt)."""
+    import torch
+
+    from workbench.train import step
+
+    s = session(tiny_model, grpo={"distill": {"weight": 1.0, "reward_weight": 0.0}})
+    seq = tokenize_rollout(s.tokenizer, scripted_rollout(), max_length=1024)
+    seq.advantage = 0.0
+    seq.teacher_logps = [-float(i % 5) for i in range(seq.n_policy)]
+    captured = {}
+
+    def keep_logits(module, args, out):
+        out.retain_grad()
+        captured["logits"] = out
+
+    s.model.get_output_embeddings().register_forward_hook(keep_logits)
+    monkeypatch.setattr(step, "decoder_and_head", lambda m: None)
+    st = G.update(s, [seq])
+    assert st["update_tokens"] > 0 and st["grad_norm"] > 0
+    grad = captured["logits"].grad[0].abs().sum(dim=-1)
+    predicts_policy = torch.tensor(seq.mask[1:] + [0], dtype=torch.bool)
+    assert (grad[~predicts_policy] == 0).all()
+    assert (grad[predicts_policy] > 0).all()
+    assert SECRET in s.tokenizer.decode([i for i, m in zip(seq.input_ids, seq.mask,
+                                                           strict=True) if not m])
+
+
+class PrefersYes:
+    """A teacher through the models protocol: the student's starting weights (the same
+    log-probs on every token) except that it finds "NO" very unlikely and "YES" likely."""
+
+    identity = "test:prefers-yes"
+    backend_name = "test"
+    capabilities = Capabilities(token_logprobs=True)
+
+    def __init__(self, tiny_model, tok):
+        from transformers import AutoModelForCausalLM
+
+        from workbench.models.local import LocalChatModel
+
+        self.inner = LocalChatModel.wrap(AutoModelForCausalLM.from_pretrained(tiny_model), tok,
+                                         device="cpu", identity="tiny")
+        self.calls = 0
+
+    def token_logprobs(self, text, top=0):
+        self.calls += 1
+        out = self.inner.token_logprobs(text)
+        out.logprobs = [-30.0 if v is not None and "NO" in t else
+                        -0.5 if v is not None and "YES" in t else v
+                        for t, v in zip(out.tokens, out.logprobs, strict=True)]
+        return out
+
+
+def test_a_teacher_that_prefers_one_answer_pulls_the_student_toward_it(tiny_model):
+    """Distillation only (the reward's advantage weighs 0): a teacher that prefers YES moves
+    the student's YES-over-NO margin up in a few steps, and the step logs the reverse KL."""
+    from transformers import AutoTokenizer
+
+    teacher = PrefersYes(tiny_model, AutoTokenizer.from_pretrained(tiny_model))
+    s = session(tiny_model, max_steps=3, learning_rate=3e-2, teacher=teacher,  # in memory
+                grpo={"distill": {"weight": 1.0, "reward_weight": 0.0, "teacher": "any"}})
+    before = yes_margin(s)
+    rows = G.train_steps(s, 3)
+    after = yes_margin(s)
+    assert after > before + 1.0, (before, after)
+    assert teacher.calls == 3 * 8  # every rollout of every step, once
+    assert all(r["distill_kl"] > 0 and r["teacher_reread"] is False for r in rows)
+
+
+def test_a_protocol_teacher_scores_the_students_own_tokens(tiny_model):
+    """The same weights behind the models protocol (LocalChatModel) give, token for token,
+    the log-probs the student's base model gives its rollout; a teacher that splits the
+    text elsewhere shares each common run's log-prob among its student tokens."""
+    from test_serve_tools import serving
+    from transformers import AutoModelForCausalLM
+
+    from workbench.models.base import TokenLogprobs
+    from workbench.models.local import LocalChatModel
+    from workbench.train.grpo_distill import align_logprobs, protocol_teacher_logps
+
+    s = session(tiny_model)
+    teacher = LocalChatModel.wrap(AutoModelForCausalLM.from_pretrained(tiny_model),
+                                  s.tokenizer, device="cpu", identity="teacher")
+    seq = tokenize_rollout(s.tokenizer, scripted_rollout(), max_length=1024)
+    got = protocol_teacher_logps(teacher, s.tokenizer, seq)
+    want = G._no_grad_logps(s, [seq], reference=False, base=True)[0]
+    assert len(got) == seq.n_policy
+    assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-4
+    with serving(teacher, tiny_model) as url:  # a teacher on a server (vLLM's protocol)
+        remote = load_model(f"{url}#{tiny_model}", max_retries=0)
+        over_http = protocol_teacher_logps(remote, s.tokenizer, seq)
+        remote.close()
+    assert over_http == pytest.approx(got, abs=1e-6)
+    with pytest.raises(WorkbenchError, match="distill.teacher is 'self'"):
+        session(tiny_model, teacher=teacher, grpo={"distill": {"weight": 1.0}})
+    with pytest.raises(WorkbenchError, match="'fake' does not return token log-probs"):
+        session(tiny_model, teacher=load_model("fake"),
+                grpo={"distill": {"weight": 1.0, "teacher": "fake"}})
+
+    # student tokens a b c d ef (policy: c, d, ef); teacher tokens ab cd e f: "cd" is
+    # shared by two student tokens, "ef" sums two teacher tokens
+    starts, mask = [0, 1, 2, 3, 4], [0, 0, 1, 1, 1]
+    other = TokenLogprobs(["ab", "cd", "e", "f"], [0, 2, 4, 5], [None, -2.0, -0.5, -0.25])
+    assert align_logprobs(starts, mask, 6, other) == [-1.0, -1.0, -0.75]
+    with pytest.raises(WorkbenchError, match="no log-prob for a token of the policy"):
+        align_logprobs([0, 1], [0, 1], 2, TokenLogprobs(["ab"], [0], [None]))
+
+
+def test_self_distillation_reads_the_privileged_context(tiny_model):
+    """The teacher's prompt is the student's with the privileged context (the task's
+    metadata through the template) inserted, every other token the same; its log-probs
+    are the base model's on that prompt, and a missing field is one line naming it."""
+    from workbench.train.grpo_distill import teacher_sequence
+
+    s = session(tiny_model, grpo={"distill": {"weight": 1.0,
+                                              "privileged": "The gold label is {gold}."}})
+    r = scripted_rollout({"gold": "YES"})
+    seq = tokenize_rollout(s.tokenizer, r, max_length=1024)
+    view = teacher_sequence(s.tokenizer, r, seq, "The gold label is YES.")
+    a, b = seq.input_ids, view.input_ids
+    p = next(i for i in range(len(a)) if a[i] != b[i])
+    k = len(b) - len(a)
+    assert b[:p] == a[:p] and b[p + k:] == a[p:]  # the context inserted, nothing else
+    assert s.tokenizer.decode(b[p:p + k]) == "\n\nThe gold label is YES."
+    assert view.mask[p + k:] == seq.mask[p:] and sum(view.mask[:p + k]) == 0
+    assert "Is claim 0 true?" in s.tokenizer.decode(a[:p])  # in the task's user turn
+
+    got = G.teacher_logps(s, [[r]], [seq])[0]
+    assert got == pytest.approx(G._no_grad_logps(s, [view], reference=False, base=True)[0])
+    plain = G._no_grad_logps(s, [seq], reference=False, base=True)[0]
+    assert max(abs(x - y) for x, y in zip(got, plain, strict=True)) > 1e-4
+    cut = tokenize_rollout(s.tokenizer, r, max_length=len(a) - 3)  # cut by max_length
+    assert teacher_sequence(s.tokenizer, r, cut, "ctx").n_policy == cut.n_policy
+    with pytest.raises(WorkbenchError, match=r"train.grpo.distill.privileged: .* task t0"):
+        G.teacher_logps(s, [[scripted_rollout()]], [seq])
+
+
+def test_kill_and_resume_with_distillation_is_exact(tiny_model, tmp_path):
+    """Self-distillation beside the reward: three steps at once against a kill after step
+    2's teacher log-probs were saved, resumed from step 1's checkpoint, which reads them
+    back: the same adapter within 1e-6, the same losses."""
+    kw = {"agent_setup": free_setup, "reward": text_parity, "save_every": 1, "max_steps": 3,
+          "grpo": {"distill": {"weight": 0.5, "privileged": "Hint: {group}."}}}
+    whole = session(tiny_model, checkpoint_dir=tmp_path / "whole", **kw)
+    rows = G.train_steps(whole, 3)
+    assert all("distill_kl" in r for r in rows)
+    ck = tmp_path / "ck"
+
+    def boom(stage):
+        if stage == "teacher" and killed.step == 1:
+            raise RuntimeError("killed")
+
+    killed = session(tiny_model, checkpoint_dir=ck, **kw)
+    with pytest.raises(RuntimeError, match="killed"):
+        G.train_steps(killed, 3, fault=boom)
+    assert (ck / "rollouts" / "step-000002.teacher.jsonl").is_file()
+    resumed = session(tiny_model, checkpoint_dir=ck, **kw)
+    assert G.restore_checkpoint(resumed).name == "checkpoint-1"
+    more = G.train_steps(resumed, 2)
+    assert more[0]["teacher_reread"] is True and more[1]["teacher_reread"] is False
+    a, b = G.adapter_state(whole), G.adapter_state(resumed)
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-6
+    for x, y in zip(rows, resumed.metrics, strict=True):
+        assert x["loss"] == pytest.approx(y["loss"], abs=1e-6)
+        assert x["distill_kl"] == pytest.approx(y["distill_kl"], abs=1e-6)

@@ -37,6 +37,7 @@ from workbench.models.base import (
     Generation,
     GenerationParams,
     ScoreRequest,
+    TokenLogprobs,
     Tools,
 )
 from workbench.models.constrain import wire_fields
@@ -82,7 +83,8 @@ class _Retryable(Exception):
 class OpenAIChatModel(ChatModel):
     # constrained: passes constraints on (response_format; vLLM's guided_* fields) and forced
     # tool choices; a server that cannot honour them answers 400, an error generation
-    capabilities = Capabilities(score=True, tool_calls=True, stream=True, constrained=True)
+    capabilities = Capabilities(score=True, tool_calls=True, token_logprobs=True, stream=True,
+                                constrained=True)
 
     def __init__(self, source: ModelSource, **options: Any):
         import httpx
@@ -316,6 +318,23 @@ class OpenAIChatModel(ChatModel):
             top[i] and max(top[i], key=top[i].get) == tokens[i] for i in idx)
         return ContinuationScore(logprob=float(total), n_tokens=len(idx),
                                  n_chars=len(continuation), is_greedy=greedy)
+
+    def token_logprobs(self, text: str, top: int = 0) -> TokenLogprobs:
+        """Per-token logprobs of `text` from the server's `/v1/completions` with `echo` and
+        `logprobs` (vLLM and `workbench serve` answer it): how a teacher on a server scores
+        a rollout for on-policy distillation."""
+        body = {"model": self.model_name, "prompt": text, "max_tokens": 0, "echo": True,
+                "logprobs": max(top, 1), "temperature": 0.0}
+        try:
+            data = self._request("POST", "/completions", json=body)
+            lp = data["choices"][0]["logprobs"]
+            tokens, offsets, values = lp["tokens"], lp["text_offset"], lp["token_logprobs"]
+            tops = lp.get("top_logprobs") if top else None
+        except (BackendError, _GaveUp, KeyError, TypeError, IndexError) as e:
+            raise BackendError(f"{self.base_url} does not return prompt logprobs "
+                               f"(/v1/completions with echo and logprobs): {e}") from None
+        return TokenLogprobs(list(tokens), list(offsets), list(values),
+                             list(tops) if tops is not None else None)
 
     def close(self) -> None:
         self._client.close()

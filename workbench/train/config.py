@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -62,6 +62,38 @@ class DPOSettings(_Section):
                                                     "them across epochs, resumes and re-runs.")
 
 
+class DistillSettings(_Section):
+    """On-policy distillation as a second loss on GRPO's rollouts: the teacher scores the
+    policy's own sampled tokens and each token's advantage gains weight x (teacher log p -
+    student log p), the per-token reverse KL estimator of on-policy distillation (Agarwal et
+    al. 2024, GKD; Lu & Thinking Machines 2025)."""
+
+    weight: float = Field(0.0, ge=0, description="Weight of the distillation advantage "
+                                                 "-(log p_student - log p_teacher) per "
+                                                 "policy token; 0: off (no teacher pass).")
+    teacher: str = Field("self", min_length=1,
+                         description="self: the base model with the adapter switched off, "
+                                     "reading the privileged context (self-distillation); "
+                                     "else a model spec (a bundled name, a folder, a .gguf, "
+                                     "a server URL) whose backend returns token log-probs; "
+                                     "it must read the student's tokenisation (same "
+                                     "tokenizer family) to score the same tokens.")
+    privileged: str = Field("", description="Context only the teacher reads, appended to "
+                                            "the task's first user turn: a format string "
+                                            "over the task's metadata (e.g. 'The answer is "
+                                            "{item[answer]}.'); empty: none.")
+    reward_weight: float = Field(1.0, ge=0, description="Weight of the reward's group "
+                                                        "advantage beside the distillation "
+                                                        "term; 0: distillation only.")
+
+    @model_validator(mode="after")
+    def _something_to_learn(self) -> DistillSettings:
+        if self.weight == 0 and self.reward_weight == 0:
+            raise ValueError("grpo.distill.reward_weight is 0 with distillation off "
+                             "(grpo.distill.weight 0): nothing would train")
+        return self
+
+
 class GRPOSettings(_Section):
     group_size: int = Field(4, ge=2, le=64, description="Rollouts per task (G): advantages "
                                                        "are rewards relative to the group.")
@@ -94,6 +126,9 @@ class GRPOSettings(_Section):
                                                  "the end only).")
     keep_best: bool = Field(True, description="Export the adapter with the best held-out "
                                               "reward (the peak, not a later collapse).")
+    distill: DistillSettings = Field(default_factory=DistillSettings,
+                                     description="On-policy distillation on the same "
+                                                 "rollouts (off by default).")
 
 
 class TrainConfig(_Section):

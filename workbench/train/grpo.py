@@ -45,6 +45,7 @@ class PolicySequence:
     advantage: float = 0.0
     ref_logps: list[float] | None = None  # per policy token, in order (KL term)
     old_logps: list[float] | None = None  # per policy token, before the update (mu > 1)
+    teacher_logps: list[float] | None = None  # per policy token, the teacher's (distillation)
     extra: dict = field(default_factory=dict)
 
     @property

@@ -15,6 +15,7 @@ import json
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from workbench.agents.rollout import RewardFn
 from workbench.agents.runner import AgentTask
@@ -29,17 +30,23 @@ from workbench.train.grpo_session import (
 )
 from workbench.train.recipe import TrainResult, stop_on_sigterm
 
+if TYPE_CHECKING:
+    from workbench.models.base import ChatModel
+
 
 def train_grpo(cfg: TrainConfig, *, tasks: Sequence[AgentTask], agent_setup: SetupFactory,
                reward: RewardFn, output: str | Path, held_out: Sequence[AgentTask] = (),
                model_spec: str | None = None, model=None, tokenizer=None, seed: int = 0,
                resume: bool = True, on_step: Callable[[int, dict], None] | None = None,
-               fault: Callable[[str], None] | None = None, log=print) -> TrainResult:
+               fault: Callable[[str], None] | None = None, log=print,
+               teacher: ChatModel | None = None) -> TrainResult:
     """Train the adapter on its rollouts and write it to `output` (the best by held-out
     reward under `grpo.keep_best`). Checkpoints (and the saved rollout batches) go to
     `.<output>.checkpoints` and are removed once the adapter is written; the rollouts are
     kept as `<output>.rollouts/`. With `resume` a re-run continues from the newest complete
-    checkpoint. `on_step(step, row)` sees every metric row."""
+    checkpoint. `on_step(step, row)` sees every metric row. `teacher`: a loaded chat model
+    standing for `grpo.distill.teacher` (on-policy distillation; else it is loaded from
+    that spec)."""
     # ---------------------------------------------------------------- setup
     from workbench.io import check_made_here
 
@@ -51,7 +58,7 @@ def train_grpo(cfg: TrainConfig, *, tasks: Sequence[AgentTask], agent_setup: Set
     checkpoints = output.parent / f".{output.name}.checkpoints"
     s = setup(cfg, tasks=tasks, agent_setup=agent_setup, reward=reward, held_out=held_out,
               seed=seed, model_spec=model_spec, model=model, tokenizer=tokenizer,
-              checkpoint_dir=checkpoints)
+              checkpoint_dir=checkpoints, teacher=teacher)
     if resume and (last := restore_checkpoint(s)):
         log(f"resuming from {last.name} (step {s.step} of {s.total})")
     else:

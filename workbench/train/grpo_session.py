@@ -18,6 +18,13 @@ adapter's tensors) before its update, and every random draw is seeded by (seed, 
 killed run resumed from its newest checkpoint redoes the same steps exactly, reading the
 rollouts it had already made. `pack_setup(Sampling)` builds the pack's agent setup with
 the sampling it is given (temperature 0: greedy, for the held-out evaluation).
+
+With `grpo.distill.weight` above 0 a teacher scores each step's rollouts after they are
+saved (`grpo_distill`: the base model reading privileged context, or another model through
+the models protocol) and its log-probs are written beside them
+(`<checkpoints>/rollouts/step-N.teacher.jsonl`) before the update, so a resume reads them
+back; each policy token's advantage is then `reward_weight x A_i + weight x (log p_teacher
+- log p_student)`.
 """
 
 from __future__ import annotations
@@ -50,10 +57,18 @@ from workbench.train.grpo import (
     token_weights,
     tokenize_rollout,
 )
+from workbench.train.grpo_distill import (
+    distill_advantages,
+    privileged_text,
+    protocol_teacher_logps,
+    teacher_sequence,
+)
 from workbench.train.step import lr_at
 
 if TYPE_CHECKING:
     import threading
+
+    from workbench.models.base import ChatModel
 
 BEST = "best_adapter.safetensors"  # in a checkpoint: the best adapter so far
 
@@ -102,15 +117,19 @@ class GrpoSession:
     seconds: float = 0.0
     policy: Any = None  # the adapter being trained as a chat model (`policy_model`)
     heldout: list[Rollout] | None = None  # the last held-out evaluation's rollouts
+    teacher: ChatModel | None = None  # the distillation teacher (None: self or off)
 
 
 def setup(cfg: TrainConfig, *, tasks: Sequence[AgentTask], agent_setup: SetupFactory,
           reward: RewardFn, held_out: Sequence[AgentTask] = (), seed: int = 0,
           model_spec: str | None = None, model=None, tokenizer=None,
-          checkpoint_dir: str | Path | None = None) -> GrpoSession:
+          checkpoint_dir: str | Path | None = None,
+          teacher: ChatModel | None = None) -> GrpoSession:
     """A session at step 0: the model with its adapter (from `cfg.lora`, or
     `cfg.init_adapter`, which is then the KL reference), the optimizer and the schedule
-    (`train.max_steps`, or `train.epochs` passes over the tasks)."""
+    (`train.max_steps`, or `train.epochs` passes over the tasks). With distillation on and
+    `grpo.distill.teacher` a model spec, the teacher is loaded here unless `teacher` (a
+    chat model already loaded) is given."""
     from workbench.train.session import (
         _distributed,
         _placement,
@@ -141,13 +160,26 @@ def setup(cfg: TrainConfig, *, tasks: Sequence[AgentTask], agent_setup: SetupFac
     reference = None
     if g.beta and cfg.init_adapter:  # a fresh adapter starts as the base: no copy needed
         reference = {k: v.detach().clone() for k, v in _adapter(model).items()}
+    if teacher is not None and g.distill.teacher == "self":
+        raise WorkbenchError("a teacher model was passed but train.grpo.distill.teacher is "
+                             "'self' (the base model): name the teacher there, or pass none")
+    if g.distill.weight and g.distill.teacher != "self" and teacher is None:
+        from workbench.models import load_model
+
+        teacher = load_model(g.distill.teacher)
+    if g.distill.weight and teacher is not None and not teacher.capabilities.token_logprobs:
+        raise WorkbenchError(f"train.grpo.distill.teacher {g.distill.teacher}: backend "
+                             f"{teacher.backend_name!r} does not return token log-probs "
+                             "(a transformers, llama.cpp, ct2 or OpenAI-compatible server "
+                             "model does)")
     return GrpoSession(
         cfg=cfg, seed=seed, model=model, tokenizer=tokenizer, optimizer=optimizer,
         params=params, device=device, dtype=dtype, total=total,
         warmup=int(total * cfg.warmup_ratio), base_model=base_model,
         model_source=model_source, tasks=list(tasks), held_out=list(held_out),
         agent_setup=agent_setup, reward=reward, reference=reference,
-        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None)
+        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
+        teacher=teacher if g.distill.weight else None)
 
 
 def _adapter(model) -> dict[str, Any]:
@@ -258,6 +290,69 @@ def step_rollouts(s: GrpoSession, step: int) -> tuple[list[list[Rollout]], float
     return groups, seconds, False
 
 
+# --- the distillation teacher ---------------------------------------------------------------
+
+def teacher_identity(s: GrpoSession) -> str:
+    """Who scores the rollouts: the base model with its privileged context, or the teacher
+    model's identity (part of the key of a saved teacher file)."""
+    d = s.cfg.grpo.distill
+    if s.teacher is None:
+        return f"self:{s.base_model}|{d.privileged}"
+    return f"model:{s.teacher.identity}"
+
+
+def teacher_logps(s: GrpoSession, groups: list[list[Rollout]],
+                  seqs: list[PolicySequence]) -> list[list[float]]:
+    """The teacher's log-prob of every policy token of every sequence (empty for one
+    without policy tokens), in the order of `seqs` (the groups' rollouts, flat)."""
+    flat = [r for grp in groups for r in grp]
+    todo = [i for i, q in enumerate(seqs) if q.n_policy]
+    out: list[list[float]] = [[] for _ in seqs]
+    if s.teacher is not None:
+        for i in todo:
+            out[i] = protocol_teacher_logps(s.teacher, s.tokenizer, seqs[i])
+        return out
+    template = s.cfg.grpo.distill.privileged
+    views = [teacher_sequence(
+        s.tokenizer, flat[i], seqs[i],
+        privileged_text(template, flat[i].trajectory.metadata, flat[i].trajectory.task_id)
+        if template else "") for i in todo]
+    for i, lp in zip(todo, _no_grad_logps(s, views, reference=False, base=True), strict=True):
+        out[i] = lp
+    return out
+
+
+def teacher_file(s: GrpoSession, step: int) -> Path | None:
+    path = rollouts_file(s, step)
+    return None if path is None else path.with_name(f"{path.stem}.teacher.jsonl")
+
+
+def step_teacher(s: GrpoSession, step: int, groups: list[list[Rollout]],
+                 seqs: list[PolicySequence]) -> tuple[float, bool]:
+    """Set each sequence's `teacher_logps` for step `step`: read back from the saved file
+    when its key matches, else scored and written before any update. Returns (seconds
+    spent scoring, whether they were read back)."""
+    path = teacher_file(s, step)
+    key = sha256_text(f"{_policy_key(s, step)}|{teacher_identity(s)}")[:24]
+    if path is not None and path.is_file():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        head = json.loads(lines[0]) if lines else {}
+        if head.get("key") == key and len(lines) == len(seqs) + 1:
+            for q, line in zip(seqs, lines[1:], strict=True):
+                q.teacher_logps = json.loads(line)
+            return 0.0, True
+    t0 = time.perf_counter()
+    logps = teacher_logps(s, groups, seqs)
+    seconds = time.perf_counter() - t0
+    for q, lp in zip(seqs, logps, strict=True):
+        q.teacher_logps = lp
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"step": step + 1, "key": key}) + "\n" + "".join(
+            json.dumps(lp) + "\n" for lp in logps))
+    return seconds, False
+
+
 # --- the update -------------------------------------------------------------------------------
 
 def sequences(s: GrpoSession, groups: list[list[Rollout]]) -> list[PolicySequence]:
@@ -277,11 +372,12 @@ def _chunks(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def _no_grad_logps(s: GrpoSession, seqs: list[PolicySequence], *, reference: bool
-                   ) -> list[list[float]]:
+def _no_grad_logps(s: GrpoSession, seqs: list[PolicySequence], *, reference: bool,
+                   base: bool = False) -> list[list[float]]:
     """Per-token log-probabilities of each sequence's policy tokens, without gradients and
     in eval mode: the policy as it is now, or (`reference`) the starting policy (the base
-    model with the adapter switched off, or the starting adapter swapped in for the pass)."""
+    model with the adapter switched off, or the starting adapter swapped in for the pass),
+    or (`base`) the base model whatever the start (the self-distillation teacher)."""
     import contextlib
 
     import torch
@@ -289,10 +385,10 @@ def _no_grad_logps(s: GrpoSession, seqs: list[PolicySequence], *, reference: boo
     was_training = s.model.training
     s.model.eval()
     current = None
-    if reference and s.reference is not None:
+    if reference and s.reference is not None and not base:
         current = {k: v.detach().clone() for k, v in _adapter(s.model).items()}
         load_adapter_state(s, s.reference)
-    off = s.model.disable_adapter() if reference and s.reference is None \
+    off = s.model.disable_adapter() if base or reference and s.reference is None \
         else contextlib.nullcontext()
     out: list[list[float]] = []
     try:
@@ -317,10 +413,15 @@ def update(s: GrpoSession, seqs: list[PolicySequence]) -> dict[str, float]:
     import torch
 
     g, cfg = s.cfg.grpo, s.cfg
+    d = g.distill
     weights = token_weights(seqs, g.loss)
-    active = [i for i, q in enumerate(seqs) if q.n_policy and (q.advantage or g.beta)]
+    active = [i for i, q in enumerate(seqs)
+              if q.n_policy and (q.advantage * d.reward_weight or g.beta or d.weight)]
     if not active:
         return {"loss": 0.0, "grad_norm": 0.0, "clip_fraction": 0.0, "update_tokens": 0}
+    if d.weight and any(seqs[i].teacher_logps is None for i in active):
+        raise WorkbenchError(f"step {s.step + 1}: distillation is on but the rollouts have "
+                             "no teacher log-probs (step_teacher sets them)")
     if g.beta:
         for i, lp in zip(active, _no_grad_logps(s, [seqs[i] for i in active], reference=True),
                          strict=True):
@@ -332,18 +433,25 @@ def update(s: GrpoSession, seqs: list[PolicySequence]) -> dict[str, float]:
     eps_high = g.epsilon_high if g.epsilon_high is not None else g.epsilon
     stats: dict[str, float] = {}
     for _ in range(g.iterations):
-        loss_sum, n_tok, n_clip, kl_sum, tokens = 0.0, 0, 0, 0.0, 0
+        loss_sum, n_tok, n_clip, kl_sum, tokens, gap_sum = 0.0, 0, 0, 0.0, 0, 0.0
         for chunk in _chunks(active, cfg.batch_size):
             qs = [seqs[i] for i in chunk]
             b = seq_batch(qs, s.tokenizer.pad_token_id, s.device,
                           share_prefix=not cfg.gradient_checkpointing)
             logp = token_logps(s.model, b)
-            adv = torch.tensor([q.advantage for q in qs], device=s.device)[b.rows]
+            adv = torch.tensor([q.advantage * d.reward_weight for q in qs],
+                               device=s.device)[b.rows]
             w = torch.tensor([weights[i] for i in chunk], device=s.device)[b.rows]
             old = logp.detach() if g.iterations == 1 else \
                 torch.tensor([x for q in qs for x in q.old_logps], device=s.device)
             ref = torch.tensor([x for q in qs for x in q.ref_logps], device=s.device) \
                 if g.beta else None
+            if d.weight:  # per token: the teacher's view of what the student sampled
+                teacher = torch.tensor([x for q in qs for x in q.teacher_logps],
+                                       device=s.device)
+                gain = distill_advantages(old, teacher)
+                adv = adv + d.weight * gain
+                gap_sum -= float(gain.sum())
             per_tok, st = grpo_token_loss(logp, old, adv, epsilon=g.epsilon,
                                           epsilon_high=eps_high, beta=g.beta, ref_logp=ref)
             loss = (per_tok * w).sum()
@@ -366,6 +474,8 @@ def update(s: GrpoSession, seqs: list[PolicySequence]) -> dict[str, float]:
                  "update_tokens": stats.get("update_tokens", 0) + tokens}
         if g.beta:
             stats["kl"] = kl_sum / max(n_tok, 1)
+        if d.weight:  # mean of log p_student - log p_teacher: the reverse KL, sampled
+            stats["distill_kl"] = gap_sum / max(n_tok, 1)
     return stats
 
 
@@ -377,7 +487,8 @@ def train_steps(s: GrpoSession, n: int, *,
                 fault: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run `n` GRPO steps from where the session is; return their metric rows. Checkpoints,
     `should_stop` and `fault` as in `session.train_steps` (`fault("rollouts")` is called
-    once a step's rollouts are saved, before its update)."""
+    once a step's rollouts are saved, `fault("teacher")` once the teacher's log-probs of
+    them are, both before its update)."""
     import torch
 
     cfg, g = s.cfg, s.cfg.grpo
@@ -401,6 +512,10 @@ def train_steps(s: GrpoSession, n: int, *,
         if fault:
             fault("rollouts")
         seqs = sequences(s, groups)
+        teach_s, teach_reread = (step_teacher(s, step, groups, seqs) if g.distill.weight
+                                 else (0.0, False))
+        if fault and g.distill.weight:
+            fault("teacher")
         torch.manual_seed(_seed(s.seed, "update", step))  # dropout: the same on a resume
         t1 = time.perf_counter()
         st = update(s, seqs)
@@ -417,6 +532,8 @@ def train_steps(s: GrpoSession, n: int, *,
             "rollouts_truncated": sum(q.extra.get("truncated", False) for q in seqs)
             / max(len(seqs), 1),
             "rollouts_reread": reread, "seconds": time.perf_counter() - t0}
+        if g.distill.weight:
+            row.update(teacher_seconds=teach_s, teacher_reread=teach_reread)
         if s.held_out and (g.eval_every and done % g.eval_every == 0 or done == s.total):
             row.update(heldout_reward(s))
             if s.best_reward is None or row["heldout_reward"] > s.best_reward:
@@ -519,4 +636,5 @@ def export(s: GrpoSession, output: str | Path, *, run_id: str | None = None
 
 __all__ = ["GrpoSession", "Sampling", "SetupFactory", "adapter_state", "export",
            "heldout_reward", "restore_checkpoint", "save_checkpoint", "setup",
-           "step_rollouts", "step_tasks", "train_steps", "update"]
+           "step_rollouts", "step_tasks", "step_teacher", "teacher_logps", "train_steps",
+           "update"]
