@@ -811,7 +811,7 @@ def test_agents_page_shows_an_rf_report_and_names_a_broken_one(ws):
     assert not at.exception, at.exception
     table = next(d.value for d in at.dataframe if "accuracy" in d.value.columns)
     assert list(table["condition"]) == ["alone", "tools"]
-    assert list(table["accuracy"]) == ["50.0 [9, 91]", "100.0 [34, 100]"]
+    assert list(table["accuracy"]) == ["50.0% [9.5, 90.5]", "100.0% [34.2, 100.0]"]
     assert list(table["f"]) == ["1/2", "2/2"] and list(table["answered"]) == ["1/2", "2/2"]
     assert any("stop: final" in c.value for c in at.caption)  # the tools run's steps
 

@@ -276,7 +276,7 @@ def test_cli_precision_when_the_run_keeps_only_yeses(reject_run, tmp_path, cli):
             stdin="y\n" * 3 + "n\nq\n", env=ENV)
     assert r.returncode == 0, r.stderr
     assert "the run keeps no options of the" in r.stdout
-    assert "precision 75% [" in r.stdout and "3 of 4 accepted samples" in r.stdout
+    assert "precision 75.0% [" in r.stdout and "3 of 4 accepted samples" in r.stdout
 
 
 def test_bad_input_is_one_line(run_copy, tmp_path, cli):

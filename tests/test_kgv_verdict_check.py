@@ -124,7 +124,7 @@ def test_kappa_matches_a_hand_computed_table(run_copy, cli):
     r = cli("agent", "verdict-check", str(run_copy), "--sample", "8")
     assert r.returncode == 0, r.stderr
     assert f"kappa 0.33 [{a.ci_low:.2f}, {a.ci_high:.2f}] (95% bootstrap); observed " \
-           "agreement 67%, by chance 50%" in r.stdout
+           "agreement 66.7%, by chance 50.0%" in r.stdout
     table = [x.split() for x in r.stdout.splitlines()
              if x.startswith(("agent SUPPORTED", "agent REFUTED"))]
     assert table == [["agent", "SUPPORTED", "2", "1"], ["agent", "REFUTED", "1", "2"]]

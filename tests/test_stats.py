@@ -85,7 +85,7 @@ def test_prediction_counts_and_degenerate_rule():
     assert prediction_counts(["A", "C", None, "AB", "A"], "ABCD") == {"A": 2, "B": 0, "C": 1,
                                                                     "D": 0}
     balanced = list("ABCD") * 5
-    assert "A is 100%" in degenerate_reason(["A"] * 20, balanced)
+    assert "A is 100.0%" in degenerate_reason(["A"] * 20, balanced)
     assert degenerate_reason(["A"] * 8 + ["B", "C"], list("ABCDABCDAB")) is not None  # 80%
     assert degenerate_reason(["A"] * 7 + ["B", "C", "D"], list("ABCDABCDAB")) is None  # 70%
     # a benchmark whose answers are mostly A: following them is not degenerate

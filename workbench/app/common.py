@@ -17,6 +17,7 @@ from typing import Any
 import streamlit as st
 
 from workbench.errors import WorkbenchError
+from workbench.text import interval, percent
 from workbench.workspace import MAX_CORPUS_MB, RunInfo, list_runs, workspace_in
 
 # The pages live in `views/`, not `pages/`: Streamlit treats a `pages/` folder next to the
@@ -367,17 +368,6 @@ def _job_panel_body(kind: str, key: str, was_running: str | None) -> None:
         st.code(read_or_none("the job log", lambda: job.log_text(80)) or "(empty)")
 
 
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def acc_text(a) -> str:
-    """An `Accuracy` as "42.9% [18.8, 70.4]" (Wilson 95% interval)."""
-    if a is None:
-        return "-"
-    return f"{100 * a.value:.1f}% [{100 * a.ci_low:.1f}, {100 * a.ci_high:.1f}]"
-
-
 def options_html(options: list[str], gold: str | None, marks: dict[str, list[str]] | None = None
                  ) -> str:
     """The options as a list: the gold answer green with ✓, options that some prediction
@@ -468,7 +458,7 @@ def rate_decisions(key: str, c, reading, rate: Callable[[str, bool | None, str],
     if c.mode == "precision":
         p = c.precision
         if p is not None:
-            st.markdown(f"Precision **{p.share:.0%}** [{p.ci_low:.0%}, {p.ci_high:.0%}] (95% "
+            st.markdown(f"Precision **{percent(p.share)}** {interval(p.ci_low, p.ci_high)} (95% "
                         f"Wilson interval): {p.agreed} of the {p.n} rated items the {machine} "
                         f"said yes to are right for the person.")
         st.caption(f"Only the {machine}'s yeses can be shown (the run keeps too little of its "
@@ -477,7 +467,8 @@ def rate_decisions(key: str, c, reading, rate: Callable[[str, bool | None, str],
         k = ("undefined (no variation)" if a.kappa is None
              else f"{a.kappa:.2f} [{a.ci_low:.2f}, {a.ci_high:.2f}]")
         st.markdown(f"Cohen's kappa **{k}** (95% bootstrap interval) over **{a.n}** rated "
-                    f"items; observed agreement {a.observed:.0%}, by chance {a.expected:.0%}.")
+                    f"items; observed agreement {percent(a.observed)}, by chance "
+                    f"{percent(a.expected)}.")
         import pandas as pd
 
         cf, (yes, no) = a.confusion, verdicts

@@ -6,6 +6,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbench.text import markdown_table, percent
+
 SCHEMA_VERSION: Final = 1
 
 
@@ -116,10 +118,10 @@ def _gates_markdown(g: dict) -> list[str]:
              f"{g['checked']} questions checked, {g['removed']} removed, {g['stripped']} "
              "stripped of an echoed prefix and kept. A question is removed by the first gate "
              "it fails; `failed` counts every question a gate fails. Every verdict: "
-             "`gates.jsonl`.", "", "| gate | rule | failed | removed | stripped |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {x['name']}{'' if x['enabled'] else ' (off)'} | {x['rule']} | "
-              f"{x['failed']} | {x['removed']} | {x['stripped']} |" for x in g["gates"]]
+             "`gates.jsonl`.", "",
+             markdown_table(["gate", "rule", "failed", "removed", "stripped"],
+                            [[x["name"] + ("" if x["enabled"] else " (off)"), x["rule"],
+                              x["failed"], x["removed"], x["stripped"]] for x in g["gates"]])]
     for x in g["gates"]:
         if not x["examples"]:
             continue
@@ -139,18 +141,16 @@ def report_markdown(report: DistillReport) -> str:
     r = report.model_dump(mode="json")
     lines = [f"# Distillation report ({r['domain']}, {r['mode']} mode)", "",
              f"Prompt version `{r['prompt_version']}`, seed {r['seed']}, "
-             f"{r['seconds']} s.", "", "## Yield per stage", "", "| stage | count |",
-             "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in r["stages"].items()]
-    lines += ["", "## Accepted", "", "| | count |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in r["accepted"].items()]
-    lines += ["", "## Rejects by reason", "", "| reason | count |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in r["rejects"].items()] or ["| (none) | 0 |"]
+             f"{r['seconds']} s.", "", "## Yield per stage", "",
+             markdown_table(["stage", "count"], r["stages"].items()),
+             "", "## Accepted", "", markdown_table(["", "count"], r["accepted"].items()),
+             "", "## Rejects by reason", "",
+             markdown_table(["reason", "count"], r["rejects"].items() or [["(none)", 0]])]
     lines += ["", f"Rejected for their format: {r['rejects_format']}; for their content: "
               f"{r['rejects_content']}. Generated under a grammar: "
               f"{', '.join(r['constrained']) or 'nothing (distill.constrained: false)'}."]
     v = r["verifier"]
-    agreement = f"{v['agreement']:.1%}" if v["agreement"] is not None else "n/a"
+    agreement = percent(v["agreement"]) if v["agreement"] is not None else "n/a"
     lines += ["", "## Quality", "",
               f"- verifier ({v['method']}, {v['on_disagree']}): {v['agreed']}/{v['checked']} "
               f"agreed ({agreement})",

@@ -41,6 +41,7 @@ from workbench.evaluate.agreement import (
     agreement_lines,
     reading,
 )
+from workbench.text import percent_interval
 
 RATINGS = "verifier_ratings.jsonl"
 QUESTION = "Is this sample correct and answerable from the text?"
@@ -199,7 +200,7 @@ def summary_lines(vc: VerifierCheck) -> list[str]:
                      "with (flagged) and gives kappa")
         p = c.precision
         if p is not None:
-            lines.append(f"precision {p.share:.0%} [{p.ci_low:.0%}, {p.ci_high:.0%}] (95% "
+            lines.append(f"precision {percent_interval(p.share, p.ci_low, p.ci_high)} (95% "
                          f"Wilson): {p.agreed} of {p.n} accepted samples correct for the "
                          "person")
     elif (a := c.agreement) is not None:

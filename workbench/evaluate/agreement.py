@@ -30,6 +30,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from workbench.errors import DataError, WorkbenchError
 from workbench.evaluate.stats import Agreement, cohens_kappa, wilson_interval
+from workbench.text import percent
 
 KAPPA_MIN = 0.2  # the lower end of kappa's interval at least "fair" agreement beyond chance
 PRECISION_MIN = 0.8  # the lower end of precision's interval: at most 1 in 5 "yes"s wrong
@@ -271,16 +272,16 @@ def reading(c: Check, *, what: str = "the machine", kappa_min: float = KAPPA_MIN
             return Reading(trusted=None, more=m, text=f"not yet measured: rate {m} more")
         if p.ci_low >= precision_min:
             return Reading(trusted=True, text=(
-                f"{what}'s yeses can be trusted: at least {p.ci_low:.0%} of them are right "
-                f"(limit {precision_min:.0%})"))
+                f"{what}'s yeses can be trusted: at least {percent(p.ci_low)} of them are "
+                f"right (limit {percent(precision_min)})"))
         more = _more(p.n, p.share, p.ci_low, precision_min)
         if more:
             return Reading(trusted=False, more=more, text=(
                 f"{what}'s yeses cannot be trusted yet: the interval reaches down to "
-                f"{p.ci_low:.0%} (limit {precision_min:.0%}); rate about {more} more"))
+                f"{percent(p.ci_low)} (limit {percent(precision_min)}); rate about {more} more"))
         return Reading(trusted=False, text=(
-            f"{what}'s yeses cannot be trusted: {p.share:.0%} of them are right (limit "
-            f"{precision_min:.0%})"))
+            f"{what}'s yeses cannot be trusted: {percent(p.share)} of them are right (limit "
+            f"{percent(precision_min)})"))
     a = c.agreement
     if a is None or a.kappa is None or a.ci_low is None:  # all three, or none
         return Reading(trusted=None, text=(
@@ -311,7 +312,8 @@ def agreement_lines(a: Agreement, *, machine: tuple[str, str],
          else f"{a.kappa:.2f} [{a.ci_low:.2f}, {a.ci_high:.2f}] (95% bootstrap)")
     cf, width = a.confusion, max(map(len, machine)) + 3
     w0, w1 = len(person[0]), len(person[1])
-    return [f"kappa {k}; observed agreement {a.observed:.0%}, by chance {a.expected:.0%}",
+    return [f"kappa {k}; observed agreement {percent(a.observed)}, by chance "
+            f"{percent(a.expected)}",
             " " * width + f"{person[0]}   {person[1]}",
             f"{machine[0]:<{width}}{cf['yes/yes']:>{w0}}   {cf['yes/no']:>{w1}}",
             f"{machine[1]:<{width}}{cf['no/yes']:>{w0}}   {cf['no/no']:>{w1}}"]

@@ -12,6 +12,13 @@ from workbench.errors import DataError
 from workbench.evaluate.summary import SCHEMA_VERSION, EvalSummary, PairedComparison
 from workbench.io import atomic_write_text, describe_validation_error, write_jsonl
 from workbench.records import EvalResult, read_records
+from workbench.text import (
+    accuracy,
+    markdown_table,
+    p_value,
+    percent,
+    points_interval,
+)
 
 SCORING_LABELS = {"letter": "letter (MCF)", "cloze": "cloze (CF)",
                   "cloze_norm": "cloze, per-char norm. (CF)", "generate": "generation"}
@@ -70,14 +77,6 @@ def read_eval_results(folder: str | Path) -> list[EvalResult]:
     return read_records(p / _declared("results") if p.is_dir() else p, EvalResult)
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def _acc(a) -> str:
-    return f"{_pct(a.value)} [{100 * a.ci_low:.1f}, {100 * a.ci_high:.1f}]"
-
-
 def summary_markdown(summary: EvalSummary, *, title: str | None = None) -> str:
     """Accuracy table (95% Wilson intervals), prediction distributions, the headline and its
     rule, and the pairwise comparisons of conditions."""
@@ -86,7 +85,7 @@ def summary_markdown(summary: EvalSummary, *, title: str | None = None) -> str:
                 if any(c.scoring(k) is not None for c in s.conditions.values())]
     head = s.headline.formulation
     lines = [f"## {title or s.model}", "",
-             f"Model `{s.model_identity}`, {s.items} items, chance {_pct(s.chance)}. "
+             f"Model `{s.model_identity}`, {s.items} items, chance {percent(s.chance)}. "
              "Accuracies with 95% Wilson intervals.", ""]
     if clusters := clusters_of(s):
         lines[-2] += (f" The items form {clusters} independent clusters (items asked for one "
@@ -94,19 +93,18 @@ def summary_markdown(summary: EvalSummary, *, title: str | None = None) -> str:
                       "the effective sample size, and comparisons marked with clusters test "
                       "and resample clusters.")
     cols = [SCORING_LABELS[k] + (" (headline)" if k == head else "") for k in scorings]
-    lines += ["| condition | n | " + " | ".join(cols) + " | unparsed | agreement | s/item |",
-              "|---" * (len(cols) + 5) + "|"]
+    rows = []
     for name, c in s.conditions.items():
         cells = []
         for k in scorings:
             f = c.scoring(k)
-            cells.append("-" if f is None else _acc(f.accuracy) +
+            cells.append("-" if f is None else accuracy(f.accuracy) +
                          (" degenerate" if f.degenerate else ""))
-        unparsed = _pct(c.generation.unparsed) if c.generation else "-"
-        agree = "-" if c.agreement_letter_generation is None else \
-            _pct(c.agreement_letter_generation)
-        lines.append(f"| {name} | {c.n} | " + " | ".join(cells) +
-                     f" | {unparsed} | {agree} | {c.seconds_per_item:.3f} |")
+        unparsed = percent(c.generation.unparsed) if c.generation else "-"
+        rows.append([name, c.n, *cells, unparsed, percent(c.agreement_letter_generation),
+                     f"{c.seconds_per_item:.3f}"])
+    lines.append(markdown_table(["condition", "n", *cols, "unparsed", "agreement", "s/item"],
+                                rows))
     lines += ["", f"**Headline: {SCORING_LABELS.get(head, head) if head else 'none'}**"
               + ("" if head else " (every candidate formulation is degenerate)")
               + f". Rule: {s.headline.rule}"]
@@ -115,24 +113,22 @@ def summary_markdown(summary: EvalSummary, *, title: str | None = None) -> str:
     lines += ["", s.degenerate_rule, ""]
     letters = list(next(iter(s.conditions.values())).gold) if s.conditions else []
     if letters:
-        lines += ["### Predicted letters", "",
-                  "| condition | scoring | " + " | ".join(letters) + " | flag |",
-                  "|---" * (len(letters) + 3) + "|"]
+        rows = []
         for name, c in s.conditions.items():
-            lines.append(f"| {name} | gold | " + " | ".join(str(c.gold.get(x, 0))
-                                                           for x in letters) + " | |")
+            rows.append([name, "gold", *(c.gold.get(x, 0) for x in letters), ""])
             for k in scorings:
                 f = c.scoring(k)
                 if f is not None:
-                    lines.append(f"| {name} | {SCORING_LABELS[k]} | " + " | ".join(
-                        str(f.predictions.get(x, 0)) for x in letters) +
-                        f" | {f'degenerate: {f.degenerate_reason}' if f.degenerate else ''} |")
-        lines.append("")
+                    rows.append([name, SCORING_LABELS[k], *(f.predictions.get(x, 0)
+                                                           for x in letters),
+                                 f"degenerate: {f.degenerate_reason}" if f.degenerate else ""])
+        lines += ["### Predicted letters", "",
+                  markdown_table(["condition", "scoring", *letters, "flag"], rows), ""]
     if s.comparisons:
         lines += ["### Conditions compared", "", comparisons_markdown(s.comparisons),
                   "", s.comparison_rule, ""]
     if s.open is not None:
-        lines += [f"Open answers: {s.open.n}, accuracy {_acc(s.open.accuracy)} "
+        lines += [f"Open answers: {s.open.n}, accuracy {accuracy(s.open.accuracy)} "
                   f"({s.open.judge}), token F1 {s.open.token_f1:.3f}.", ""]
     return "\n".join(lines)
 
@@ -149,18 +145,18 @@ def clusters_of(summary: EvalSummary) -> int | None:
 def comparisons_markdown(comparisons: Sequence[PairedComparison]) -> str:
     """One row per paired comparison: accuracies, the difference with its 95% interval, the
     discordant items, McNemar and Holm p-values, and whether it is significant."""
-    lines = ["| a | b | scoring | n | accuracy a | accuracy b | b - a [95% CI] "
-             "| only a / only b | p (McNemar) | p (Holm) | significant |", "|---" * 11 + "|"]
+    rows = []
     for c in comparisons:
         scoring = c.formulation_a if c.formulation_a == c.formulation_b else \
             f"{c.formulation_a} / {c.formulation_b}"
         n = f"{c.n} ({c.clusters} clusters)" if c.clusters else str(c.n)
-        lines.append(
-            f"| {c.a} | {c.b} | {scoring} | {n} | {_pct(c.accuracy_a)} | "
-            f"{_pct(c.accuracy_b)} | {100 * c.difference:+.1f} [{100 * c.difference_ci_low:+.1f}"
-            f", {100 * c.difference_ci_high:+.1f}] | {c.only_a} / {c.only_b} | "
-            f"{c.p_value:.3g} | {c.p_holm:.3g} | {'yes' if c.significant else 'no'} |")
-    return "\n".join(lines)
+        rows.append([c.a, c.b, scoring, n, percent(c.accuracy_a), percent(c.accuracy_b),
+                     points_interval(c.difference, c.difference_ci_low, c.difference_ci_high),
+                     f"{c.only_a} / {c.only_b}", p_value(c.p_value), p_value(c.p_holm),
+                     "yes" if c.significant else "no"])
+    return markdown_table(["a", "b", "scoring", "n", "accuracy a", "accuracy b",
+                           "b - a [95% CI]", "only a / only b", "p (McNemar)", "p (Holm)",
+                           "significant"], rows)
 
 
 def plot_conditions(summaries: EvalSummary | Sequence[EvalSummary], path: str | Path, *,
@@ -194,7 +190,7 @@ def plot_conditions(summaries: EvalSummary | Sequence[EvalSummary], path: str | 
                    edgecolor="black" if k == s.headline.formulation else "none",
                    linewidth=1.5, label=SCORING_LABELS[k] if x == 0 else None)
     chance = sum(s.chance for s in sums) / len(sums)
-    ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label=f"chance {chance:.0%}")
+    ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label=f"chance {percent(chance)}")
     names = [c if len(sums) == 1 else f"{s.model}\n{c}" for s, c in groups]
     ax.set_xticks(list(range(len(groups))), names, rotation=20, ha="right", fontsize=8)
     ax.set_ylim(0, 1)

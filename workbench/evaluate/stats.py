@@ -20,6 +20,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from workbench.text import percent
+
 CONFIDENCE = 0.95
 SIGNIFICANCE = 0.05  # the conventional 5% level; `significant` in reports means Holm p < this
 # Efron and Tibshirani (1993), An Introduction to the Bootstrap: about 1000 resamples are
@@ -246,7 +248,7 @@ def degenerate_reason(predictions: Sequence[str | None], golds: Sequence[str]) -
     share = counts[top] / n
     gold_share = sum(g == top for g in golds) / max(len(golds), 1)
     if share >= DEGENERATE_SHARE - 1e-9 and share - gold_share > DEGENERATE_MARGIN + 1e-9:
-        return f"{top} is {share:.0%} of predictions (gold {gold_share:.0%})"
+        return f"{top} is {percent(share)} of predictions (gold {percent(gold_share)})"
     return None
 
 

@@ -30,6 +30,7 @@ from workbench.evaluate.stats import (
     wilson_interval,
 )
 from workbench.records import LETTERS, EvalResult
+from workbench.text import percent, points
 
 SCHEMA_VERSION: Final = 1
 # OLMES (arXiv 2406.08446) scores each model in both formulations and reports the better one;
@@ -42,8 +43,8 @@ HEADLINE_RULE = (
     "leaving out a formulation that is degenerate under any condition (OLMES, arXiv "
     "2406.08446). Generation is the headline only when no log-likelihood formulation ran.")
 DEGENERATE_RULE = (
-    f"Degenerate: one letter is at least {DEGENERATE_SHARE:.0%} of the predictions and more "
-    f"than {100 * DEGENERATE_MARGIN:.0f} points above its share of the gold answers (judged "
+    f"Degenerate: one letter is at least {percent(DEGENERATE_SHARE)} of the predictions and "
+    f"more than {points(DEGENERATE_MARGIN, signed=False)} points above its share of the gold answers (judged "
     f"from {DEGENERATE_MIN_ITEMS} items up); such a scoring measures a letter preference, not "
     "the items, and is never the headline.")
 COMPARISON_RULE = (

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbench.evaluate.report import SCORING_LABELS, comparisons_markdown
 from workbench.evaluate.shortcuts import ShortcutRow
 from workbench.evaluate.summary import Accuracy, PairedComparison
+from workbench.text import accuracy, markdown_table, number, percent, points
 
 REPORT_SCHEMA = 3  # 3: rows carry their benchmark; benchmarks (seen/unseen), shortcuts, oracle
 RAG = ("semantic", "keyword", "hybrid")
@@ -35,6 +36,8 @@ MEASURES = {
             "near-duplicate) trained on (RF-Agent's item-level protocol): whether training "
             "taught the facts.",
 }
+RETRIEVAL_LABELS = {"hit@1": "Hit@1", "hit@3": "Hit@3", "hit@10": "Hit@10", "mrr": "MRR",
+                    "ndcg@10": "nDCG@10"}
 ORACLE = ("oracle: each item's own source passage as context, the bound a retriever cannot "
           "pass (a retriever that always found the right passage would give it).")
 
@@ -129,16 +132,7 @@ def read_report(run) -> CompareReport:
                         "re-run the experiment", path=str(p), code="old_schema") from None
 
 
-def acc_text(a: Accuracy | None) -> str:
-    if a is None:
-        return "-"
-    return f"{100 * a.value:.1f}% [{100 * a.ci_low:.0f}, {100 * a.ci_high:.0f}]"
-
-
-def _fmt(v, pct: bool = False) -> str:
-    if v is None:
-        return "-"
-    return f"{100 * v:.1f}%" if pct else f"{v:.3f}"
+acc_text = accuracy  # the name the compare pipeline imports
 
 
 def report_markdown(r: CompareReport) -> str:
@@ -162,20 +156,19 @@ def _comparison_table(rows: list[CompareRow]) -> list[str]:
     """RF-Agent's table: every configuration under every scoring."""
     scorings = [k for k in ("letter", "cloze_norm", "cloze", "generate")
                 if any(k in row.scorings for row in rows)]
-    lines = ["Accuracy with its 95% Wilson interval; **bold** is each model's headline "
-             "scoring, ⚠ marks a degenerate scoring (never headlined).", "",
-             "| configuration | items | " + " | ".join(SCORING_LABELS[k] for k in scorings)
-             + " | s/item |", "|---|---|" + "---|" * len(scorings) + "---|"]
+    table = []
     for row in rows:
         cells = []
         for k in scorings:
-            cell = acc_text(row.scorings.get(k))
+            cell = accuracy(row.scorings.get(k))
             if k in row.degenerate:
                 cell = f"⚠ {cell}"
             cells.append(f"**{cell}**" if k == row.headline else cell)
-        lines.append(f"| {row.name} | {row.n} | " + " | ".join(cells)
-                     + f" | {_fmt(row.seconds_per_item)} |")
-    return lines
+        table.append([row.name, row.n, *cells, number(row.seconds_per_item)])
+    return ["Accuracy with its 95% Wilson interval; **bold** is each model's headline "
+            "scoring, ⚠ marks a degenerate scoring (never headlined).", "",
+            markdown_table(["configuration", "items", *(SCORING_LABELS[k] for k in scorings),
+                            "s/item"], table)]
 
 
 def _reading(rows: list[CompareRow]) -> list[str]:
@@ -184,10 +177,10 @@ def _reading(rows: list[CompareRow]) -> list[str]:
     none, oracle = base.get("none"), base.get("oracle")
     if none is None or oracle is None:
         return []
-    gaps = [f"{c} {100 * a.value:.1f}% ({100 * (a.value - oracle.value):+.1f} points from "
-            "the oracle)" for c in RAG if (a := base.get(c)) is not None]
-    return ["", f"Base model without context {acc_text(none)}; with the item's own passage "
-            f"(the oracle bound) {acc_text(oracle)}" + ("; retrievers: " + ", ".join(gaps)
+    gaps = [f"{c} {percent(a.value)} ({points(a.value - oracle.value)} points from the "
+            "oracle)" for c in RAG if (a := base.get(c)) is not None]
+    return ["", f"Base model without context {accuracy(none)}; with the item's own passage "
+            f"(the oracle bound) {accuracy(oracle)}" + ("; retrievers: " + ", ".join(gaps)
                                                         if gaps else "") + ". " + ORACLE]
 
 
@@ -195,11 +188,11 @@ def _shortcuts(r: CompareReport, b: BenchmarkInfo) -> list[str]:
     if not b.shortcuts:
         return []
     lines = ["", "Knowledge-free rules (the floor a model must clear before its accuracy says "
-             "anything about knowledge):", "", "| rule | accuracy | A | B | C | D |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {s.description} | {acc_text(s.accuracy)} | "
-              + " | ".join(str(s.predictions.get(x, 0)) for x in "ABCD") + " |"
-              for s in b.shortcuts]
+             "anything about knowledge):", "",
+             markdown_table(["rule", "accuracy", *"ABCD"],
+                            [[s.description, accuracy(s.accuracy),
+                              *(s.predictions.get(x, 0) for x in "ABCD")]
+                             for s in b.shortcuts])]
     if b.shortcut_flag:
         lines += ["", f"⚠ **{b.shortcut_flag}**"]
     return lines
@@ -213,7 +206,7 @@ def _significance(r: CompareReport, b: BenchmarkInfo) -> list[str]:
             comparisons_markdown(b.comparisons), "",
             f"{len(sig)} of {len(b.comparisons)} differences are significant at 5% after "
             "Holm's correction" + (": " + "; ".join(
-                f"{c.b} vs {c.a} ({100 * c.difference:+.1f} points)" for c in sig)
+                f"{c.b} vs {c.a} ({points(c.difference)} points)" for c in sig)
                 if sig else ".")]
 
 
@@ -230,7 +223,7 @@ def _rules(r: CompareReport) -> list[str]:
                   "Each interval is the Wilson interval at the effective sample size (Kish's "
                   "design effect over clusters); comparisons marked with clusters use an exact "
                   "sign-flip test over clusters and a bootstrap over clusters.", ""]
-    lines += [f"Chance is {r.chance:.0%}. ![comparison](comparison.png)", "",
+    lines += [f"Chance is {percent(r.chance)}. ![comparison](comparison.png)", "",
               f"**Headline rule.** {r.headline_rule}", "",
               f"**Degenerate rule.** {r.degenerate_rule}", "",
               f"**Comparisons.** {r.comparison_rule}", ""]
@@ -243,14 +236,11 @@ def _rules(r: CompareReport) -> list[str]:
 
 
 def _prediction_table(r: CompareReport) -> list[str]:
-    lines = ["## Prediction distributions (how often each letter was predicted)", "",
-             "| benchmark | configuration | scoring | " + " | ".join("ABCD") + " |",
-             "|---|---|---|" + "---|" * 4]
-    for row in r.rows:
-        for k, dist in row.predictions.items():
-            lines.append(f"| {row.benchmark} | {row.name} | {SCORING_LABELS.get(k, k)} | "
-                         + " | ".join(str(dist.get(x, 0)) for x in "ABCD") + " |")
-    return lines
+    table = [[row.benchmark, row.name, SCORING_LABELS.get(k, k),
+              *(dist.get(x, 0) for x in "ABCD")]
+             for row in r.rows for k, dist in row.predictions.items()]
+    return ["## Prediction distributions (how often each letter was predicted)", "",
+            markdown_table(["benchmark", "configuration", "scoring", *"ABCD"], table)]
 
 
 def _hit_vs_miss(r: CompareReport) -> list[str]:
@@ -258,20 +248,19 @@ def _hit_vs_miss(r: CompareReport) -> list[str]:
         return []
     return ["", "## Does retrieval quality matter? (contexts from the top ranks vs the "
             "ranks just below, letter scoring)", "",
-            "| retriever | top ranks | ranks below |", "|---|---|---|",
-            *(f"| {k} | {acc_text(v['top'])} | {acc_text(v['below'])} |"
-              for k, v in r.hit_vs_miss.items())]
+            markdown_table(["retriever", "top ranks", "ranks below"],
+                           [[k, accuracy(v["top"]), accuracy(v["below"])]
+                            for k, v in r.hit_vs_miss.items()])]
 
 
 def _retrieval(r: CompareReport) -> list[str]:
     if not r.retrieval:
         return []
     return ["", "## Retrieval (each benchmark question's source section is its relevant "
-            "document)", "", "| retriever | Hit@1 | Hit@3 | Hit@10 | MRR | nDCG@10 |",
-            "|---|---|---|---|---|---|",
-            *(f"| {k} | {_fmt(m.get('hit@1'))} | {_fmt(m.get('hit@3'))} | "
-              f"{_fmt(m.get('hit@10'))} | {_fmt(m.get('mrr'))} | {_fmt(m.get('ndcg@10'))} |"
-              for k, m in r.retrieval.items())]
+            "document)", "",
+            markdown_table(["retriever", *RETRIEVAL_LABELS.values()],
+                           [[k, *(number(m.get(c)) for c in RETRIEVAL_LABELS)]
+                            for k, m in r.retrieval.items()])]
 
 
 def _data(r: CompareReport) -> list[str]:
@@ -297,17 +286,17 @@ def _training(r: CompareReport) -> list[str]:
     fin = t.get("final", {})
     return ["", "## Training", "", f"- {t.get('steps')} steps on "
             f"{t.get('train_examples')} examples, {t.get('device')} {t.get('dtype')}, "
-            f"{_fmt(t.get('tokens_per_s'))} tokens/s, padding share "
-            f"{_fmt(t.get('padding_share'), True)}",
-            f"- final loss {_fmt(fin.get('loss'))}, eval loss "
-            f"{_fmt(fin.get('eval_loss'))}, held-out accuracy at the last "
+            f"{number(t.get('tokens_per_s'))} tokens/s, padding share "
+            f"{percent(t.get('padding_share'))}",
+            f"- final loss {number(fin.get('loss'))}, eval loss "
+            f"{number(fin.get('eval_loss'))}, held-out accuracy at the last "
             f"step (train.domain_eval's items, cloze_norm): unseen "
-            f"{_fmt(fin.get('domain_accuracy'), True)}"
-            + (f", seen {_fmt(fin.get('domain_accuracy_seen'), True)}"
+            f"{percent(fin.get('domain_accuracy'))}"
+            + (f", seen {percent(fin.get('domain_accuracy_seen'))}"
                if "domain_accuracy_seen" in fin else ""),
             "- curves: ![training](adapter/training_curves.png)"]
 
 
 def _stage_times(r: CompareReport) -> list[str]:
-    return ["", "## Stage times (s)", "", "| stage | seconds |", "|---|---|",
-            *(f"| {k} | {v} |" for k, v in r.stage_seconds.items())]
+    return ["", "## Stage times (s)", "",
+            markdown_table(["stage", "seconds"], r.stage_seconds.items())]

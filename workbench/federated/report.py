@@ -7,7 +7,6 @@ global adapter, bytes, time, failures), what left the sites, and a plot.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from pathlib import Path
 from typing import TypeVar
@@ -24,13 +23,13 @@ from workbench.federated.results import (
 )
 from workbench.federated.server import read_rounds
 from workbench.io import atomic_write_json, atomic_write_text
+from workbench.text import MISSING, markdown_table, number, p_value, percent_interval, points
 
 __all__ = [
     "FedFiles",
     "FedReport",
     "KnowledgeReport",
     "LoraReport",
-    "fmt",
     "read_report",
     "write_files",
     "write_report",
@@ -48,10 +47,6 @@ def _mean_loss(rows: list[dict]) -> float | None:
     num = sum(r["eval_loss"] * r["n_eval"] for r in rows if r.get("eval_loss") is not None)
     den = sum(r["n_eval"] for r in rows if r.get("eval_loss") is not None)
     return num / den if den else None
-
-
-def fmt(x: float | None, nd: int = 3) -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
 def condition_table(rows: list[dict]) -> list[LoraCondition]:
@@ -121,8 +116,8 @@ def _loss(by: dict[str, LoraCondition], cond: str, site: str | None = None) -> f
 
 
 def _lora_headline(by: dict[str, LoraCondition]) -> str:
-    return (f"held-out loss federated {fmt(_loss(by, 'federated'))} vs local-only "
-            f"{fmt(_loss(by, 'local'))} vs centralised {fmt(_loss(by, 'central'))}")
+    return (f"held-out loss federated {number(_loss(by, 'federated'))} vs local-only "
+            f"{number(_loss(by, 'local'))} vs centralised {number(_loss(by, 'central'))}")
 
 
 def _lora_setup(fc: FederatedConfig, sites, seconds: float) -> list[str]:
@@ -135,9 +130,11 @@ def _lora_setup(fc: FederatedConfig, sites, seconds: float) -> list[str]:
              f"{fc.rounds * fc.local.steps} per site, centralised "
              f"{fc.rounds * fc.local.steps * len(sites)} on the pooled rows. Wall time "
              f"{seconds:.0f} s.", "",
-             "## Sites", "", "| site | train rows | eval rows | MC items |", "|---|---|---|---|"]
-    return lines + [f"| {s.name} | {len(s.train)} | {len(s.eval)} | {len(s.benchmark)} |"
-                    for s in sites]
+             "## Sites", "",
+             markdown_table(["site", "train rows", "eval rows", "MC items"],
+                            [[s.name, len(s.train), len(s.eval), len(s.benchmark)]
+                             for s in sites])]
+    return lines
 
 
 def _lora_conditions(table: list[LoraCondition], names: list[str]) -> list[str]:
@@ -146,23 +143,24 @@ def _lora_conditions(table: list[LoraCondition], names: list[str]) -> list[str]:
              "Held-out loss is per labelled token on each site's own eval rows (pooled: "
              "weighted by rows). MC accuracy is cloze (length-normalised log-likelihood) over "
              "every site's benchmark items; the interval is Wilson 95%, p is the exact "
-             "McNemar test against the federated adapter on the same items.", "",
-             "| condition | pooled loss | " + " | ".join(f"loss {n}" for n in names)
-             + " | MC acc [95% CI] | predictions A/B/C/D | p vs federated |",
-             "|---|---|" + "---|" * len(names) + "---|---|---|"]
+             "McNemar test against the federated adapter on the same items.", ""]
+    rows = []
     for t in table:
         ci = t.mc_ci95
-        acc = (f"{t.mc_correct}/{t.mc_n} = {t.mc_accuracy:.2f} "
-               f"[{ci[0]:.2f}, {ci[1]:.2f}]") if t.mc_n and ci is not None else "–"
-        pc = "/".join(str(t.predictions[k]) for k in "ABCD")
-        p = t.mcnemar_p_vs_federated
-        lines.append(f"| {t.label} | {fmt(t.eval_loss)} | "
-                     + " | ".join(fmt(t.eval_loss_by_site.get(n)) for n in names)
-                     + f" | {acc} | {pc} | {fmt(p, 2) if p is not None else '–'} |")
+        acc = (f"{t.mc_correct}/{t.mc_n} = {percent_interval(t.mc_accuracy, *ci)}"
+               if t.mc_n and ci is not None else MISSING)
+        rows.append([t.label, number(t.eval_loss),
+                     *(number(t.eval_loss_by_site.get(n)) for n in names), acc,
+                     "/".join(str(t.predictions[k]) for k in "ABCD"),
+                     p_value(t.mcnemar_p_vs_federated)])
+    lines.append(markdown_table(["condition", "pooled loss", *(f"loss {n}" for n in names),
+                                 "MC acc [95% CI]", "predictions A/B/C/D", "p vs federated"],
+                                rows))
     n_items = max((t.mc_n for t in table), default=0)
     if n_items and (ci0 := table[0].mc_ci95) is not None:
         lo, hi = ci0
-        lines += ["", f"With {n_items} MC items an interval is about ±{(hi - lo) / 2:.2f}: "
+        lines += ["", f"With {n_items} MC items an interval is about "
+                      f"±{points((hi - lo) / 2, signed=False)} points: "
                       "accuracy differences smaller than that are not results; the held-out "
                       "loss is the finer measure here."]
     return lines
@@ -173,17 +171,14 @@ def _lora_rounds(train_rounds: list[dict], names: list[str]) -> list[str]:
     lines = ["", "## Rounds", "",
              "Loss before = the global adapter of the previous round on the site's eval "
              "rows (what the site received); bytes are adapter tensors, down + up.", "",
-             "| round | status | replies used | " + " | ".join(f"loss before {n}"
-                                                             for n in names)
-             + " | MB down | MB up | seconds | product gap |",
-             "|---|---|---|" + "---|" * len(names) + "---|---|---|---|"]
-    for r in train_rounds:
-        gap = r.get("product_gap")
-        lines.append(f"| {r['round']} | {r['status']} | {r['used']}/{r['sent']} | "
-                     + " | ".join(fmt(r["sites"].get(n, {}).get("eval-loss-before"))
-                                  for n in names)
-                     + f" | {r['bytes_down'] / 1e6:.2f} | {r['bytes_up'] / 1e6:.2f} | "
-                       f"{r['seconds']:.1f} | {fmt(gap, 4) if gap is not None else '–'} |")
+             markdown_table(
+                 ["round", "status", "replies used", *(f"loss before {n}" for n in names),
+                  "MB down", "MB up", "seconds", "product gap"],
+                 [[r["round"], r["status"], f"{r['used']}/{r['sent']}",
+                   *(number(r["sites"].get(n, {}).get("eval-loss-before")) for n in names),
+                   number(r["bytes_down"] / 1e6, 2), number(r["bytes_up"] / 1e6, 2),
+                   number(r["seconds"], 1), number(r.get("product_gap"), 4)]
+                  for r in train_rounds])]
     return lines + ["", "Product gap: max over LoRA modules of ‖B̄Ā − mean(BᵢAᵢ)‖/‖mean(BᵢAᵢ)‖, "
                         "how far averaging A and B separately lands from averaging the updates "
                         "(0 with aggregation=ffa)."]

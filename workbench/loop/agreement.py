@@ -33,6 +33,7 @@ from workbench.loop.files import LoopFiles
 from workbench.loop.records import Guard, GuardResult
 from workbench.loop.suites import Suites
 from workbench.records import EvalResult
+from workbench.text import markdown_table, percent
 
 OPEN_SUITES = ("open", "open_dev")
 QUESTION = "Does the answer meet the criterion?"
@@ -219,7 +220,7 @@ def agreement_markdown(check: JudgeCheck) -> list[str]:
     return ["", f"## The judge checked against a person ({check.judge or 'judge'})", "",
             (f"{a.n} of the judge's rubric decisions rated by a person without seeing the "
              f"judge's: Cohen's kappa {k} (95% bootstrap interval), observed agreement "
-             f"{a.observed:.0%}, expected by chance {a.expected:.0%}."), "",
-            "| | person: met | person: not met |", "|---|---|---|",
-            f"| judge: met | {c['yes/yes']} | {c['yes/no']} |",
-            f"| judge: not met | {c['no/yes']} | {c['no/no']} |"]
+             f"{percent(a.observed)}, expected by chance {percent(a.expected)}."), "",
+            markdown_table(["", "person: met", "person: not met"],
+                           [["judge: met", c["yes/yes"], c["yes/no"]],
+                            ["judge: not met", c["no/yes"], c["no/no"]]])]

@@ -17,6 +17,7 @@ from workbench.evaluate.stats import bootstrap_interval, mcnemar_exact, wilson_i
 from workbench.loop.records import Choice, Guard, GuardResult, SubsetDelta
 from workbench.loop.suites import per_subset
 from workbench.records import EvalResult
+from workbench.text import percent, points, points_interval
 
 REPORTED = ("test", "retention", "open")
 
@@ -114,8 +115,8 @@ def check(guards: Sequence[Guard], ds: Sequence[SubsetDelta], before: Sequence[E
             drop = -delta
             out.append(GuardResult(guard=g, value=round(drop, 4) or 0.0,
                                    passed=drop <= g.limit + 1e-9,
-                                   detail=f"{100 * delta:+.1f} points (limit "
-                                          f"-{100 * g.limit:.0f})"))
+                                   detail=f"{points(delta)} points (limit "
+                                          f"{points(-g.limit)})"))
         elif g.kind == "length_blowup":
             ratio = len_a / len_b if len_b else 1.0
             out.append(GuardResult(guard=g, value=round(ratio, 3), passed=ratio <= g.limit,
@@ -124,7 +125,7 @@ def check(guards: Sequence[Guard], ds: Sequence[SubsetDelta], before: Sequence[E
             rise = lim_a - lim_b
             out.append(GuardResult(guard=g, value=round(rise, 3) or 0.0,
                                    passed=rise <= g.limit + 1e-9,
-                                   detail=f"{100 * lim_b:.0f}% -> {100 * lim_a:.0f}% of "
+                                   detail=f"{percent(lim_b)} -> {percent(lim_a)} of "
                                           f"answers at the {limit_tokens}-token limit"))
     return out
 
@@ -139,8 +140,8 @@ def recommend(results: Sequence[GuardResult], ds: Sequence[SubsetDelta], min_gai
     if tgt is None:
         return "revert", "the target subset was not measured"
     if tgt.delta > min_gain:
-        return "keep", (f"target {tgt.subset} {100 * tgt.delta:+.1f} points "
-                        f"[{100 * tgt.ci_low:+.0f}, {100 * tgt.ci_high:+.0f}], no guard "
-                        "tripped")
-    return "revert", (f"target {tgt.subset} {100 * tgt.delta:+.1f} points: not above the "
-                      f"least gain ({100 * min_gain:+.1f})")
+        return "keep", (f"target {tgt.subset} "
+                        f"{points_interval(tgt.delta, tgt.ci_low, tgt.ci_high)} points, "
+                        "no guard tripped")
+    return "revert", (f"target {tgt.subset} {points(tgt.delta)} points: not above the "
+                      f"least gain ({points(min_gain)})")

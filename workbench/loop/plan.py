@@ -16,6 +16,7 @@ from workbench.loop.store import RoundStore
 from workbench.loop.suites import Suites, per_subset
 from workbench.loop.synth import by_job
 from workbench.records import EvalResult
+from workbench.text import percent
 
 
 def plan_round(store: RoundStore, ev: Evaluator) -> Round:
@@ -102,8 +103,8 @@ def make_plan(lc, suites: Suites, rows: list[EvalResult], failures: list[Failure
     else:
         order = sorted(subsets, key=lambda s: (s in reverted, acc[s], s))
         target = order[0]
-        why = (f"weakest dev subset: {100 * acc[target]:.0f}% "
-               f"({', '.join(f'{s} {100 * acc[s]:.0f}%' for s in subsets)})")
+        why = (f"weakest dev subset: {percent(acc[target])} "
+               f"({', '.join(f'{s} {percent(acc[s])}' for s in subsets)})")
         if reverted and target not in reverted:
             why += f"; {', '.join(sorted(reverted))} was reverted last round"
     mine_ = [f for f in failures if f.subset == target]

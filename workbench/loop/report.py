@@ -11,10 +11,7 @@ from workbench.loop.agreement import agreement_markdown, judge_check
 from workbench.loop.evaluator import Evaluator
 from workbench.loop.records import JOBS, MODES, Round
 from workbench.loop.store import RoundStore
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
+from workbench.text import markdown_table, p_value, percent, percent_interval, points_interval
 
 
 def round_markdown(ev: Evaluator, r: Round) -> str:
@@ -29,11 +26,11 @@ def round_markdown(ev: Evaluator, r: Round) -> str:
     f = r.steps.get("failures", {})
     if f:
         lines += ["## Failures (current model: dev items, open questions on dev terms)", "",
-                  "| mode | rows | job |", "|---|---|---|"]
-        lines += [f"| {m} | {n} | {MODES[m]} |" for m, n in sorted(f.get("modes", {}).items())]
+                  markdown_table(["mode", "rows", "job"],
+                                 [[m, n, MODES[m]] for m, n in sorted(f.get("modes", {}).items())])]
         if f.get("retrieval_hit") is not None:
             lines += ["", f"Tagging: {f.get('tagging')}; the section a failure needs was "
-                          f"among those retrieved for {_pct(f['retrieval_hit'])} of them."]
+                          f"among those retrieved for {percent(f['retrieval_hit'])} of them."]
     g = r.steps.get("gates")
     if g:
         s = r.steps.get("synth", {})
@@ -48,31 +45,28 @@ def round_markdown(ev: Evaluator, r: Round) -> str:
     m = r.steps.get("mixture")
     if m and m.get("probes"):
         lines += ["", "Mixture search (short LoRA runs, accuracy on a held-out dev slice): "
-                  + "; ".join(f"anchors x{w}: {_pct(v['accuracy'])} of {v['n']} "
+                  + "; ".join(f"anchors x{w}: {percent(v['accuracy'])} of {v['n']} "
                               f"({v['examples']} examples)" for w, v in m["probes"].items())
                   + f". Chosen: x{m['chosen']:g}."]
     if r.deltas:
         lines += ["", "## Per-subset deltas (candidate - current, same items, 95% intervals)",
-                  "", "| suite | subset | n | current | candidate | delta [95% CI] | p |",
-                  "|---|---|---|---|---|---|---|"]
-        for d in r.deltas:
-            star = " (target)" if d.target else ""
-            lines.append(
-                f"| {d.suite} | {d.subset}{star} | {d.n} | {_pct(d.before)} "
-                f"[{_pct(d.before_ci[0])}, {_pct(d.before_ci[1])}] | {_pct(d.after)} "
-                f"[{_pct(d.after_ci[0])}, {_pct(d.after_ci[1])}] | "
-                f"{100 * d.delta:+.1f} [{100 * d.ci_low:+.0f}, {100 * d.ci_high:+.0f}] | "
-                f"{d.p_value:.2f} |")
+                  "", markdown_table(
+                      ["suite", "subset", "n", "current", "candidate", "delta [95% CI]", "p"],
+                      [[d.suite, d.subset + (" (target)" if d.target else ""), d.n,
+                        percent_interval(d.before, *d.before_ci),
+                        percent_interval(d.after, *d.after_ci),
+                        points_interval(d.delta, d.ci_low, d.ci_high), p_value(d.p_value)]
+                       for d in r.deltas])]
         lines += ["", "MC subsets: accuracy with Wilson intervals, paired bootstrap interval "
                   "of the delta, exact McNemar p. Open: HealthBench rubric score, bootstrap "
                   "intervals, sign-flip p. A delta whose interval holds 0 is not a result at "
                   "this size; the guards still act on the point estimate, to stop "
                   "regressions early."]
     if r.guards:
-        lines += ["", "## Guards", "", "| guard | limit | passed | measured |",
-                  "|---|---|---|---|"]
-        lines += [f"| {x.guard.name} | {x.guard.limit:g} | {'yes' if x.passed else '**NO**'} "
-                  f"| {x.detail} |" for x in r.guards]
+        lines += ["", "## Guards", "", markdown_table(
+            ["guard", "limit", "passed", "measured"],
+            [[x.guard.name, f"{x.guard.limit:g}", "yes" if x.passed else "**NO**", x.detail]
+             for x in r.guards])]
     if any(x.guard.kind == "judge_agreement" for x in r.guards):
         lines += agreement_markdown(judge_check(ev))
     if r.recommendation:
@@ -82,8 +76,9 @@ def round_markdown(ev: Evaluator, r: Round) -> str:
         lines += ["", f"## Decision: {dec.choice}", "", f"{dec.reason} (by {dec.by}, {dec.at}). "
                   f"Adapter {str(dec.adapter_before or 'base')[:12]} -> "
                   f"{str(dec.adapter_after or 'base')[:12]}."]
-    lines += ["", "## Step times (s)", "", "| step | seconds |", "|---|---|"]
-    lines += [f"| {k} | {v.get('seconds', '-')} |" for k, v in r.steps.items()]
+    lines += ["", "## Step times (s)", "",
+              markdown_table(["step", "seconds"],
+                             [[k, v.get("seconds", "-")] for k, v in r.steps.items()])]
     return "\n".join(lines) + "\n"
 
 
@@ -112,12 +107,10 @@ def write_history(store: RoundStore) -> Path:
     keys = sorted({k for r in rows for k in r if "/" in k})
     lines = ["# Improvement history", "", "Kept and reverted interventions, with each "
              "subset's delta in points (candidate - current).", "",
-             "| round | target | decision | by | flags | " + " | ".join(keys) + " |",
-             "|---|---|---|---|---|" + "---|" * len(keys)]
-    for r in rows:
-        lines.append(f"| {r['round']} | {r['target']} | {r['decision'] or r['status']} | "
-                     f"{r['by'] or '-'} | {r['flags']} | "
-                     + " | ".join(f"{r[k]:+.1f}" if k in r else "-" for k in keys) + " |")
+             markdown_table(["round", "target", "decision", "by", "flags", *keys],
+                            [[r["round"], r["target"], r["decision"] or r["status"], r["by"],
+                              r["flags"], *(f"{r[k]:+.1f}" if k in r else "-" for k in keys)]
+                             for r in rows])]
     atomic_write_text(store.files.history, "\n".join(lines) + "\n")
     if rows and keys:
         import matplotlib

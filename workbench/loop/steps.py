@@ -27,6 +27,7 @@ from workbench.loop.train import adapter_hash
 from workbench.records import ChatExample, EvalResult
 from workbench.registry import load_attr
 from workbench.runs import RunContext, file_hash, hash_inputs
+from workbench.text import percent
 
 STEPS = ("synth", "gates", "mixture", "train", "eval", "guards")
 GUARDED = ("test", "retention", "open")  # what a candidate is judged on (dev is trained on)
@@ -272,7 +273,7 @@ class _RoundRun:
             scores[f"{w:g}"] = {"examples": len(data), "accuracy": sum(ok) / len(ok),
                                 "n": len(ok)}
             self.log(f"   anchors x{w:g}: {len(data)} examples, selection accuracy "
-                          f"{100 * sum(ok) / len(ok):.0f}% of {len(ok)}")
+                          f"{percent(sum(ok) / len(ok))} of {len(ok)}")
             del model
         best = max(weightings, key=lambda w: (scores[f"{w:g}"]["accuracy"], w))
         return {"chosen": best, "probes": scores, "selection_items": len(items)}

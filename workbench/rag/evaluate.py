@@ -16,6 +16,7 @@ from workbench.errors import DataError
 from workbench.evaluate.metrics import hit_at_k, mean, ndcg_at_k, recall_at_k, reciprocal_rank
 from workbench.io import iter_jsonl_raw
 from workbench.records import RetrievalHit
+from workbench.text import markdown_table, number
 
 LEVELS = {"chunk": "chunk_id", "section": "section_id", "doc": "doc_id"}
 
@@ -130,12 +131,9 @@ def evaluate_retrievers(retrievers: dict, qrels: list[Qrel], *, ks=(1, 3, 5, 10)
 
 def format_table(summary: dict, ks=(1, 3, 5, 10)) -> str:
     cols = [f"hit@{k}" for k in ks] + [f"recall@{max(ks)}", "mrr", f"ndcg@{max(ks)}"]
-    lines = ["| retriever | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for name, m in summary.items():
-        if name.startswith("_"):
-            continue
-        lines.append(f"| {name} | " + " | ".join(f"{m[c]:.3f}" for c in cols) + " |")
-    return "\n".join(lines)
+    return markdown_table(["retriever", *cols],
+                          [[name, *(number(m[c]) for c in cols)]
+                           for name, m in summary.items() if not name.startswith("_")])
 
 
 def dumps_summary(summary: dict) -> str:

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from workbench.io import atomic_write_json, replace_dir
+from workbench.text import number, percent
 
 
 def export_adapter(model, tok, output: Path, manifest: dict, metrics: list[dict]) -> None:
@@ -49,7 +50,8 @@ def model_card(manifest: dict, metrics: list[dict]) -> str:
               "reward_margin", "eval_reward_accuracy", "eval_preference_accuracy",
               "reward_mean", "heldout_reward"):
         if k in final:
-            lines.append(f"- final {k.replace('_', ' ')}: {final[k]:.4f}")
+            value = percent(final[k]) if "accuracy" in k else number(final[k], 4)
+            lines.append(f"- final {k.replace('_', ' ')}: {value}")
     lines += ["", "Hyper-parameters: see `manifest.json`; per-step metrics: `metrics.jsonl`."]
     return "\n".join(lines) + "\n"
 

@@ -35,6 +35,7 @@ from workbench.datatasks.trees import TaskTree, TreeNode, load_tree, save_tree
 from workbench.datatasks.trie import PrefixTrie
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json
+from workbench.text import percent, percent_interval
 from workbench.trajsynth.costmodel import Attempt, held_out_brier
 from workbench.trajsynth.files import TrajsynthFiles
 from workbench.trajsynth.select import Arm, SelectionConfig, Selector
@@ -377,9 +378,9 @@ def run(cfg, ctx):
                  "sft": ex["sft"], "preferences": ex["preferences"],
                  "prefix_hit_rate": round(summary["prefix_hit_rate"], 3)},
         message=(f"{out}: {summary['tasks_verified']}/{summary['tasks']} tasks verified "
-                 f"({100 * summary['yield']:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]), "
+                 f"({percent_interval(summary['yield'], lo, hi)}), "
                  f"{ex['sft']} SFT conversations, {ex['preferences']} preference pairs, "
                  f"{summary['ledger']['executions']} executions "
-                 f"({100 * summary['prefix_hit_rate']:.0f}% answered by the trie), "
+                 f"({percent(summary['prefix_hit_rate'])} answered by the trie), "
                  f"{summary['ledger']['model_calls']} model calls "
                  f"({summary['ledger']['seeded_nodes']} nodes seeded from earlier tasks)"))

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from workbench.cli_options import ConfigArg, ConfigOpt, OutOpt, SetOpt, load
+from workbench.text import percent, percent_interval
 from workbench.trajsynth.files import TrajsynthFiles
 
 EnvArg = Annotated[str, typer.Argument(help="A SQLite file, a folder of CSV/TSV/Parquet files, "
@@ -52,9 +53,10 @@ def register(group: typer.Typer) -> None:
         s, ex = explore_folder(_cfg(config, config_opt, set_), open_env(env), out,
                                log=lambda m: typer.echo(m, err=True))
         lo, hi = s["yield_ci95"]
-        typer.echo(f"{s['tasks_verified']}/{s['tasks']} tasks verified ({100 * s['yield']:.0f}% "
-                   f"[{100 * lo:.0f}, {100 * hi:.0f}]); {s['ledger']['executions']} executions, "
-                   f"prefix hit rate {100 * s['prefix_hit_rate']:.0f}%, "
+        typer.echo(f"{s['tasks_verified']}/{s['tasks']} tasks verified "
+                   f"({percent_interval(s['yield'], lo, hi)}); "
+                   f"{s['ledger']['executions']} executions, "
+                   f"prefix hit rate {percent(s['prefix_hit_rate'])}, "
                    f"{s['ledger']['model_calls']} model calls; {ex['sft']} SFT, "
                    f"{ex['preferences']} preference pairs in {out}")
 

@@ -38,6 +38,7 @@ from workbench.datatasks.generators import extract_sql
 from workbench.datatasks.pool import Task
 from workbench.records import ChatExample
 from workbench.runs import RunLayout, StageRunner
+from workbench.text import p_value, percent_interval
 from workbench.trajsynth.downstream_report import DownstreamReport
 from workbench.trajsynth.export import RUN_SQL_TOOL, SYSTEM
 from workbench.trajsynth.files import TrajsynthFiles
@@ -413,10 +414,10 @@ def format_downstream(result: dict[str, Any] | DownstreamReport) -> str:
     for name, s in r.conditions.items():
         lo, hi = s.ci95
         p, q = s.mcnemar_p_vs_zero_shot, s.mcnemar_p_vs_sft
-        lines.append(f"  {name:9s} {s.verified}/{s.n} = {100 * s.accuracy:.1f}% "
-                     f"[{100 * lo:.1f}, {100 * hi:.1f}]  outcomes {s.outcomes}"
-                     + (f"  McNemar p vs zero-shot {p:.3g}" if p is not None else "")
-                     + (f", vs sft {q:.3g}" if q is not None else ""))
+        lines.append(f"  {name:9s} {s.verified}/{s.n} = {percent_interval(s.accuracy, lo, hi)}"
+                     f"  outcomes {s.outcomes}"
+                     + (f"  McNemar p vs zero-shot {p_value(p)}" if p is not None else "")
+                     + (f", vs sft {p_value(q)}" if q is not None else ""))
     for name, a in (r.adapters or {}).items():
         start = f" from {a.init_adapter} (its reference)" if a.init_adapter else ""
         what = f"{a.source} pairs" if a.method == "dpo" else "trajectories"

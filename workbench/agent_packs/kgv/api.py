@@ -31,6 +31,7 @@ from workbench.agents.steps import AgentTrajectory
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
+from workbench.text import percent
 
 if TYPE_CHECKING:
     from workbench.agent_packs.kgv.report import KgvReport
@@ -407,7 +408,7 @@ def _pipeline_result(ev: _Evaluation, report: KgvReport, results: dict[str, Any]
 
     out = ev.out
     best = report.macro_f1()
-    line = ", ".join(f"{c} {100 * v:.0f}" for c, v in best.items())
+    line = ", ".join(f"{c} {percent(v)}" for c, v in best.items())
     return PipelineResult(
         pipeline="agent", run_dir=str(ev.ctx.layout.root),
         outputs={"report": str(out / REPORT_MD), "report_json": str(out / REPORT_JSON),

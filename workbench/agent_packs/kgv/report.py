@@ -27,6 +27,7 @@ from workbench.agent_packs.spec import PIPELINE
 from workbench.agents.steps import AgentTrajectory
 from workbench.evaluate.stats import holm, mcnemar_exact
 from workbench.io import atomic_write_text
+from workbench.text import markdown_table, number, p_value, percent, percent_interval, points
 
 NAMES = {"closed_book": "closed book (no search)", "rag": "single-turn RAG",
          "agent": "agent", "agent_sft": "agent after SFT (student)"}
@@ -166,14 +167,6 @@ def trajectory_files(run) -> list[Path]:
                   key=lambda p: p.stem)
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.1f}"
-
-
-def _ci(ci: Interval) -> str:
-    return f"[{100 * ci.low:.0f}, {100 * ci.high:.0f}]"
-
-
 def paired(results: dict[str, list[AgentTrajectory]], base: str = "rag") -> dict[str, Any]:
     if base not in results:
         return {}
@@ -217,6 +210,23 @@ def write_report(out: Path, results: dict[str, list[AgentTrajectory]],
     return report
 
 
+def _with_ci(v: float, ci: Interval) -> str:
+    return percent_interval(v, ci.low, ci.high)
+
+
+def _split_row(report: KgvReport, c: str, s: KgvMetrics) -> list[str]:
+    """One condition's row of a split's table: the F1s and accuracy with their intervals,
+    searching, the routes, the predicted verdicts and the wall time per claim."""
+    rp, rs, pr = s.routes.parametric, s.routes.search, s.predictions
+    return [NAMES.get(c, c), _with_ci(s.macro_f1, s.macro_f1_ci95),
+            _with_ci(s.pos_f1_true, s.pos_f1_true_ci95),
+            _with_ci(s.pos_f1_error, s.pos_f1_error_ci95), _with_ci(s.accuracy, s.accuracy_ci95),
+            number(s.search_calls_mean, 2), percent(rp.rate),
+            f"{percent(rp.accuracy)} (n={rp.n})", f"{percent(rs.accuracy)} (n={rs.n})",
+            f"{pr.SUPPORTED} / {pr.REFUTED} / {pr.none}",
+            number(report.seconds_per_claim.get(c, float("nan")), 2)]
+
+
 def report_markdown(report: KgvReport, *, searches: int) -> str:
     dev, model = report.dev_claims, report.model
     lines = [f"# KG fact verification: {dev} dev claims, model `{model}`", "",
@@ -233,32 +243,18 @@ def report_markdown(report: KgvReport, *, searches: int) -> str:
             continue
         n = rows[0][1].n
         lines += [f"## {heads.get(split, split)} ({n} claims)", "",
-                  "| condition | macro-F1 | Pos-F1 (true) | Pos-F1 (error) | accuracy | "
-                  "searches / claim | parametric route | acc. parametric | acc. search | "
-                  "predicted S / R / none | s / claim (wall) |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for c, s in rows:
-            rp, rs = s.routes.parametric, s.routes.search
-            pr = s.predictions
-            lines.append(
-                f"| {NAMES.get(c, c)} | {_pct(s.macro_f1)} {_ci(s.macro_f1_ci95)} | "
-                f"{_pct(s.pos_f1_true)} {_ci(s.pos_f1_true_ci95)} | "
-                f"{_pct(s.pos_f1_error)} {_ci(s.pos_f1_error_ci95)} | "
-                f"{_pct(s.accuracy)} {_ci(s.accuracy_ci95)} | "
-                f"{s.search_calls_mean:.2f} | {_pct(rp.rate)} | "
-                f"{_pct(rp.accuracy)} (n={rp.n}) | {_pct(rs.accuracy)} (n={rs.n}) "
-                f"| {pr.SUPPORTED} / {pr.REFUTED} / {pr.none} | "
-                f"{report.seconds_per_claim.get(c, float('nan')):.2f} |")
-        lines.append("")
+                  markdown_table(["condition", "macro-F1", "Pos-F1 (true)", "Pos-F1 (error)",
+                                  "accuracy", "searches / claim", "parametric route",
+                                  "acc. parametric", "acc. search", "predicted S / R / none",
+                                  "s / claim (wall)"],
+                                 [_split_row(report, c, s) for c, s in rows]), ""]
     if report.paired_vs_rag:
         lines += ["## Paired against single-turn RAG (exact McNemar, Holm-adjusted)", "",
-                  "| condition | Δ accuracy | only RAG right | only this right | p | p (Holm) |",
-                  "|---|---|---|---|---|---|"]
-        for c, p in report.paired_vs_rag.items():
-            lines.append(f"| {NAMES.get(c, c)} | {100 * p.delta_accuracy:+.1f} | "
-                         f"{p.only_base} | {p.only_this} | {p.p:.3f} | "
-                         f"{p.p_holm:.3f} |")
-        lines.append("")
+                  markdown_table(["condition", "Δ accuracy", "only RAG right",
+                                  "only this right", "p", "p (Holm)"],
+                                 [[NAMES.get(c, c), points(p.delta_accuracy), p.only_base,
+                                   p.only_this, p_value(p.p), p_value(p.p_holm)]
+                                  for c, p in report.paired_vs_rag.items()]), ""]
     if (t := report.teacher) is not None:
         st = t.student
         lines += ["## Teacher and student", "",

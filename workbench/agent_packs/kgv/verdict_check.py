@@ -32,6 +32,7 @@ from workbench.evaluate.agreement import (
     agreement_lines,
     reading,
 )
+from workbench.text import percent_interval
 
 RATINGS = "verdict_ratings.jsonl"
 QUESTION = "Is the claim true?"
@@ -179,7 +180,7 @@ def summary_lines(vc: VerdictCheck) -> list[str]:
     if c.mode == "precision":  # every verdict SUPPORTED: kappa has nothing to compare
         lines.append("every verdict is SUPPORTED: the precision of its verdicts, not kappa")
         if (p := c.precision) is not None:
-            lines.append(f"precision {p.share:.0%} [{p.ci_low:.0%}, {p.ci_high:.0%}] (95% "
+            lines.append(f"precision {percent_interval(p.share, p.ci_low, p.ci_high)} (95% "
                          f"Wilson): {p.agreed} of {p.n} SUPPORTED claims true for the person")
     elif (a := c.agreement) is not None:
         lines += agreement_lines(a, machine=("agent SUPPORTED", "agent REFUTED"),

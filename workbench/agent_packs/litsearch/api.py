@@ -37,9 +37,10 @@ from workbench.agent_packs.litsearch.pack import (
     workflow_call,
 )
 from workbench.agent_packs.litsearch.report import REPORT_JSON, REPORT_MD, LitsearchReport
-from workbench.agent_packs.reports import report_json
+from workbench.agent_packs.reports import Interval, report_json
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
+from workbench.text import markdown_table, number, number_interval, percent
 
 CONDITIONS = ("query_only", "fixed", "agent", "oracle")
 
@@ -308,8 +309,8 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
                              trained=trained)
     atomic_write_text(out / REPORT_JSON, report_json(report))
 
-    def f(v, ci):
-        return f"{v:.3f} [{ci.low:.2f}, {ci.high:.2f}]"
+    def f(v: float, ci: Interval) -> str:
+        return number_interval(v, ci.low, ci.high)
 
     lines = [f"# Literature search: {dev} intents, {turns} turns, model `{model}`", "",
              "Final turn and mean over turns; 95% bootstrap intervals over intents. Relevant "
@@ -317,19 +318,15 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
              "references or MeSH, 1 shared major MeSH)."
              + ("" if citations else " The library has no citations: the citation "
                 "operators and the workflows that expand through them were off."), "",
-             "| condition | Hit@5 final | MRR final | nDCG@10 final | nDCG@10 mean over "
-             "turns | execution errors | memo hits after turn 1 | s / dialogue (wall) | "
-             "choices |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for c, v in report.conditions.items():
-        memo = "-" if v.memo_hit_rate_after_turn1 is None else \
-            f"{100 * v.memo_hit_rate_after_turn1:.0f}%"
-        lines.append(f"| {c} | {f(v.hit5_final, v.hit5_final_ci95)} | "
-                     f"{f(v.mrr_final, v.mrr_final_ci95)} | "
-                     f"{f(v.ndcg10_final, v.ndcg10_final_ci95)} | "
-                     f"{f(v.ndcg10_avg, v.ndcg10_avg_ci95)} | "
-                     f"{100 * v.execution_error_rate:.0f}% | {memo} | "
-                     f"{v.seconds_per_dialogue:.2f} | {v.choices} |")
+             markdown_table(
+                 ["condition", "Hit@5 final", "MRR final", "nDCG@10 final",
+                  "nDCG@10 mean over turns", "execution errors", "memo hits after turn 1",
+                  "s / dialogue (wall)", "choices"],
+                 [[c, f(v.hit5_final, v.hit5_final_ci95), f(v.mrr_final, v.mrr_final_ci95),
+                   f(v.ndcg10_final, v.ndcg10_final_ci95), f(v.ndcg10_avg, v.ndcg10_avg_ci95),
+                   percent(v.execution_error_rate), percent(v.memo_hit_rate_after_turn1),
+                   number(v.seconds_per_dialogue, 2), v.choices]
+                  for c, v in report.conditions.items()])]
     lines += paired_lines(report)
     lines += ["", f"Training data from the oracle teacher on the training intents: "
               f"{report.exports.sft} SFT dialogues (`{AgentFiles(out).litsearch_sft_data.name}`), "

@@ -14,6 +14,7 @@ import numpy as np
 from workbench.agent_packs.files import AgentFiles
 from workbench.agent_packs.litsearch.tuned import SFT, SFT_DPO
 from workbench.io import read_jsonl
+from workbench.text import markdown_table, number_interval, p_value
 
 
 def comparisons(conditions: list[str]) -> list[tuple[str, str]]:
@@ -80,15 +81,14 @@ def paired_lines(report) -> list[str]:
     """Markdown: the paired comparisons, then the adapters trained here."""
     lines: list[str] = []
     if report.paired:
-        lines += ["", "| comparison (same intents) | nDCG@10 final, difference [95% CI] | "
-                      "sign-flip p | execution errors (turns) | McNemar p |",
-                  "|---|---|---|---|---|"]
-        for p in report.paired:
-            ci = p.ndcg10_final_diff_ci95
-            lines.append(f"| {p.condition} vs {p.against} | {p.ndcg10_final_diff:+.3f} "
-                         f"[{ci.low:+.2f}, {ci.high:+.2f}] | {p.ndcg10_final_p:.3g} | "
-                         f"{p.errors} vs {p.errors_against} of {p.turns} | "
-                         f"{p.errors_p:.3g} |")
+        lines += ["", markdown_table(
+            ["comparison (same intents)", "nDCG@10 final, difference [95% CI]", "sign-flip p",
+             "execution errors (turns)", "McNemar p"],
+            [[f"{p.condition} vs {p.against}",
+              number_interval(p.ndcg10_final_diff, p.ndcg10_final_diff_ci95.low,
+                              p.ndcg10_final_diff_ci95.high, signed=True),
+              p_value(p.ndcg10_final_p), f"{p.errors} vs {p.errors_against} of {p.turns}",
+              p_value(p.errors_p)] for p in report.paired])]
         lines += ["", "Paired over the same intents: the nDCG@10 difference with its "
                       "bootstrap interval and a sign-flip test over intents; execution errors "
                       "with the exact McNemar test (an intent's turns flipped together)."]

@@ -38,6 +38,7 @@ from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
 from workbench.records import ToolCall
+from workbench.text import percent
 
 CONDITIONS = ("alone", "rag", "tools")
 
@@ -267,8 +268,8 @@ def evaluate(cfg, ctx):
         pipeline="agent", run_dir=str(ctx.layout.root),
         outputs={"report": str(md)},
         figures={f"{c}_accuracy": round(v, 4) for c, v in acc.items()},
-        message=f"{md}: accuracy within {100 * items[0].tolerance:.0f}% on "
-                f"{len(items)} design items: " + ", ".join(f"{c} {100 * v:.0f}%"
+        message=f"{md}: accuracy within {percent(items[0].tolerance)} on "
+                f"{len(items)} design items: " + ", ".join(f"{c} {percent(v)}"
                                                           for c, v in acc.items()))
 
 

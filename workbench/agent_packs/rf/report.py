@@ -18,6 +18,7 @@ from workbench.agent_packs.reports import (
     report_file,
 )
 from workbench.agent_packs.spec import PIPELINE
+from workbench.text import markdown_table, number, p_value, percent, percent_interval, points
 
 # the file names are the agent spec's declared outputs
 REPORT_JSON, REPORT_MD = (PIPELINE.artifact(n).path for n in ("rf_report", "rf_report_md"))
@@ -78,21 +79,21 @@ def condition_rows(run, condition: str) -> Path:
 def report_markdown(report: RfReport, *, tolerance: float) -> str:
     conds = report.conditions
     lines = [f"# RF design: {report.items} numeric items, model `{report.model}`", "",
-             f"Correct = within {100 * tolerance:.0f}% of the calculated answer; 95% "
+             f"Correct = within {percent(tolerance)} of the calculated answer; 95% "
              "Wilson intervals.", "",
-             "| condition | accuracy | answered | tool calls / item | s / item | by family |",
-             "|---|---|---|---|---|---|"]
-    for c, s in conds.items():
-        lo, hi = s.accuracy_ci95.low, s.accuracy_ci95.high
-        fam = ", ".join(f"{f} {v}" for f, v in s.by_family.items())
-        lines.append(f"| {c} | {100 * s.accuracy:.1f} [{100 * lo:.0f}, {100 * hi:.0f}] | "
-                     f"{s.answered}/{s.n} | {s.tool_calls_mean:.2f} | "
-                     f"{s.seconds_per_item:.2f} | {fam} |")
+             markdown_table(
+                 ["condition", "accuracy", "answered", "tool calls / item", "s / item",
+                  "by family"],
+                 [[c, percent_interval(s.accuracy, s.accuracy_ci95.low, s.accuracy_ci95.high),
+                   f"{s.answered}/{s.n}", number(s.tool_calls_mean, 2),
+                   number(s.seconds_per_item, 2),
+                   ", ".join(f"{f} {v}" for f, v in s.by_family.items())]
+                  for c, s in conds.items()])]
     if "tools" in conds:
         lines += ["", f"Tools: the right calculator chosen on {conds['tools'].right_tool}/"
                   f"{report.items} items ({conds['tools'].tool_chosen})."]
     if report.paired:
-        lines += ["", "| paired (exact McNemar) | Δ accuracy | p |", "|---|---|---|"]
-        lines += [f"| {k} | {100 * v.delta:+.1f} | {v.p:.3f} |"
-                  for k, v in report.paired.items()]
+        lines += ["", markdown_table(["paired (exact McNemar)", "Δ accuracy", "p"],
+                                     [[k, points(v.delta), p_value(v.p)]
+                                      for k, v in report.paired.items()])]
     return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ from workbench.app.common import (
 )
 from workbench.app.glossary import show_glossary
 from workbench.jobs import start_job
+from workbench.text import number_interval, percent, percent_interval
 
 st.title("Domain agents")
 st.caption("One agent loop for every domain: knowledge-graph fact verification (kgv) against "
@@ -249,9 +250,8 @@ with tab_eval:
             if not s:
                 continue
             p = s.predictions
-            rows.append({"condition": c, "macro-F1": f"{100 * s.macro_f1:.1f} "
-                                                     f"[{100 * s.macro_f1_ci95.low:.0f}, "
-                                                     f"{100 * s.macro_f1_ci95.high:.0f}]",
+            rows.append({"condition": c, "macro-F1": percent_interval(
+                             s.macro_f1, s.macro_f1_ci95.low, s.macro_f1_ci95.high),
                          "Pos-F1 (true)": round(100 * s.pos_f1_true, 1),
                          "Pos-F1 (error)": round(100 * s.pos_f1_error, 1),
                          "accuracy": round(100 * s.accuracy, 1),
@@ -285,13 +285,12 @@ with tab_eval:
 
         def final(v, k: str) -> str:
             value, ci = v.final(k)
-            return f"{value:.3f} [{ci.low:.2f}, {ci.high:.2f}]"
+            return number_interval(value, ci.low, ci.high)
 
         st.dataframe(pd.DataFrame([
             {"condition": c, **{f"{k} final": final(v, k) for k in METRICS},
-             "execution errors": f"{100 * v.execution_error_rate:.0f}%",
-             "memo hits after turn 1": "-" if v.memo_hit_rate_after_turn1 is None
-             else f"{100 * v.memo_hit_rate_after_turn1:.0f}%"}
+             "execution errors": percent(v.execution_error_rate),
+             "memo hits after turn 1": percent(v.memo_hit_rate_after_turn1)}
             for c, v in rep.conditions.items()]), hide_index=True)
         st.caption("At the dialogue's last turn, with 95% intervals: hit5: share of dialogues "
                    "with a relevant paper in the top 5; mrr: mean of 1 / rank of the first "
@@ -318,9 +317,8 @@ with tab_eval:
         from workbench.agent_packs.rf.report import condition_rows
 
         st.dataframe(pd.DataFrame([
-            {"condition": c, "accuracy": f"{100 * s.accuracy:.1f} "
-                                         f"[{100 * s.accuracy_ci95.low:.0f}, "
-                                         f"{100 * s.accuracy_ci95.high:.0f}]",
+            {"condition": c, "accuracy": percent_interval(s.accuracy, s.accuracy_ci95.low,
+                                                          s.accuracy_ci95.high),
              "answered": f"{s.answered}/{s.n}", "tool calls / item":
                  round(s.tool_calls_mean, 2), **s.by_family}
             for c, s in rep.conditions.items()]), hide_index=True)

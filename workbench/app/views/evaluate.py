@@ -5,13 +5,11 @@ from workbench.app.common import (
     EVAL_SETTINGS,
     RAG_SETTINGS,
     TRAIN_SETTINGS,
-    acc_text,
     base_config,
     distill_settings,
     job_panel,
     not_ready,
     options_html,
-    pct,
     require_corpus,
     runs,
     sections_of,
@@ -23,6 +21,7 @@ from workbench.app.common import (
 from workbench.app.glossary import show_glossary
 from workbench.evaluate.report import SCORING_LABELS, read_eval_results, read_eval_summary
 from workbench.jobs import start_job
+from workbench.text import accuracy, p_value, percent, points, points_interval
 
 SCORINGS = ("letter", "cloze", "cloze_norm", "generate")
 
@@ -137,7 +136,7 @@ def label(k: str | None) -> str:
 def scoring_cell(acc, degenerate: bool, headline: bool) -> str:
     """An accuracy cell with its marks first ("★ 71.0% [53.4, 83.9]"), so a narrow column
     cuts the interval, never the mark."""
-    return ("★ " if headline else "") + ("⚠ " if degenerate else "") + acc_text(acc)
+    return ("★ " if headline else "") + ("⚠ " if degenerate else "") + accuracy(acc)
 
 
 def comparison_table(report, rows, key: str) -> None:
@@ -175,13 +174,13 @@ def comparisons_view(comparisons, key: str) -> None:
     one = next(iter(scorings)) if len(scorings) == 1 else None  # then said once, above
     st.markdown("**Paired comparisons** (same items" + (f"; scoring: {one})" if one else ")"))
     st.dataframe([{"a": c.a, "b": c.b, **({} if one else {"scoring": pair_scoring(c)}),
-                   "accuracy a": pct(c.accuracy_a), "accuracy b": pct(c.accuracy_b),
-                   "difference b - a (95% CI)": f"{100 * c.difference:+.1f} "
-                   f"[{100 * c.difference_ci_low:+.1f}, {100 * c.difference_ci_high:+.1f}]",
+                   "accuracy a": percent(c.accuracy_a), "accuracy b": percent(c.accuracy_b),
+                   "difference b - a (95% CI)": points_interval(
+                       c.difference, c.difference_ci_low, c.difference_ci_high),
                    "only a / only b": f"{c.only_a} / {c.only_b}" + (
                        " (no item changed)" if c.only_a == c.only_b == 0 else ""),
                    "items": f"{c.n} ({c.clusters} clusters)" if c.clusters else str(c.n),
-                   "p (Holm)": f"{c.p_holm:.3g}",
+                   "p (Holm)": p_value(c.p_holm),
                    "significant": "yes" if c.significant else "no"}
                   for c in comparisons], hide_index=True, key=key)
     st.caption("Each pair scored on the same items. only a / only b: items only a, or only "
@@ -195,7 +194,7 @@ def comparisons_view(comparisons, key: str) -> None:
     sig = [c for c in comparisons if c.significant]
     if sig:
         st.markdown("**Significant differences:** " + "; ".join(
-            f"{c.b} vs {c.a}: {100 * c.difference:+.1f} points (p = {c.p_holm:.3g})"
+            f"{c.b} vs {c.a}: {points(c.difference)} points (p = {p_value(c.p_holm)})"
             for c in sig))
     else:
         st.markdown("**Significant differences:** none at 5% (Holm-adjusted).")
@@ -251,14 +250,14 @@ def benchmark_view(rep, bench: str, b, run_name: str, lay=None) -> None:
     base = {r.condition: r.headline_accuracy for r in rows if r.model == "Base"}
     if base.get("none") and base.get("oracle"):
         st.markdown(
-            f"Without any passage the base model scores {acc_text(base['none'])}; given the "
+            f"Without any passage the base model scores {accuracy(base['none'])}; given the "
             f"passage each question was written from (**oracle**, the best any retriever "
-            f"could do) {acc_text(base['oracle'])}. "
-            + " ".join(f"{c}: {100 * (a.value - base['oracle'].value):+.1f} points from the "
+            f"could do) {accuracy(base['oracle'])}. "
+            + " ".join(f"{c}: {points(a.value - base['oracle'].value)} points from the "
                        "oracle." for c in ("semantic", "keyword", "hybrid")
                        if (a := base.get(c)) is not None))
     if b.shortcuts:
-        st.dataframe([{"rule (no knowledge)": s.description, "accuracy": acc_text(s.accuracy),
+        st.dataframe([{"rule (no knowledge)": s.description, "accuracy": accuracy(s.accuracy),
                        **{x: s.predictions.get(x, 0) for x in "ABCD"}} for s in b.shortcuts],
                      hide_index=True, key=f"shortcuts-{run_name}-{bench}")
         st.caption("Rules that pick an option from the wording alone. A model has to beat "
@@ -348,7 +347,7 @@ for name in picked:
         st.warning(info.report_error)
     rep = info.report
     if rep is not None:
-        st.caption(f"model `{rep.model}` · domain {rep.domain} · chance {pct(rep.chance)}"
+        st.caption(f"model `{rep.model}` · domain {rep.domain} · chance {percent(rep.chance)}"
                    + (f" · best RAG: {rep.best_rag}" if rep.best_rag else ""))
         for bench, b in rep.benchmarks.items():
             benchmark_view(rep, bench, b, info.name, lay)

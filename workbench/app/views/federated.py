@@ -14,6 +14,7 @@ from workbench.app.glossary import show_glossary
 from workbench.federated.knowledge.units import load_latest_kb, votes
 from workbench.federated.results import FedFiles, KnowledgeReport, LoraReport, read_report
 from workbench.jobs import start_job
+from workbench.text import interval, p_value, percent
 
 st.title("Federated rounds")
 st.caption("Sites learn together on data that never leaves them (Flower): one shared LoRA "
@@ -139,10 +140,8 @@ if any(r.get("kind") == "knowledge" for r in rounds_log):
     if report:
         st.markdown("**Final evaluation** (every site's held-out tasks)")
         st.dataframe([{"units": t.label, "verified": f"{t.verified}/{t.n}",
-                       "95% interval": f"{100 * t.ci95[0]:.0f}–{100 * t.ci95[1]:.0f}%"
-                       if t.ci95 is not None else "-",
-                       "p vs federated": "-" if t.mcnemar_p_vs_federated is None
-                       else round(t.mcnemar_p_vs_federated, 3)}
+                       "95% interval": interval(*t.ci95) if t.ci95 is not None else "-",
+                       "p vs federated": p_value(t.mcnemar_p_vs_federated)}
                       for t in report.conditions], hide_index=True)
         st.caption("Tasks verified with no units, with only the site's own units (local-only) "
                    "and with the federated units; p vs federated: exact McNemar test against "
@@ -195,13 +194,10 @@ with tab_cond:
         st.dataframe([{"condition": t.label,
                        "held-out loss": round(t.eval_loss, 4) if t.eval_loss else None,
                        "MC accuracy": None if t.mc_accuracy is None
-                       else f"{100 * t.mc_accuracy:.1f}%",
-                       "95% interval": (f"{100 * t.mc_ci95[0]:.0f}–"
-                                        f"{100 * t.mc_ci95[1]:.0f}%"
-                                        if t.mc_ci95 else ""),
+                       else percent(t.mc_accuracy),
+                       "95% interval": interval(*t.mc_ci95) if t.mc_ci95 else "",
                        "predictions A/B/C/D": "/".join(str(t.predictions[k]) for k in "ABCD"),
-                       "p vs federated": "-" if t.mcnemar_p_vs_federated is None
-                       else round(t.mcnemar_p_vs_federated, 3)}
+                       "p vs federated": p_value(t.mcnemar_p_vs_federated)}
                       for t in report.conditions], hide_index=True,
                      width="stretch")
         st.caption("no training: the base model; local-only: each site alone on its own "

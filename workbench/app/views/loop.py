@@ -17,6 +17,7 @@ from workbench.app.common import (
 )
 from workbench.app.glossary import show_glossary
 from workbench.jobs import start_job
+from workbench.text import p_value, percent_interval, points, points_interval
 
 st.title("Improvement loop")
 st.caption("Rounds of targeted improvement with people at the gates (Cura): the current model's "
@@ -124,10 +125,10 @@ c2.metric("Targeted samples", sum(v for k, v in p.recipe.items() if k != "anchor
 c3.metric("Retention anchors (max)", p.recipe.get("anchors", 0))
 st.markdown(f"**Why:** {p.rationale}")
 GUARD_RULES = {  # what a guard's limit means, by kind (workbench.loop.records.Guard)
-    "subset_drop": lambda g: f"may lose at most {100 * g.limit:.0f} points",
+    "subset_drop": lambda g: f"may lose at most {points(g.limit, signed=False)} points",
     "length_blowup": lambda g: f"mean answer length at most {g.limit:g} times the current's",
     "non_termination": lambda g: f"answers cut at the token limit rise at most "
-                                 f"{100 * g.limit:.0f} points",
+                                 f"{points(g.limit, signed=False)} points",
     "judge_agreement": lambda g: f"judge-person kappa interval's lower end at least "
                                  f"{g.limit:g}"}
 st.dataframe(pd.DataFrame([{"guard": g.name, "limit": g.limit,
@@ -225,12 +226,10 @@ if r.deltas:
     st.subheader("Per-subset deltas (candidate - current, same items)")
     st.dataframe(pd.DataFrame([{
         "suite": d.suite, "subset": d.subset + (" (target)" if d.target else ""), "n": d.n,
-        "current": f"{100 * d.before:.0f}% [{100 * d.before_ci[0]:.0f}, "
-                   f"{100 * d.before_ci[1]:.0f}]",
-        "candidate": f"{100 * d.after:.0f}% [{100 * d.after_ci[0]:.0f}, "
-                     f"{100 * d.after_ci[1]:.0f}]",
-        "delta": f"{100 * d.delta:+.1f} [{100 * d.ci_low:+.0f}, {100 * d.ci_high:+.0f}]",
-        "p": round(d.p_value, 3) if d.p_value is not None else None} for d in r.deltas]),
+        "current": percent_interval(d.before, *d.before_ci),
+        "candidate": percent_interval(d.after, *d.after_ci),
+        "delta": points_interval(d.delta, d.ci_low, d.ci_high),
+        "p": p_value(d.p_value)} for d in r.deltas]),
         hide_index=True)
     st.caption("current / candidate: score with its 95% interval (accuracy; the open suite: "
                "rubric score); delta in points with its 95% interval; p: paired test on the "

@@ -1,9 +1,10 @@
 import streamlit as st
 
 from workbench import registry
-from workbench.app.common import acc_text, read_or_none, root, runs, show_error, workspace
+from workbench.app.common import read_or_none, root, runs, show_error, workspace
 from workbench.app.glossary import show_glossary
 from workbench.jobs import list_jobs
+from workbench.text import accuracy
 from workbench.workspace import workspace_in
 
 st.title("Projects and runs")
@@ -82,7 +83,7 @@ for r in infos:
         if r.report is not None:
             st.dataframe([{"configuration": row.name, "items": row.n,
                            "headline": row.headline or "-",
-                           "accuracy (headline, 95% CI)": acc_text(row.headline_accuracy)}
+                           "accuracy (headline, 95% CI)": accuracy(row.headline_accuracy)}
                           for row in r.report.rows], hide_index=True, key=f"runs-{r.name}")
 st.subheader("Jobs")
 jobs = read_or_none("the jobs of this workspace", lambda: list_jobs(ws))

@@ -14,6 +14,7 @@ from workbench.app.common import (
 from workbench.app.glossary import show_glossary
 from workbench.jobs import start_job
 from workbench.runs import RunLayout
+from workbench.text import interval, percent
 from workbench.trajsynth.files import TrajsynthFiles
 
 st.title("Trajectories for data agents")
@@ -79,14 +80,13 @@ led = summary["ledger"]
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Tasks verified", f"{summary['tasks_verified']} / {summary['tasks']}",
           help="Tasks with at least one verified trajectory")
-m2.metric("Yield", f"{100 * summary['yield']:.0f}%", help=f"95% interval {100 * lo:.0f}–"
-          f"{100 * hi:.0f}% (Wilson)")
+m2.metric("Yield", percent(summary["yield"]), help=f"95% interval {interval(lo, hi)} (Wilson)")
 m3.metric("Sandbox executions", led["executions"],
           help=f"{led['executions_saved']} more answered by the prefix trie "
-               f"({100 * summary['prefix_hit_rate']:.0f}%)")
+               f"({percent(summary['prefix_hit_rate'])})")
 m4.metric("Model calls", led["model_calls"], help=f"{led['scored_tokens']} tokens scored, "
           f"{led['prompt_tokens'] + led['completion_tokens']} generated or read")
-st.caption(f"95% interval of the yield: {100 * lo:.0f}–{100 * hi:.0f}%")
+st.caption(f"95% interval of the yield: {interval(lo, hi)}")
 
 tab_pool, tab_tree, tab_cost = st.tabs(["Task pool", "Tree browser", "Cost ledger"])
 tasks = {t["id"]: t for t in jsonl_rows(files.tasks)}

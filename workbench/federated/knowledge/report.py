@@ -16,7 +16,7 @@ from pathlib import Path
 from workbench.federated.config import FederatedConfig, parse_agent_settings
 from workbench.federated.knowledge.site import POISON
 from workbench.federated.knowledge.units import Unit, votes
-from workbench.federated.report import fmt, write_files
+from workbench.federated.report import write_files
 from workbench.federated.results import (
     FedFiles,
     KnowledgeCondition,
@@ -25,6 +25,7 @@ from workbench.federated.results import (
     Transfer,
 )
 from workbench.federated.server import read_rounds
+from workbench.text import MISSING, markdown_table, number, p_value, percent, percent_interval
 
 KCONDS = {"none": "no units", "local": "local-only units", "federated": "federated units"}
 POISON_FLOW = ("lookup", list(POISON))  # the unit the adversary site proposes
@@ -188,10 +189,11 @@ def _knowledge_setup(run: _KnowledgeRun, how: str, budget: str, seconds: float) 
              f"and counts. A unit is active when {ks.k_min} sites support it. Success is the "
              f"share of a held-back slice of each site's tasks verified within "
              f"{budget}. Wall time {seconds:.0f} s.", "",
-             "## Sites", "", "| site | scaffold | contributes | adversary |", "|---|---|---|---|"]
-    return lines + [f"| {s} | {meta[s]['scaffold']} | "
-                    f"{'yes' if meta[s]['contributes'] else 'no'} | "
-                    f"{'yes' if meta[s]['poison'] else ''} |" for s in run.sites]
+             "## Sites", "",
+             markdown_table(["site", "scaffold", "contributes", "adversary"],
+                            [[s, meta[s]["scaffold"], "yes" if meta[s]["contributes"] else "no",
+                              "yes" if meta[s]["poison"] else ""] for s in run.sites])]
+    return lines
 
 
 def _knowledge_final(run: _KnowledgeRun, table: list[KnowledgeCondition], unit: str
@@ -200,18 +202,12 @@ def _knowledge_final(run: _KnowledgeRun, table: list[KnowledgeCondition], unit: 
     sites = run.sites
     lines = ["", "## Final evaluation", "",
              "Wilson 95% intervals; p: exact McNemar against federated units on the same "
-             "tasks.", "",
-             "| units | verified [95% CI] | " + " | ".join(sites)
-             + f" | {unit} | p vs federated |",
-             "|---|---|" + "---|" * len(sites) + "---|---|"]
-    for t in table:
-        lo, hi = t.ci95 or (0, 0)
-        p = t.mcnemar_p_vs_federated
-        lines.append(f"| {t.label} | {t.verified}/{t.n} = {t.rate:.2f} "
-                     f"[{lo:.2f}, {hi:.2f}] | "
-                     + " | ".join(f"{a}/{b}" for a, b in (t.by_site[s] for s in sites))
-                     + f" | {t.iterations} | {fmt(p, 3) if p is not None else '–'} |")
-    return lines
+             "tasks.", ""]
+    rows = [[t.label, f"{t.verified}/{t.n} = {percent_interval(t.rate, *(t.ci95 or (0, 0)))}",
+             *(f"{a}/{b}" for a, b in (t.by_site[s] for s in sites)), t.iterations,
+             p_value(t.mcnemar_p_vs_federated)] for t in table]
+    return lines + [markdown_table(["units", "verified [95% CI]", *sites, unit,
+                                    "p vs federated"], rows)]
 
 
 def _knowledge_transfer(transfer: Transfer | None) -> list[str]:
@@ -222,7 +218,7 @@ def _knowledge_transfer(transfer: Transfer | None) -> list[str]:
             f"units the other sites' scaffolds evolved it verified "
             f"{transfer.federated[0]}/{transfer.federated[1]} vs "
             f"{transfer.none[0]}/{transfer.none[1]} without (McNemar p "
-            f"{transfer.mcnemar_p:.3f})."]
+            f"{p_value(transfer.mcnemar_p)})."]
 
 
 def _knowledge_by_round(run: _KnowledgeRun) -> list[str]:
@@ -230,28 +226,27 @@ def _knowledge_by_round(run: _KnowledgeRun) -> list[str]:
     sites, lr = run.sites, run.local_rate
     lines = ["", "## By round", "", "Each site's eval success with the view it received "
              "(round 1: no units yet); federated vs local-only.", "",
-             "| round | " + " | ".join(f"{s} fed | {s} local" for s in sites) + " | active "
-             "units | ops | KB down | KB up |",
-             "|---|" + "---|---|" * len(sites) + "---|---|---|---|"]
+             ]
+    rows = []
     for r in run.fed_rounds:
         cells = []
         for s in sites:
-            f = dict(run.fed_rate.get(s, [])).get(r["round"])
-            cells += [fmt(f, 2) if f is not None else "–",
-                      fmt(lr[s].get(r["round"]), 2) if lr[s].get(r["round"]) is not None
-                      else "–"]
+            cells += [percent(dict(run.fed_rate.get(s, [])).get(r["round"])),
+                      percent(lr[s].get(r["round"]))]
         ops = ", ".join(f"{k} {v}" for k, v in r["ops"].items() if v)
-        lines.append(f"| {r['round']} | " + " | ".join(cells) + f" | {r['active']} | "
-                     f"{ops or '–'} | {r['bytes_down'] / 1e3:.1f} | {r['bytes_up'] / 1e3:.1f} |")
-    return lines
+        rows.append([r["round"], *cells, r["active"], ops or MISSING,
+                     number(r["bytes_down"] / 1e3, 1), number(r["bytes_up"] / 1e3, 1)])
+    header = ["round", *(f"{s} {w}" for s in sites for w in ("fed", "local")), "active units",
+              "ops", "KB down", "KB up"]
+    return lines + [markdown_table(header, rows)]
 
 
 def _knowledge_active(active: list[dict]) -> list[str]:
     return ["", "## Active units", "",
-            "| family | unit (workflow or insight) | sites for | against | support (counts) |",
-            "|---|---|---|---|---|",
-            *(f"| {u['family']} | {u['text']} | {u['sites']} | {u['against']} | "
-              f"{u['support']} |" for u in active)]
+            markdown_table(["family", "unit (workflow or insight)", "sites for", "against",
+                            "support (counts)"],
+                           [[u["family"], u["text"], u["sites"], u["against"], u["support"]]
+                            for u in active])]
 
 
 def _knowledge_wire(run: _KnowledgeRun, figures: KnowledgeFigures, lora_round: int | None,
