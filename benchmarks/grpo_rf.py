@@ -4,6 +4,8 @@ on its own rollouts against the pack's reward, held-out accuracy before and afte
     python benchmarks/grpo_rf.py [--steps 12] [--group 4] [--tasks 4] [--heldout 16]
         [--temperature 0.5] [--lr 5e-4] [--beta 0] [--out runs/grpo_rf] [--json FILE]
         [--generate-per-family N [--generate-seed 0]]
+        [--distill-weight W [--distill-teacher self|SPEC] [--privileged TEMPLATE]
+         [--reward-weight R]]
 
 The 40 design items are split by a seeded shuffle into held-out items (never rolled out in
 training) and training items. With `--generate-per-family N` the pool is the 40 and N
@@ -18,7 +20,10 @@ held-out reward is kept. The report: per-step figures (reward, within-group spre
 with no signal, tool calls, clip fraction, rollout and update tokens/s) and held-out
 accuracy of the prompted agent against the kept adapter, each with a Wilson interval, and
 an exact McNemar test on the same items. Killed, it resumes from its checkpoints in
-`--out`.
+`--out`. With `--distill-weight` above 0 the same rollouts also train by on-policy
+distillation (`train.grpo.distill`): `--distill-teacher self` (the base model reading
+`--privileged`, a format string over the task's metadata such as
+'The answer is {item[answer]}.') or a model spec; `--reward-weight 0` is distillation only.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
 import time
 from pathlib import Path
 
@@ -49,6 +55,15 @@ def main() -> None:
                          "(default: the 40 only)")
     ap.add_argument("--generate-seed", type=int, default=None,
                     help="the generated items' draw, 0 unless given (their ids carry it)")
+    ap.add_argument("--distill-weight", type=float, default=0.0,
+                    help="weight of the on-policy distillation advantage (0: off)")
+    ap.add_argument("--distill-teacher", default="self",
+                    help="self (the base model with --privileged) or a model spec")
+    ap.add_argument("--privileged", default="",
+                    help="the self-distillation teacher's context, a format string over "
+                         "the task's metadata, e.g. 'The answer is {item[answer]}.'")
+    ap.add_argument("--reward-weight", type=float, default=1.0,
+                    help="weight of the reward's group advantage (0: distillation only)")
     ap.add_argument("--out", type=Path, default=Path("runs/grpo_rf"))
     ap.add_argument("--json", type=Path)
     ap.add_argument("--compare-prefix", action="store_true",
@@ -85,7 +100,11 @@ def main() -> None:
                       lora={"r": 16, "alpha": 32, "dropout": 0.0},
                       grpo={"group_size": a.group, "tasks_per_step": a.tasks,
                             "temperature": a.temperature, "beta": a.beta,
-                            "eval_every": a.eval_every})
+                            "eval_every": a.eval_every,
+                            "distill": {"weight": a.distill_weight,
+                                        "teacher": a.distill_teacher,
+                                        "privileged": a.privileged,
+                                        "reward_weight": a.reward_weight}})
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     s = G.setup(cfg, model_spec=a.model, tasks=[rf.design_task(i) for i in train],
@@ -136,7 +155,7 @@ def main() -> None:
     else:
         load_adapter_state(s, s.best_state)
         end, _ = held_out()
-    flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+    flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {shlex.quote(str(v))}")
              for k, v in vars(a).items() if v is not None and v is not False]
     res = {"command": "python benchmarks/grpo_rf.py " + " ".join(flags),
            "train_items": len(train), "heldout_items": len(held), "dev_items": len(dev),

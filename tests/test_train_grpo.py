@@ -703,14 +703,15 @@ def test_self_distillation_reads_the_privileged_context(tiny_model):
     assert view.mask[p + k:] == seq.mask[p:] and sum(view.mask[:p + k]) == 0
     assert "Is claim 0 true?" in s.tokenizer.decode(a[:p])  # in the task's user turn
 
-    got = G.teacher_logps(s, [[r]], [seq])[0]
+    G.step_teacher(s, 0, [[r]], [seq])
+    got = seq.teacher_logps
     assert got == pytest.approx(G._no_grad_logps(s, [view], reference=False, base=True)[0])
     plain = G._no_grad_logps(s, [seq], reference=False, base=True)[0]
     assert max(abs(x - y) for x, y in zip(got, plain, strict=True)) > 1e-4
     cut = tokenize_rollout(s.tokenizer, r, max_length=len(a) - 3)  # cut by max_length
     assert teacher_sequence(s.tokenizer, r, cut, "ctx").n_policy == cut.n_policy
     with pytest.raises(WorkbenchError, match=r"train.grpo.distill.privileged: .* task t0"):
-        G.teacher_logps(s, [[scripted_rollout()]], [seq])
+        G.step_teacher(s, 0, [[scripted_rollout()]], [seq])
 
 
 def test_kill_and_resume_with_distillation_is_exact(tiny_model, tmp_path):

@@ -25,13 +25,17 @@ Two teachers:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from itertools import pairwise
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.agents.rollout import Rollout
 from workbench.errors import WorkbenchError
+from workbench.io import atomic_write_text
 from workbench.records import ChatExample, Message
+from workbench.train.config import DistillSettings
 from workbench.train.data import IGNORE, tokenize_example
 from workbench.train.grpo import PolicySequence
 
@@ -107,7 +111,45 @@ def teacher_sequence(tok, rollout: Rollout, student: PolicySequence, context: st
                           reward=rollout.reward)
 
 
+def self_teacher_view(tok, rollout: Rollout, student: PolicySequence, template: str
+                      ) -> PolicySequence:
+    """`teacher_sequence` with the privileged context `template` makes of the rollout's
+    task metadata (none for an empty template)."""
+    t = rollout.trajectory
+    context = privileged_text(template, t.metadata, t.task_id) if template else ""
+    return teacher_sequence(tok, rollout, student, context)
+
+
 # --- another model through the models protocol -----------------------------------------------
+
+def distill_teacher(settings: DistillSettings, teacher: ChatModel | None) -> ChatModel | None:
+    """The teacher model of a session: `teacher` when given (it stands for the spec in
+    `settings.teacher`), else loaded from that spec; None for self-distillation or with
+    distillation off. Refuses a backend that cannot return token log-probs."""
+    if teacher is not None and settings.teacher == "self":
+        raise WorkbenchError(f"a teacher model was passed but {FIELD}.teacher is 'self' "
+                             "(the base model): name the teacher there, or pass none")
+    if not settings.weight or settings.teacher == "self":
+        return None
+    if teacher is None:
+        from workbench.models import load_model
+
+        teacher = load_model(settings.teacher)
+    if not teacher.capabilities.token_logprobs:
+        raise WorkbenchError(f"{FIELD}.teacher {settings.teacher}: backend "
+                             f"{teacher.backend_name!r} does not return token log-probs "
+                             "(a transformers, llama.cpp, ct2 or OpenAI-compatible server "
+                             "model does)")
+    return teacher
+
+
+def teacher_identity(teacher: ChatModel | None, base_model: str, privileged: str) -> str:
+    """Who scores the rollouts (part of a saved teacher file's key): the base model with its
+    privileged context, or the teacher model's identity."""
+    if teacher is None:
+        return f"self:{base_model}|{privileged}"
+    return f"model:{teacher.identity}"
+
 
 def token_starts(tok, ids: Sequence[int]) -> tuple[str, list[int]]:
     """The text of `ids` (special tokens written out) and each token's first character:
@@ -174,3 +216,48 @@ def protocol_teacher_logps(teacher: ChatModel, tok, seq: PolicySequence) -> list
     except BackendError as e:
         raise WorkbenchError(f"{FIELD}.teacher: {e}") from None
     return align_logprobs(starts, seq.mask, len(text), scored)
+
+
+def teacher_logps(teacher: ChatModel | None, tok, rollouts: Sequence[Rollout],
+                  seqs: Sequence[PolicySequence], privileged: str,
+                  base_logps: Callable[[list[PolicySequence]], list[list[float]]]
+                  ) -> list[list[float]]:
+    """The teacher's log-prob of every policy token of every sequence (empty for one without
+    policy tokens), `seqs[i]` being `rollouts[i]` tokenised: `teacher` through the models
+    protocol, or (None) `base_logps` (the base model, no gradients) on the self-teacher's
+    views with the privileged context."""
+    todo = [i for i, q in enumerate(seqs) if q.n_policy]
+    if teacher is not None:
+        lps = [protocol_teacher_logps(teacher, tok, seqs[i]) for i in todo]
+    else:
+        lps = base_logps([self_teacher_view(tok, rollouts[i], seqs[i], privileged)
+                          for i in todo])
+    out: list[list[float]] = [[] for _ in seqs]
+    for i, lp in zip(todo, lps, strict=True):
+        out[i] = lp
+    return out
+
+
+# --- the teacher's log-probs beside the step's rollouts --------------------------------------
+
+def read_teacher_file(path: Path | None, key: str, n: int) -> list[list[float]] | None:
+    """The saved log-probs of a step's `n` sequences, or None when there is no file or it
+    was made under another key (another adapter, teacher or setting)."""
+    if path is None or not path.is_file():
+        return None
+    lines = path.read_text(encoding="utf-8").splitlines()
+    head = json.loads(lines[0]) if lines else {}
+    if head.get("key") != key or len(lines) != n + 1:
+        return None
+    return [json.loads(x) for x in lines[1:]]
+
+
+def write_teacher_file(path: Path | None, step: int, key: str,
+                       logps: list[list[float]]) -> None:
+    """Write a step's teacher log-probs atomically (a header with the key, then one list per
+    sequence); JSON floats read back exactly, so a resume sees the same values."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"step": step + 1, "key": key}) + "\n"
+                      + "".join(json.dumps(lp) + "\n" for lp in logps))

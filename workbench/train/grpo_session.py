@@ -19,12 +19,8 @@ killed run resumed from its newest checkpoint redoes the same steps exactly, rea
 rollouts it had already made. `pack_setup(Sampling)` builds the pack's agent setup with
 the sampling it is given (temperature 0: greedy, for the held-out evaluation).
 
-With `grpo.distill.weight` above 0 a teacher scores each step's rollouts after they are
-saved (`grpo_distill`: the base model reading privileged context, or another model through
-the models protocol) and its log-probs are written beside them
-(`<checkpoints>/rollouts/step-N.teacher.jsonl`) before the update, so a resume reads them
-back; each policy token's advantage is then `reward_weight x A_i + weight x (log p_teacher
-- log p_student)`.
+With `grpo.distill.weight` above 0 a teacher (`grpo_distill`) scores each step's saved
+rollouts and its log-probs are saved beside them before the update, as the rollouts are.
 """
 
 from __future__ import annotations
@@ -59,9 +55,11 @@ from workbench.train.grpo import (
 )
 from workbench.train.grpo_distill import (
     distill_advantages,
-    privileged_text,
-    protocol_teacher_logps,
-    teacher_sequence,
+    distill_teacher,
+    read_teacher_file,
+    teacher_identity,
+    teacher_logps,
+    write_teacher_file,
 )
 from workbench.train.step import lr_at
 
@@ -160,18 +158,6 @@ def setup(cfg: TrainConfig, *, tasks: Sequence[AgentTask], agent_setup: SetupFac
     reference = None
     if g.beta and cfg.init_adapter:  # a fresh adapter starts as the base: no copy needed
         reference = {k: v.detach().clone() for k, v in _adapter(model).items()}
-    if teacher is not None and g.distill.teacher == "self":
-        raise WorkbenchError("a teacher model was passed but train.grpo.distill.teacher is "
-                             "'self' (the base model): name the teacher there, or pass none")
-    if g.distill.weight and g.distill.teacher != "self" and teacher is None:
-        from workbench.models import load_model
-
-        teacher = load_model(g.distill.teacher)
-    if g.distill.weight and teacher is not None and not teacher.capabilities.token_logprobs:
-        raise WorkbenchError(f"train.grpo.distill.teacher {g.distill.teacher}: backend "
-                             f"{teacher.backend_name!r} does not return token log-probs "
-                             "(a transformers, llama.cpp, ct2 or OpenAI-compatible server "
-                             "model does)")
     return GrpoSession(
         cfg=cfg, seed=seed, model=model, tokenizer=tokenizer, optimizer=optimizer,
         params=params, device=device, dtype=dtype, total=total,
@@ -179,7 +165,7 @@ def setup(cfg: TrainConfig, *, tasks: Sequence[AgentTask], agent_setup: SetupFac
         model_source=model_source, tasks=list(tasks), held_out=list(held_out),
         agent_setup=agent_setup, reward=reward, reference=reference,
         checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
-        teacher=teacher if g.distill.weight else None)
+        teacher=distill_teacher(g.distill, teacher))
 
 
 def _adapter(model) -> dict[str, Any]:
@@ -292,65 +278,27 @@ def step_rollouts(s: GrpoSession, step: int) -> tuple[list[list[Rollout]], float
 
 # --- the distillation teacher ---------------------------------------------------------------
 
-def teacher_identity(s: GrpoSession) -> str:
-    """Who scores the rollouts: the base model with its privileged context, or the teacher
-    model's identity (part of the key of a saved teacher file)."""
-    d = s.cfg.grpo.distill
-    if s.teacher is None:
-        return f"self:{s.base_model}|{d.privileged}"
-    return f"model:{s.teacher.identity}"
-
-
-def teacher_logps(s: GrpoSession, groups: list[list[Rollout]],
-                  seqs: list[PolicySequence]) -> list[list[float]]:
-    """The teacher's log-prob of every policy token of every sequence (empty for one
-    without policy tokens), in the order of `seqs` (the groups' rollouts, flat)."""
-    flat = [r for grp in groups for r in grp]
-    todo = [i for i, q in enumerate(seqs) if q.n_policy]
-    out: list[list[float]] = [[] for _ in seqs]
-    if s.teacher is not None:
-        for i in todo:
-            out[i] = protocol_teacher_logps(s.teacher, s.tokenizer, seqs[i])
-        return out
-    template = s.cfg.grpo.distill.privileged
-    views = [teacher_sequence(
-        s.tokenizer, flat[i], seqs[i],
-        privileged_text(template, flat[i].trajectory.metadata, flat[i].trajectory.task_id)
-        if template else "") for i in todo]
-    for i, lp in zip(todo, _no_grad_logps(s, views, reference=False, base=True), strict=True):
-        out[i] = lp
-    return out
-
-
-def teacher_file(s: GrpoSession, step: int) -> Path | None:
-    path = rollouts_file(s, step)
-    return None if path is None else path.with_name(f"{path.stem}.teacher.jsonl")
-
-
 def step_teacher(s: GrpoSession, step: int, groups: list[list[Rollout]],
                  seqs: list[PolicySequence]) -> tuple[float, bool]:
     """Set each sequence's `teacher_logps` for step `step`: read back from the saved file
-    when its key matches, else scored and written before any update. Returns (seconds
-    spent scoring, whether they were read back)."""
-    path = teacher_file(s, step)
-    key = sha256_text(f"{_policy_key(s, step)}|{teacher_identity(s)}")[:24]
-    if path is not None and path.is_file():
-        lines = path.read_text(encoding="utf-8").splitlines()
-        head = json.loads(lines[0]) if lines else {}
-        if head.get("key") == key and len(lines) == len(seqs) + 1:
-            for q, line in zip(seqs, lines[1:], strict=True):
-                q.teacher_logps = json.loads(line)
-            return 0.0, True
-    t0 = time.perf_counter()
-    logps = teacher_logps(s, groups, seqs)
-    seconds = time.perf_counter() - t0
+    (`step-N.teacher.jsonl` beside the rollouts) when its key matches, else scored and
+    written before any update. Returns (seconds spent scoring, whether read back)."""
+    path = rollouts_file(s, step)
+    path = path.with_name(f"{path.stem}.teacher.jsonl") if path is not None else None
+    who = teacher_identity(s.teacher, s.base_model, s.cfg.grpo.distill.privileged)
+    key = sha256_text(f"{_policy_key(s, step)}|{who}")[:24]
+    logps = read_teacher_file(path, key, len(seqs))
+    seconds, reread = 0.0, logps is not None
+    if logps is None:
+        t0 = time.perf_counter()
+        logps = teacher_logps(s.teacher, s.tokenizer, [r for g in groups for r in g], seqs,
+                              s.cfg.grpo.distill.privileged,
+                              lambda views: _no_grad_logps(s, views, reference=False, base=True))
+        seconds = time.perf_counter() - t0
+        write_teacher_file(path, step, key, logps)
     for q, lp in zip(seqs, logps, strict=True):
         q.teacher_logps = lp
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({"step": step + 1, "key": key}) + "\n" + "".join(
-            json.dumps(lp) + "\n" for lp in logps))
-    return seconds, False
+    return seconds, reread
 
 
 # --- the update -------------------------------------------------------------------------------
@@ -636,5 +584,4 @@ def export(s: GrpoSession, output: str | Path, *, run_id: str | None = None
 
 __all__ = ["GrpoSession", "Sampling", "SetupFactory", "adapter_state", "export",
            "heldout_reward", "restore_checkpoint", "save_checkpoint", "setup",
-           "step_rollouts", "step_tasks", "step_teacher", "teacher_logps", "train_steps",
-           "update"]
+           "step_rollouts", "step_tasks", "step_teacher", "train_steps", "update"]
