@@ -742,3 +742,18 @@ def test_kill_and_resume_with_distillation_is_exact(tiny_model, tmp_path):
     for x, y in zip(rows, resumed.metrics, strict=True):
         assert x["loss"] == pytest.approx(y["loss"], abs=1e-6)
         assert x["distill_kl"] == pytest.approx(y["distill_kl"], abs=1e-6)
+
+
+def test_a_saved_teacher_file_is_read_back_only_under_its_key(tmp_path):
+    """The teacher's log-probs of a step are read back exactly under the key they were
+    written with (the adapter, the teacher, the settings) and ignored under another."""
+    from workbench.train.grpo_distill import read_teacher_file, write_teacher_file
+
+    path = tmp_path / "rollouts" / "step-000001.teacher.jsonl"
+    logps = [[-0.1234567890123, -2.5], [], [-1e-9]]
+    write_teacher_file(path, 0, "k1", logps)
+    assert read_teacher_file(path, "k1", 3) == logps  # exactly: JSON floats round-trip
+    assert read_teacher_file(path, "k2", 3) is None
+    assert read_teacher_file(path, "k1", 4) is None
+    assert read_teacher_file(tmp_path / "none.jsonl", "k1", 3) is None
+    assert read_teacher_file(None, "k1", 3) is None
