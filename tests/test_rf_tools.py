@@ -7,14 +7,13 @@ import math
 
 import pytest
 
+from workbench.agent_packs.reports import report_json
+from workbench.agent_packs.rf import tools as T
+from workbench.agent_packs.rf.api import bindings, parse_number, quantities, rf_report, toolbox
+from workbench.agent_packs.rf.bench import DesignItem, correct
+from workbench.agent_packs.rf.report import read_report
 from workbench.agents.runner import AgentSetup, AgentTask, Budget, FreePolicy, run_agents
 from workbench.agents.tools import ToolError
-from workbench.agent_packs.rf import tools as T
-from workbench.agent_packs.reports import report_json
-from workbench.agent_packs.rf.report import read_report
-from workbench.agent_packs.rf.api import bindings, parse_number, quantities, rf_report, \
-    toolbox
-from workbench.agent_packs.rf.bench import DesignItem, correct
 from workbench.models import load_model
 from workbench.records import ToolCall
 
@@ -132,7 +131,6 @@ SHIPPED_SHA256 = "d4afcd081176c1713cbdb39aeb757425a3185792f18df4f53c539d66560bf6
 
 def _sha256(path) -> str:
     import hashlib
-
     from pathlib import Path
 
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -253,11 +251,11 @@ def test_generated_items_are_written_only_where_the_workbench_may(tmp_path, cli)
     import shutil
 
     from workbench.agent_packs.rf.api import load_items
-    from workbench.agent_packs.rf.bench import main
     from workbench.agent_packs.rf.generate import (
         MARKER,
         capacity,
         generate,
+        main,
         write_generated,
     )
     from workbench.errors import WorkbenchError

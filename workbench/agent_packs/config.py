@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from workbench.agents.runner import SCAFFOLDS, Budget, ErrorPolicy
 from workbench.config import ModelConfig, Section
-from workbench.train.config import LoraSettings
+from workbench.train.config import GRPOSettings, LoraSettings
 
 
 class TeacherSettings(Section):
@@ -30,6 +30,38 @@ class StudentTraining(Section):
     learning_rate: float = Field(3e-4, gt=0)
     max_length: int = Field(1024, ge=64)
     lora: LoraSettings = Field(default_factory=LoraSettings)
+
+
+class GrpoTraining(Section):
+    """rf's tools+grpo condition (`workbench.agent_packs.rf.grpo`): the split of the design
+    items and the training of the tools agent on its own rollouts. The defaults are the
+    recipe measured in BENCHMARKS.md ("GRPO on the RF design pack")."""
+
+    test_share: float = Field(0.4, gt=0, lt=1, description=(
+        "Share of the design items every condition is scored on (the paired tests' items); "
+        "never rolled out in training, never used to choose."))
+    dev_share: float = Field(0.2, ge=0, lt=1, description=(
+        "Share that chooses the kept adapter (greedy runs every settings.eval_every steps, "
+        "best mean reward); 0: the last step's adapter is kept."))
+    max_steps: int = Field(24, ge=1, description="Optimizer steps, each on one rollout batch.")
+    learning_rate: float = Field(1e-3, gt=0, le=1, description="Constant learning rate.")
+    batch_size: int = Field(4, ge=1, description="Rollouts per micro-batch of the update.")
+    max_length: int = Field(2560, ge=64, description=(
+        "Tokens per rollout (the RF tool prompt is ~1,600 with the bundled model: a "
+        "rollout cut before the policy's first token trains nothing)."))
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings(dropout=0.0))
+    settings: GRPOSettings = Field(
+        default_factory=lambda: GRPOSettings(group_size=4, tasks_per_step=2, temperature=0.5,
+                                             eval_every=8),
+        description="GRPO's own settings (group size, tasks a step, sampling temperature, "
+                    "clipping, KL, on-policy distillation), as train.grpo.")
+
+    @model_validator(mode="after")
+    def _room_to_train(self) -> GrpoTraining:
+        if self.test_share + self.dev_share >= 1:
+            raise ValueError("agent.grpo: test_share + dev_share must leave items to train "
+                             "on (below 1)")
+        return self
 
 
 class AgentConfig(Section):
@@ -56,6 +88,9 @@ class AgentConfig(Section):
     conditions: list[str] | None = Field(None, description=(
         "What to compare; default: all the pack has (kgv: closed_book, rag, agent, "
         "agent_sft; rf: alone, rag, tools; litsearch: query_only, fixed, agent, oracle). "
+        "rf also trains on request: tools+grpo (the tools agent trained with GRPO on its "
+        "rollouts against the pack's reward, agent.grpo's settings; every condition is then "
+        "scored on agent.grpo.test_share of the items). "
         "litsearch also trains on request: agent+sft (LoRA SFT on the teacher's dialogues, "
         "agent.student's settings) and agent+sft_dpo (then DPO from that adapter on the "
         "corruption pairs), each compared on the same intents with paired tests; both are "
@@ -71,6 +106,7 @@ class AgentConfig(Section):
                                              " results are saved after each chunk.")
     teacher: TeacherSettings = Field(default_factory=TeacherSettings)
     student: StudentTraining = Field(default_factory=StudentTraining)
+    grpo: GrpoTraining = Field(default_factory=GrpoTraining)
 
     @field_validator("scaffold")
     @classmethod

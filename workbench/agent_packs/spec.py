@@ -31,6 +31,9 @@ PIPELINE = Pipeline(
         Stage("rf", per="condition", help="RF design: the questions under one condition "
                                             "(alone, rag, tools)",
               outputs=(Artifact("rf", "rf_{value}.jsonl"),)),
+        Stage("rf_grpo", help="RF design: the tools agent trained with GRPO on the training "
+                              "items' rollouts against the pack's reward (tools+grpo)",
+              outputs=(Artifact("rf_grpo", "rf_grpo/adapter_model.safetensors"),)),
         Stage("rf_index", help="RF design: the corpus indexed once for the rag and tools "
                                "conditions (the searcher reuses it while the corpus holds)",
               outputs=(Artifact("rf_index", "rf_index", required=False),)),

@@ -44,6 +44,7 @@ from workbench.io import atomic_write_text
 from workbench.records import MCItem
 from workbench.registry import PipelineResult
 from workbench.runs import RunContext, file_hash, run_pipeline
+from workbench.text import percent
 
 BASE_CONDITIONS = ("none", "oracle", *RAG)
 
@@ -296,8 +297,8 @@ def _benchmark_info(cfg, lay, bench: str, items: list[MCItem], base: EvalSummary
     alone = base.headline_accuracy.get("none") if base else None
     flag = None
     if top and alone and top.accuracy.value >= alone.value:
-        flag = (f"The rule \"{top.description}\" scores {100 * top.accuracy.value:.1f}%, at "
-                f"least the base model's {100 * alone.value:.1f}% without context: this "
+        flag = (f"The rule \"{top.description}\" scores {percent(top.accuracy.value)}, at "
+                f"least the base model's {percent(alone.value)} without context: this "
                 "benchmark can be solved from the items' wording, so its accuracies say little "
                 "about knowledge (distill.distractors: perturbed writes items that need it).")
     return BenchmarkInfo(items=len(items), measures=MEASURES.get(bench, ""),

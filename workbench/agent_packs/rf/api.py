@@ -40,7 +40,7 @@ from workbench.models.base import GenerationParams
 from workbench.records import ToolCall
 from workbench.text import percent
 
-CONDITIONS = ("alone", "rag", "tools")
+CONDITIONS = ("alone", "rag", "tools")  # the default set; tools+grpo on request (rf.grpo)
 
 
 def prompts() -> tuple[str, str]:
@@ -150,7 +150,7 @@ def load_items(folder: str | Path) -> list[DesignItem]:
     if not path.is_file():
         raise WorkbenchError(f"{path}: no design benchmark (agent.data for the rf pack is a "
                              "folder holding design.jsonl; build it with python -m "
-                             "workbench.agent_packs.rf.bench)")
+                             "workbench.agent_packs.rf.generate)")
     return read_jsonl(path, DesignItem.model_validate)
 
 
@@ -221,19 +221,29 @@ def _with_tools(model, items: list[DesignItem], ac) -> list[dict]:
 def evaluate(cfg, ctx):
     from workbench import services
     from workbench.agent_packs.api import conditions
+    from workbench.agent_packs.rf import grpo
     from workbench.corpus import load_sections
     from workbench.models.factory import open_chat_model
     from workbench.registry import PipelineResult
     from workbench.runs import file_hash
 
     ac = cfg.agent
-    wanted = conditions(ac, CONDITIONS)
+    wanted = conditions(ac, (*CONDITIONS, grpo.CONDITION)) if ac.conditions \
+        else list(CONDITIONS)
     items = load_items(ac.data)[:ac.dev_limit] if ac.dev_limit else load_items(ac.data)
     out = ctx.layout.folder("agent")
     out.mkdir(parents=True, exist_ok=True)
-    model = open_chat_model(cfg.models.chat, cfg)
     if not items:
         raise WorkbenchError(f"{ac.data}/design.jsonl: no items")
+    training: dict[str, Any] = {}
+    folder = ctx.layout.artifact("agent", "rf_grpo").parent
+    if grpo.CONDITION in wanted:  # every condition on the test items; the rest train
+        split = grpo.split_items(items, ac.grpo.test_share, ac.grpo.dev_share, cfg.seed)
+        items = split.test
+        training[grpo.CONDITION] = grpo.adapter(cfg, ctx, split, folder,
+                                                 tools_setup=tools_setup, task=design_task,
+                                                 reward=reward)
+    model = open_chat_model(cfg.models.chat, cfg)
     key = (file_hash(Path(ac.data) / "design.jsonl"), cfg.models.chat.model_dump(mode="json"),
            ac.policy, ac.retriever, ac.search_k, cfg.corpus, ac.errors.model_dump())
     results: dict[str, list[dict]] = {}
@@ -245,6 +255,12 @@ def evaluate(cfg, ctx):
             t0 = time.perf_counter()
             if cond == "tools":
                 rows = _with_tools(model, items, ac)
+            elif cond == grpo.CONDITION:
+                tuned = grpo.adapted_model(cfg, folder)
+                try:
+                    rows = _with_tools(tuned, items, ac)
+                finally:
+                    tuned.close()
             else:
                 contexts = None
                 if cond == "rag":
@@ -257,11 +273,13 @@ def evaluate(cfg, ctx):
             write_jsonl(path, rows)
             return {"seconds": round(time.perf_counter() - t0, 2)}
 
-        rec, _ = ctx.stages("agent").run("rf", (key, cond, [i.id for i in items]), go,
-                                        part=cond)
+        inputs = (key, cond, [i.id for i in items]) + \
+            ((training[cond],) if cond in training else ())  # a new adapter: run again
+        rec, _ = ctx.stages("agent").run("rf", inputs, go, part=cond)
         seconds[cond] = (rec.info or {}).get("seconds", rec.seconds)
         results[cond] = read_jsonl(path)
-    report = rf_report(out, items, results, seconds, model=cfg.models.chat.spec)
+    report = rf_report(out, items, results, seconds, model=cfg.models.chat.spec,
+                       training=training)
     acc = report.accuracy()
     md = out / REPORT_MD
     return PipelineResult(
@@ -274,7 +292,8 @@ def evaluate(cfg, ctx):
 
 
 def rf_report(out: Path, items: list[DesignItem], results: dict[str, list[dict]],
-              seconds: dict[str, float], *, model: str) -> RfReport:
+              seconds: dict[str, float], *, model: str,
+              training: dict[str, dict[str, Any]] | None = None) -> RfReport:
     """The report of the conditions' rows: `rf_report.json` (an `RfReport`) and
     `rf_report.md` in `out`; returns the record."""
     from workbench.evaluate.stats import mcnemar_exact, wilson_interval
@@ -295,15 +314,17 @@ def rf_report(out: Path, items: list[DesignItem], results: dict[str, list[dict]]
                     "errors": sum(r["errors"] for r in rows),
                     "seconds_per_item": seconds.get(c, 0.0) / max(n, 1),
                     "by_family": {f: f"{sum(v)}/{len(v)}" for f, v in sorted(fams.items())}}
-        if c == "tools":
+        if c.startswith("tools"):
             conds[c]["tool_chosen"] = dict(Counter(r.get("tool") for r in rows))
             conds[c]["right_tool"] = sum(r.get("tool") == by_id[r["id"]].tool for r in rows)
     tests = {}
-    for a, b in (("alone", "tools"), ("rag", "tools"), ("alone", "rag")):
+    for a, b in (("alone", "tools"), ("rag", "tools"), ("alone", "rag"),
+                 ("tools", "tools+grpo")):
         if a in ok and b in ok:
             tests[f"{b} vs {a}"] = {"p": mcnemar_exact(ok[a], ok[b]),
                                     "delta": (sum(ok[b]) - sum(ok[a])) / len(items)}
-    report = RfReport(items=len(items), model=model, conditions=conds, paired=tests)
+    report = RfReport(items=len(items), model=model, conditions=conds, paired=tests,
+                      training=training or None)
     atomic_write_text(out / REPORT_JSON, report_json(report))
     atomic_write_text(out / REPORT_MD, report_markdown(report, tolerance=items[0].tolerance))
     return report

@@ -2,15 +2,13 @@
 answers computed by the calculators (whose values the tests check against the corpus's own
 worked examples), accepted within a relative tolerance.
 
-`python -m workbench.agent_packs.rf.bench datasets/rf_design` rewrites the shipped file (40
-hand-picked items, `SHIPPED`); `python -m workbench.agent_packs.rf.bench OUT --per-family 25
---seed 0` writes seeded generated items instead (`workbench.agent_packs.rf.generate`).
+`python -m workbench.agent_packs.rf.generate datasets/rf_design` rewrites the shipped file (40
+hand-picked items, `SHIPPED`); `python -m workbench.agent_packs.rf.generate OUT --per-family
+25 --seed 0` writes seeded generated items instead (`workbench.agent_packs.rf.generate`).
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -169,31 +167,3 @@ def correct(value: float | None, item: DesignItem) -> bool:
     if value is None:
         return False
     return abs(value - item.answer) <= item.tolerance * max(abs(item.answer), 1e-9)
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """`OUT`: rebuild the shipped file there; `OUT --per-family N [--seed S]`: write N
-    generated items per family into the folder OUT instead."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m workbench.agent_packs.rf.bench",
-                                 description=main.__doc__)
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--per-family", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args(argv)
-    if a.per_family is None:
-        return {"items": build(a.out)}
-    from workbench.agent_packs.rf.generate import write_generated
-
-    return write_generated(a.out, a.per_family, a.seed)
-
-
-if __name__ == "__main__":
-    from workbench.errors import WorkbenchError
-
-    try:
-        print(json.dumps(main()))
-    except WorkbenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)

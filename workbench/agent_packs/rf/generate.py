@@ -22,14 +22,23 @@ Ids say the item is generated and carry the seed: `rfg-s0-vswr-007`.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from workbench.agent_packs.rf import tools as T
-from workbench.agent_packs.rf.bench import FAMILIES, SHIPPED, TOLERANCE, DesignItem, make_item
+from workbench.agent_packs.rf.bench import (
+    FAMILIES,
+    SHIPPED,
+    TOLERANCE,
+    DesignItem,
+    build,
+    make_item,
+)
 from workbench.agents.tools import ToolError
 from workbench.errors import WorkbenchError
 
@@ -239,3 +248,27 @@ def write_generated(out: str | Path, per_family: int, seed: int) -> dict[str, An
             "file": str(folder / "design.jsonl")}
     atomic_write_json(folder / MARKER, info)  # written last
     return info
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """`OUT`: rebuild the shipped file there; `OUT --per-family N [--seed S]`: write N
+    generated items per family into the folder OUT instead."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m workbench.agent_packs.rf.generate",
+                                 description=main.__doc__)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--per-family", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    if a.per_family is None:
+        return {"items": build(a.out)}
+    return write_generated(a.out, a.per_family, a.seed)
+
+
+if __name__ == "__main__":
+    try:
+        print(json.dumps(main()))
+    except WorkbenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)

@@ -51,14 +51,32 @@ class RfPaired(ReportPart):
     delta: float
 
 
+class RfTraining(ReportPart):
+    """How a trained condition's adapter was made (tools+grpo: `rf.grpo.training_info`)."""
+
+    train_items: int
+    dev_items: int
+    test_items: int
+    steps: int
+    adapter_step: int | None = None
+    dev_reward_start: float | None = None
+    dev_reward_best: float | None = None
+    reward_first_quarter: float | None = None
+    reward_last_quarter: float | None = None
+    no_signal_share: float | None = None
+
+
 class RfReport(ReportPart):
     """rf_report.json of an RF design evaluation."""
+
+    omit_none = ("training",)
 
     schema_version: int = SCHEMA_VERSION
     items: int
     model: str
     conditions: dict[str, RfCondition]
     paired: dict[str, RfPaired]
+    training: dict[str, RfTraining] | None = None
 
     def accuracy(self) -> dict[str, float]:
         """Accuracy per condition (the figures the job returns)."""
@@ -92,6 +110,16 @@ def report_markdown(report: RfReport, *, tolerance: float) -> str:
     if "tools" in conds:
         lines += ["", f"Tools: the right calculator chosen on {conds['tools'].right_tool}/"
                   f"{report.items} items ({conds['tools'].tool_chosen})."]
+    for cond, t in (report.training or {}).items():
+        lines += ["", f"{cond}: trained {t.steps} steps on the rollouts of {t.train_items} "
+                  f"items; the adapter of step {t.adapter_step} is kept (best mean reward "
+                  f"on {t.dev_items} dev items: {number(t.dev_reward_start)} at the start, "
+                  f"{number(t.dev_reward_best)} kept). Every condition above is scored on "
+                  f"the {t.test_items} test items only. Training rollouts' mean reward "
+                  f"{number(t.reward_first_quarter)} in the first quarter of the steps, "
+                  f"{number(t.reward_last_quarter)} in the last; groups with no signal "
+                  f"(every rollout of a task rewarded alike): "
+                  f"{percent(t.no_signal_share)} of them."]
     if report.paired:
         lines += ["", markdown_table(["paired (exact McNemar)", "Δ accuracy", "p"],
                                      [[k, points(v.delta), p_value(v.p)]
