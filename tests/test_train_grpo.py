@@ -569,7 +569,7 @@ def test_the_distillation_loss_equals_hand_computed_values(tiny_model):
         st = G.update(s, seqs)
         assert st["loss"] == pytest.approx(want, abs=1e-5)
         assert st["distill_kl"] == pytest.approx(gap, abs=1e-5)
-    with pytest.raises(ValueError, match="grpo.distill.reward_weight is 0"):
+    with pytest.raises(ValueError, match="reward_weight is 0 with distillation off"):
         config(grpo={"distill": {"reward_weight": 0.0}})
 
 

@@ -89,8 +89,8 @@ class DistillSettings(_Section):
     @model_validator(mode="after")
     def _something_to_learn(self) -> DistillSettings:
         if self.weight == 0 and self.reward_weight == 0:
-            raise ValueError("grpo.distill.reward_weight is 0 with distillation off "
-                             "(grpo.distill.weight 0): nothing would train")
+            raise ValueError("reward_weight is 0 with distillation off (weight 0): "
+                             "nothing would train")
         return self
 
 
