@@ -80,7 +80,7 @@ def main() -> None:
         ctx = OracleContexts(items, sections, max_words=size)(questions)
         settings += [(f"oracle {size} words, {k}", ctx, f) for k, f in chosen]
     if args.rag:
-        from workbench.rag.api import context_providers
+        from workbench.retrieval.search import context_providers
 
         index = next(p for p in (args.run / "index", args.run / "rag") if p.is_dir())
         for k, p in context_providers(index, args.rag.split(",")).items():

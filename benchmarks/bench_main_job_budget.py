@@ -37,8 +37,8 @@ def rf_items(n: int) -> list:
 
 
 def keyword_contexts(items, folder: Path) -> list[str]:
-    from workbench.rag.api import build_index, context_providers
-    from workbench.rag.index import RagConfig
+    from workbench.retrieval.index import RagConfig
+    from workbench.retrieval.search import build_index, context_providers
 
     cfg = RagConfig(chunk_size=96, chunk_overlap=16)  # as the main job
     index, _ = build_index(REPO / "datasets" / "rf", folder, cfg, log=lambda m: None)
@@ -66,8 +66,8 @@ def generation_batches(prompts: int = 64) -> dict[str, float]:
     from workbench.corpus import load_sections
     from workbench.distill.pipeline import Span, _conv, _facts
     from workbench.domain_packs import load_pack
-    from workbench.models.base import GenerationParams
     from workbench.models.backends import load_model
+    from workbench.models.base import GenerationParams
 
     pack = load_pack("rf")
     sections, _ = load_sections(REPO / "datasets" / "rf")

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.rag.analysis import Analyzer
-from workbench.rag.base import ChunkStore, top_k
-from workbench.rag.hybrid import HybridRetriever
-from workbench.rag.keyword import KeywordRetriever, RankBM25Scorer, SparseBM25
-from workbench.rag.semantic import SemanticRetriever, build_faiss, set_search_params
 from workbench.rag.synthetic import make_passages, make_queries, make_vectors, perturb
 from workbench.records import Chunk
+from workbench.retrieval.analysis import Analyzer
+from workbench.retrieval.base import ChunkStore, top_k
+from workbench.retrieval.hybrid import HybridRetriever
+from workbench.retrieval.keyword import KeywordRetriever, RankBM25Scorer, SparseBM25
+from workbench.retrieval.semantic import SemanticRetriever, build_faiss, set_search_params
 
 
 def ms(times):
@@ -151,7 +151,7 @@ def bench_faiss(n, n_queries=200):
 def bench_hybrid(state, vectors, n_queries=100):
     import faiss
 
-    from workbench.rag.interop import as_llamaindex
+    from workbench.retrieval.interop import as_llamaindex
 
     passages, queries, an, ours = state
     n = len(passages)

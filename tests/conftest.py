@@ -486,7 +486,7 @@ def rf_sections():
 
 @pytest.fixture(scope="session")
 def rf_index(tmp_path_factory, rf_sections, embedder):
-    from workbench.rag.index import RagConfig, RagIndex
+    from workbench.retrieval.index import RagConfig, RagIndex
 
     out = tmp_path_factory.mktemp("idx") / "rf"
     RagIndex.build(rf_sections, out, config=RagConfig(chunk_size=96, chunk_overlap=16),

@@ -46,7 +46,7 @@ def make_kg(root: Path, embedder) -> tuple[Path, Path]:
     """(the KG folder: graph.tsv and claims.tsv, no documents; the index folder built from
     the documents with the library, as `workbench rag build DOCS -o INDEX` builds it)."""
     from workbench.corpus import ingest
-    from workbench.rag.index import RagConfig, RagIndex
+    from workbench.retrieval.index import RagConfig, RagIndex
 
     docs, kg = root / "docs", root / "kg"
     docs.mkdir(parents=True)

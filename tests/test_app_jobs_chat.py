@@ -322,7 +322,7 @@ def test_distill_page_runs_a_stopped_job_again_to_completion(app_ws):
 def chat_ws(app_ws):
     """The app's workspace with one small retrieval index (run `kb`)."""
     from workbench.corpus import ingest
-    from workbench.rag.index import RagConfig, RagIndex
+    from workbench.retrieval.index import RagConfig, RagIndex
 
     ws, _ = app_ws
     sections = ingest(REPO / "datasets" / "rf").sections[:4]

@@ -335,7 +335,7 @@ def test_chat_two_setups_side_by_side_in_a_browser(running_app, tmp_path):
     from playwright.sync_api import sync_playwright
 
     from workbench.corpus import ingest
-    from workbench.rag.index import RagIndex
+    from workbench.retrieval.index import RagIndex
 
     ws = tmp_path / "ws"
     RagIndex.build(ingest(REPO / "datasets" / "rf").sections, ws / "runs" / "rf" / "index",

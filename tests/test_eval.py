@@ -169,9 +169,9 @@ def test_fake_model_through_conditions(rf_index, embedder):
     from workbench.evaluate.config import EvalConfig
     from workbench.evaluate.run import evaluate_conditions, evaluate_open, token_f1
     from workbench.models import load_model
-    from workbench.rag.api import context_providers
-    from workbench.rag.index import RagIndex
     from workbench.records import Provenance, QTSASample
+    from workbench.retrieval.index import RagIndex
+    from workbench.retrieval.search import context_providers
 
     idx = RagIndex.load(rf_index, embedder=embedder)
     sec = idx.store.chunks[0]

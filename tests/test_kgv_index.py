@@ -22,7 +22,7 @@ def kg(tmp_path_factory, embedder):
 
 def _chunks(index: Path) -> dict[str, str]:
     """chunk id -> source document of the index (read with the library)."""
-    from workbench.rag.index import RagIndex
+    from workbench.retrieval.index import RagIndex
 
     return {c.id: c.source for c in RagIndex.load(index, semantic=False).store.chunks}
 

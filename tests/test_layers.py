@@ -35,11 +35,11 @@ def _copy(tmp_path: Path) -> Path:
 def test_a_forbidden_import_fails_the_check(tmp_path):
     _copy(tmp_path)
     bad = tmp_path / "workbench" / "evaluate" / "sneaky.py"
-    bad.write_text("from workbench.rag.index import RagIndex  # evaluate must not know rag\n")
+    bad.write_text("from workbench.rag.api import run  # evaluate must not know rag\n")
     r = _lint(tmp_path)
     assert r.returncode != 0
     assert "workbench.evaluate is not allowed to import workbench.rag" in r.stdout
-    assert "workbench.evaluate.sneaky -> workbench.rag.index" in r.stdout
+    assert "workbench.evaluate.sneaky -> workbench.rag.api" in r.stdout
 
 
 def test_a_cycle_inside_a_package_fails_the_check_even_for_type_checking(tmp_path):

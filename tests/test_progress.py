@@ -374,8 +374,8 @@ def test_an_index_build_names_each_step_with_its_count(monkeypatch, capsys):
     """Building an index: chunking, keyword terms and embedding are counted, each line says
     which step of the build is under way."""
     from workbench.models.embed import Embedder
-    from workbench.rag.index import RagConfig, RagIndex
-    from workbench.rag.keyword import KeywordRetriever
+    from workbench.retrieval.index import RagConfig, RagIndex
+    from workbench.retrieval.keyword import KeywordRetriever
     from workbench.records import Section
 
     monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.05")

@@ -1,7 +1,7 @@
 import json
 
 
-from workbench.rag.context import format_context, with_context
+from workbench.retrieval.context import format_context, with_context
 from workbench.records import RetrievalHit
 
 

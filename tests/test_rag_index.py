@@ -9,9 +9,9 @@ import pytest
 
 from conftest import REPO
 from workbench.errors import DataError, WorkbenchError
-from workbench.rag.base import ChunkStore, Filters
-from workbench.rag.hybrid import HybridRetriever, relative_score_fuse, rrf_fuse
-from workbench.rag.index import RagConfig, RagIndex
+from workbench.retrieval.base import ChunkStore, Filters
+from workbench.retrieval.hybrid import HybridRetriever, relative_score_fuse, rrf_fuse
+from workbench.retrieval.index import RagConfig, RagIndex
 from workbench.records import Chunk
 
 QUERIES = [
@@ -97,7 +97,7 @@ def test_other_embedder_is_refused(rf_index):
 
 
 def test_failed_build_leaves_nothing_loadable(rf_sections, tmp_path, embedder, monkeypatch):
-    from workbench.rag import semantic
+    from workbench.retrieval import semantic
 
     def boom(self, folder):
         raise RuntimeError("killed")
@@ -111,14 +111,14 @@ def test_failed_build_leaves_nothing_loadable(rf_sections, tmp_path, embedder, m
 
 KILL = """
 import sys, time
-from workbench.rag import semantic
+from workbench.retrieval import semantic
 orig = semantic.SemanticRetriever.save
 def slow(self, folder):
     orig(self, folder)
     print("SAVING", flush=True)
     time.sleep(60)
 semantic.SemanticRetriever.save = slow
-from workbench.rag.api import build_index
+from workbench.retrieval.search import build_index
 build_index(sys.argv[1], sys.argv[2], log=lambda m: None)
 """
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from workbench.rag.index import RagIndex
-from workbench.rag.interop import (
+from workbench.retrieval.index import RagIndex
+from workbench.retrieval.interop import (
     LlamaIndexEmbedding, LlamaIndexRetriever, as_llamaindex, chunk_to_node,
 )
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from workbench.rag.analysis import Analyzer
-from workbench.rag.base import ChunkStore, top_k
-from workbench.rag.keyword import KeywordRetriever, RankBM25Scorer, SparseBM25
 from workbench.rag.synthetic import make_passages, make_queries
+from workbench.retrieval.analysis import Analyzer
+from workbench.retrieval.base import ChunkStore, top_k
+from workbench.retrieval.keyword import KeywordRetriever, RankBM25Scorer, SparseBM25
 
 
 def tie_aware_same_top(ref: np.ndarray, ours: np.ndarray, k: int = 10) -> bool:

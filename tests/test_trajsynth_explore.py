@@ -272,10 +272,10 @@ def test_explore_pool_resumes_and_exports(chinook, pool, tmp_path, bundled_model
     icl = (tmp_path / "icl_bank.jsonl").read_text().splitlines()
     assert len(icl) == ex["icl"] and "SQL: SELECT" in json.loads(icl[0])["text"]
     # the ICL bank as a retrieval index: a task's own question finds its demonstration
-    from workbench import registry
+    from workbench.retrieval.search import query_index
 
     first = json.loads(icl[0])
-    hits = registry.provider("query_index")(ex["icl_index"], first["question"], k=1)
+    hits = query_index(ex["icl_index"], first["question"], k=1)
     assert hits and first["id"] in hits[0].heading_path
 
 

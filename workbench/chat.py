@@ -186,8 +186,8 @@ class ChatSession:
             raise WorkbenchError(f"chat: {s.label} has no index to retrieve from")
         key = (s.index, s.retriever)
         if key not in self._indexes:
-            from workbench.rag.context import token_counter
-            from workbench.rag.index import RagIndex
+            from workbench.retrieval.context import token_counter
+            from workbench.retrieval.index import RagIndex
 
             index = RagIndex.load(s.index, semantic=s.retriever != "keyword")
             self._indexes[key] = (index, index.retriever(s.retriever), token_counter(index))
@@ -206,7 +206,7 @@ class ChatSession:
         s = self.setups[i]
         if not s.index:
             return [], ""
-        from workbench.rag.context import cite, format_context
+        from workbench.retrieval.context import cite, format_context
 
         index, retriever, count = self._index(i)
         hits = retriever.retrieve(question, s.k)
@@ -216,7 +216,7 @@ class ChatSession:
                                         count_tokens=count)
 
     def prompt(self, i: int, question: str, context: str) -> list[dict[str, Any]]:
-        from workbench.rag.context import with_context
+        from workbench.retrieval.context import with_context
 
         s = self.setups[i]
         system = [{"role": "system", "content": s.system}] if s.system else []

@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from workbench.errors import DataError
 from workbench.io import iter_jsonl_raw, write_jsonl
 from workbench.records import (
+    LETTERS,
     ChatExample,
     Message,
     PreferencePair,
+    QTSASample,
     RecordError,
     ToolCall,
     ToolSpec,
@@ -437,3 +439,48 @@ def _scan_preferences(path, *, stop_at_first: bool):
 
 def is_preference_row(obj: Any) -> bool:
     return isinstance(obj, dict) and "chosen" in obj and "rejected" in obj
+
+def format_options(options: Sequence[str]) -> str:
+    """`A) first` lines, one per option."""
+    return "\n".join(f"{LETTERS[i]}) {o}" for i, o in enumerate(options))
+
+
+# --- a QTSA sample as a chat example (distill's SFT export, federated sites' rows)
+
+STYLES = ("instruct", "thinking")
+
+
+def question_text(s: QTSASample) -> str:
+    if s.kind == "mc":
+        assert s.options is not None  # an MC sample has its four (QTSASample checks)
+        return f"{s.question}\n{format_options(s.options)}\nAnswer with the letter of the " \
+               "correct option."
+    return s.question
+
+
+def _lead(s: QTSASample) -> str:
+    """An MC reply's first line: the letter and its option ("B) ..."), so the letter is the
+    reply's first token, the one the letter scoring reads (and what the answer parser reads
+    first). Open answers have none."""
+    if s.kind != "mc" or not s.options or len(s.answer) != 1:
+        return ""
+    return f"{s.answer}) {s.options[LETTERS.index(s.answer)]}\n\n"
+
+
+def to_chat(s: QTSASample, style: str = "instruct") -> ChatExample:
+    lead = _lead(s)
+    # composed mode's solution only restates the option the lead line already gives
+    restated = lead and s.solution.startswith("The correct option is ")
+    final = f"<answer>{s.answer}</answer>" if restated else \
+        f"{s.solution}\n\n<answer>{s.answer}</answer>"
+    if style == "instruct":
+        body = f"{s.thinking}\n\n{final}" if s.thinking else final
+        reply = Message(role="assistant", content=f"{lead}{body}")
+    elif style == "thinking":
+        reply = Message(role="assistant", content=f"{lead}{final}",
+                        reasoning_content=s.thinking)
+    else:
+        raise ValueError(f"style must be one of {', '.join(STYLES)}")
+    return ChatExample(id=s.id, messages=[Message(role="user", content=question_text(s)),
+                                          reply],
+                       metadata={"kind": s.kind, "section_id": s.provenance.section_id})

@@ -73,11 +73,6 @@ class Pipeline:
     page_icon: str = ":material/extension:"
     kind: Literal["pipeline", "experiment"] = "pipeline"
     order: int = 50  # position in menus
-    # services other layers find through the registry instead of importing this pipeline,
-    # e.g. {"contexts": "workbench.rag.api:context_providers"}
-    provides: tuple[tuple[str, str], ...] = ()
-    # services of other pipelines this one calls (`workbench.services`), checked before it runs
-    requires: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.name or not set(self.name) <= NAME_CHARS:
@@ -213,16 +208,6 @@ def get(name: str) -> Pipeline:
 
 def names() -> list[str]:
     return [p.name for p in pipelines()]
-
-
-def provider(service: str) -> Callable[..., Any]:
-    """The function that some registered pipeline provides for `service` (e.g. "contexts":
-    retrieval contexts for evaluation), untyped; code calls the typed accessors of
-    `workbench.services`, which check it against the service's Protocol."""
-    found = [(p.name, ref) for p in pipelines() for name, ref in p.provides if name == service]
-    if not found:
-        raise WorkbenchError(f"no registered pipeline provides {service!r}")
-    return load_attr(found[0][1])
 
 
 class PipelineResult(BaseModel):

@@ -7,7 +7,6 @@ _T = "trajectories/{}.jsonl"
 PIPELINE = Pipeline(
     name="agent",
     # searcher: the agents' entries indexed in the run; open_index: a prebuilt index (kgv)
-    requires=("searcher", "open_index"),
     help="Domain agents on one loop (KG fact verification, RF design tools, literature "
          "search): baselines, the agent, teacher trajectories, a LoRA student, one report "
          "with intervals.",

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 from workbench.distill.config import AgentModel, DistillConfig
-from workbench.distill.export import STYLES, export_sft
+from workbench.distill.export import export_sft
 from workbench.distill.pipeline import DistillResult, report_markdown, run_distill
 from workbench.distill.report import DistillReport
 from workbench.errors import WorkbenchError
+from workbench.formats import STYLES
 from workbench.io import append_line
 from workbench.records import QTSASample, read_records
 from workbench.registry import PipelineResult

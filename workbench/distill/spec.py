@@ -30,7 +30,5 @@ PIPELINE = Pipeline(
                                help="an expert's accept / reject / edit log"),
                   )),),
     cli="workbench.distill.cli:register",
-    # a QTSA sample as a chat training example (federated sites, other pipelines)
-    provides=(("qtsa_chat", "workbench.distill.export:to_chat"),),
     page="distill.py", page_title="Distill", page_icon=":material/science:", order=20,
 )

@@ -1,5 +1,5 @@
 """The eval pipeline's `run` entry: the run's benchmark and index filled in, the
-retrieval contexts through the "contexts" service, then `run.run_eval`."""
+retrieval contexts from `workbench.retrieval`, then `run.run_eval`."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def resolved(cfg, layout):
 
 
 def context_providers(index: str | None, conditions) -> dict[str, ContextProvider]:
-    """Retrieval contexts through the "contexts" service (no import of rag)."""
-    from workbench import services
+    """Retrieval contexts from the index folder, one provider per retrieval condition."""
+    from workbench.retrieval.search import context_providers as index_contexts
 
     rag_conditions = [c for c in conditions if c not in ("none", "oracle")]
     if not rag_conditions:
@@ -39,7 +39,7 @@ def context_providers(index: str | None, conditions) -> dict[str, ContextProvide
 
         raise WorkbenchError(f"conditions {', '.join(rag_conditions)} need eval.index (build "
                              "one with `workbench rag run` or `workbench rag build`)")
-    return dict(services.contexts()(index, rag_conditions))  # the caller adds the oracle's
+    return dict(index_contexts(index, rag_conditions))  # the caller adds the oracle's
 
 
 def oracle_provider(ec):

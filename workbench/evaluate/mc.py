@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 
 from workbench.evaluate.contexts import with_context
+from workbench.formats import format_options
 from workbench.models.base import ChatModel, Conversation, GenerationParams, ScoreRequest
 from workbench.records import LETTERS, EvalResult, MCItem
 
@@ -28,11 +29,6 @@ INSTRUCTION = "Answer with the letter of the correct option."
 FORMULATIONS = ("letter", "cloze")
 # what each formulation reports: cloze gives lm-eval's acc and acc_norm
 SCORINGS = {"letter": ("letter",), "cloze": ("cloze", "cloze_norm")}
-
-
-def format_options(options: Sequence[str]) -> str:
-    """`A) first` lines, one per option."""
-    return "\n".join(f"{LETTERS[i]}) {o}" for i, o in enumerate(options))
 
 
 def raw_prompt(item: MCItem, context: str | None = None) -> str:

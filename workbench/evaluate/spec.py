@@ -7,7 +7,6 @@ from workbench.registry import Artifact, Pipeline, Stage
 
 PIPELINE = Pipeline(
     name="eval",
-    requires=("contexts",),
     help="Score models.chat (+ eval.adapter) on a multiple-choice benchmark (ours, or MMLU/ARC"
          "-style JSONL or CSV as it comes) under each retrieval condition, with 95% intervals "
          "and paired significance tests.",

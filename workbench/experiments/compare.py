@@ -89,7 +89,7 @@ class _Job:
 
     def contexts(self, conditions, items: list[MCItem]) -> dict[str, Any]:
         if self.providers is None:
-            from workbench.rag.api import context_providers  # an experiment composes pipelines
+            from workbench.retrieval.search import context_providers
 
             self.providers = context_providers(self.index_dir, RAG)
         out = {c: self.providers[c] for c in conditions if c in RAG}

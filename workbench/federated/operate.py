@@ -71,11 +71,9 @@ def run_rounds(fc: FederatedConfig, d: Deployment, out: Path | None = None, *,
     SuperLink's, not `flwr run`'s exit code) and return it with the round log; raises
     `RunFailed` when the server aborted (its message and exit code) or the run did not
     finish."""
-    from workbench import registry, services
     from workbench.federated.server import read_rounds
     from workbench.io import atomic_write_text
 
-    services.check_required(registry.get("fed"))  # not in round 3 on a SuperNode
     d.security_check()
     if "superlink" not in d.pids():
         raise DeployError(f"no SuperLink runs from {d.home}: start one with `workbench fed "

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
-from workbench.formats import read_dataset, write_dataset
+from workbench.formats import read_dataset, to_chat, write_dataset
 from workbench.io import atomic_write_json, read_jsonl, write_jsonl
 from workbench.records import ChatExample, MCItem, QTSASample
 
@@ -86,9 +86,6 @@ def split_sites(source: str | Path, out: str | Path, *, sites: int, by: str = "c
     with the fewest rows), so sites differ in topic as real sites do; "random": rows are
     dealt out at random. Each site keeps `eval_fraction` of its rows for held-out loss. With
     `canaries`, that many unique secret strings are appended to as many training rows."""
-    from workbench import services
-
-    to_chat = services.qtsa_chat()
     src = Path(source)
     if not src.exists() and not src.is_absolute() and (REPO / src).exists():
         src = REPO / src  # the shipped sample, from any working folder

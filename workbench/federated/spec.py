@@ -4,7 +4,6 @@ from workbench.registry import Artifact, Pipeline, Stage
 
 PIPELINE = Pipeline(
     name="fed",
-    requires=("qtsa_chat",),
     config_key="federated",
     help="Federated LoRA with Flower: sites train a shared adapter on private data (FedAvg "
          "or FFA-LoRA), in process or on a real SuperLink/SuperNode deployment; report "

@@ -75,7 +75,7 @@ class Evaluator:
     def search(self, queries: list[str], k: int):
         if self._searcher is None:
             # the test terms' sections are never searched: nothing is made from them
-            from workbench.rag.api import Searcher  # the loop composes pipelines
+            from workbench.retrieval.search import Searcher
 
             self._searcher = Searcher(
                 self.suites.training_sections(), self.files.index, retriever="keyword",

@@ -25,8 +25,8 @@ def register(group: typer.Typer) -> None:
         into any folder."""
         from workbench.io import check_made_here
         from workbench.progress import quiet_libraries
-        from workbench.rag.api import build_index
-        from workbench.rag.index import RagConfig
+        from workbench.retrieval.index import RagConfig
+        from workbench.retrieval.search import build_index
 
         quiet_libraries()
         given = config or config_opt or set_
@@ -53,7 +53,7 @@ def register(group: typer.Typer) -> None:
         """Query an index; prints rank, score, heading path and chunk id (with --json also
         the document path and the chunk's text)."""
         from workbench.progress import quiet_libraries
-        from workbench.rag.api import query_index
+        from workbench.retrieval.search import query_index
 
         quiet_libraries()
         prefix = tuple(h.strip() for h in heading.split(">")) if heading else ()
@@ -84,7 +84,7 @@ def register(group: typer.Typer) -> None:
         from workbench.io import atomic_write_json
         from workbench.progress import quiet_libraries
         from workbench.rag.evaluate import evaluate_retrievers, format_table, read_qrels
-        from workbench.rag.index import RagIndex
+        from workbench.retrieval.index import RagIndex
 
         quiet_libraries()
         qs = read_qrels(qrels, queries)

@@ -6,7 +6,7 @@ PIPELINE = Pipeline(
     name="rag",
     help="Retrieval: keyword (BM25), semantic (FAISS) and hybrid indexes over the corpus; "
          "query them, evaluate them against qrels.",
-    config="workbench.rag.index:RagConfig",
+    config="workbench.retrieval.index:RagConfig",
     run="workbench.rag.api:run",
     folder="index",
     stages=(Stage("index", help="chunk the corpus, build BM25 and FAISS, write the manifest",
@@ -15,9 +15,4 @@ PIPELINE = Pipeline(
     cli="workbench.rag.cli:register",
     page="retrieval.py", page_title="Retrieval playground", page_icon=":material/search:",
     order=30,
-    provides=(("contexts", "workbench.rag.api:context_providers"),
-              ("section_index", "workbench.rag.api:index_sections"),
-              ("query_index", "workbench.rag.api:query_index"),
-              ("open_index", "workbench.rag.api:open_index"),
-              ("searcher", "workbench.rag.api:Searcher")),
 )

@@ -334,8 +334,8 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
     exports (`out` holds sft.messages.jsonl, preferences.jsonl and icl_index/). Each
     adapter, each condition's rows and the report are stages (`stages`, default
     `downstream_stages(out)`): a re-run skips what is done. Returns the report as a dict."""
-    from workbench import services
     from workbench.io import read_jsonl, write_jsonl
+    from workbench.retrieval.search import query_index
     from workbench.runs import file_hash
 
     out = Path(out)
@@ -348,8 +348,8 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
     folders, infos, notes = _adapters(out, cfg, model_spec, stages, log)
 
     def icl_demos():
-        query, index = services.query_index(), files.icl_index
-        return lambda q: [h.text for h in query(index, q, retriever="hybrid", k=cfg.k)]
+        index = files.icl_index
+        return lambda q: [h.text for h in query_index(index, q, retriever="hybrid", k=cfg.k)]
 
     # condition: (what its rows depend on besides the tasks, how to score it)
     scorers: dict[str, tuple[tuple, Callable[[], list[dict[str, Any]]]]] = {

@@ -235,7 +235,7 @@ def export_trees(trees: list[tuple[TaskTree, Task]], env_name: str, digest: str,
     """Write sft.messages.jsonl, icl_bank.jsonl and preferences.jsonl (train-split tasks only
     for SFT and preferences; the ICL bank too: held-out tasks are for measuring); with
     `index`, also the ICL bank as a retrieval index (keyword + semantic + hybrid) in
-    icl_index/, through the registry's `section_index` service."""
+    icl_index/, through `retrieval.search.index_sections`."""
     from workbench.io import write_jsonl
 
     out = Path(out_dir)
@@ -255,8 +255,8 @@ def export_trees(trees: list[tuple[TaskTree, Task]], env_name: str, digest: str,
     write_jsonl(files.icl_bank, icl)
     write_jsonl(files.preferences, prefs)
     if index and icl:
-        from workbench import services
+        from workbench.retrieval.search import index_sections
 
-        services.section_index()(icl_sections(icl), files.icl_index, log=log)
+        index_sections(icl_sections(icl), files.icl_index, log=log)
     return {"sft": len(sft), "icl": len(icl), "preferences": len(prefs),
             "icl_index": str(files.icl_index) if index and icl else None, "dir": str(out)}

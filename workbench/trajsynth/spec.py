@@ -5,7 +5,6 @@ from workbench.registry import Artifact, Pipeline, Stage
 
 PIPELINE = Pipeline(
     name="trajsynth",
-    requires=("section_index", "query_index"),
     help="Trajectory synthesis for data agents: a verified task pool over a SQLite file or a "
          "CSV/Parquet folder, MCTS search per task, SFT / ICL / preference exports.",
     config="workbench.trajsynth.api:TrajsynthConfig",

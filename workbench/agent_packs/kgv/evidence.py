@@ -4,14 +4,14 @@ The evidence is, first found first:
 
 - a retrieval index made by `workbench rag build` (keyword, semantic or hybrid; config
   `agent.index`, or `--index PATH` on `workbench agent run|eval kgv`): searched as it is,
-  with `agent.retriever`, through the registry's `open_index` service (nothing is
+  with `agent.retriever`, through `retrieval.search.open_index` (nothing is
   rebuilt or written beside it); a verdict cites its passages (chunk ids) with their source
   documents;
 - the data folder's `documents.jsonl` (the pack's entries), or its `documents/` folder (any
   corpus format);
 - the graph's own facts, one entry per subject entity.
 
-The last three are indexed once in the run's `agent/index` through the `searcher` service, and
+The last three are indexed once in the run's `agent/index` by `retrieval.search.Searcher`, and
 a verdict cites their entries (document ids). Every task carries the description of its
 evidence (`evidence_source`), so trajectories, `agent run` and the report name it.
 """
@@ -90,7 +90,7 @@ def folder_evidence(folder: Path, graph: Any, wordings: dict[str, Any]) -> Evide
 
 class IndexSearch:
     """The `search` tool's backend over a prebuilt index: `search(queries, k) -> hits`,
-    through the registry's `open_index` service (the index is opened once, by `check`, and
+    through `retrieval.search.open_index` (the index is opened once, by `check`, and
     searched in batches). Each (query, k) is asked once per process (the teacher's samples
     and the conditions repeat the same rewrites)."""
 
@@ -114,10 +114,10 @@ class IndexSearch:
     def check(self) -> None:
         """Open the index once (manifest, every file's size and hash, the embedder for
         semantic or hybrid retrieval): a missing or broken one is one line naming it."""
-        from workbench import services
+        from workbench.retrieval.search import open_index
 
         try:
-            search = services.open_index()(self.folder, self.retriever)
+            search = open_index(self.folder, self.retriever)
             search(["index check"], 1)
             self._search = search
         except _BROKEN as e:
@@ -129,14 +129,14 @@ class IndexSearch:
 
 def searcher(evidence: Evidence, folder: Path, retriever: str, log=print):
     """The search behind the agent's tool: the index as it is, or the entries indexed once in
-    `folder` (the run's agent/index) by the `searcher` service."""
-    from workbench import services
+    `folder` (the run's agent/index) and reused while they are unchanged."""
+    from workbench.retrieval.search import Searcher
 
     if evidence.docs is None:
         search = IndexSearch(evidence.path, retriever)
         search.check()
         return search
-    return services.searcher()(evidence.docs, folder, retriever, log=log)
+    return Searcher(evidence.docs, folder, retriever, log=log)
 
 
 def index_key(evidence: Evidence) -> str | None:

@@ -127,8 +127,8 @@ def _mentions(text: str, names: list[str]) -> bool:
 
 
 class KgvAgent:
-    """Tools, tasks and proposals for one pack over one searcher (the registry's `searcher`
-    service, or a prebuilt index through `open_index`: `searcher(queries, k) -> hits`).
+    """Tools, tasks and proposals for one pack over one searcher (`retrieval.search.Searcher`,
+    or a prebuilt index through `open_index`: `searcher(queries, k) -> hits`).
 
     `cites`: what a verdict cites, the entries' ids ("entry": a hit's document) or an index's
     passages ("passage": a hit's chunk id, shown with its source document). Every passage a

@@ -55,12 +55,12 @@ def prompts() -> tuple[str, str]:
 
 
 def make_library(cfg, folder: Path, model=None, log=print) -> Library:
-    from workbench import services
+    from workbench.retrieval.search import Searcher
 
     papers, _ = load_corpus(cfg.agent.data)
     secs = sections(papers)
-    kw = services.searcher()(secs, folder / "index", "keyword", log=log)
-    sem = services.searcher()(secs, folder / "index", "semantic", log=log)
+    kw = Searcher(secs, folder / "index", "keyword", log=log)
+    sem = Searcher(secs, folder / "index", "semantic", log=log)
     lib = Library(papers, kw, sem, model=model)
     if not lib.citations:
         log(f"{cfg.agent.data}: the library has no citations (BibTeX and RIS exports carry "

@@ -58,7 +58,7 @@ def load_corpus(folder: str | Path, log=None) -> tuple[dict[str, Paper], list[In
 
 
 def sections(papers: dict[str, Paper]) -> list[Any]:
-    """Papers as `Section`s for the searcher service (title, abstract, MeSH)."""
+    """Papers as `Section`s for the retrieval library's searcher (title, abstract, MeSH)."""
     from workbench.records import Section
 
     out = []
@@ -71,8 +71,8 @@ def sections(papers: dict[str, Paper]) -> list[Any]:
 
 
 class Library:
-    """The operators over one corpus: keyword and semantic search through the registry's
-    `searcher` service, the citation graph, filters, fusion."""
+    """The operators over one corpus: keyword and semantic search (`retrieval.search.Searcher`),
+    the citation graph, filters, fusion."""
 
     def __init__(self, papers: dict[str, Paper], keyword, semantic, model=None):
         self.papers, self.keyword, self.semantic, self.model = papers, keyword, semantic, model

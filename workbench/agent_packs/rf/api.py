@@ -219,12 +219,12 @@ def _with_tools(model, items: list[DesignItem], ac) -> list[dict]:
 
 
 def evaluate(cfg, ctx):
-    from workbench import services
     from workbench.agent_packs.api import conditions
     from workbench.agent_packs.rf import grpo
     from workbench.corpus import load_sections
     from workbench.models.factory import open_chat_model
     from workbench.registry import PipelineResult
+    from workbench.retrieval.search import Searcher
     from workbench.runs import file_hash
 
     ac = cfg.agent
@@ -265,8 +265,8 @@ def evaluate(cfg, ctx):
                 contexts = None
                 if cond == "rag":
                     sections, _ = load_sections(cfg.corpus)
-                    search = services.searcher()(sections, AgentFiles(out).rf_index, ac.retriever,
-                                                  log=ctx.log)
+                    search = Searcher(sections, AgentFiles(out).rf_index, ac.retriever,
+                                      log=ctx.log)
                     hits = search([it.question for it in items], ac.search_k)
                     contexts = ["\n\n".join(h.text for h in hs) for hs in hits]
                 rows = _direct(model, items, contexts)

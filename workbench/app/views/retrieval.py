@@ -48,7 +48,7 @@ if not indexes:
 def load(path: str, stamp: tuple[int, int]):
     """The index at `path`; `stamp` (its manifest's mtime and size) makes a rebuilt index
     load afresh instead of the cached old one."""
-    from workbench.rag.api import load_index
+    from workbench.retrieval.search import load_index
 
     return load_index(path)
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.rag.analysis import Analyzer
-from workbench.rag.base import BaseRetriever, ChunkStore, top_k
+from workbench.retrieval.analysis import Analyzer
+from workbench.retrieval.base import BaseRetriever, ChunkStore, top_k
 
 # rank-bm25's BM25Okapi defaults (Robertson et al.; Trotman et al. 2014 for the variants)
 K1, B, EPSILON = 1.5, 0.75, 0.25

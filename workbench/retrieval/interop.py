@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from workbench.io import sha256_text
-from workbench.rag.base import BaseRetriever, ChunkStore
 from workbench.records import Chunk
+from workbench.retrieval.base import BaseRetriever, ChunkStore
 
 
 def chunk_to_node(chunk: Chunk):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.rag.base import BaseRetriever, ChunkStore
+from workbench.retrieval.base import BaseRetriever, ChunkStore
 
 INDEX_TYPES = ("flat", "hnsw", "ivf")
 

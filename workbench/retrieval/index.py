@@ -36,11 +36,11 @@ from workbench.io import (
     sha256_text,
     write_jsonl,
 )
-from workbench.rag.analysis import Analyzer
-from workbench.rag.base import BaseRetriever, ChunkStore
-from workbench.rag.hybrid import FusionMode, HybridRetriever
-from workbench.rag.keyword import KeywordRetriever, RankBM25Scorer, SparseBM25
 from workbench.records import Chunk, Section, library_versions
+from workbench.retrieval.analysis import Analyzer
+from workbench.retrieval.base import BaseRetriever, ChunkStore
+from workbench.retrieval.hybrid import FusionMode, HybridRetriever
+from workbench.retrieval.keyword import KeywordRetriever, RankBM25Scorer, SparseBM25
 
 FORMAT = "workbench-rag-index/1"
 # every file the index format defines (the manifest must list exactly these)
@@ -115,8 +115,8 @@ class RagIndex:
                config: RagConfig | None, embedder, log) -> RagIndex:
         from workbench.models.embed import load_embedder
         from workbench.progress import progress, stage
-        from workbench.rag.chunking import chunk_sections, embedder_token_counter
-        from workbench.rag.semantic import SemanticRetriever
+        from workbench.retrieval.chunking import chunk_sections, embedder_token_counter
+        from workbench.retrieval.semantic import SemanticRetriever
 
         cfg = config or RagConfig()
         if not sections:
@@ -195,7 +195,7 @@ class RagIndex:
     @classmethod
     def load(cls, folder: str | Path, *, embedder=None, keyword_backend: str | None = None,
              verify: bool = True, semantic: bool = True) -> RagIndex:
-        from workbench.rag.semantic import SemanticRetriever, load_faiss
+        from workbench.retrieval.semantic import SemanticRetriever, load_faiss
 
         folder = recover_dir(Path(folder))
         mpath = folder / "manifest.json"

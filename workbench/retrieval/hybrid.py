@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from workbench.rag.base import BaseRetriever, ChunkStore
+from workbench.retrieval.base import BaseRetriever, ChunkStore
 
 RRF_K = 60  # Cormack et al., SIGIR 2009
 
