@@ -168,9 +168,9 @@ def main() -> None:
             k = sum(ok)
             res[name] = {"correct": k, "n": len(ok), "accuracy": k / len(ok),
                          "wilson95": list(wilson_interval(k, len(ok)))}
-    if start and end and last:  # per test item: right at the start, kept, last step
-        res["per_item"] = {it.id: [x, y, z] for it, x, y, z in zip(held, start, end, last,
-                                                                    strict=True)}
+    if end and last:  # per test item: right at the start (None: a resumed run), kept, last
+        res["per_item"] = {it.id: [x, y, z] for it, x, y, z in zip(
+            held, start or [None] * len(held), end, last, strict=True)}
     for tag, after in (("", end), ("_last_step", last)):
         if start and after:
             res["mcnemar_p" + tag] = mcnemar_exact(start, after)
