@@ -57,6 +57,7 @@ def test_compare_scores_seen_and_unseen_with_the_oracle_first(tmp_path, tiny_mod
                   .splitlines()]
         assert any("letter" in s for s in scored) is letter, name
     md = (run / "report.md").read_text()
+    assert md.split("## Benchmark `seen`")[1].count("The letter formulation is not scored") == 1
     assert "## Benchmark `seen`" in md and "Knowledge-free rules" in md
     assert "with the item's own passage (the oracle bound)" in md
     assert "seen" in md.split("## Training")[1].split("\n\n")[1]  # both held-out accuracies

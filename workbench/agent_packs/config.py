@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from workbench.agents.runner import SCAFFOLDS, Budget, ErrorPolicy
 from workbench.config import ModelConfig, Section
@@ -32,6 +32,12 @@ class StudentTraining(Section):
     lora: LoraSettings = Field(default_factory=LoraSettings)
 
 
+# tools+grpo's measured recipe (BENCHMARKS.md, "GRPO on the RF design pack")
+_RECIPE: dict[str, dict[str, Any]] = {
+    "lora": {"dropout": 0.0},
+    "settings": {"group_size": 4, "tasks_per_step": 2, "temperature": 0.5, "eval_every": 8}}
+
+
 class GrpoTraining(Section):
     """rf's tools+grpo condition (`workbench.agent_packs.rf.grpo`): the split of the design
     items and the training of the tools agent on its own rollouts. The defaults are the
@@ -49,12 +55,20 @@ class GrpoTraining(Section):
     max_length: int = Field(2560, ge=64, description=(
         "Tokens per rollout (the RF tool prompt is ~1,600 with the bundled model: a "
         "rollout cut before the policy's first token trains nothing)."))
-    lora: LoraSettings = Field(default_factory=lambda: LoraSettings(dropout=0.0))
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings(**_RECIPE["lora"]),
+                               description="LoRA (the recipe: no dropout).")
     settings: GRPOSettings = Field(
-        default_factory=lambda: GRPOSettings(group_size=4, tasks_per_step=2, temperature=0.5,
-                                             eval_every=8),
+        default_factory=lambda: GRPOSettings(**_RECIPE["settings"]),
         description="GRPO's own settings (group size, tasks a step, sampling temperature, "
-                    "clipping, KL, on-policy distillation), as train.grpo.")
+                    "clipping, KL, on-policy distillation), as train.grpo; the recipe's "
+                    "group 4, 2 tasks a step, temperature 0.5 and a dev run every 8 steps "
+                    "hold for every key not given.")
+
+    @field_validator("lora", "settings", mode="before")
+    @classmethod
+    def _over_the_recipe(cls, v: Any, info: ValidationInfo) -> Any:
+        """Keys given override the recipe's; the others keep it (not the class defaults)."""
+        return {**_RECIPE[info.field_name], **v} if isinstance(v, dict) else v
 
     @model_validator(mode="after")
     def _room_to_train(self) -> GrpoTraining:
@@ -98,8 +112,10 @@ class AgentConfig(Section):
     adapters: dict[str, str] = Field(default_factory=dict, description=(
         "litsearch: more agent conditions, the agent with each adapter ({name: adapter "
         "folder}, e.g. {sft: A, sft_dpo: B}), reported as agent+NAME beside agent."))
-    dev_limit: int | None = Field(60, ge=1, description="Dev claims evaluated (balanced over "
-                                                        "split and label); None: all.")
+    dev_limit: int | None = Field(60, ge=1, description=(
+        "Items evaluated; None: all. kgv: dev claims, balanced over split and label; rf: the "
+        "first design items of the file, or with tools+grpo the first of a seeded shuffle, "
+        "then split into test, dev and training items."))
     train_limit: int | None = Field(60, ge=1, description="Training claims for the teacher.")
     turns: int = Field(3, ge=1, le=10, description="Dialogue turns (litsearch).")
     chunk: int = Field(16, ge=1, description="Claims run together (one batched call per turn);"

@@ -179,8 +179,8 @@ def _eval_settings(cfg, bench: str, conds: list[str]):
     only on the benchmarks `compare.letter_benchmarks` names (elsewhere it is a second pass
     as long as the cloze one, for a formulation that reads nothing on a small model)."""
     update: dict[str, Any] = {"conditions": conds}
-    if bench not in cfg.compare.letter_benchmarks:
-        update["letter_conditions"] = []
+    if bench not in cfg.compare.letter_benchmarks and set(cfg.eval.formulations) - {"letter"}:
+        update["letter_conditions"] = []  # (kept where it is the only formulation)
     return cfg.eval.model_copy(update=update)
 
 

@@ -165,8 +165,11 @@ def _comparison_table(rows: list[CompareRow]) -> list[str]:
                 cell = f"⚠ {cell}"
             cells.append(f"**{cell}**" if k == row.headline else cell)
         table.append([row.name, row.n, *cells, number(row.seconds_per_item)])
+    unscored = "" if "letter" in scorings else \
+        " The letter formulation is not scored here (`compare.letter_benchmarks`, " \
+        "`eval.letter_conditions`): the headline is the cloze one."
     return ["Accuracy with its 95% Wilson interval; **bold** is each model's headline "
-            "scoring, ⚠ marks a degenerate scoring (never headlined).", "",
+            "scoring, ⚠ marks a degenerate scoring (never headlined)." + unscored, "",
             markdown_table(["configuration", "items", *(SCORING_LABELS[k] for k in scorings),
                             "s/item"], table)]
 

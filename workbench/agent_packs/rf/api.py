@@ -230,7 +230,7 @@ def evaluate(cfg, ctx):
     ac = cfg.agent
     wanted = conditions(ac, (*CONDITIONS, grpo.CONDITION)) if ac.conditions \
         else list(CONDITIONS)
-    items = load_items(ac.data)[:ac.dev_limit] if ac.dev_limit else load_items(ac.data)
+    items = load_items(ac.data)
     out = ctx.layout.folder("agent")
     out.mkdir(parents=True, exist_ok=True)
     if not items:
@@ -238,12 +238,26 @@ def evaluate(cfg, ctx):
     training: dict[str, Any] = {}
     folder = ctx.layout.artifact("agent", "rf_grpo").parent
     if grpo.CONDITION in wanted:  # every condition on the test items; the rest train
-        split = grpo.split_items(items, ac.grpo.test_share, ac.grpo.dev_share, cfg.seed)
+        if "tools" not in wanted:
+            ctx.log("warning: tools+grpo without tools in agent.conditions: no paired test "
+                    "against the prompted tools agent")
+        # a seeded shuffle before agent.dev_limit: generated files come family by family
+        split = grpo.split_items(items, ac.grpo.test_share, ac.grpo.dev_share, cfg.seed,
+                                 limit=ac.dev_limit)
         items = split.test
-        training[grpo.CONDITION] = grpo.adapter(cfg, ctx, split, folder,
-                                                 tools_setup=tools_setup, task=design_task,
-                                                 reward=reward)
-    model = open_chat_model(cfg.models.chat, cfg)
+        training[grpo.CONDITION] = grpo.adapter(
+            cfg, ctx, split, folder, tools_setup=tools_setup, task=design_task,
+            reward=reward, code=(FORMAT_PENALTY, prompts()))
+    elif ac.dev_limit:
+        items = items[:ac.dev_limit]
+    opened: list = []
+
+    def base_model():
+        """The model without an adapter, opened when a condition needs it."""
+        if not opened:
+            opened.append(open_chat_model(cfg.models.chat, cfg))
+        return opened[0]
+
     key = (file_hash(Path(ac.data) / "design.jsonl"), cfg.models.chat.model_dump(mode="json"),
            ac.policy, ac.retriever, ac.search_k, cfg.corpus, ac.errors.model_dump())
     results: dict[str, list[dict]] = {}
@@ -254,7 +268,7 @@ def evaluate(cfg, ctx):
         def go(cond=cond, path=path) -> dict[str, Any]:
             t0 = time.perf_counter()
             if cond == "tools":
-                rows = _with_tools(model, items, ac)
+                rows = _with_tools(base_model(), items, ac)
             elif cond == grpo.CONDITION:
                 tuned = grpo.adapted_model(cfg, folder)
                 try:
@@ -269,15 +283,22 @@ def evaluate(cfg, ctx):
                                       log=ctx.log)
                     hits = search([it.question for it in items], ac.search_k)
                     contexts = ["\n\n".join(h.text for h in hs) for hs in hits]
-                rows = _direct(model, items, contexts)
+                rows = _direct(base_model(), items, contexts)
             write_jsonl(path, rows)
             return {"seconds": round(time.perf_counter() - t0, 2)}
 
-        inputs = (key, cond, [i.id for i in items]) + \
-            ((training[cond],) if cond in training else ())  # a new adapter: run again
-        rec, _ = ctx.stages("agent").run("rf", inputs, go, part=cond)
+        inputs = (key, cond, [i.id for i in items]) + ((  # a new adapter: run again
+            file_hash(folder / "adapter_model.safetensors"),) if cond in training else ())
+        try:
+            rec, _ = ctx.stages("agent").run("rf", inputs, go, part=cond)
+        except BaseException:
+            for m in opened:
+                m.close()
+            raise
         seconds[cond] = (rec.info or {}).get("seconds", rec.seconds)
         results[cond] = read_jsonl(path)
+    for m in opened:
+        m.close()
     report = rf_report(out, items, results, seconds, model=cfg.models.chat.spec,
                        training=training)
     acc = report.accuracy()

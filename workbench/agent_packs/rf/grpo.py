@@ -44,11 +44,13 @@ class Split:
 
 
 def split_items(items: list[DesignItem], test_share: float, dev_share: float,
-                seed: int) -> Split:
-    """A seeded shuffle cut into test, dev and training items (at least one test and two
-    training items, else a ConfigError saying how many there are)."""
+                seed: int, *, limit: int | None = None) -> Split:
+    """A seeded shuffle (its first `limit` items, when given) cut into test, dev and
+    training items (at least one test and two training items, else a ConfigError saying how
+    many there are)."""
     shuffled = list(items)
     random.Random(seed).shuffle(shuffled)
+    shuffled = shuffled[:limit] if limit else shuffled
     n_test = max(1, round(len(shuffled) * test_share))
     n_dev = round(len(shuffled) * dev_share)
     if len(shuffled) - n_test - n_dev < 2:
@@ -71,17 +73,33 @@ def train_config(cfg) -> Any:
 
 
 def adapter(cfg, ctx, split: Split, folder: Path, *, tools_setup: Callable[..., Any],
-            task: Callable[[DesignItem], AgentTask], reward: RewardFn) -> dict[str, Any]:
+            task: Callable[[DesignItem], AgentTask], reward: RewardFn, code: Any = ()
+            ) -> dict[str, Any]:
     """Train (or find up to date) the tools+grpo adapter in `folder` with the pack's agent
-    (`tools_setup(agent_config, temperature=, seed=, max_tokens=)`), tasks and reward; the
-    stage's record of the training: items, steps, the kept step and the dev rewards."""
+    (`tools_setup(agent_config, temperature=, seed=, max_tokens=)`), tasks and reward (`code`:
+    what of the pack's code they depend on, its prompts and penalties, so a change retrains);
+    the stage's record of the training: items, steps, the kept step and the dev rewards.
+
+    A killed training resumes from its checkpoints only under the same inputs: the stage's
+    hash is kept beside them (`.rf_grpo.key`), and other inputs (or `--fresh`) start over."""
+    from workbench.runs import hash_inputs
+
     tc = train_config(cfg)
     key = ([i.model_dump(mode="json") for i in split.train],
-           [i.model_dump(mode="json") for i in split.dev], cfg.models.chat.spec,
-           cfg.agent.policy, tc.model_dump(mode="json"), cfg.seed)
+           [i.model_dump(mode="json") for i in split.dev],
+           cfg.models.chat.model_dump(mode="json"), cfg.agent.policy,
+           cfg.agent.errors.model_dump(mode="json"), tc.model_dump(mode="json"), cfg.seed,
+           code)
+    marker = folder.parent / f".{folder.name}.key"
 
     def go() -> dict[str, Any]:
+        from workbench.io import atomic_write_text
         from workbench.train.grpo_recipe import train_grpo
+
+        h = hash_inputs(key)
+        same = marker.is_file() and marker.read_text(encoding="utf-8") == h
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(marker, h)
 
         def agent_setup(smp):
             return tools_setup(cfg.agent, temperature=smp.temperature, seed=smp.seed,
@@ -90,7 +108,8 @@ def adapter(cfg, ctx, split: Split, folder: Path, *, tools_setup: Callable[..., 
         r = train_grpo(tc, tasks=[task(i) for i in split.train],
                        held_out=[task(i) for i in split.dev],
                        agent_setup=agent_setup, reward=reward, output=folder,
-                       model_spec=cfg.models.chat.spec, seed=cfg.seed, log=ctx.log)
+                       model_spec=cfg.models.chat.spec, seed=cfg.seed, log=ctx.log,
+                       resume=same and not ctx.fresh)
         return training_info(r.metrics, r.manifest.get("outputs", {}), split)
 
     rec, _ = ctx.stages("agent").run("rf_grpo", key, go)

@@ -107,14 +107,17 @@ def report_markdown(report: RfReport, *, tolerance: float) -> str:
                    number(s.seconds_per_item, 2),
                    ", ".join(f"{f} {v}" for f, v in s.by_family.items())]
                   for c, s in conds.items()])]
-    if "tools" in conds:
-        lines += ["", f"Tools: the right calculator chosen on {conds['tools'].right_tool}/"
-                  f"{report.items} items ({conds['tools'].tool_chosen})."]
+    for c in (c for c in conds if conds[c].right_tool is not None):
+        lines += ["", f"{c}: the right calculator chosen on {conds[c].right_tool}/"
+                  f"{report.items} items ({conds[c].tool_chosen})."]
     for cond, t in (report.training or {}).items():
+        kept = f"the adapter of step {t.adapter_step} is kept (best mean reward on " \
+               f"{t.dev_items} dev items: {number(t.dev_reward_start)} at the start, " \
+               f"{number(t.dev_reward_best)} kept)" if t.dev_items and \
+               t.dev_reward_best is not None else \
+               f"the adapter of its last step ({t.adapter_step}) is kept (no dev items chose)"
         lines += ["", f"{cond}: trained {t.steps} steps on the rollouts of {t.train_items} "
-                  f"items; the adapter of step {t.adapter_step} is kept (best mean reward "
-                  f"on {t.dev_items} dev items: {number(t.dev_reward_start)} at the start, "
-                  f"{number(t.dev_reward_best)} kept). Every condition above is scored on "
+                  f"items; {kept}. Every condition above is scored on "
                   f"the {t.test_items} test items only. Training rollouts' mean reward "
                   f"{number(t.reward_first_quarter)} in the first quarter of the steps, "
                   f"{number(t.reward_last_quarter)} in the last; groups with no signal "
