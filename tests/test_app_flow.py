@@ -60,7 +60,7 @@ def with_corpus(ws):
 
 # what a form asks (so it may differ from the demo), and what sizes the demo
 ASKED = {"perspectives", "kinds", "mode", "answer_source", "max_steps", "eval_items"}
-DEMO_ONLY = {"max_train_tasks"}  # the demo writes questions for 72 tasks: a form for all
+DEMO_ONLY = {"max_train_tasks"}  # the demo writes questions for 32 tasks: a form for all
 
 
 def same_as_demo(section: str, asked: dict) -> None:

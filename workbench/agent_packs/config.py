@@ -68,7 +68,7 @@ class GrpoTraining(Section):
     @classmethod
     def _over_the_recipe(cls, v: Any, info: ValidationInfo) -> Any:
         """Keys given override the recipe's; the others keep it (not the class defaults)."""
-        return {**_RECIPE[info.field_name], **v} if isinstance(v, dict) else v
+        return {**_RECIPE[str(info.field_name)], **v} if isinstance(v, dict) else v
 
     @model_validator(mode="after")
     def _room_to_train(self) -> GrpoTraining:

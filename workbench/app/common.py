@@ -229,10 +229,11 @@ TEXT_ANSWER_SETTINGS = {"benchmark_rationales": False, "distractors": "perturbed
 EVAL_SETTINGS = {"methods": ["loglik"], "letter_conditions": ["none"], "hit_vs_miss": False,
                  "max_tokens": 48, "oracle_tokens": 64}
 RAG_SETTINGS = {"chunk_size": 96, "chunk_overlap": 16}
-COMPARE_SETTINGS = {"seen_conditions": ["none"]}  # seen: does training teach the facts
+COMPARE_SETTINGS = {"seen_conditions": ["none"],  # seen: does training teach the facts
+                    "letter_benchmarks": []}  # the 135M model's letters: degenerate
 TRAIN_SETTINGS = {"max_length": 512, "batch_size": 2, "grad_accum": 1, "learning_rate": 6.0e-4,
                   "lora": {"r": 16, "alpha": 32, "dropout": 0.05},
-                  "domain_eval": {"every": 8, "max_items": 20}}
+                  "domain_eval": {"every": 8, "max_items": 16}}
 
 
 def distill_settings(mode: str = "composed", answer_source: str = "text") -> dict[str, Any]:
