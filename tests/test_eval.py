@@ -11,7 +11,7 @@ from workbench.evaluate.mc import (
     evaluate_mc, extract_letter, loglik_letter_predictions, rotate,
 )
 from workbench.evaluate.summary import summarize
-from workbench.records import MCItem
+from workbench.records import MCItem, read_records
 
 FACTS = [("the unit of resistance", "ohm", ["volt", "ampere", "watt"]),
          ("the colour of a clear daytime sky", "blue", ["green", "red", "black"]),
@@ -65,10 +65,30 @@ def test_missing_lm_eval_fails_in_ci_and_skips_elsewhere(monkeypatch):
 TASKS = ("wb_letter", "wb_cloze")  # written by `workbench eval export-lm-eval`
 
 
-def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path):
+def statement_items(tmp_path, n=60):
+    """The main job's items (issue 43): "Which statement about <section> is correct?" over a
+    sentence of the RF corpus and three perturbed copies, from a scripted distillation."""
+    from workbench.distill.config import AgentModel, DistillConfig
+    from workbench.distill.pipeline import run_distill
+
+    run_distill(DistillConfig(corpus="datasets/rf", domain="rf", mode="composed",
+                              answer_source="text", perspectives=["concepts"], kinds=["mc"],
+                              verifier={"enabled": False}, benchmark_fraction=0.5,
+                              distractors="perturbed", benchmark_items="statement"),
+                tmp_path / "distilled", seed=0,
+                default_model=AgentModel(spec="fake", options={"script": "fake_teacher:reply"}))
+    its = read_records(tmp_path / "distilled" / "benchmark.jsonl", MCItem)[:n]
+    assert len(its) == n and all(it.question.startswith("Which statement") for it in its)
+    return its
+
+
+@pytest.mark.timeout(1800)  # lm-eval's own pass over the long statement options
+@pytest.mark.parametrize("kind", ["written", "statement"])
+def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path, kind):
     """Both OLMES formulations, raw prompts, through the task folder `workbench eval
     export-lm-eval` writes: our letter, cloze (acc) and cloze_norm (acc_norm) predictions are
-    lm-eval's to the item, the option log-likelihoods agree, and so do the accuracies."""
+    lm-eval's to the item, the option log-likelihoods agree, and so do the accuracies; on
+    short written options and on the main job's statement items (options are sentences)."""
     lm_eval = require_lm_eval()
     from lm_eval.tasks import TaskManager
 
@@ -76,7 +96,8 @@ def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path):
 
     from workbench.evaluate.lm_eval_export import export_lm_eval
 
-    its = items(60)
+    its = items(60) if kind == "written" else statement_items(tmp_path, 24)
+    n = len(its)
     task_dir = tmp_path / "tasks"
     export_lm_eval(its, task_dir, "wb")  # the export is what lm-eval runs
     os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -91,17 +112,17 @@ def test_loglik_choices_agree_with_lm_eval_harness(bundled_model, tmp_path):
 
     lls = {name: {s["doc_id"]: [r[0][0] for r in s["resps"]] for s in out["samples"][name]}
            for name in TASKS}
-    assert len(lls["wb_letter"]) == len(lls["wb_cloze"]) == 60
+    assert len(lls["wb_letter"]) == len(lls["wb_cloze"]) == n
     rows = evaluate_mc(bundled_model, its, methods=["loglik"], template="raw")
-    assert [argmax(lls["wb_letter"][i]) for i in range(60)] == \
+    assert [argmax(lls["wb_letter"][i]) for i in range(n)] == \
         [r.extra["predictions"]["letter"] for r in rows] == \
         loglik_letter_predictions(bundled_model, its, template="raw")
-    assert [argmax(lls["wb_cloze"][i]) for i in range(60)] == \
+    assert [argmax(lls["wb_cloze"][i]) for i in range(n)] == \
         [r.extra["predictions"]["cloze"] for r in rows]
     def per_char(i):  # lm-eval's acc_norm: divide by the choice's length in characters
         return [v / len(o) for v, o in zip(lls["wb_cloze"][i], its[i].options, strict=True)]
 
-    assert [argmax(per_char(i)) for i in range(60)] == \
+    assert [argmax(per_char(i)) for i in range(n)] == \
         [r.extra["predictions"]["cloze_norm"] for r in rows]
     for i, r in enumerate(rows):
         assert r.extra["logprobs"]["cloze"] == pytest.approx(lls["wb_cloze"][i], abs=2e-3)

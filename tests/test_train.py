@@ -382,3 +382,56 @@ def test_domain_eval_scores_every_named_benchmark_in_the_headline_formulation(
     assert {c[0] for c in calls} == {"loglik_letter_predictions"}
     with pytest.raises(ValueError, match="lower-case words"):
         tc(data_file, domain_eval={**de, "also": {"Seen set": "x.jsonl"}})
+
+
+def test_keep_best_exports_the_best_evaluated_step_on_items_the_report_does_not_score(
+        tiny_model, data_file, tmp_path):
+    """domain_eval.keep_best (issue 43 item 4): the adapter of the evaluated step with the
+    best mean domain accuracy is the one exported, and it survives a kill and a resume;
+    domain_eval.skip keeps the items a later evaluation reports out of the choice."""
+    from unittest import mock
+
+    from safetensors.torch import load_file
+
+    import workbench.train.session as session
+    from workbench.records import MCItem, write_records
+    from workbench.train.recipe import train
+
+    write_records(tmp_path / "bench.jsonl", [MCItem.model_validate(
+        {"id": f"b{i}", "question": f"q{i}?", "options": ["w", "x", "y", "z"], "answer": "A"})
+        for i in range(10)])
+    seen_ids = []
+    scores = iter([0.5, 0.75, 0.25, 0.5, 0.25, 0.5])  # steps 1..6: the best is step 2
+
+    def fake(s, items=None):
+        seen_ids.append([it.id for it in (items or s.benchmark)])
+        return next(scores)
+    de = {"benchmark": str(tmp_path / "bench.jsonl"), "every": 1, "max_items": 3, "skip": 6,
+          "keep_best": True}
+    cfg = tc(data_file, max_steps=6, save_every=1, domain_eval=de)
+    with mock.patch.object(session, "domain_accuracy", fake):
+        r = train(cfg, model_spec=tiny_model, output=tmp_path / "whole", seed=1,
+                  log=lambda m: None)
+    assert seen_ids[0] == ["b6", "b7", "b8"]  # items 0-5 are the report's
+    assert r.manifest["outputs"]["adapter_step"] == 2
+    assert r.manifest["outputs"]["domain_accuracy_best"] == 0.75
+    whole = load_file(str(tmp_path / "whole" / "adapter_model.safetensors"))
+
+    # the same run killed while writing checkpoint 5 (checkpoint 4 holds step 2's adapter as
+    # the best so far) and resumed: steps 5 and 6 score again
+    scores = iter([0.5, 0.75, 0.25, 0.5, 0.25, 0.5, 0.25, 0.5])
+    writes = {"n": 0}
+
+    def fault(stage):
+        writes["n"] += stage == "adapter"
+        if writes["n"] == 5:
+            raise KeyboardInterrupt("killed while writing checkpoint 5")
+    with mock.patch.object(session, "domain_accuracy", fake):
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg, model_spec=tiny_model, output=tmp_path / "resumed", seed=1,
+                  log=lambda m: None, fault=fault)
+        r2 = train(cfg, model_spec=tiny_model, output=tmp_path / "resumed", seed=1,
+                   log=lambda m: None)
+    assert r2.manifest["outputs"]["adapter_step"] == 2
+    resumed = load_file(str(tmp_path / "resumed" / "adapter_model.safetensors"))
+    assert all((whole[k] - resumed[k]).abs().max() < 1e-6 for k in whole)

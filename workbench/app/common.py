@@ -233,7 +233,7 @@ COMPARE_SETTINGS = {"seen_conditions": ["none"],  # seen: does training teach th
                     "letter_benchmarks": []}  # the 135M model's letters: degenerate
 TRAIN_SETTINGS = {"max_length": 512, "batch_size": 2, "grad_accum": 1, "learning_rate": 6.0e-4,
                   "lora": {"r": 16, "alpha": 32, "dropout": 0.05},
-                  "domain_eval": {"every": 8, "max_items": 16}}
+                  "domain_eval": {"every": 8, "max_items": 16, "keep_best": True}}
 
 
 def distill_settings(mode: str = "composed", answer_source: str = "text") -> dict[str, Any]:

@@ -190,6 +190,12 @@ def _train_sft(job: _Job) -> None:
                                       "output": None}, deep=True)
     bench = "unseen" if "unseen" in job.benches else next(iter(job.benches), None)
     tc.domain_eval.benchmark = str(job.bench_paths[bench]) if bench else None
+    # the items the report scores are the files' first eval_items: by-step accuracy (and
+    # domain_eval.keep_best's choice) reads the ones after them
+    tc.domain_eval.skip = cfg.compare.eval_items or 0
+    if tc.domain_eval.keep_best and not cfg.compare.eval_items:
+        job.ctx.log("warning: train.domain_eval.keep_best with compare.eval_items unset "
+                    "chooses the adapter on the items the report scores")
     if bench == "unseen" and "seen" in job.benches:  # both held-out accuracies by step
         tc.domain_eval.also = {**tc.domain_eval.also, "seen": str(job.bench_paths["seen"])}
     run_pipeline("train", cfg.model_copy(update={"train": tc}), job.ctx)

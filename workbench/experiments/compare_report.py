@@ -297,6 +297,10 @@ def _training(r: CompareReport) -> list[str]:
             f"{percent(fin.get('domain_accuracy'))}"
             + (f", seen {percent(fin.get('domain_accuracy_seen'))}"
                if "domain_accuracy_seen" in fin else ""),
+            *([f"- the adapter evaluated is step {t['adapter_step']}'s, the best mean "
+               f"held-out accuracy by step ({percent(t.get('domain_accuracy_best'))}; "
+               "train.domain_eval.keep_best, on items after the ones scored above)"]
+              if t.get("adapter_step") not in (None, t.get("steps")) else []),
             "- curves: ![training](adapter/training_curves.png)"]
 
 

@@ -62,7 +62,9 @@ class CachedScoring:
         """transformers 5 renamed `past_key_values` to `cache`; accept both."""
         import inspect
 
-        params = inspect.signature(type(self.model).forward).parameters
+        model = self.model  # a PEFT wrapper takes **kwargs: ask the model it wraps
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        params = inspect.signature(type(base).forward).parameters
         return "cache" if "cache" in params else "past_key_values"
 
     PREFIX_MIN = 48  # tokens: a shorter common prefix is not worth a cache copy per request

@@ -32,6 +32,15 @@ class DomainEvalSettings(_Section):
                                  "as domain_accuracy_seen.")
     every: int = Field(0, ge=0, description="Steps between domain evaluations (0: at end).")
     max_items: int = Field(50, ge=1)
+    skip: int = Field(0, ge=0, description="Items skipped at the start of each benchmark file "
+                                           "before max_items are read: the items a later "
+                                           "evaluation reports (compare sets it to "
+                                           "compare.eval_items), so choosing the adapter "
+                                           "does not use them.")
+    keep_best: bool = Field(False, description="Export the adapter of the evaluated step "
+                                               "with the best mean domain accuracy (over the "
+                                               "benchmark and `also`), not the last: the "
+                                               "guard against training past the peak.")
     scoring: Literal["cloze_norm", "letter"] = Field(
         "cloze_norm", description="cloze_norm: each option's log-likelihood per character, "
                                   "the evaluation's headline formulation (what the report "

@@ -45,6 +45,8 @@ from workbench.train.data import Batch, Tokenized, load_examples, tokenize_all
 from workbench.train.evals import domain_accuracy, eval_loss, preference_metrics
 from workbench.train.step import dpo_backward, lr_at, make_epoch, sft_backward
 
+BEST = "best_adapter.safetensors"  # in a checkpoint: domain_eval.keep_best's adapter so far
+
 if TYPE_CHECKING:
     import threading
 
@@ -89,6 +91,10 @@ class TrainingSession:
     seconds: float = 0.0
     reference: Any = None  # method dpo: the ReferenceCache every pair has a row in
     ref_forwards: int = 0  # reference forward passes this session ran (0: all from cache)
+    # domain_eval.keep_best: the evaluated step with the best mean domain accuracy
+    best_step: int | None = None
+    best_score: float | None = None
+    best_state: dict[str, Any] | None = None
     _epoch: tuple[int, list[Batch]] | None = field(default=None, repr=False)
 
 
@@ -365,7 +371,8 @@ def _load_benchmark(cfg: TrainConfig, path: str | None):
         return None
     from workbench.records import MCItem, read_records
 
-    return read_records(path, MCItem)[:cfg.domain_eval.max_items]
+    de = cfg.domain_eval
+    return read_records(path, MCItem)[de.skip:de.skip + de.max_items]
 
 
 # --- train ------------------------------------------------------------------------------------
@@ -430,6 +437,7 @@ def train_steps(session: TrainingSession, n: int, *,
             row["domain_accuracy"] = domain_accuracy(s)
             row.update({f"domain_accuracy_{k}": domain_accuracy(s, v)
                         for k, v in s.also.items() if v})
+            _keep_if_best(s, row)
         s.seconds += time.perf_counter() - t0
         s.metrics.append(row)
         rows.append(row)
@@ -445,6 +453,18 @@ def train_steps(session: TrainingSession, n: int, *,
                 saved = save_checkpoint(s, fault=fault)
             raise TrainingInterrupted(step=done, checkpoint=saved)
     return rows
+
+
+def _keep_if_best(s: TrainingSession, row: dict[str, Any]) -> None:
+    """domain_eval.keep_best: remember this step's adapter when its mean domain accuracy
+    (the benchmark and every `also` one) beats every earlier evaluated step's (ties keep the
+    earlier, shorter-trained one)."""
+    if not s.cfg.domain_eval.keep_best:
+        return
+    accs = [v for k, v in row.items() if k.startswith("domain_accuracy")]
+    score = sum(accs) / len(accs)
+    if s.best_score is None or score > s.best_score:
+        s.best_step, s.best_score, s.best_state = row["step"], score, adapter_state(s)
 
 
 def _micro_batches(s: TrainingSession, step: int) -> list[Batch]:
@@ -473,8 +493,11 @@ def save_checkpoint(session: TrainingSession, *,
         return None
     path = ckpt.save_checkpoint(session.checkpoint_dir, session.step, model=session.model,
                                 optimizer=session.optimizer,
-                                state={"metrics": session.metrics, "total": session.total},
-                                fault=fault)
+                                state={"metrics": session.metrics, "total": session.total,
+                                       "best_step": session.best_step,
+                                       "best_score": session.best_score},
+                                extra={BEST: session.best_state}
+                                if session.best_state is not None else None, fault=fault)
     ckpt.rotate(session.checkpoint_dir, session.cfg.save_total_limit)
     return path
 
@@ -497,14 +520,21 @@ def restore_checkpoint(session: TrainingSession, checkpoint: str | Path | None =
                              f"marker)")
     state = ckpt.load_checkpoint(checkpoint, model=session.model, optimizer=session.optimizer)
     session.step, session.metrics = state["step"], state.get("metrics", [])
+    session.best_step, session.best_score = state.get("best_step"), state.get("best_score")
+    if (checkpoint / BEST).is_file():
+        from safetensors.torch import load_file
+
+        session.best_state = load_file(str(checkpoint / BEST))
     return checkpoint
 
 
 def export(session: TrainingSession, output: str | Path, *, run_id: str | None = None
            ) -> dict[str, Any]:
     """Write the adapter folder atomically (safetensors, tokenizer, manifest, metrics, curves,
-    model card) and return its manifest. Ranks other than 0 only return the manifest."""
+    model card) and return its manifest: the adapter of the best evaluated step under
+    `domain_eval.keep_best`, else the last. Ranks other than 0 only return the manifest."""
     s, output = session, Path(output)
+    best = s.best_state is not None and s.best_step != s.step
     manifest = RunManifest(
         run_id=run_id or output.name, kind="train", config=s.cfg.model_dump(mode="json"),
         input_hashes={"data": s.data_hash},
@@ -519,8 +549,18 @@ def export(session: TrainingSession, output: str | Path, *, run_id: str | None =
                  "padding_share": 1 - s.tokens_real / s.tokens_padded if s.tokens_padded
                  else None,
                  "final": s.metrics[-1] if s.metrics else {},
+                 "adapter_step": s.best_step if best else s.step,
+                 **({"domain_accuracy_best": s.best_score} if s.best_score is not None
+                    else {}),
                  **({"reference_forward_passes": s.ref_forwards} if s.cfg.method == "dpo"
                     else {})}).to_json()
     if s.rank == 0:
-        export_adapter(s.model, s.tokenizer, output, manifest, s.metrics)
+        current = adapter_state(s) if best else None
+        if best and s.best_state is not None:
+            load_adapter_state(s, s.best_state)
+        try:
+            export_adapter(s.model, s.tokenizer, output, manifest, s.metrics)
+        finally:
+            if current is not None:
+                load_adapter_state(s, current)
     return manifest
