@@ -224,7 +224,8 @@ def test_capabilities_are_declared_and_forwarded(tmp_path):
     fake = load_model("fake")
     assert fake.capabilities == Capabilities(score=True, tool_calls=True)
     assert LocalChatModel.capabilities.token_logprobs and LocalChatModel.capabilities.tokenize
-    assert OpenAIChatModel.capabilities.tool_calls and not \
+    # a server's token log-probs: /v1/completions with echo (on-policy distillation's teacher)
+    assert OpenAIChatModel.capabilities.tool_calls and \
         OpenAIChatModel.capabilities.token_logprobs
     cached = CachedModel(fake, CallCache(tmp_path / "c.sqlite"))
     assert cached.capabilities is fake.capabilities

@@ -15,6 +15,7 @@ import math
 import re
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -221,35 +222,17 @@ def _with_tools(model, items: list[DesignItem], ac) -> list[dict]:
 def evaluate(cfg, ctx):
     from workbench.agent_packs.api import conditions
     from workbench.agent_packs.rf import grpo
-    from workbench.corpus import load_sections
     from workbench.models.factory import open_chat_model
     from workbench.registry import PipelineResult
-    from workbench.retrieval.search import Searcher
     from workbench.runs import file_hash
 
     ac = cfg.agent
     wanted = conditions(ac, (*CONDITIONS, grpo.CONDITION)) if ac.conditions \
         else list(CONDITIONS)
-    items = load_items(ac.data)
     out = ctx.layout.folder("agent")
     out.mkdir(parents=True, exist_ok=True)
-    if not items:
-        raise WorkbenchError(f"{ac.data}/design.jsonl: no items")
-    training: dict[str, Any] = {}
     folder = ctx.layout.artifact("agent", "rf_grpo").parent
-    if grpo.CONDITION in wanted:  # every condition on the test items; the rest train
-        if "tools" not in wanted:
-            ctx.log("warning: tools+grpo without tools in agent.conditions: no paired test "
-                    "against the prompted tools agent")
-        # a seeded shuffle before agent.dev_limit: generated files come family by family
-        split = grpo.split_items(items, ac.grpo.test_share, ac.grpo.dev_share, cfg.seed,
-                                 limit=ac.dev_limit)
-        items = split.test
-        training[grpo.CONDITION] = grpo.adapter(
-            cfg, ctx, split, folder, tools_setup=tools_setup, task=design_task,
-            reward=reward, code=(FORMAT_PENALTY, prompts()))
-    elif ac.dev_limit:
-        items = items[:ac.dev_limit]
+    items, training = _items_and_training(cfg, ctx, wanted, folder)
     opened: list = []
 
     def base_model():
@@ -262,43 +245,24 @@ def evaluate(cfg, ctx):
            ac.policy, ac.retriever, ac.search_k, cfg.corpus, ac.errors.model_dump())
     results: dict[str, list[dict]] = {}
     seconds: dict[str, float] = {}
-    for cond in wanted:
-        path = AgentFiles(out).rf(cond)
+    try:
+        for cond in wanted:
+            path = AgentFiles(out).rf(cond)
 
-        def go(cond=cond, path=path) -> dict[str, Any]:
-            t0 = time.perf_counter()
-            if cond == "tools":
-                rows = _with_tools(base_model(), items, ac)
-            elif cond == grpo.CONDITION:
-                tuned = grpo.adapted_model(cfg, folder)
-                try:
-                    rows = _with_tools(tuned, items, ac)
-                finally:
-                    tuned.close()
-            else:
-                contexts = None
-                if cond == "rag":
-                    sections, _ = load_sections(cfg.corpus)
-                    search = Searcher(sections, AgentFiles(out).rf_index, ac.retriever,
-                                      log=ctx.log)
-                    hits = search([it.question for it in items], ac.search_k)
-                    contexts = ["\n\n".join(h.text for h in hs) for hs in hits]
-                rows = _direct(base_model(), items, contexts)
-            write_jsonl(path, rows)
-            return {"seconds": round(time.perf_counter() - t0, 2)}
+            def go(cond=cond, path=path) -> dict[str, Any]:
+                t0 = time.perf_counter()
+                write_jsonl(path, _condition_rows(cond, cfg, ctx, items, out, folder,
+                                                  base_model))
+                return {"seconds": round(time.perf_counter() - t0, 2)}
 
-        inputs = (key, cond, [i.id for i in items]) + ((  # a new adapter: run again
-            file_hash(folder / "adapter_model.safetensors"),) if cond in training else ())
-        try:
+            inputs = (key, cond, [i.id for i in items]) + ((  # a new adapter: run again
+                file_hash(folder / "adapter_model.safetensors"),) if cond in training else ())
             rec, _ = ctx.stages("agent").run("rf", inputs, go, part=cond)
-        except BaseException:
-            for m in opened:
-                m.close()
-            raise
-        seconds[cond] = (rec.info or {}).get("seconds", rec.seconds)
-        results[cond] = read_jsonl(path)
-    for m in opened:
-        m.close()
+            seconds[cond] = (rec.info or {}).get("seconds", rec.seconds)
+            results[cond] = read_jsonl(path)
+    finally:
+        for m in opened:
+            m.close()
     report = rf_report(out, items, results, seconds, model=cfg.models.chat.spec,
                        training=training)
     acc = report.accuracy()
@@ -310,6 +274,56 @@ def evaluate(cfg, ctx):
         message=f"{md}: accuracy within {percent(items[0].tolerance)} on "
                 f"{len(items)} design items: " + ", ".join(f"{c} {percent(v)}"
                                                           for c, v in acc.items()))
+
+
+def _items_and_training(cfg, ctx, wanted: list[str], folder: Path
+                        ) -> tuple[list[DesignItem], dict[str, Any]]:
+    """The items every condition is scored on, and (with tools+grpo) the training of its
+    adapter in `folder`: {condition: the stage's record}."""
+    from workbench.agent_packs.rf import grpo
+
+    ac = cfg.agent
+    items = load_items(ac.data)
+    if not items:
+        raise WorkbenchError(f"{ac.data}/design.jsonl: no items")
+    if grpo.CONDITION not in wanted:
+        return (items[:ac.dev_limit] if ac.dev_limit else items), {}
+    if "tools" not in wanted:
+        ctx.log("warning: tools+grpo without tools in agent.conditions: no paired test "
+                "against the prompted tools agent")
+    # every condition on the test items; the rest train. A seeded shuffle before
+    # agent.dev_limit: generated files come family by family
+    split = grpo.split_items(items, ac.grpo.test_share, ac.grpo.dev_share, cfg.seed,
+                             limit=ac.dev_limit)
+    info = grpo.adapter(cfg, ctx, split, folder, tools_setup=tools_setup, task=design_task,
+                        reward=reward, code=(FORMAT_PENALTY, prompts()))
+    return split.test, {grpo.CONDITION: info}
+
+
+def _condition_rows(cond: str, cfg, ctx, items: list[DesignItem], out: Path, folder: Path,
+                    base_model: Callable[[], Any]) -> list[dict]:
+    """One condition's rows: the tools agent (on the base model, or with the tools+grpo
+    adapter in `folder` merged), or the model alone / with RAG."""
+    from workbench.agent_packs.rf import grpo
+    from workbench.corpus import load_sections
+    from workbench.retrieval.search import Searcher
+
+    ac = cfg.agent
+    if cond == "tools":
+        return _with_tools(base_model(), items, ac)
+    if cond == grpo.CONDITION:
+        tuned = grpo.adapted_model(cfg, folder)
+        try:
+            return _with_tools(tuned, items, ac)
+        finally:
+            tuned.close()
+    contexts = None
+    if cond == "rag":
+        sections, _ = load_sections(cfg.corpus)
+        search = Searcher(sections, AgentFiles(out).rf_index, ac.retriever, log=ctx.log)
+        hits = search([it.question for it in items], ac.search_k)
+        contexts = ["\n\n".join(h.text for h in hs) for hs in hits]
+    return _direct(base_model(), items, contexts)
 
 
 def rf_report(out: Path, items: list[DesignItem], results: dict[str, list[dict]],
