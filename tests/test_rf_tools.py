@@ -61,6 +61,20 @@ def test_units_are_checked():
     assert obs.error and "frequency" in obs.error  # the model sees why, the run goes on
 
 
+def calculator_values(it) -> list[float]:
+    """What the item's calculator gives, called as the guided agent binds the question's
+    quantities (every binding the calculator accepts)."""
+    values = []
+    for c in bindings(it.question):
+        if c.function.name == it.tool:
+            try:
+                values.append(getattr(T, it.tool)(**json.loads(c.function.arguments))[
+                    it.quantity])
+            except ToolError:
+                pass
+    return values
+
+
 def test_bindings_follow_units_and_reach_every_benchmark_answer():
     q = "A 50 ohm line is terminated in a 75 ohm resistive load. What is the VSWR?"
     assert quantities(q) == [("50 ohm", "impedance"), ("75 ohm", "impedance")]
@@ -72,14 +86,7 @@ def test_bindings_follow_units_and_reach_every_benchmark_answer():
     items = load_items("datasets/rf_design")
     assert len(items) == 40
     for it in items:
-        values = []
-        for c in bindings(it.question):
-            if c.function.name == it.tool:
-                try:
-                    values.append(getattr(T, it.tool)(**json.loads(c.function.arguments))[
-                        it.quantity])
-                except ToolError:
-                    pass
+        values = calculator_values(it)
         assert any(correct(v, it) for v in values), it.id
 
 
@@ -232,14 +239,7 @@ def test_generated_answers_are_the_calculators_and_the_checker_takes_them():
         # the calculator the item names, called as the guided agent binds the question's
         # quantities, gives exactly the item's answer; the checker takes it, and the number
         # a model would write
-        values = []
-        for c in bindings(it.question):
-            if c.function.name == it.tool:
-                try:
-                    values.append(getattr(T, it.tool)(**json.loads(c.function.arguments))[
-                        it.quantity])
-                except ToolError:
-                    pass
+        values = calculator_values(it)
         assert it.answer in values, it.id
         assert correct(it.answer, it) and correct(parse_number(f"about {it.answer} {it.unit}"),
                                                   it), it.id

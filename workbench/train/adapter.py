@@ -4,7 +4,8 @@ one a PeftModel carries), starting from a saved one, and reading or replacing it
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -102,6 +103,22 @@ def load_adapter_state(session: CarriesAdapter, state: Mapping[str, torch.Tensor
                                            if len(problems) > 5 else "")
         raise WorkbenchError(f"adapter state does not fit this session's adapter: {shown}")
     set_peft_model_state_dict(session.model, dict(state), adapter_name=name)
+
+
+@contextmanager
+def adapter_swapped(session: CarriesAdapter, state: Mapping[str, torch.Tensor] | None
+                    ) -> Iterator[None]:
+    """Run the block with `state` in the adapter (e.g. to export the best step's), then put
+    the session's own tensors back; None: the block runs on the adapter as it is."""
+    if state is None:
+        yield
+        return
+    current = adapter_state(session)
+    load_adapter_state(session, state)
+    try:
+        yield
+    finally:
+        load_adapter_state(session, current)
 
 
 def from_adapter(model, folder: str):

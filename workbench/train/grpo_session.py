@@ -41,7 +41,7 @@ from workbench.io import atomic_write_text, sha256_text
 from workbench.models.templates import template_fingerprint
 from workbench.records import RunManifest, library_versions
 from workbench.train import checkpoint as ckpt
-from workbench.train.adapter import adapter_state, load_adapter_state
+from workbench.train.adapter import adapter_state, adapter_swapped, load_adapter_state
 from workbench.train.adapter_folder import export_adapter
 from workbench.train.config import TrainConfig
 from workbench.train.grpo import (
@@ -570,15 +570,8 @@ def export(s: GrpoSession, output: str | Path, *, run_id: str | None = None
                  "heldout_reward_start": s.start_reward,
                  "heldout_reward_best": s.best_reward,
                  "final": s.metrics[-1] if s.metrics else {}}).to_json()
-    current = None
-    if best and s.best_step != s.step and s.best_state is not None:
-        current = _copy(s)
-        load_adapter_state(s, s.best_state)
-    try:
+    with adapter_swapped(s, s.best_state if best and s.best_step != s.step else None):
         export_adapter(s.model, s.tokenizer, output, manifest, s.metrics)
-    finally:
-        if current is not None:
-            load_adapter_state(s, current)
     return manifest
 
 

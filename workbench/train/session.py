@@ -33,6 +33,7 @@ from workbench.records import ChatExample, PreferencePair, RunManifest, library_
 from workbench.train import checkpoint as ckpt
 from workbench.train.adapter import (
     adapter_state,
+    adapter_swapped,
     from_adapter,
     init_adapter_state,
     load_adapter_state,
@@ -555,12 +556,6 @@ def export(session: TrainingSession, output: str | Path, *, run_id: str | None =
                  **({"reference_forward_passes": s.ref_forwards} if s.cfg.method == "dpo"
                     else {})}).to_json()
     if s.rank == 0:
-        current = adapter_state(s) if best else None
-        if best and s.best_state is not None:
-            load_adapter_state(s, s.best_state)
-        try:
+        with adapter_swapped(s, s.best_state if best else None):
             export_adapter(s.model, s.tokenizer, output, manifest, s.metrics)
-        finally:
-            if current is not None:
-                load_adapter_state(s, current)
     return manifest
