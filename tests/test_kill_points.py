@@ -56,8 +56,11 @@ def tiny_session(folder: Path, *, step: int, version: str, keep: int) -> SimpleN
     with torch.no_grad():
         for p in params:
             p.fill_(VALUE[version])
+    # domain_eval.keep_best's adapter so far: one more file of the checkpoint, same version
+    best = {"w": torch.full((4,), VALUE[version])}
     return SimpleNamespace(checkpoint_dir=folder, rank=0, step=step, model=model,
                            optimizer=opt, metrics=[{"version": version}], total=10,
+                           best_step=step, best_score=VALUE[version], best_state=best,
                            cfg=SimpleNamespace(save_total_limit=keep))
 
 
@@ -254,6 +257,13 @@ def _loaded_version(ckpt: Path) -> str:
     for p in (p for p in fresh.model.parameters() if p.requires_grad):
         assert torch.all(p == VALUE[version]), f"{ckpt.name}: adapter of another version"
     assert state["step"] == int(ckpt.name.split("-")[1])
+    from safetensors.torch import load_file
+
+    from workbench.train.session import BEST
+
+    assert state["best_score"] == VALUE[version], f"{ckpt.name}: best score of another version"
+    assert torch.all(load_file(str(ckpt / BEST))["w"] == VALUE[version]), \
+        f"{ckpt.name}: best adapter of another version"
     return version
 
 
