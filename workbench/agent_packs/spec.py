@@ -4,6 +4,17 @@ from workbench.registry import Artifact, Pipeline, Stage
 
 _T = "trajectories/{}.jsonl"
 
+
+def _grpo(stage: str) -> tuple[Artifact, ...]:
+    """What a pack's GRPO training writes (`agent_packs.grpo.train`): the kept adapter, and
+    beside it the rollouts of every step and one metric row per step (the live curves)."""
+    return (Artifact(stage, f"{stage}/adapter_model.safetensors"),
+            Artifact(f"{stage}_rollouts", f"{stage}.rollouts", required=False,
+                     help="every step's rollouts (one JSONL file a step)"),
+            Artifact(f"{stage}_live", f"{stage}.live.jsonl", required=False,
+                     help="one metric row per step: reward, groups with no signal, tool "
+                          "calls, KL, clipping, dev reward"))
+
 PIPELINE = Pipeline(
     name="agent",
     # searcher: the agents' entries indexed in the run; open_index: a prebuilt index (kgv)
@@ -27,12 +38,18 @@ PIPELINE = Pipeline(
               outputs=(Artifact("adapter", "student/adapter_config.json"),)),
         Stage("agent_sft", help="the agent on the student model",
               outputs=(Artifact("agent_sft", _T.format("agent_sft"), "AgentTrajectory"),)),
+        Stage("kgv_grpo", help="KGV: the agent trained with GRPO on the training claims' "
+                               "rollouts against the pack's reward (right verdict, less a "
+                               "cost per search: AgentKGV's second stage)",
+              outputs=_grpo("kgv_grpo")),
+        Stage("agent_grpo", help="KGV: the agent with the kgv_grpo adapter",
+              outputs=(Artifact("agent_grpo", _T.format("agent_grpo"), "AgentTrajectory"),)),
         Stage("rf", per="condition", help="RF design: the questions under one condition "
                                             "(alone, rag, tools)",
               outputs=(Artifact("rf", "rf_{value}.jsonl"),)),
         Stage("rf_grpo", help="RF design: the tools agent trained with GRPO on the training "
                               "items' rollouts against the pack's reward (tools+grpo)",
-              outputs=(Artifact("rf_grpo", "rf_grpo/adapter_model.safetensors"),)),
+              outputs=_grpo("rf_grpo")),
         Stage("rf_index", help="RF design: the corpus indexed once for the rag and tools "
                                "conditions (the searcher reuses it while the corpus holds)",
               outputs=(Artifact("rf_index", "rf_index", required=False),)),

@@ -304,6 +304,7 @@ def _condition_rows(cond: str, cfg, ctx, items: list[DesignItem], out: Path, fol
                     base_model: Callable[[], Any]) -> list[dict]:
     """One condition's rows: the tools agent (on the base model, or with the tools+grpo
     adapter in `folder` merged), or the model alone / with RAG."""
+    from workbench.agent_packs import grpo as shared
     from workbench.agent_packs.rf import grpo
     from workbench.corpus import load_sections
     from workbench.retrieval.search import Searcher
@@ -312,7 +313,7 @@ def _condition_rows(cond: str, cfg, ctx, items: list[DesignItem], out: Path, fol
     if cond == "tools":
         return _with_tools(base_model(), items, ac)
     if cond == grpo.CONDITION:
-        tuned = grpo.adapted_model(cfg, folder)
+        tuned = shared.adapted_model(cfg, folder)
         try:
             return _with_tools(tuned, items, ac)
         finally:

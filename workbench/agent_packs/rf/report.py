@@ -9,6 +9,7 @@ from typing import Annotated
 
 from pydantic import StringConstraints
 
+from workbench.agent_packs.grpo import TrainedAdapter, summary_line
 from workbench.agent_packs.reports import (
     SCHEMA_VERSION,
     Interval,
@@ -51,19 +52,7 @@ class RfPaired(ReportPart):
     delta: float
 
 
-class RfTraining(ReportPart):
-    """How a trained condition's adapter was made (tools+grpo: `rf.grpo.training_info`)."""
-
-    train_items: int
-    dev_items: int
-    test_items: int
-    steps: int
-    adapter_step: int | None = None
-    dev_reward_start: float | None = None
-    dev_reward_best: float | None = None
-    reward_first_quarter: float | None = None
-    reward_last_quarter: float | None = None
-    no_signal_share: float | None = None
+RfTraining = TrainedAdapter  # how tools+grpo's adapter was made (agent_packs.grpo)
 
 
 class RfReport(ReportPart):
@@ -111,18 +100,7 @@ def report_markdown(report: RfReport, *, tolerance: float) -> str:
         lines += ["", f"{c}: the right calculator chosen on {conds[c].right_tool}/"
                   f"{report.items} items ({conds[c].tool_chosen})."]
     for cond, t in (report.training or {}).items():
-        kept = f"the adapter of step {t.adapter_step} is kept (best mean reward on " \
-               f"{t.dev_items} dev items: {number(t.dev_reward_start)} at the start, " \
-               f"{number(t.dev_reward_best)} kept)" if t.dev_items and \
-               t.dev_reward_best is not None else \
-               f"the adapter of its last step ({t.adapter_step}) is kept (no dev items chose)"
-        lines += ["", f"{cond}: trained {t.steps} steps on the rollouts of {t.train_items} "
-                  f"items; {kept}. Every condition above is scored on "
-                  f"the {t.test_items} test items only. Training rollouts' mean reward "
-                  f"{number(t.reward_first_quarter)} in the first quarter of the steps, "
-                  f"{number(t.reward_last_quarter)} in the last; groups with no signal "
-                  f"(every rollout of a task rewarded alike): "
-                  f"{percent(t.no_signal_share)} of them."]
+        lines += ["", summary_line(cond, t)]
     if report.paired:
         lines += ["", markdown_table(["paired (exact McNemar)", "Δ accuracy", "p"],
                                      [[k, points(v.delta), p_value(v.p)]
