@@ -12,12 +12,12 @@ registry, so adding a pipeline touches no core file:
 - `register(pipeline)` adds one from code.
 
 Entries name their functions as `"module:attribute"` strings and import them only when
-used, so building `--help` or the config schema never imports torch.
+used (`workbench.plugins.load`, the one loader), so building `--help` or the config schema
+never imports torch. The pipelines are a `workbench.plugins.Registry`, the one registry type.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbench import plugins
 from workbench.errors import WorkbenchError
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
@@ -102,10 +103,11 @@ class Pipeline:
         return self.name if self.folder is None else self.folder
 
     def config_model(self) -> type[BaseModel] | None:
-        return load_attr(self.config) if self.config else None
+        return plugins.load(self.config, what=f"pipeline {self.name!r}'s config") \
+            if self.config else None
 
     def runner(self) -> Callable[..., Any]:
-        return load_attr(self.run)
+        return plugins.load(self.run, what=f"pipeline {self.name!r}'s run")
 
     def artifact(self, name: str) -> Artifact:
         for s in self.stages:
@@ -116,40 +118,32 @@ class Pipeline:
                              f"{', '.join(a.name for s in self.stages for a in s.outputs)})")
 
 
-def load_attr(ref: str) -> Any:
-    module, _, attr = ref.partition(":")
-    try:
-        obj = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
-        raise WorkbenchError(f"cannot load {ref!r}: {e}") from None
-    return obj
-
-
-_REGISTRY: dict[str, Pipeline] = {}
+# the pipelines' entry points name a Pipeline or a list of them, so `_ensure_loaded`
+# registers them from code, by their own names
+_REGISTRY: plugins.Registry[Pipeline] = plugins.Registry(
+    "pipeline", unknown="unknown pipeline {name!r} (registered: {known})")
 _loaded = False
 _generation = 0  # bumps on every change, so derived things (the config model) rebuild
 
 
 def register(pipeline: Pipeline, *, replace: bool = False) -> Pipeline:
     global _generation
-    old = _REGISTRY.get(pipeline.name)
+    old = _REGISTRY.registered(pipeline.name)
     if old is not None and old != pipeline and not replace:
         raise WorkbenchError(f"a pipeline named {pipeline.name!r} is already registered")
-    sections = {p.section: p.name for p in _REGISTRY.values() if p.section
+    sections = {p.section: p.name for _, p in _REGISTRY.items() if p.section
                 and p.name != pipeline.name}
     if pipeline.section in sections:
         raise WorkbenchError(f"pipeline {pipeline.name!r}: config section "
                              f"{pipeline.section!r} belongs to {sections[pipeline.section]!r}")
-    _REGISTRY[pipeline.name] = pipeline
+    _REGISTRY.register(pipeline.name, pipeline)
     _generation += 1
     return pipeline
 
 
 def unregister(name: str) -> None:
     global _generation
-    if _REGISTRY.pop(name, None) is not None:
+    if _REGISTRY.unregister(name):
         _generation += 1
 
 
@@ -159,7 +153,7 @@ def generation() -> int:
 
 
 def _register_module(module: str) -> None:
-    mod = importlib.import_module(module)
+    mod = plugins.load(module, what="WB_PLUGINS: module")
     found = list(getattr(mod, "PIPELINES", ()))
     if getattr(mod, "PIPELINE", None) is not None:
         found.append(mod.PIPELINE)
@@ -172,8 +166,6 @@ def _ensure_loaded() -> None:
     if _loaded:
         return
     _loaded = True  # before registering: `register` reads the registry
-    from workbench import plugins
-
     try:
         found = plugins.entries(plugins.PIPELINES)
     except WorkbenchError:
@@ -185,25 +177,19 @@ def _ensure_loaded() -> None:
             register(p, replace=True)
     for module in filter(None, (m.strip() for m in os.environ.get("WB_PLUGINS", "").split(
             ","))):
-        try:
-            _register_module(module)
-        except ImportError as e:
-            raise WorkbenchError(f"WB_PLUGINS: cannot import {module!r} ({e})") from None
+        _register_module(module)
 
 
 def pipelines(kind: str | None = None) -> list[Pipeline]:
     """Registered pipelines in menu order."""
     _ensure_loaded()
-    out = [p for p in _REGISTRY.values() if kind is None or p.kind == kind]
+    out = [p for _, p in _REGISTRY.items() if kind is None or p.kind == kind]
     return sorted(out, key=lambda p: (p.order, p.name))
 
 
 def get(name: str) -> Pipeline:
     _ensure_loaded()
-    if name not in _REGISTRY:
-        raise WorkbenchError(f"unknown pipeline {name!r} (registered: "
-                             f"{', '.join(p.name for p in pipelines())})")
-    return _REGISTRY[name]
+    return _REGISTRY.get(name, known=names())
 
 
 def names() -> list[str]:

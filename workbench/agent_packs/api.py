@@ -1,28 +1,31 @@
 """Entry points of the domain-agent pipeline: one call per CLI command or job.
 
-Packs plug in by name through the entry-point group `workbench.agent_packs`
-(`workbench.plugins`; the built-ins kgv, rf and litsearch are entries of the workbench's own): a
-pack module offers `evaluate(cfg, ctx) -> PipelineResult` (the registered job: baselines,
-teacher, student, report) and `run_inputs(cfg, inputs, log) -> list[AgentTrajectory]` (run
-the agent on a few inputs and show its steps).
+Packs plug in by name through the registry of packs (`agent_packs.pack.PACKS`: the
+entry-point group `workbench.agent_packs`, whose built-ins kgv, rf and litsearch are entries
+of the workbench's own): each declares itself (`AgentPack`: its stages, conditions and report)
+and names a module that offers `evaluate(cfg, ctx) -> PipelineResult` (the registered job:
+baselines, teacher, student, report) and `run_inputs(cfg, inputs, log) ->
+list[AgentTrajectory]` (run the agent on a few inputs and show its steps). A pack's stages
+are in the agent pipeline before its code runs (`declare`).
 
-Each pack's report is a typed record with one reader: `read_report(run, pack)` dispatches to
-the pack's report module (`REPORTS`; a plugin pack module offers `read_report(run)` and
-`REPORT_JSON` itself), and `report_packs(run)` says which packs' reports a run holds.
+Each pack's report is a typed record with one reader: `read_report(run, pack)` calls the
+reader its declaration names (`PackReport`; a pack module of the older form offers
+`read_report(run)` and `REPORT_JSON` itself), and `report_packs(run)` says which packs'
+reports a run holds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from workbench import registry
+from workbench.agent_packs.pack import AgentPack, declaration
+from workbench.agent_packs.pack import names as registered_packs
 from workbench.errors import WorkbenchError
-
-# the module holding each pack's report record, its file name and its reader; in the order a
-# run folder holding more than one is shown by the app
-REPORTS = {"kgv": "workbench.agent_packs.kgv.report",
-           "litsearch": "workbench.agent_packs.litsearch.report",
-           "rf": "workbench.agent_packs.rf.report"}
+from workbench.plugins import load
 
 
 def conditions(ac, known: tuple[str, ...]) -> list[str]:
@@ -38,19 +41,28 @@ def conditions(ac, known: tuple[str, ...]) -> list[str]:
 
 
 def pack_names() -> list[str]:
-    from workbench import plugins
+    return registered_packs()
 
-    return sorted(plugins.entries(plugins.AGENT_PACKS))
+
+def declare(pack: AgentPack) -> None:
+    """Put the pack's stages into the agent pipeline, if they are not there yet (a pack
+    registered or installed after the pipeline was built), so its stage runner, layout and
+    report find them."""
+    spec = registry.get("agent")
+    have = {s.name: s for s in spec.stages}
+    if all(have.get(s.name) == s for s in pack.stages):
+        return
+    mine = {s.name for s in pack.stages}
+    registry.register(dataclasses.replace(
+        spec, stages=(*(s for s in spec.stages if s.name not in mine), *pack.stages)),
+        replace=True)
 
 
 def pack_module(name: str) -> Any:
-    from workbench import plugins
-
-    found = plugins.entries(plugins.AGENT_PACKS)
-    if name not in found:
-        raise WorkbenchError(f"unknown agent pack {name!r} (available: "
-                             f"{', '.join(sorted(found))})")
-    return plugins.load(found[name], what=f"agent pack {name!r}")
+    """The module of the pack registered under `name`, its stages declared."""
+    pack = declaration(name)
+    declare(pack)
+    return pack.module()
 
 
 def _check_pack_options(ac) -> None:
@@ -77,16 +89,27 @@ def run_inputs(cfg, inputs: list[str], log=print):
 
 
 def report_module(pack: str) -> Any:
-    """The module with a pack's `REPORT_JSON` and `read_report(run)`."""
-    import importlib
-
-    if pack in REPORTS:
-        return importlib.import_module(REPORTS[pack])
+    """A pack's `REPORT_JSON` (the report's file in the agent folder) and `read_report(run)`:
+    from its declaration (`PackReport`), else from its module (the older form)."""
+    decl = declaration(pack)
+    if decl.report is not None:
+        declare(decl)
+        return SimpleNamespace(
+            REPORT_JSON=registry.get("agent").artifact(decl.report.artifact).path,
+            read_report=load(decl.report.reader, what=f"agent pack {pack!r}'s report reader"))
     mod = pack_module(pack)
     if not hasattr(mod, "read_report") or not hasattr(mod, "REPORT_JSON"):
         raise WorkbenchError(f"agent pack {pack!r} has no report reader (its module offers "
                              "no read_report and REPORT_JSON)")
     return mod
+
+
+def report_record(pack: str) -> Any:
+    """The record type of a pack's report (a declared pack's `PackReport.record`)."""
+    decl = declaration(pack)
+    if decl.report is None:
+        raise WorkbenchError(f"agent pack {pack!r} declares no report record")
+    return load(decl.report.record, what=f"agent pack {pack!r}'s report record")
 
 
 def report_path(run, pack: str) -> Path:
@@ -105,11 +128,19 @@ def read_report(run, pack: str) -> Any:
 
 def report_packs(run) -> list[str]:
     """The packs whose report the run's agent folder holds (by file name, not yet read: a
-    broken one is listed, and its reader says what is wrong); built-in packs only."""
+    broken one is listed, and its reader says what is wrong); every registered pack that
+    declares its report, by name."""
     import os
 
     from workbench.agent_packs.reports import agent_folder
 
     folder = agent_folder(run)
-    return [p for p in REPORTS
-            if os.path.lexists(folder / report_module(p).REPORT_JSON)]
+    out = []
+    for p in registered_packs():
+        try:
+            decl = declaration(p)
+        except WorkbenchError:
+            continue  # a pack that cannot be loaded wrote no report here
+        if decl.report is not None and os.path.lexists(folder / report_module(p).REPORT_JSON):
+            out.append(p)
+    return out

@@ -27,6 +27,7 @@ from workbench.agents.steps import AgentStep, AgentTrajectory
 from workbench.agents.tools import Toolbox
 from workbench.errors import WorkbenchError
 from workbench.models.base import ChatModel, Generation, GenerationParams, ScoreRequest
+from workbench.plugins import Registry
 from workbench.records import Message, ToolCall
 
 
@@ -149,16 +150,20 @@ class Reflexion(ReAct):
         return msgs
 
 
-# one-run scaffolds (any pack's `scaffold:` setting), and those that need `run_reflexion`
-SCAFFOLDS: dict[str, type[Scaffold]] = {"react": ReAct, "plan_execute": PlanExecute}
-TRIAL_SCAFFOLDS: dict[str, type[Scaffold]] = {"reflexion": Reflexion}
+# one-run scaffolds (any pack's `scaffold:` setting), and those that need `run_reflexion`;
+# registries (`workbench.plugins.Registry`), so code may add one
+_UNKNOWN = "unknown {kind} {name!r} (one of {known})"
+SCAFFOLDS: Registry[type[Scaffold]] = Registry("scaffold", unknown=_UNKNOWN)
+SCAFFOLDS.register("react", ReAct)
+SCAFFOLDS.register("plan_execute", PlanExecute)
+TRIAL_SCAFFOLDS: Registry[type[Scaffold]] = Registry("scaffold", unknown=_UNKNOWN)
+TRIAL_SCAFFOLDS.register("reflexion", Reflexion)
 
 
 def scaffold(name: str) -> Scaffold:
-    known = {**SCAFFOLDS, **TRIAL_SCAFFOLDS}
-    if name not in known:
-        raise WorkbenchError(f"unknown scaffold {name!r} (one of {', '.join(known)})")
-    return known[name]()
+    if name in TRIAL_SCAFFOLDS:
+        return TRIAL_SCAFFOLDS.get(name)()
+    return SCAFFOLDS.get(name, known=[*SCAFFOLDS, *TRIAL_SCAFFOLDS])()
 
 
 # --- policies --------------------------------------------------------------------------------

@@ -301,12 +301,12 @@ def _run_command(name: str, help_text: str):
 
 
 def add_pipeline_groups(root: typer.Typer) -> None:
-    from workbench import registry
+    from workbench import plugins, registry
 
     for p in registry.pipelines():
         group = typer.Typer(help=p.help, no_args_is_help=True)
         if p.cli:
-            registry.load_attr(p.cli)(group)
+            plugins.load(p.cli, what=f"pipeline {p.name!r}'s CLI")(group)
         if not any(c.name == "run" for c in group.registered_commands):
             group.command("run")(_run_command(p.name, p.help))
         root.add_typer(group, name=p.name)

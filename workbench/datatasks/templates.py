@@ -30,6 +30,7 @@ from workbench.datatasks.slices import (  # noqa: F401  (AGGS_BY_ROLE: read by t
     MAX_VALUE_CHARS,
     Slices,
 )
+from workbench.plugins import Registry
 
 CATEGORIES = ("lookup", "filter", "aggregation", "join", "group_rank", "time_series",
               "comparison", "composed")
@@ -188,14 +189,12 @@ def _via(j: JoinKey, inner: list[Cond]) -> Cond:
 # --- seed templates -------------------------------------------------------------------------------
 
 Template = Callable[[Context, random.Random], list[Query]]
-TEMPLATES: dict[str, Template] = {}
+# template id -> its function (`workbench.plugins.Registry`; `@template(id)` registers one)
+TEMPLATES: Registry[Template] = Registry("seed template")
 
 
-def template(tid: str):
-    def deco(fn: Template) -> Template:
-        TEMPLATES[tid] = fn
-        return fn
-    return deco
+def template(tid: str) -> Callable[[Template], Template]:
+    return TEMPLATES.add(tid)
 
 
 def category_of(template_id: str) -> str:

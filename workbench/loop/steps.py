@@ -24,8 +24,8 @@ from workbench.loop.store import RoundStore
 from workbench.loop.suites import seeded_split, subset_of
 from workbench.loop.synth import Synthesiser, by_job, dev_right
 from workbench.loop.train import adapter_hash
+from workbench.plugins import load
 from workbench.records import ChatExample, EvalResult
-from workbench.registry import load_attr
 from workbench.runs import RunContext, file_hash, hash_inputs
 from workbench.text import percent
 
@@ -237,7 +237,7 @@ class _RoundRun:
         data = self._data(w)
         write_jsonl(self.files.train, data)
         out = self.files.candidate
-        trainer = load_attr(self.lc.trainer)
+        trainer = load(self.lc.trainer, what="loop.trainer")
         info = trainer(self.files.train, out, self.train, steps=self.train.steps,
                        model_spec=self.ev.cfg.models.chat.spec, seed=self.ev.cfg.seed,
                        log=self.log)
@@ -254,7 +254,7 @@ class _RoundRun:
             return {"chosen": weightings[0], "probes": {},
                     "note": "one weighting: no search" if len(weightings) == 1
                     else "no held-out dev items to score: the first weighting"}
-        trainer = load_attr(self.lc.trainer)
+        trainer = load(self.lc.trainer, what="loop.trainer")
         scores: dict[str, dict] = {}
         formulation = "letter" if self.lc.suites.scoring == "letter" else "cloze"
         for w in weightings:

@@ -1,21 +1,25 @@
 """One registry for every backend. Backends are entries of the entry-point group
 `workbench.backends` (`workbench.plugins`; the built-ins are the workbench's own entries),
 each naming a `ChatModel` class, imported on first use so that `import workbench.models` does
-not pull torch; `@register_backend(name)` registers one from code (tests, notebooks)."""
+not pull torch; `@register_backend(name)` registers one from code (tests, notebooks). The
+table is a `workbench.plugins.Registry`, the one registry type."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from workbench.errors import WorkbenchError
+from workbench import plugins
 from workbench.models.base import ChatModel
 from workbench.models.llamacpp_server import fallback_reason
 
-_BACKENDS: dict[str, Callable[..., ChatModel]] = {}  # registered from code, or loaded
-# Other names a config may use: `-s models.chat.backend=transformers|ctranslate2|llama.cpp`.
-_ALIASES = {"transformers": "local", "ct2": "ctranslate2", "llama.cpp": "llamacpp",
-            "llama_cpp": "llamacpp"}
+# registered from code, or the group's entries loaded on first use; the aliases are other
+# names a config may use: `-s models.chat.backend=transformers|ctranslate2|llama.cpp`
+BACKENDS: plugins.Registry[Callable[..., ChatModel]] = plugins.Registry(
+    "model backend", group=plugins.BACKENDS, sort=True,
+    aliases={"transformers": "local", "ct2": "ctranslate2", "llama.cpp": "llamacpp",
+             "llama_cpp": "llamacpp"},
+    unknown="unknown {kind} {name!r}; available: {known}")
 
 
 def register_backend(name: str):
@@ -23,29 +27,18 @@ def register_backend(name: str):
 
     def deco(cls):
         cls.backend_name = name
-        _BACKENDS[name] = cls
+        BACKENDS.register(name, cls)
         return cls
 
     return deco
 
 
 def _backend(name: str) -> Callable[..., ChatModel]:
-    from workbench import plugins
-
-    name = _ALIASES.get(name, name)
-    if name not in _BACKENDS and (ref := plugins.entries(plugins.BACKENDS).get(name)):
-        cls = plugins.load(ref, what=f"model backend {name!r}")
-        _BACKENDS.setdefault(name, cls)
-    if name not in _BACKENDS:
-        raise WorkbenchError(f"unknown model backend {name!r}; available: "
-                             f"{', '.join(available_backends())}")
-    return _BACKENDS[name]
+    return BACKENDS.get(name)
 
 
 def available_backends() -> list[str]:
-    from workbench import plugins
-
-    return sorted(set(_BACKENDS) | set(plugins.entries(plugins.BACKENDS)) | set(_ALIASES))
+    return BACKENDS.known()
 
 
 _FALLBACK_SAID: set[str] = set()
@@ -85,7 +78,7 @@ def backend_uses(spec: str = "default", backend: str | None = None,
     uses = getattr(_backend(name), "uses", None)
     if uses is not None:
         return uses(options)
-    name = _ALIASES.get(name, name)
+    name = BACKENDS.canonical(name)
     shown = "transformers" if name == "local" else name
     return {"generate": shown, "score": shown}
 

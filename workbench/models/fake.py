@@ -14,7 +14,6 @@ reports its progress as a real one does (replies done, tokens made so far).
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +35,7 @@ from workbench.models.base import (
 )
 from workbench.models.messages import NamedToolChoice, ToolCall, ToolChoice, plain_conversation
 from workbench.models.tools import FAMILIES, parse_tool_calls
+from workbench.plugins import load
 
 Reply = str | dict[str, Any]
 
@@ -68,8 +68,7 @@ class FakeChatModel(ChatModel):
         self.seen_tools: list[list[str]] = []  # tool names offered with each conversation
         fn = self.opts.script
         if isinstance(fn, str):
-            mod, _, attr = fn.partition(":")
-            fn = getattr(importlib.import_module(mod), attr)
+            fn = load(fn, what="fake backend: script")
         self._script = fn
 
     @property
