@@ -66,13 +66,15 @@ def pack_module(name: str) -> Any:
 
 
 def _check_pack_options(ac) -> None:
-    """Options that only some packs read, refused for the others in one line."""
+    """Options that only some packs read (their declarations' `reads`), refused for the
+    others in one line."""
     from workbench.errors import ConfigError
 
-    if ac.adapters and ac.pack != "litsearch":
+    reads = declaration(ac.pack).reads
+    if ac.adapters and "adapters" not in reads:
         raise ConfigError([f"agent.adapters: pack {ac.pack!r} has no adapter "
                            "conditions (litsearch has; kgv trains its own: agent_sft)"])
-    if ac.index is not None and ac.pack != "kgv":
+    if ac.index is not None and "index" not in reads:
         raise ConfigError([f"agent.index: pack {ac.pack!r} searches its own data; a "
                            "prebuilt index is evidence for kgv only"])
 

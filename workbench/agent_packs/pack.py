@@ -50,6 +50,9 @@ class AgentPack:
     conditions: tuple[str, ...] = ()  # what it compares by default, in report order
     stages: tuple[Stage, ...] = ()  # its stages of the agent pipeline
     report: PackReport | None = None
+    # the `agent` settings only some packs read that this one reads ("index", "adapters");
+    # set for another pack, they are refused in one line
+    reads: tuple[str, ...] = ()
 
     def module(self) -> Any:
         return load(self.entry, what=f"agent pack {self.name!r}")

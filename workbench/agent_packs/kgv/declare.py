@@ -13,4 +13,5 @@ PACK = AgentPack(
     report=PackReport(record="workbench.agent_packs.kgv.report:KgvReport",
                       reader="workbench.agent_packs.kgv.report:read_report",
                       artifact="kgv_report"),
+    reads=("index",),
 )

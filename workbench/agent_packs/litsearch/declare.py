@@ -15,4 +15,5 @@ PACK = AgentPack(
     report=PackReport(record="workbench.agent_packs.litsearch.report:LitsearchReport",
                       reader="workbench.agent_packs.litsearch.report:read_report",
                       artifact="litsearch_report"),
+    reads=("adapters",),
 )
