@@ -108,13 +108,19 @@ def _install(site: Path) -> None:
 
 @pytest.fixture
 def wordpack(tmp_path, monkeypatch):
+    """The package installed for this test only: afterwards the agent pipeline is as it was
+    (a worker runs other test files after this one)."""
     import importlib
 
+    from workbench import registry
+
+    agent = registry.get("agent")
     site = tmp_path / "site"
     _install(site)
     monkeypatch.syspath_prepend(str(site))
     importlib.invalidate_caches()
     yield site
+    registry.register(agent, replace=True)
     for name in [m for m in sys.modules if m == "wordpack" or m.startswith("wordpack.")]:
         del sys.modules[name]
 
