@@ -39,16 +39,20 @@ _RECIPE: dict[str, dict[str, Any]] = {
 
 
 class GrpoTraining(Section):
-    """rf's tools+grpo condition (`workbench.agent_packs.rf.grpo`): the split of the design
-    items and the training of the tools agent on its own rollouts. The defaults are the
-    recipe measured in BENCHMARKS.md ("GRPO on the RF design pack")."""
+    """The packs' on-policy conditions (`workbench.agent_packs.grpo`): rf's tools+grpo (the
+    split of the design items, `workbench.agent_packs.rf.grpo`) and kgv's agent_grpo (the
+    training claims, dev_share of them held out to choose; scored on the dev claims), and
+    the training of the agent on its own rollouts. The defaults are the recipe measured in
+    BENCHMARKS.md ("GRPO on the RF design pack")."""
 
     test_share: float = Field(0.4, gt=0, lt=1, description=(
-        "Share of the design items every condition is scored on (the paired tests' items); "
-        "never rolled out in training, never used to choose."))
+        "rf: share of the design items every condition is scored on (the paired tests' "
+        "items); never rolled out in training, never used to choose. kgv scores the dev "
+        "claims."))
     dev_share: float = Field(0.2, ge=0, lt=1, description=(
-        "Share that chooses the kept adapter (greedy runs every settings.eval_every steps, "
-        "best mean reward); 0: the last step's adapter is kept."))
+        "Share (rf: of the design items; kgv: of the training claims) that chooses the kept "
+        "adapter (greedy runs every settings.eval_every steps, best mean reward); 0: the "
+        "last step's adapter is kept."))
     max_steps: int = Field(24, ge=1, description="Optimizer steps, each on one rollout batch.")
     learning_rate: float = Field(1e-3, gt=0, le=1, description="Constant learning rate.")
     batch_size: int = Field(4, ge=1, description="Rollouts per micro-batch of the update.")
@@ -104,7 +108,10 @@ class AgentConfig(Section):
         "agent_sft; rf: alone, rag, tools; litsearch: query_only, fixed, agent, oracle). "
         "rf also trains on request: tools+grpo (the tools agent trained with GRPO on its "
         "rollouts against the pack's reward, agent.grpo's settings; every condition is then "
-        "scored on agent.grpo.test_share of the items). "
+        "scored on agent.grpo.test_share of the items); kgv on request: agent_grpo (the "
+        "agent trained with GRPO against the pack's reward, a right verdict less a cost per "
+        "search, AgentKGV's second stage), reported against the agent with the change in "
+        "accuracy and in searches per claim. "
         "litsearch also trains on request: agent+sft (LoRA SFT on the teacher's dialogues, "
         "agent.student's settings) and agent+sft_dpo (then DPO from that adapter on the "
         "corruption pairs), each compared on the same intents with paired tests; both are "

@@ -170,7 +170,15 @@ def clustered_sign_flip_p(correct_a: Sequence[bool], correct_b: Sequence[bool],
     d: dict[str, int] = {}
     for a, b, c in zip(correct_a, correct_b, clusters, strict=True):
         d[c] = d.get(c, 0) + int(bool(a) and not bool(b)) - int(bool(b) and not bool(a))
-    steps = [abs(v) for v in d.values() if v]
+    return sign_flip_p(list(d.values()))
+
+
+def sign_flip_p(differences: Sequence[int]) -> float:
+    """Two-sided p-value of the exact sign-flip (paired permutation) test of integer paired
+    differences (e.g. search calls per claim, after minus before): under "no difference"
+    each difference is as likely + as -, and p = P(|sum of +-d_i| >= |sum of d_i|), computed
+    exactly by convolving the differences one at a time."""
+    steps = [abs(int(v)) for v in differences if v]
     if not steps:
         return 1.0
     total = sum(steps)
@@ -178,7 +186,7 @@ def clustered_sign_flip_p(correct_a: Sequence[bool], correct_b: Sequence[bool],
     dist[total] = 1.0
     for v in steps:
         dist = 0.5 * (np.roll(dist, v) + np.roll(dist, -v))  # no wrap: |sum| <= total
-    observed = abs(sum(d.values()))
+    observed = abs(sum(int(v) for v in differences))
     sums = np.abs(np.arange(-total, total + 1))
     return float(min(1.0, dist[sums >= observed].sum()))
 

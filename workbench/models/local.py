@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -215,7 +216,10 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
             from peft import PeftModel
 
             adapter = check_adapter_dir(self.opts.adapter)
-            model = PeftModel.from_pretrained(model, adapter)
+            with warnings.catch_warnings():  # PEFT reads an attribute transformers 5 deprecates
+                warnings.filterwarnings("ignore", category=FutureWarning,
+                                        message="`is_gradient_checkpointing` is deprecated")
+                model = PeftModel.from_pretrained(model, adapter)
             if self.opts.merge_adapter:
                 model = model.merge_and_unload()
             from workbench.io import sha256_file

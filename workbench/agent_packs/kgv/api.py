@@ -17,7 +17,7 @@ from workbench.agent_packs.files import AgentFiles
 from workbench.agent_packs.kgv.evidence import Evidence
 from workbench.agent_packs.kgv.metrics import prediction, route
 from workbench.agent_packs.kgv.pack import KGClaim, KgvAgent, load_claims
-from workbench.agent_packs.kgv.reward import reward  # noqa: F401 (the pack's reward, for GRPO)
+from workbench.agent_packs.kgv.reward import FORMAT_PENALTY, SEARCH_COST, reward
 from workbench.agents.export import sft_examples
 from workbench.agents.runner import (
     AgentSetup,
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from workbench.agent_packs.kgv.report import KgvReport
 
 BASELINES = ("closed_book", "rag", "agent")
-CONDITIONS = (*BASELINES, "agent_sft")
+CONDITIONS = (*BASELINES, "agent_sft")  # the default set; agent_grpo on request
+GRPO = "agent_grpo"  # the agent trained with GRPO against `reward` (AgentKGV's second stage)
 
 
 def load_data(folder: str | Path, pack: str = "kgv") -> tuple[list[KGClaim], list[Any]]:
@@ -134,7 +135,7 @@ def make_agent(cfg, folder: Path, log=print, kg: KG | None = None) -> KgvAgent:
 
 
 def make_setup(agent: KgvAgent, ac, condition: str, *, policy: str | None = None,
-               temperature: float = 0.0, seed: int = 0) -> AgentSetup:
+               temperature: float = 0.0, seed: int = 0, max_tokens: int = 120) -> AgentSetup:
     pack = agent.pack
     box = agent.toolbox()
     common = {"toolbox": box, "system": pack.agent.system, "pack": pack.name,
@@ -153,7 +154,8 @@ def make_setup(agent: KgvAgent, ac, condition: str, *, policy: str | None = None
                           budget=Budget(max_steps=3, max_tool_calls=1), **common)
     kind = policy or ac.policy
     pol = guided(agent.propose) if kind == "guided" \
-        else FreePolicy(GenerationParams(max_tokens=120, temperature=temperature, seed=seed),
+        else FreePolicy(GenerationParams(max_tokens=max_tokens, temperature=temperature,
+                                         seed=seed),
                         constrained=kind == "free")
     return AgentSetup(policy=pol, budget=ac.budget, scaffold=scaffold(ac.scaffold), **common)
 
@@ -273,15 +275,22 @@ def evaluate(cfg, ctx):
     from workbench.agent_packs.api import conditions
     from workbench.agent_packs.kgv.report import write_report
 
-    wanted = conditions(cfg.agent, CONDITIONS)
+    wanted = conditions(cfg.agent, (*CONDITIONS, GRPO)) if cfg.agent.conditions \
+        else list(CONDITIONS)
     ev = _start(cfg, ctx)
     results = _run_baselines(ev, wanted)
     teacher_info: dict[str, Any] = {}
+    training: dict[str, Any] = {}
     if "agent_sft" in wanted:
         teacher_info, results["agent_sft"] = _run_agent_sft(ev)
+    if GRPO in wanted:
+        if "agent" not in wanted:
+            ctx.log("warning: agent_grpo without agent in agent.conditions: no paired test "
+                    "against the agent it was trained from")
+        training[GRPO], results[GRPO] = _run_agent_grpo(ev)
     report = write_report(ev.out, results, teacher_info, dev=len(ev.dev), train=len(ev.train),
                           model=cfg.models.chat.spec, searches=ev.agent.searches,
-                          evidence=ev.agent.source)
+                          evidence=ev.agent.source, training=training)
     return _pipeline_result(ev, report, results)
 
 
@@ -400,6 +409,57 @@ def _train_student(ev: _Evaluation, spath: Path, adapter: Path) -> dict[str, Any
     losses = [m["loss"] for m in r.metrics if "loss" in m]
     return {"steps": r.steps, "first_loss": losses[0] if losses else None,
             "last_loss": losses[-1] if losses else None}
+
+
+def _run_agent_grpo(ev: _Evaluation) -> tuple[dict[str, Any], list[AgentTrajectory]]:
+    """The agent trained with GRPO on the training claims' rollouts against the pack's
+    reward (a right verdict, less `SEARCH_COST` a search and `FORMAT_PENALTY` a mistake),
+    the adapter chosen by the greedy reward on `agent.grpo.dev_share` of the training claims,
+    then the agent with it on the dev claims: (the training's record, its runs)."""
+    from workbench.agent_packs import grpo
+    from workbench.errors import ConfigError
+    from workbench.runs import file_hash
+
+    ac = ev.ac
+    folder = ev.ctx.layout.artifact("agent", "kgv_grpo").parent
+    claims = list(ev.train)
+    random.Random(ev.cfg.seed).shuffle(claims)
+    n_dev = round(len(claims) * ac.grpo.dev_share)
+    choose, train = claims[:n_dev], claims[n_dev:]
+    if len(train) < 2:
+        raise ConfigError([f"agent.grpo: {len(claims)} training claims leave {len(train)} to "
+                           f"train agent_grpo on after {n_dev} dev claims (raise "
+                           "agent.train_limit or lower agent.grpo.dev_share)"])
+
+    def setup(*, temperature: float, seed: int, max_tokens: int) -> AgentSetup:
+        return make_setup(ev.agent, ac, "agent", temperature=temperature, seed=seed,
+                          max_tokens=max_tokens)
+
+    info = grpo.train(
+        ev.cfg, ev.ctx, "kgv_grpo", folder,
+        train_tasks=[ev.agent.task(c) for c in train],
+        dev_tasks=[ev.agent.task(c) for c in choose],
+        counts={"train_items": len(train), "dev_items": len(choose),
+                "test_items": len(ev.dev)},
+        items_key=([c.id for c in train], [c.id for c in choose]),
+        agent_setup=setup, reward=reward,
+        code=(ev.data_key, ev.pack_key, ac.calibrate, ev.agent_settings(), SEARCH_COST,
+              FORMAT_PENALTY))
+    path = AgentFiles(ev.out).trajectory(GRPO)
+    key = (ev.data_key, ev.pack_key, ev.model_key, [c.id for c in ev.dev],
+           file_hash(folder / "adapter_model.safetensors"), ac.calibrate, ac.chunk,
+           ev.agent_settings())
+
+    def go() -> dict[str, Any]:
+        tuned = grpo.adapted_model(ev.cfg, folder)
+        try:
+            return {"n": len(ev.run_claims(tuned, ev.dev, make_setup(ev.agent, ac, "agent"),
+                                           path, desc=GRPO, key=key))}
+        finally:
+            tuned.close()
+
+    ev.stages.run(GRPO, key, go)
+    return info, read_jsonl(path, AgentTrajectory.model_validate)
 
 
 def _pipeline_result(ev: _Evaluation, report: KgvReport, results: dict[str, Any]):

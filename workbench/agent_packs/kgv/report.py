@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from pydantic import field_serializer, field_validator
 
 from workbench.agent_packs.files import AgentFiles
+from workbench.agent_packs.grpo import TrainedAdapter, summary_line
 from workbench.agent_packs.kgv.metrics import FORMS, by_split, prediction
 from workbench.agent_packs.reports import (
     SCHEMA_VERSION,
@@ -25,12 +26,22 @@ from workbench.agent_packs.reports import (
 )
 from workbench.agent_packs.spec import PIPELINE
 from workbench.agents.steps import AgentTrajectory
-from workbench.evaluate.stats import holm, mcnemar_exact
+from workbench.evaluate.stats import bootstrap_interval, holm, mcnemar_exact, sign_flip_p
 from workbench.io import atomic_write_text
-from workbench.text import markdown_table, number, p_value, percent, percent_interval, points
+from workbench.text import (
+    markdown_table,
+    number,
+    number_interval,
+    p_value,
+    percent,
+    percent_interval,
+    points,
+)
 
 NAMES = {"closed_book": "closed book (no search)", "rag": "single-turn RAG",
-         "agent": "agent", "agent_sft": "agent after SFT (student)"}
+         "agent": "agent", "agent_sft": "agent after SFT (student)",
+         "agent_grpo": "agent after GRPO"}
+TRAINED = ("agent_sft", "agent_grpo")  # compared with the agent they were trained from
 # the file names are the agent spec's declared outputs
 REPORT_JSON, REPORT_MD, REPORT_PNG = (PIPELINE.artifact(n).path
                                      for n in ("kgv_report", "kgv_report_md", "kgv_plot"))
@@ -100,6 +111,16 @@ class PairedTest(ReportPart):
     p_holm: float
 
 
+class TrainedVsAgent(PairedTest):
+    """A trained condition against the agent on the same claims: accuracy (exact McNemar)
+    and search calls per claim (mean difference, bootstrap interval over claims, exact
+    sign-flip test): AgentKGV's "fewer searches, accuracy kept"."""
+
+    delta_search_calls: float
+    delta_search_calls_ci95: Interval
+    p_search_calls: float
+
+
 class StudentInfo(ReportPart):
     steps: int
     first_loss: float | None
@@ -127,7 +148,11 @@ class KgvReport(ReportPart):
     # what the agent searched, in words (a prebuilt index, documents, the graph's facts);
     # reports written before it was recorded have none
     evidence: str | None = None
-    omit_none: ClassVar[tuple[str, ...]] = ("evidence",)
+    # agent_sft and agent_grpo against the agent; how agent_grpo's adapter was made (both
+    # only in reports with a trained condition)
+    paired_vs_agent: dict[str, TrainedVsAgent] | None = None
+    training: dict[str, TrainedAdapter] | None = None
+    omit_none: ClassVar[tuple[str, ...]] = ("evidence", "paired_vs_agent", "training")
 
     @field_validator("conditions")
     @classmethod
@@ -189,9 +214,29 @@ def paired(results: dict[str, list[AgentTrajectory]], base: str = "rag") -> dict
     return out
 
 
+def paired_vs_agent(results: dict[str, list[AgentTrajectory]]) -> dict[str, Any] | None:
+    """Each trained condition against the agent, claim by claim: accuracy as `paired`
+    does, and the search calls per claim (after minus before), with a bootstrap interval
+    and an exact sign-flip p; None without the agent or a trained condition."""
+    trained = {c: results[c] for c in TRAINED if c in results}
+    if "agent" not in results or not trained:
+        return None
+    out = paired({"agent": results["agent"], **trained}, base="agent")
+    before = {t.task_id: t.calls_to("search") for t in results["agent"]}
+    for cond, trajs in trained.items():
+        diffs = [t.calls_to("search") - before[t.task_id] for t in trajs
+                 if t.task_id in before]
+        out[cond].update(
+            delta_search_calls=sum(diffs) / len(diffs) if diffs else 0.0,
+            delta_search_calls_ci95=bootstrap_interval(diffs) if diffs else (0.0, 0.0),
+            p_search_calls=sign_flip_p(diffs))
+    return out
+
+
 def write_report(out: Path, results: dict[str, list[AgentTrajectory]],
                  teacher: dict[str, Any], *, dev: int, train: int, model: str,
-                 searches: int, evidence: str | None = None) -> KgvReport:
+                 searches: int, evidence: str | None = None,
+                 training: dict[str, Any] | None = None) -> KgvReport:
     """`report.json` (a `KgvReport`), `report.md` and `report.png` in `out`, from the
     conditions' trajectories; returns the record."""
     timings = {}
@@ -203,7 +248,8 @@ def write_report(out: Path, results: dict[str, list[AgentTrajectory]],
     report = KgvReport(dev_claims=dev, train_claims=train, model=model,
                        conditions={c: by_split(ts) for c, ts in results.items()},
                        paired_vs_rag=paired(results), teacher=teacher,
-                       seconds_per_claim=timings, evidence=evidence or None)
+                       seconds_per_claim=timings, evidence=evidence or None,
+                       paired_vs_agent=paired_vs_agent(results), training=training or None)
     atomic_write_text(out / REPORT_JSON, report_json(report))
     atomic_write_text(out / REPORT_MD, report_markdown(report, searches=searches))
     _plot(out / REPORT_PNG, report)
@@ -255,6 +301,24 @@ def report_markdown(report: KgvReport, *, searches: int) -> str:
                                  [[NAMES.get(c, c), points(p.delta_accuracy), p.only_base,
                                    p.only_this, p_value(p.p), p_value(p.p_holm)]
                                   for c, p in report.paired_vs_rag.items()]), ""]
+    if report.paired_vs_agent:
+        lines += ["## Trained against the agent (same claims)", "",
+                  "Accuracy: exact McNemar, Holm-adjusted; searches per claim: mean "
+                  "difference (after - before) with a bootstrap 95% interval over claims, "
+                  "exact sign-flip p.", "",
+                  markdown_table(["condition", "Δ accuracy", "only agent right",
+                                  "only this right", "p (Holm)", "Δ searches / claim",
+                                  "p (searches)"],
+                                 [[NAMES.get(c, c), points(p.delta_accuracy), p.only_base,
+                                   p.only_this, p_value(p.p_holm),
+                                   number_interval(p.delta_search_calls,
+                                                   p.delta_search_calls_ci95.low,
+                                                   p.delta_search_calls_ci95.high,
+                                                   places=2, signed=True),
+                                   p_value(p.p_search_calls)]
+                                  for c, p in report.paired_vs_agent.items()]), ""]
+    for c, tr in (report.training or {}).items():
+        lines += [summary_line(NAMES.get(c, c), tr, scored="dev claims"), ""]
     if (t := report.teacher) is not None:
         st = t.student
         lines += ["## Teacher and student", "",
