@@ -294,6 +294,56 @@ def test_trajectory_tree_browser_in_a_browser(app):
         browser.close()
 
 
+def test_grpo_curves_draw_while_training_and_after_in_a_browser(app):
+    """A GRPO condition's live file (the RF pack's agent/rf_grpo.live.jsonl, written outside
+    the app): in Chromium the Domain agents page draws its curves before any report exists,
+    the best held-out step so far named; once the training ends (every row, the adapter's
+    manifest) a reload names the kept step and the start's reward. The Train page lists the
+    same training at its foot."""
+    from playwright.sync_api import sync_playwright
+    from test_app_grpo import grpo_rows, write_manifest, write_rows
+
+    url, ws = app
+    agent = ws / "runs" / "rfgrpo" / "agent"
+    rows = grpo_rows(6, kl=0.01)
+    write_rows(agent / "rf_grpo.live.jsonl", rows[:4])
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    def curves(page, text: str) -> None:
+        page.get_by_text(text).first.wait_for(timeout=60000)
+        drawn = page.locator("[data-testid=stVegaLiteChart] canvas, "
+                             "[data-testid=stVegaLiteChart] svg.marks")
+        deadline = time.time() + 60
+        while drawn.count() < 6 and time.time() < deadline:
+            page.wait_for_timeout(500)
+        assert drawn.count() >= 6, drawn.count()  # reward, held-out, no signal, tools, KL, clip
+        assert page.locator("[data-testid=stException]").count() == 0
+
+    def shot(page, name: str) -> None:  # the whole section: a viewport as tall as the page
+        page.set_viewport_size({"width": 1400, "height": 2600})
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+        page.set_viewport_size({"width": 1400, "height": 1000})
+
+    with sync_playwright() as p:
+        browser, page = _open_page(p, url)
+        page.get_by_role("link", name="Domain agents").click()
+        page.get_by_role("tab", name="Evaluate").click()
+        curves(page, "best so far: step 3 (held-out reward 0.700)")
+        assert page.get_by_text("No report in this run yet").count() == 1
+        shot(page, "agents-grpo-training.png")
+        write_rows(agent / "rf_grpo.live.jsonl", rows)
+        write_manifest(agent / "rf_grpo", steps=6, adapter_step=3, start=0.5)
+        page.reload()
+        page.get_by_role("tab", name="Evaluate").click()
+        curves(page, "kept: step 3 (held-out reward 0.700)")
+        assert page.get_by_text("held-out reward before training 0.500").count() == 1
+        shot(page, "agents-grpo-kept.png")
+        page.get_by_role("link", name="Train", exact=True).click()
+        curves(page, "GRPO trainings")
+        browser.close()
+
+
 def test_every_page_opens_by_its_address_with_the_apps_navigation(app):
     """A bookmark or a shared link: each page opened by its address in a fresh browser (no
     session, no cookies) shows that page under the app's own navigation titles, never

@@ -12,13 +12,16 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
 from workbench.errors import WorkbenchError
 from workbench.text import interval, percent
 from workbench.workspace import MAX_CORPUS_MB, RunInfo, list_runs, workspace_in
+
+if TYPE_CHECKING:
+    from workbench.app.grpo_curves import GrpoTraining
 
 # The pages live in `views/`, not `pages/`: Streamlit treats a `pages/` folder next to the
 # entry script as its own automatic navigation, which a reload or a page opened by its address
@@ -478,3 +481,72 @@ def rate_decisions(key: str, c, reading, rate: Callable[[str, bool | None, str],
                               columns=[f"person: {yes}", f"person: {no}"]))
     (st.info if reading.trusted is None else st.success if reading.trusted
      else st.warning)(f"Reading: {reading.text}")
+
+
+GRPO_REFRESH_S = 5.0
+
+
+def show_grpo_training(t: GrpoTraining, key: str, *, refresh: bool = False) -> None:
+    """A GRPO training's live curves (`grpo_curves.GrpoTraining`): mean reward per step with
+    the within-group spread, the held-out reward with the kept step, groups with no signal,
+    tool calls per rollout, KL and clip fraction, throughput. With `refresh` (a job is
+    running) they redraw themselves every GRPO_REFRESH_S from the live file."""
+    st.fragment(_grpo_body, run_every=GRPO_REFRESH_S if refresh else None)(t, key)
+
+
+def _grpo_chart(data: list[dict], spec: dict, key: str) -> None:
+    st.vega_lite_chart(data, spec, width="stretch", height=220, key=key)
+
+
+def _grpo_body(t: GrpoTraining, key: str) -> None:
+    from workbench.app import grpo_curves as gc
+
+    rows = read_or_none(t.live.name, lambda: gc.read_rows(t.live))
+    if rows is None:
+        return
+    c = gc.shape(rows, gc.read_outputs(t, rows))
+    if not c.steps:
+        st.caption(f":material/hourglass_top: {t.label}: started, no step finished yet "
+                   "(each step rolls out every task of the step, then updates the adapter).")
+        return
+    st.caption(gc.summary(c) + ".")
+    c1, c2 = st.columns(2)
+    with c1:
+        st.markdown("**Mean reward per step** (training rollouts; the band: one standard "
+                    "deviation within a task's group either side)")
+        _grpo_chart(c.reward, gc.band_spec(), f"{key}-reward")
+    with c2:
+        mark = "kept" if c.kept.final else "best so far"
+        st.markdown("**Held-out (dev) reward** (greedy, at the evaluation steps; red: "
+                    + ("the adapter kept)" if c.kept.final else "the best adapter so far)"))
+        if c.heldout:
+            _grpo_chart(c.heldout, gc.heldout_spec(mark=mark, steps=c.steps),
+                        f"{key}-heldout")
+        else:
+            st.caption("No held-out evaluation yet (every grpo.eval_every steps and at the "
+                       "end, when the training has held-out tasks).")
+    c1, c2 = st.columns(2)
+    with c1:
+        st.markdown("**Groups with no signal** (every rollout of a task rewarded alike: no "
+                    "gradient)")
+        _grpo_chart(c.no_signal, gc.line_spec("groups_no_signal", "share of groups",
+                                              (0.0, 1.0)), f"{key}-nosignal")
+    with c2:
+        st.markdown("**Tool calls per rollout**")
+        _grpo_chart(c.tool_calls, gc.lines_spec("tool calls"), f"{key}-tools")
+    c1, c2 = st.columns(2)
+    with c1:
+        st.markdown("**KL** (per policy token)")
+        if c.kl:
+            _grpo_chart(c.kl, gc.lines_spec("KL"), f"{key}-kl")
+        else:
+            st.caption("Not measured: grpo.beta is 0 (no reference pass) and distillation "
+                       "is off.")
+    with c2:
+        st.markdown("**Clip fraction** (policy tokens whose probability ratio was clipped; "
+                    "always 0 with one update per rollout batch, grpo.iterations 1)")
+        _grpo_chart(c.clip, gc.line_spec("clip_fraction", "share of tokens", fmt="~g"),
+                    f"{key}-clip")
+    if c.speed:
+        with st.expander("Throughput (tokens per second)"):
+            _grpo_chart(c.speed, gc.lines_spec("tokens / s"), f"{key}-speed")

@@ -190,6 +190,27 @@ def check_verdicts(run) -> None:
                        answers=("True", "False"), verdicts=("SUPPORTED", "REFUTED"))
 
 
+def grpo_section(trainings: list) -> None:
+    """The live curves of the run's GRPO trainings (the RF pack's tools+grpo: rf_grpo), one
+    at a time; they redraw themselves while an agent job runs."""
+    from workbench.app.common import show_grpo_training
+    from workbench.jobs import list_jobs
+
+    if not trainings:
+        return
+    st.subheader("GRPO training")
+    st.caption("The agent trained with GRPO on its own rollouts against the pack's reward "
+               "(the RF pack's tools+grpo condition): one point per optimizer step from the "
+               "training's live file, the held-out (dev) items at its evaluation steps; the "
+               "kept adapter is the one with the best held-out reward.")
+    t = trainings[0] if len(trainings) == 1 else st.selectbox(
+        "Training", trainings, format_func=lambda t: t.label, key="ag-grpo-pick")
+    if len(trainings) == 1:
+        st.markdown(f"**{t.label}** · `{t.live.name}`")
+    jobs = read_or_none("the agent jobs", lambda: list_jobs(ws, kind="agent")) or []
+    show_grpo_training(t, "ag-grpo", refresh=bool(jobs) and jobs[0].status == "running")
+
+
 with tab_run:
     for t in st.session_state.get("ag-traj", []):
         if src := (t.get("metadata") or {}).get("evidence_source"):
@@ -205,7 +226,8 @@ with tab_eval:
         limit = c1.number_input("Items (0 = all)", 0, 5000, 40, key="ag-limit")
         conds = c2.text_input("Conditions (empty = all)", key="ag-conds",
                               help="kgv: closed_book, rag, agent, agent_sft · rf: alone, rag, "
-                                   "tools")
+                                   "tools; tools+grpo on request (it trains an adapter "
+                                   "first, its curves show below)")
         name = c3.text_input("Run name", value=f"agent-{pack}", key="ag-name")
         eval_evidence = evidence_fields("ag-eval")
         start = st.form_submit_button("Start evaluation",
@@ -225,21 +247,31 @@ with tab_eval:
     job_panel("agent", "agent")
 
     from workbench.agent_packs.api import read_report, report_packs, report_path
+    from workbench.agent_packs.reports import agent_folder
+    from workbench.app.grpo_curves import find_trainings
 
     runs_dir = ws / "runs"
-    found = sorted(p for p in runs_dir.iterdir() if p.is_dir() and report_packs(p)) \
-        if runs_dir.is_dir() else []
+    # a run with a report, or one whose GRPO condition is training (no report before it ends)
+    found = sorted(p for p in runs_dir.iterdir() if p.is_dir() and (
+        report_packs(p) or find_trainings(agent_folder(p)))) if runs_dir.is_dir() else []
     if not found:
         st.caption("No agent evaluation yet.")
         st.stop()
     run = st.selectbox("Run", found, format_func=lambda p: p.name, key="ag-run")
-    shown = report_packs(run)[0]  # kgv, then litsearch, then rf
+    trainings = find_trainings(agent_folder(run))
+    packs = report_packs(run)
+    if not packs:
+        st.caption("No report in this run yet: its GRPO condition trains first, and every "
+                   "condition is scored once the adapter is kept.")
+        grpo_section(trainings)
+        st.stop()
+    shown = packs[0]  # kgv, then litsearch, then rf
     rep = read_or_none(report_path(run, shown).name, lambda: read_report(run, shown))
     if rep is None:
+        grpo_section(trainings)
         st.stop()
     if shown == "kgv":
         from workbench.agent_packs.kgv.report import REPORT_PNG, trajectory_files
-        from workbench.agent_packs.reports import agent_folder
 
         split = st.radio("Claims", ["all", "seen", "longtail"], horizontal=True, key="ag-split",
                          help="seen: claims on frequent relations (their training part feeds "
@@ -329,3 +361,4 @@ with tab_eval:
                 pick = st.selectbox("Item", range(len(items)), key="ag-rf",
                                     format_func=lambda i: items[i]["id"])
                 show_steps(items[pick]["trajectory"])
+    grpo_section(trainings)

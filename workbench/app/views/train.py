@@ -11,17 +11,22 @@ from workbench.app.common import (
     read_or_none,
     runs,
     show_error,
+    show_grpo_training,
     show_image,
     workspace,
 )
 from workbench.app.glossary import show_glossary
+from workbench.app.grpo_curves import GrpoTraining, is_grpo_row
 from workbench.jobs import list_jobs, start_job
 from workbench.records import RunManifest
 
 st.title("Train (LoRA SFT or DPO)")
 st.caption("Fine-tune the chat model on the workspace's data with LoRA: small adapter matrices "
            "are trained and the base model stays as it is. The adapter is kept in the run "
-           "folder; Evaluate scores it and Chat talks to it.")
+           "folder; Evaluate scores it and Chat talks to it. GRPO (an agent trained on its "
+           "own rollouts against a pack's reward) runs as an agent condition, the RF pack's "
+           "tools+grpo on the Domain agents page; its live curves show there and at the "
+           "foot of this page.")
 show_glossary("SFT", "DPO", "LoRA", "adapter")
 ws = workspace()
 infos = runs()
@@ -116,10 +121,32 @@ if jobs and jobs[0].status in ("failed", "stopped") and jobs[0].config \
     except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
         show_error(e)
 
+
+def grpo_trainings() -> None:
+    """The GRPO trainings of the workspace's runs (the agent conditions' live files, such as
+    `agent/rf_grpo.live.jsonl`), one at a time with its live curves; they redraw themselves
+    while an agent job runs."""
+    from workbench.app.grpo_curves import find_trainings
+
+    found = {f"{r.name}: {t.label}": t for r in infos
+             for t in find_trainings(r.layout.folder("agent"))}
+    st.subheader("GRPO trainings")
+    if not found:
+        st.caption("No GRPO training in this workspace yet: add tools+grpo to the RF pack's "
+                   "conditions on the Domain agents page.")
+        return
+    pick = st.selectbox("GRPO training (run: training)", list(found), index=len(found) - 1,
+                        key="t-grpo")
+    agent_jobs = read_or_none("the agent jobs", lambda: list_jobs(ws, kind="agent")) or []
+    show_grpo_training(found[pick], "t-grpo",
+                       refresh=bool(agent_jobs) and agent_jobs[0].status == "running")
+
+
 st.subheader("Adapters and training curves")
 trained = [r for r in infos if r.has_adapter or r.has_training_metrics]
 if not trained:
     st.caption("No run has an adapter or training metrics yet.")
+    grpo_trainings()
     st.stop()
 info = pick_run("Run", trained, "t-run")
 lay = info.layout
@@ -157,6 +184,7 @@ else:
 metrics_file = lay.artifact("train", "live") if lay.has("train", "live") \
     else lay.artifact("train", "metrics")
 rows = jsonl_rows(metrics_file) if metrics_file.exists() else []
+grpo = bool(rows) and is_grpo_row(rows[0])  # a GRPO training written into the run's adapter
 
 
 def curve(points: list[dict], y: str, scale: tuple[float, float] | None = None) -> None:
@@ -172,7 +200,11 @@ def curve(points: list[dict], y: str, scale: tuple[float, float] | None = None) 
                                            "y": enc_y}}, width="stretch", height=220)
 
 
-if rows:
+if grpo:
+    show_grpo_training(GrpoTraining("adapter", metrics_file, "GRPO",
+                                    folder=lay.artifact("train", "adapter")),
+                       "t-run-grpo", refresh=bool(jobs) and jobs[0].status == "running")
+elif rows:
     st.markdown("**Training loss**")
     curve([{**r, "step": r.get("step", i + 1)} for i, r in enumerate(rows)], "loss")
     pref = [r for r in rows if "reward_accuracy" in r]
@@ -196,3 +228,4 @@ if lay.has("train", "curves"):
     with st.expander("The same curves as a picture (training_curves.png, in the adapter "
                      "folder)"):
         show_image(lay.artifact("train", "curves"), caption="training_curves.png")
+grpo_trainings()
