@@ -9,13 +9,15 @@ own process: transformers fp32 for everything, then CTranslate2 (int8 weights, t
 thread layout) for generation with scoring left where `scoring: auto` puts it (the
 verifier's log-likelihood stays on transformers: int8 scoring failed its parity check).
 llama.cpp (issue 42) generates from the f16 copy of the GGUF that it decodes by default
-(`llamacpp`; `llamacpp-promptcache` with llama.cpp's host-memory prompt cache, 1 GiB) or
+(`llamacpp`; `llamacpp-promptcache` with llama.cpp's host-memory prompt cache, 1 GiB;
+`llamacpp-deterministic`: one slot, each prompt alone, replies the same run after run) or
 from the Q4_1 file as it ships (`llamacpp-file`), with scoring (the
 verifier's log-likelihood) on transformers. Reported: wall seconds, model calls made, calls per second,
 tokens generated, samples accepted (MC / open / benchmark items) with Wilson intervals over
 the tasks written, rejects per gate, verifier agreement, each engine's acceptance against
 the first one's (Fisher's exact test, and exact McNemar over the same tasks: each task kept
-or not on both engines), and the ratios.
+or not on both engines), and the ratios. A backend named twice runs twice (its own folder
+each time): `same_as` says which earlier run wrote byte-identical samples and items.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ BACKENDS = {"transformers": ["-s", "models.chat.backend=transformers"],
                               "-s", "models.chat.options.weights=file"],
             "llamacpp-promptcache": ["-s", "models.chat.backend=llamacpp",
                                      "-s", "models.chat.options.prompt_cache_mib=1024"],
+            "llamacpp-deterministic": ["-s", "models.chat.backend=llamacpp",
+                                       "-s", "models.chat.options.deterministic=true"],
             "ctranslate2": ["-s", "models.chat.backend=ctranslate2"]}
 
 
@@ -56,7 +60,18 @@ def run(backend: str, extra: list[str], folder: Path, config: str) -> dict:
             "nd": rep["accepted"]["nd"], "benchmark_items": rep["accepted"]["benchmark_items"],
             "written": _written(rep), "rejects": rep["rejects"],
             "verifier": rep["verifier"], "models": rep["models"],
-            "tasks": rep["stages"]["tasks"], "accepted_tasks": sorted(_accepted_tasks(out))}
+            "tasks": rep["stages"]["tasks"], "accepted_tasks": sorted(_accepted_tasks(out)),
+            "outputs_sha256": _outputs_hash(out)}
+
+
+def _outputs_hash(out: Path) -> str:
+    """One hash of the samples and benchmark items written (run to run: the same text?)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in ("mcQTSA.jsonl", "ndQTSA.jsonl", "benchmark.jsonl"):
+        h.update((out / name).read_bytes())
+    return h.hexdigest()
 
 
 def _accepted_tasks(out: Path) -> set[str]:
@@ -104,9 +119,12 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in a.backends.split(","):
-            rows.append(run(name, BACKENDS[name], Path(tmp) / name, a.config))
-            print(json.dumps(rows[-1]), flush=True)
+        for i, name in enumerate(a.backends.split(",")):
+            rows.append(run(name, BACKENDS[name], Path(tmp) / f"{i}-{name}", a.config))
+            rows[-1]["same_as"] = [j for j, r in enumerate(rows[:-1])
+                                   if r["outputs_sha256"] == rows[-1]["outputs_sha256"]]
+            print(json.dumps({k: v for k, v in rows[-1].items() if k != "accepted_tasks"}),
+                  flush=True)
     t = rows[0]
     print("\n| backend | distil s | model calls | calls/s | tokens generated | accepted "
           "(mc / open) of written [95% CI] | benchmark items | verifier agreement |"
@@ -132,7 +150,12 @@ def main() -> None:
     print("|---|" + "---|" * len(rows))
     for g in gates:
         print(f"| {g} | " + " | ".join(str(r["rejects"].get(g, 0)) for r in rows) + " |")
-    ratios = {r["backend"]: t["distill_s"] / r["distill_s"] for r in rows[1:]}
+    ratios = {f"{i}-{r['backend']}": t["distill_s"] / r["distill_s"]
+              for i, r in enumerate(rows) if i}
+    for i, r in enumerate(rows):
+        if r["same_as"]:
+            print(f"run {i} ({r['backend']}) wrote the same samples and items as run(s) "
+                  f"{r['same_as']}")
     print("\nwall ratio " + ", ".join(f"{t['backend']} / {k}: {v:.2f}x"
                                       for k, v in ratios.items()))
     if a.json:

@@ -160,6 +160,22 @@ def test_stops_streaming_and_seeds(engines):
         update={"seed": 8}))]
 
 
+def test_deterministic_replies_do_not_depend_on_the_batch(peaked):
+    """`deterministic`: one slot, each prompt read alone and a seed where none is given, so
+    a sampled batch gives the same replies twice, and each row the reply it gets alone."""
+    _, gguf = peaked
+    det = load_model(str(gguf), batch_size=4, deterministic=True)
+    try:
+        assert det.batch_size == 1
+        sampled = GenerationParams(max_tokens=16, temperature=1.0)  # no seed given
+        batch = [g.text for g in det.generate(_convs(5), sampled)]
+        assert batch == [g.text for g in det.generate(_convs(5), sampled)]
+        assert batch == [det.generate([c], sampled)[0].text for c in _convs(5)]
+        assert len(set(batch)) > 1
+    finally:
+        det.close()
+
+
 @pytest.mark.parametrize("constraint,check", [
     (Constraint.json_schema({"type": "object", "properties": {
         "n": {"type": "integer"}, "ok": {"type": "boolean"}}, "required": ["n", "ok"],

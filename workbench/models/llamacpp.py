@@ -110,6 +110,14 @@ class LlamaCppOptions(BaseModel):
         "Host memory for llama.cpp's prompt cache: the KV of earlier prompts, from which any "
         "slot takes the longest prefix it shares (a section's text read once for all its "
         "questions); 0: each slot reuses only its own last prompt."))
+    deterministic: bool = Field(False, description=(
+        "The same inputs give the same replies, run after run: one slot, the prompts of a "
+        "batch read and decoded one at a time in order, each from scratch (no KV reused "
+        "from another prompt), and a sampling seed of 0 where the caller gives none. "
+        "Batched, which requests share llama.cpp's batch and its prompt chunks depends on "
+        "timing, and its matrix kernels change with the batch's size, so sampled replies "
+        "drift from run to run. Costs the batching (BENCHMARKS.md, \"Generation "
+        "engines\")."))
     lora: str | None = Field(None, description="A GGUF LoRA adapter file to apply.")
     lora_scale: float = Field(1.0, description="Scale of the adapter.")
     chat_template: str | None = Field(None, description="Jinja template when the model has "
@@ -233,7 +241,7 @@ class LlamaCppChatModel(TokenizerChatModel):
             self._adapter_id = "+lora:" + sha256_file(lora)[:16]
         if lora is not None and self.opts.lora_scale != 1.0:
             self._adapter_id += f"x{self.opts.lora_scale:g}"
-        self.slots = self.opts.batch_size
+        self.slots = 1 if self.opts.deterministic else self.opts.batch_size
         gpu = device in ("gpu", "cuda") or (device == "auto" and gpu_build())
         self.device = "gpu" if gpu else "cpu"
         positions = context_length(gguf)
@@ -289,13 +297,14 @@ class LlamaCppChatModel(TokenizerChatModel):
               ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": ids, "n_predict": params.max_tokens, "stream": stream,
-            "return_tokens": True, "cache_prompt": True, "samplers": SAMPLERS,
+            "return_tokens": True, "cache_prompt": not self.opts.deterministic,
+            "samplers": SAMPLERS,
             "temperature": 0.0 if params.greedy else params.temperature,
             "top_k": params.top_k or 0, "top_p": params.top_p, "min_p": 0.0,
             "typical_p": 1.0, "repeat_penalty": params.repetition_penalty or 1.0,
             "repeat_last_n": 0 if not params.repetition_penalty else 2**31 - 1, "n_probs": 0}
-        if params.seed is not None:
-            body["seed"] = params.seed % 2**32
+        if params.seed is not None or self.opts.deterministic:
+            body["seed"] = (params.seed or 0) % 2**32
         if params.constraint is not None:
             body["grammar"] = params.constraint.llama_grammar()
         return body
