@@ -121,8 +121,8 @@ def training_info(metrics: list[dict], outputs: dict[str, Any], counts: dict[str
             "reward_first_quarter": mean(steps[:q], "reward_mean"),
             "reward_last_quarter": mean(steps[-q:], "reward_mean"),
             "no_signal_share": mean(steps, "groups_no_signal"),
-            "tool_calls_first_quarter": mean(steps[:q], "tool_calls_mean"),
-            "tool_calls_last_quarter": mean(steps[-q:], "tool_calls_mean")}
+            "tool_calls_first_quarter": mean(steps[:q], "tool_calls_per_rollout"),
+            "tool_calls_last_quarter": mean(steps[-q:], "tool_calls_per_rollout")}
 
 
 def adapted_model(cfg, folder: Path):
