@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from starlette.requests import Request  # at module level: FastAPI resolves the annotation
+
 from workbench.models.base import ChatModel
 from workbench.serve.chat import add_chat_route
 from workbench.serve.completions import add_completion_route
 from workbench.serve.limits import Guard, ServerLimits
+from workbench.serve.loras import LoadLoraRequest, UnloadLoraRequest
 from workbench.serve.replies import add_error_handlers
 from workbench.serve.state import ServerState
 from workbench.serve.tokenizer import add_tokenizer_routes
+from workbench.serve.work import run_once
 
 
 def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None = None):
@@ -30,6 +34,7 @@ def create_app(model: ChatModel, served_name: str, limits: ServerLimits | None =
     add_chat_route(app, s)
     add_completion_route(app, s)
     add_tokenizer_routes(app, s)
+    _add_lora_routes(app, s)
     return app
 
 
@@ -44,8 +49,24 @@ def _add_info_routes(app, s: ServerState) -> None:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
+        loras = s.loras.listed(s.served_name, s.created) if s.loras is not None else []
         return {"object": "list", "data": [{"id": s.served_name, "object": "model",
-                                             "created": s.created, "owned_by": "workbench"}]}
+                                             "created": s.created, "owned_by": "workbench"},
+                                            *loras]}
+
+
+def _add_lora_routes(app, s: ServerState) -> None:
+    """vLLM's runtime LoRA API (`serve.loras`): load and unload by name, off the event
+    loop and behind admission (loading reads and checks the adapter's file)."""
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora(req: LoadLoraRequest, request: Request) -> dict[str, Any]:
+        loras = s.lora_set()
+        return await run_once(s, request, loras.load, req.lora_name, req.lora_path)
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora(req: UnloadLoraRequest, request: Request) -> dict[str, Any]:
+        loras = s.lora_set()
+        return await run_once(s, request, loras.unload, req.lora_name)
 
 
 def make_server(app, *, host: str = "127.0.0.1", port: int = 8000,

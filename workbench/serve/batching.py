@@ -1,5 +1,6 @@
 """Micro-batching of concurrent chat requests: those that share their generation settings
-run as one `generate` call, and a shared batch stops only when all its clients have left."""
+run as one `generate` call (of the same model: the served one, or one runtime LoRA adapter),
+and a shared batch stops only when all its clients have left."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ class Batcher:
     def batchable(params: GenerationParams) -> bool:
         return params.greedy
 
-    def generate(self, conv, params: GenerationParams, tools: dict[str, Any]) -> Generation:
+    def generate(self, conv, params: GenerationParams, tools: dict[str, Any],
+                 model: ChatModel | None = None) -> Generation:
         """Blocks until this conversation's reply is ready; call it in a worker thread."""
         from concurrent.futures import Future
 
@@ -54,8 +56,10 @@ class Batcher:
                                                 daemon=True)
                 self._thread.start()
         done: Future = Future()
-        key = (params, json.dumps(_plain_tools(tools), sort_keys=True))
-        self.requests.put((key, conv, params, tools, cancel_event() or threading.Event(), done))
+        model = model or self.model  # a runtime LoRA adapter's requests batch together
+        key = (id(model), params, json.dumps(_plain_tools(tools), sort_keys=True))
+        self.requests.put((key, conv, params, tools, cancel_event() or threading.Event(), done,
+                           model))
         return done.result()
 
     def _loop(self) -> None:
@@ -76,7 +80,7 @@ class Batcher:
             self._run(batch)
 
     def _run(self, batch: list) -> None:
-        _, _, params, tools, _, _ = batch[0]
+        _, _, params, tools, _, _, model = batch[0]
         live = [b for b in batch if not b[4].is_set()]
         for b in batch:
             if b[4].is_set():
@@ -86,7 +90,7 @@ class Batcher:
         self.batches.append(len(live))
         context = cancel_context(_AllSet([b[4] for b in live]))  # type: ignore[arg-type]
         try:
-            gens = context.run(self.model.generate, [b[1] for b in live], params, **tools)
+            gens = context.run(model.generate, [b[1] for b in live], params, **tools)
         except Exception as e:  # noqa: BLE001 - handed to the request(s) it belongs to
             if len(live) == 1:
                 live[0][5].set_exception(e)

@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request  # at module level: FastAPI resolves the annotation
 
 from workbench.errors import WorkbenchError
-from workbench.models.base import Generation, GenerationParams
+from workbench.models.base import ChatModel, Generation, GenerationParams
 from workbench.models.messages import as_tool_choice, new_call_id
 from workbench.serve.limits import Ticket
 from workbench.serve.replies import ApiError, error_body, sse, usage
@@ -33,24 +33,25 @@ def add_chat_route(app, s: ServerState) -> None:
 async def chat_completion(s: ServerState, req: ChatCompletionRequest, request: Request):
     from fastapi.responses import StreamingResponse
 
-    s.check_model(req.model)
+    model = s.model_for(req.model)  # the served model, or a runtime LoRA adapter on it
     conv = conversation(req.messages)
     tools = tool_args(s, req)
     rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-    chunk = functools.partial(_chunk, rid, s.served_name)
+    name = s.served_name if model is s.model else str(req.model)
+    chunk = functools.partial(_chunk, rid, name)
     admitted = admit(s)
     ticket: Ticket | None = admitted  # None once a stream holds it (the stream releases it)
     try:
         params = await Work(s, request).run(chat_params, s, req, conv, tools)
         if req.stream and not tools:
             response, ticket = streamed(s, request, admitted,
-                                        _text_events(s, chunk, conv, params)), None
+                                        _text_events(model, chunk, conv, params)), None
             return response
         if req.stream and tools.get("tool_choice") not in (None, "auto", "none"):
             response, ticket = streamed(s, request, admitted,
-                                        _call_events(s, chunk, conv, params, tools)), None
+                                        _call_events(model, chunk, conv, params, tools)), None
             return response
-        gen = (await Work(s, request).run(s.generate, [conv], params, **tools))[0]
+        gen = (await Work(s, request).run(s.generate, [conv], params, model, **tools))[0]
     finally:
         if ticket is not None:
             ticket.release()
@@ -60,7 +61,7 @@ async def chat_completion(s: ServerState, req: ChatCompletionRequest, request: R
                                  media_type="text/event-stream")
     return {
         "id": rid, "object": "chat.completion", "created": int(time.time()),
-        "model": s.served_name,
+        "model": name,
         "choices": [{"index": 0, "finish_reason": gen.finish_reason, "message": message,
                      "logprobs": None}],
         "usage": usage(gen.prompt_tokens, gen.completion_tokens),
@@ -124,11 +125,11 @@ def _chunk(rid: str, served_name: str, delta: dict, finish: str | None = None) -
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
 
-def _text_events(s: ServerState, chunk: Chunk, conv, params: GenerationParams
+def _text_events(model: ChatModel, chunk: Chunk, conv, params: GenerationParams
                  ) -> Iterator[str]:
     yield chunk({"role": "assistant", "content": ""})
     try:
-        for piece in s.model.stream(conv, params):
+        for piece in model.stream(conv, params):
             if piece:
                 yield chunk({"content": piece})
         yield chunk({}, "stop")
@@ -137,13 +138,13 @@ def _text_events(s: ServerState, chunk: Chunk, conv, params: GenerationParams
     yield "data: [DONE]\n\n"
 
 
-def _call_events(s: ServerState, chunk: Chunk, conv, params: GenerationParams,
+def _call_events(model: ChatModel, chunk: Chunk, conv, params: GenerationParams,
                  tools: dict[str, Any]) -> Iterator[str]:
     """A forced call: its arguments stream as they are made."""
     yield chunk({"role": "assistant", "content": None})
     cid, finish = new_call_id(), "tool_calls"
     try:
-        for kind, value in s.model.stream_tool_call(conv, params, **tools):
+        for kind, value in model.stream_tool_call(conv, params, **tools):
             if kind == "name":
                 yield chunk({"tool_calls": [{
                     "index": 0, "id": cid, "type": "function",

@@ -39,6 +39,11 @@ class ServerLimits(BaseModel):
                                    "waits for others to share its batch; 0 turns batching "
                                    "off. An engine that batches concurrent requests itself "
                                    "(llama.cpp's slots) takes each as it comes.")
+    lora_dir: str | None = Field(None, description="Folder runtime LoRA adapters may be "
+                                 "loaded from (/v1/load_lora_adapter, vLLM's API); None: "
+                                 "runtime adapters are off.")
+    max_loras: int = Field(8, ge=1, le=64, description="Runtime LoRA adapters loaded at "
+                                                       "once; more are refused.")
 
 
 class Gate:

@@ -14,6 +14,7 @@ from workbench.errors import WorkbenchError
 from workbench.models.base import Capabilities, ChatModel, Generation
 from workbench.serve.batching import ApiGone, Batcher
 from workbench.serve.limits import Gate, ServerLimits
+from workbench.serve.loras import LoraSet, unsupported
 from workbench.serve.replies import ApiError
 
 
@@ -32,6 +33,8 @@ class ServerState:
     # requests waited for a thread, so they never reached the batcher or llama.cpp's slots
     # beside the others (8 concurrent: 96-98 tok/s, against 149-173 from llama-server)
     workers: ThreadPoolExecutor
+    loras: LoraSet | None = None  # runtime LoRA adapters (`limits.lora_dir`)
+    no_loras: str = "this server was started without --lora-dir: runtime LoRA adapters are off"
 
     @classmethod
     def start(cls, model: ChatModel, served_name: str, limits: ServerLimits) -> ServerState:
@@ -40,15 +43,44 @@ class ServerState:
         batcher = Batcher(model, limits.batch_window_ms / 1000) \
             if limits.batch_window_ms and not model.capabilities.concurrent else None
         gate = Gate(1 + limits.max_queue)
-        return cls(model=model, served_name=served_name, limits=limits,
-                   caps=model.capabilities, gate=gate, batcher=batcher,
-                   stopping=threading.Event(), created=int(time.time()),
-                   workers=ThreadPoolExecutor(gate.capacity, thread_name_prefix="serve-work"))
+        s = cls(model=model, served_name=served_name, limits=limits,
+                caps=model.capabilities, gate=gate, batcher=batcher,
+                stopping=threading.Event(), created=int(time.time()),
+                workers=ThreadPoolExecutor(gate.capacity, thread_name_prefix="serve-work"))
+        if limits.lora_dir is not None:
+            from pathlib import Path
+
+            root = Path(limits.lora_dir)
+            if not root.is_dir():
+                raise WorkbenchError(f"--lora-dir {root}: no such folder")
+            why = unsupported(model)
+            if why is None:
+                s.loras = LoraSet(model, root, limits.max_loras, served_name)
+            else:
+                s.no_loras = why
+        return s
+
+    def model_for(self, name: str | None) -> ChatModel:
+        """The model a request names: the served one, or a runtime LoRA adapter on it."""
+        if name in (None, "", self.served_name):
+            return self.model
+        view = self.loras.views.get(name) if self.loras is not None and name else None
+        if view is None:
+            loaded = f" or a loaded LoRA adapter ({', '.join(map(repr, self.loras.views))})" \
+                if self.loras is not None and self.loras.views else ""
+            raise ApiError(404, f"model {name!r} is not served here (serving "
+                                f"{self.served_name!r}{loaded})", "model",
+                           kind="not_found_error")
+        return view
 
     def check_model(self, name: str | None) -> None:
-        if name not in (None, "", self.served_name):
-            raise ApiError(404, f"model {name!r} is not served here (serving "
-                                f"{self.served_name!r})", "model", kind="not_found_error")
+        self.model_for(name)
+
+    def lora_set(self) -> LoraSet:
+        """The runtime adapters, or ApiError 400 saying why this server has none."""
+        if self.loras is None:
+            raise ApiError(400, self.no_loras, kind="invalid_request_error")
+        return self.loras
 
     def fit_length(self, n_prompt: int, max_tokens: int, explicit: bool, param: str) -> int:
         """`max_tokens` that fits the model's positions after a prompt of `n_prompt` tokens:
@@ -77,14 +109,15 @@ class ServerState:
         except WorkbenchError as e:
             raise ApiError(400, str(e)) from None
 
-    def generate(self, convs, params, **tools: Any) -> list[Generation]:
+    def generate(self, convs, params, model: ChatModel | None = None,
+                 **tools: Any) -> list[Generation]:
         from jinja2 import TemplateError
 
-        batcher, model = self.batcher, self.model
+        batcher, model = self.batcher, model or self.model
         try:
             if batcher is not None and len(convs) == 1 and batcher.batchable(params):
                 try:
-                    gens = [batcher.generate(convs[0], params, tools)]
+                    gens = [batcher.generate(convs[0], params, tools, model)]
                 except ApiGone:
                     raise ApiError(499, "the client closed the request",
                                    kind="client_closed") from None
