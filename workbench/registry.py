@@ -33,15 +33,69 @@ CORE_KEYS = {"name", "seed", "output_dir", "domain", "corpus", "models", "genera
              "cache", "smoke"}
 
 
+ArtifactKind = Literal["jsonl", "json", "folder", "text", "binary"]
+KINDS: tuple[str, ...] = ("jsonl", "json", "folder", "text", "binary")
+_SUFFIX_KINDS = {".jsonl": "jsonl", ".json": "json", ".md": "text", ".txt": "text",
+                 ".log": "text", ".yaml": "text", ".yml": "text", ".csv": "text",
+                 ".html": "text", ".png": "binary", ".safetensors": "binary",
+                 ".sqlite": "binary", ".pt": "binary", ".bin": "binary", ".gguf": "binary",
+                 ".npy": "binary", ".faiss": "binary", ".pkl": "binary",
+                 ".parquet": "binary"}
+
+
+def kind_of(path: str) -> str:
+    """The kind a path's suffix says: .jsonl, .json, text (.md, .txt, .log, .yaml, ...),
+    binary (.png, .safetensors, .sqlite, ...); no suffix, or one not listed, is a folder."""
+    return _SUFFIX_KINDS.get(os.path.splitext(path)[1].lower(), "folder")
+
+
 @dataclass(frozen=True)
 class Artifact:
-    """A file or folder a stage writes, relative to the pipeline's folder in the run."""
+    """A file or folder a stage writes, relative to the pipeline's folder in the run.
+
+    `record` names the type of its rows (jsonl) or of its object (json): a name in
+    `workbench.records` ("MCItem") or "module:Class"; `record_type()` resolves it (the one
+    lookup). `kind` (jsonl, json, folder, text, binary) is told by the path's suffix when
+    not given. `RunLayout.read` / `write` validate by them."""
 
     name: str
     path: str
-    record: str | None = None  # the record type of a JSONL file (e.g. "MCItem")
+    record: str | None = None  # the record type of its rows or object (e.g. "MCItem")
     help: str = ""
     required: bool = True  # a finished stage must have it (else the stage runs again)
+    kind: str = ""  # one of KINDS; "" = told by the path's suffix
+
+    def __post_init__(self):
+        if not self.kind:
+            object.__setattr__(self, "kind", kind_of(self.path))
+        if self.kind not in KINDS:
+            raise WorkbenchError(f"artifact {self.name!r}: kind {self.kind!r} is not one of "
+                                 f"{', '.join(KINDS)}")
+        if self.record is not None and self.kind not in ("jsonl", "json"):
+            raise WorkbenchError(f"artifact {self.name!r}: a record type belongs to a jsonl "
+                                 f"or json file, not a {self.kind}")
+
+    def record_type(self) -> type[BaseModel] | None:
+        """The record type `record` names, or None when it names none."""
+        return record_type(self.record) if self.record else None
+
+
+def record_type(ref: str) -> type[BaseModel]:
+    """A record type by "module:Class" or by its name in `workbench.records`; anything else
+    (unknown, not a pydantic model) is one WorkbenchError line naming it."""
+    what = f"record type {ref!r}"
+    if ":" in ref:
+        obj = plugins.load(ref, what=what)
+    else:
+        from workbench import records
+
+        obj = getattr(records, ref, None)
+        if obj is None:
+            raise WorkbenchError(f"{what} is not a name in workbench.records; name it as "
+                                 "'module:Class'")
+    if not (isinstance(obj, type) and issubclass(obj, BaseModel)):
+        raise WorkbenchError(f"{what} is not a pydantic model")
+    return obj
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,13 @@ inputs did not change.
         <pipeline folder>/...       each pipeline's outputs, as its spec declares them
 
 Paths of outputs are data in the pipelines' specs (`Stage.outputs`); the CLI, the app and
-the jobs ask `layout.artifact("distill", "benchmark")` instead of joining strings.
+the jobs ask `layout.artifact("distill", "benchmark")` instead of joining strings. The
+declared artifact is the one, typed way to a run's files: `layout.read("distill",
+"benchmark")` gives its rows as the declared record type (`MCItem`), `layout.write(...)`
+validates rows by it and writes atomically, `layout.find(...)` lists a per-value artifact's
+files (a loop's rounds) or finds a file from a run folder, its pipeline's folder or the file
+itself. A folder that is not a run's (`workbench trajsynth ... -o OUT`, a federation's server
+folder) is read the same way through `outputs_at(pipeline, folder)`.
 """
 
 from __future__ import annotations
@@ -25,8 +31,18 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workbench import registry
-from workbench.errors import WorkbenchError
-from workbench.io import atomic_write_json, sha256_file
+from workbench.errors import DataError, WorkbenchError
+from workbench.io import (
+    atomic_write_json,
+    atomic_write_text,
+    describe_validation_error,
+    read_json_object,
+    read_jsonl,
+    read_regular_file,
+    sha256_file,
+    validate_versioned,
+    write_jsonl,
+)
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -68,17 +84,200 @@ class RunLayout:
         sub = registry.get(pipeline).subfolder
         return self.root / sub if sub else self.root
 
-    def artifact(self, pipeline: str, name: str) -> Path:
-        return self.folder(pipeline) / registry.get(pipeline).artifact(name).path
+    def outputs(self, pipeline: str) -> Outputs:
+        """The pipeline's declared artifacts in this run (paths, typed read and write)."""
+        return Outputs(pipeline, self.folder(pipeline))
 
-    def has(self, pipeline: str, name: str) -> bool:
+    def artifact(self, pipeline: str, name: str, value: str | None = None) -> Path:
+        return self.outputs(pipeline).path(name, value)
+
+    def has(self, pipeline: str, name: str, value: str | None = None) -> bool:
         try:
-            return self.artifact(pipeline, name).exists()
+            return self.artifact(pipeline, name, value).exists()
         except WorkbenchError:
             return False
 
+    def read(self, pipeline: str, name: str, value: str | None = None) -> Any:
+        """A declared artifact's content, typed by its record (`Outputs.read`)."""
+        return self.outputs(pipeline).read(name, value)
+
+    def write(self, pipeline: str, name: str, data: Any, value: str | None = None) -> Path:
+        """Write a declared artifact, validated by its record (`Outputs.write`)."""
+        return self.outputs(pipeline).write(name, data, value)
+
+    def find(self, pipeline: str, name: str) -> dict[str, Path]:
+        """A per-value artifact's files that exist, by value (`Outputs.find`)."""
+        return self.outputs(pipeline).find(name)
+
     def stages(self) -> StagesState:
         return read_stages(self.stages_file)
+
+
+# --- declared artifacts: paths, typed read and write -----------------------------------------
+
+MAX_JSON_BYTES = 256 * 1024 * 1024  # a declared JSON file is kilobytes to megabytes
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """A pipeline's declared artifacts in one folder: a run's pipeline folder
+    (`RunLayout.outputs`) or a folder the pipeline writes outside a run (`outputs_at`).
+    With `under`, `root` is that artifact's own folder (a federation's server folder is
+    the `fed` spec's `federation`) and paths are taken relative to it."""
+
+    pipeline: str
+    root: Path
+    under: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "root", Path(self.root))
+
+    def declared(self, name: str) -> registry.Artifact:
+        return registry.get(self.pipeline).artifact(name)
+
+    def path(self, name: str, value: str | None = None) -> Path:
+        """Where artifact `name` is (for `value`, when it is declared per value). A name the
+        spec does not declare, or a per-value artifact without its value, is refused."""
+        a = self.declared(name)
+        rel = a.path
+        if ("{value}" in rel) != (value is not None):
+            raise WorkbenchError(f"{self.pipeline}/{name}: " + (
+                "is declared per value; name the value" if value is None
+                else f"is not declared per value, got {value!r}"))
+        if value is not None:
+            if not value or "/" in value or value in (".", ".."):
+                raise WorkbenchError(f"{self.pipeline}/{name}: value {value!r} is not one "
+                                     "plain name")
+            rel = rel.replace("{value}", value)
+        if self.under is None:
+            return self.root / rel
+        base = self.declared(self.under).path
+        if rel == base:
+            return self.root
+        if not rel.startswith(base + "/"):
+            raise WorkbenchError(f"{self.pipeline}/{name} ({rel}) is not inside "
+                                 f"{self.pipeline}/{self.under} ({base})")
+        return self.root / rel[len(base) + 1:]
+
+    def read(self, name: str, value: str | None = None) -> Any:
+        """A declared file's content: a jsonl's rows (records of its type, else dicts), a
+        json's object (its record, checked against the record's `schema_version` where it
+        has one, else a dict), a text's str. A row or object that does not fit is one
+        DataError line naming the file (and the line); a folder or binary is not read."""
+        a = self.declared(name)
+        path = self.path(name, value)
+        model = a.record_type()
+        if a.kind == "jsonl":
+            return read_jsonl(path, model.model_validate if model else None)
+        if a.kind == "json":
+            data = read_json_object(path, cap=MAX_JSON_BYTES, what=f"{self.pipeline} {name}",
+                                    missing="no such file", rerun="run the stage again")
+            if model is None:
+                return data
+            version = _schema_version(model)
+            if version is None:
+                try:
+                    return model.model_validate(data)
+                except ValueError as e:
+                    raise DataError(f"not a {model.__name__} ({_one_line(e)}); run the stage "
+                                    "again", path=str(path), code="bad_record") from None
+            return validate_versioned(data, model, path, what=f"{self.pipeline} {name}",
+                                      rerun="run the stage again", version=version)
+        if a.kind == "text":
+            return read_regular_file(path, cap=MAX_JSON_BYTES, what=f"{self.pipeline} {name}"
+                                     ).decode("utf-8")
+        raise WorkbenchError(f"{self.pipeline}/{name} is a {a.kind}; take its path")
+
+    def write(self, name: str, data: Any, value: str | None = None) -> Path:
+        """Write a declared file atomically (workbench.io's writers): a jsonl's rows (records
+        or dicts, each validated by the record type first, so bad input writes nothing and
+        says which row), a json's object (a record as `model_dump_json(indent=2)`, a dict as
+        `atomic_write_json`), a text's str. Returns the path."""
+        a = self.declared(name)
+        path = self.path(name, value)
+        model = a.record_type()
+        where = f"{self.pipeline}/{name}"
+        if a.kind == "jsonl":
+            rows = list(data)
+            if model is not None:
+                for i, row in enumerate(rows, 1):
+                    _check(model, row, f"{where} row {i}", path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_jsonl(path, rows)
+        elif a.kind == "json":
+            if model is not None:
+                _check(model, data, where, path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(data, BaseModel):
+                atomic_write_text(path, data.model_dump_json(indent=2) + "\n")
+            else:
+                atomic_write_json(path, data)
+        elif a.kind == "text":
+            if not isinstance(data, str):
+                raise WorkbenchError(f"{where} is text; got {type(data).__name__}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, data)
+        else:
+            raise WorkbenchError(f"{where} is a {a.kind}; its writer takes its path")
+        return path
+
+    def find(self, name: str) -> dict[str, Path]:
+        """The files of a per-value artifact that exist, by value in sorted order (a loop's
+        rounds: {"01": .../rounds/01/round.json, ...}); a plain artifact gives {"": path}
+        when it exists, else {}."""
+        a = self.declared(name)
+        if "{value}" not in a.path:
+            p = self.path(name)
+            return {"": p} if p.exists() else {}
+        pattern = self.path(name, "\0").relative_to(self.root).as_posix()
+        head, _, tail = pattern.partition("\0")
+        found = {}
+        for p in sorted(self.root.glob(head + "*" + tail)):
+            rel = p.relative_to(self.root).as_posix()
+            v = rel[len(head):len(rel) - len(tail)]
+            if v and "/" not in v:
+                found[v] = p
+        return found
+
+
+def outputs_at(pipeline: str, folder: str | Path, under: str | None = None) -> Outputs:
+    """A pipeline's declared artifacts in a folder outside a run (its `-o OUT`), or, with
+    `under`, in the folder of that artifact (`outputs_at("fed", server_dir,
+    under="federation")`)."""
+    return Outputs(pipeline, Path(folder), under)
+
+
+def locate(pipeline: str, name: str, where: str | Path | RunLayout) -> Path:
+    """Artifact `name` of `pipeline` from what a person points at: a `RunLayout`, a run
+    folder, the pipeline's folder in it, or the file itself (the one finder)."""
+    if isinstance(where, RunLayout):
+        return where.artifact(pipeline, name)
+    p = Path(where)
+    if not p.is_dir():
+        return p  # the file itself (a missing one is said missing by its reader)
+    run = RunLayout.at(p)
+    return run.artifact(pipeline, name) if run.folder(pipeline).is_dir() \
+        else outputs_at(pipeline, p).path(name)
+
+
+def _schema_version(model: type[BaseModel]) -> int | None:
+    field = model.model_fields.get("schema_version")
+    return field.default if field is not None and isinstance(field.default, int) else None
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(describe_validation_error(e).split())[:300]
+
+
+def _check(model: type[BaseModel], obj: Any, where: str, path: Path) -> None:
+    if isinstance(obj, model):
+        return
+    data = obj.model_dump(mode="json") if isinstance(obj, BaseModel) else obj
+    try:
+        model.model_validate(data)
+    except ValueError as e:
+        raise DataError(f"{where} is not a {model.__name__} ({_one_line(e)}); nothing "
+                        "written", path=str(path), code="bad_record") from None
 
 
 # --- stages -----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ PIPELINE = Pipeline(
     cli="workbench.evaluate.cli:register",
     stages=(Stage("eval", help="per-item results, summary with intervals, plot", outputs=(
         Artifact("results", "results.jsonl", "EvalResult"),
-        Artifact("summary", "summary.json", "EvalSummary"),
+        Artifact("summary", "summary.json", "workbench.evaluate.summary:EvalSummary"),
         Artifact("summary_md", "summary.md"),
         Artifact("plot", "accuracy.png", required=False))),),
     order=50,

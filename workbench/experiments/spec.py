@@ -36,6 +36,8 @@ class CompareConfig(BaseModel):
         return v
 
 
+_SUMMARY = "workbench.evaluate.summary:EvalSummary"
+
 PIPELINES = [Pipeline(
     name="compare", kind="experiment",
     help="RF-Agent's comparison for any domain: distil, index, evaluate the base model "
@@ -47,23 +49,23 @@ PIPELINES = [Pipeline(
     stages=(
         Stage("eval_base", help="base model x {none, oracle, semantic, keyword, hybrid}, on "
                                 "the unseen benchmark (held-out sections)",
-              outputs=(Artifact("eval_base", "eval_base/summary.json", "EvalSummary"),
+              outputs=(Artifact("eval_base", "eval_base/summary.json", _SUMMARY),
                        Artifact("eval_base_results", "eval_base/results.jsonl",
                                 "EvalResult"))),
         Stage("eval_sft", help="SFT model x {none, best RAG}, on the unseen benchmark",
-              outputs=(Artifact("eval_sft", "eval_sft/summary.json", "EvalSummary"),
+              outputs=(Artifact("eval_sft", "eval_sft/summary.json", _SUMMARY),
                        Artifact("eval_sft_results", "eval_sft/results.jsonl",
                                 "EvalResult"))),
         Stage("eval_base_seen", help="base model x every condition, on the seen benchmark",
               outputs=(Artifact("eval_base_seen", "eval_base_seen/summary.json",
-                                "EvalSummary"),
+                                _SUMMARY),
                        Artifact("eval_base_seen_results", "eval_base_seen/results.jsonl",
                                 "EvalResult"))),
         Stage("eval_sft_seen", help="SFT model x {none, best RAG}, on the seen benchmark",
-              outputs=(Artifact("eval_sft_seen", "eval_sft_seen/summary.json", "EvalSummary"),
+              outputs=(Artifact("eval_sft_seen", "eval_sft_seen/summary.json", _SUMMARY),
                        Artifact("eval_sft_seen_results", "eval_sft_seen/results.jsonl",
                                 "EvalResult"))),
-        Stage("report", outputs=(Artifact("report", "report.json", "CompareReport"),
+        Stage("report", outputs=(Artifact("report", "report.json", "workbench.experiments.compare_report:CompareReport"),
                                  Artifact("report_md", "report.md"),
                                  Artifact("plot", "comparison.png", required=False))),
     ),

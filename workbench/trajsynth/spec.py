@@ -11,7 +11,7 @@ PIPELINE = Pipeline(
     run="workbench.trajsynth.api:run",
     stages=(
         Stage("tasks", help="profile the environment, synthesise and verify the task pool",
-              outputs=(Artifact("tasks", "tasks.jsonl", "Task"),
+              outputs=(Artifact("tasks", "tasks.jsonl", "workbench.datatasks.pool:Task"),
                        Artifact("tasks_summary", "tasks.summary.json"))),
         Stage("explore", help="one MCTS tree per task (resumable), the prefix trie",
               outputs=(Artifact("explore", "explore.json"),
@@ -46,7 +46,9 @@ PIPELINE = Pipeline(
               outputs=(Artifact("downstream", "downstream_{value}.jsonl"),)),
         Stage("downstream_report", help="downstream check: verified rates with Wilson "
                                         "intervals, McNemar against zero-shot and sft",
-              outputs=(Artifact("downstream_report", "downstream.json", "DownstreamReport"),)),
+              outputs=(Artifact(
+                  "downstream_report", "downstream.json",
+                  "workbench.trajsynth.downstream_report:DownstreamReport"),)),
     ),
     cli="workbench.trajsynth.cli:register",
     page="trajsynth.py", page_title="Trajectories", page_icon=":material/account_tree:",
