@@ -40,17 +40,21 @@ class Rollout(Record):
 
 
 def sample_groups(model: ChatModel, tasks: Sequence[AgentTask], setup: AgentSetup, *,
-                  group_size: int, reward: RewardFn, desc: str = "rollouts"
+                  group_size: int, reward: RewardFn, desc: str = "rollouts",
+                  check: Callable[[Sequence[AgentTrajectory]], None] | None = None
                   ) -> list[list[Rollout]]:
     """`group_size` runs of every task, all in one lockstep batch; one group per task, in
     task order, each group's rollouts in sample order. A sample is its task under the id
-    `<task id>#<k>` with `metadata["group"]` and `metadata["sample"]` added."""
+    `<task id>#<k>` with `metadata["group"]` and `metadata["sample"]` added. `check` sees
+    the runs before they are rewarded (a rollout server's failures stop here)."""
     if group_size < 1:
         raise ValueError("group_size must be at least 1")
     copies = [replace(t, id=f"{t.id}{SEP}{k}",
                       metadata={**t.metadata, "group": t.id, "sample": k})
               for t in tasks for k in range(group_size)]
     trajs = run_agents(model, copies, setup, desc=desc)
+    if check is not None:
+        check(trajs)
     out: list[list[Rollout]] = []
     for i, t in enumerate(tasks):
         out.append([Rollout(group=t.id, sample=k, reward=float(reward(tr)), trajectory=tr)

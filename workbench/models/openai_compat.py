@@ -4,7 +4,10 @@ or `workbench serve`.
 Calls run concurrently (bounded), retry with exponential backoff on 429, 5xx and connection
 errors (honouring Retry-After), and time out. The API key is read from an environment
 variable, sent only in the Authorization header, and never logged or shown in repr.
-Tools go out as OpenAI `tools` and calls come back from `message.tool_calls`.
+Tools go out as OpenAI `tools` and calls come back from `message.tool_calls`. A seeded
+batch sends the i-th conversation seed + i (equal prompts get different samples, as in one
+local batch). `load_lora` / `unload_lora` use vLLM's runtime LoRA API (GRPO's rollout server
+loads each published adapter with them).
 
 Scoring uses `/v1/completions` with `echo` and `logprobs` (vLLM and `workbench serve` offer
 it); a server without prompt logprobs gives a clear error. A chat prompt is first rendered to
@@ -126,7 +129,10 @@ class OpenAIChatModel(ChatModel):
 
     # --- HTTP with retries -----------------------------------------------------------------
 
-    def _request(self, method: str, path: str, json: dict | None = None) -> dict:
+    def _request(self, method: str, path: str, json: dict | None = None, *,
+                 text_reply: bool = False) -> dict:
+        """The reply's JSON (with `text_reply`, {} for a reply that is not JSON: vLLM answers
+        its LoRA routes with a line of text)."""
         import httpx
 
         delay = self.opts.backoff_s
@@ -141,6 +147,12 @@ class OpenAIChatModel(ChatModel):
                 if resp.status_code >= 400:
                     raise BackendError(f"{resp.request.url}: HTTP {resp.status_code}: "
                                        f"{_error_text(resp)}")
+                if text_reply:
+                    try:
+                        data = resp.json()
+                    except ValueError:
+                        return {}
+                    return data if isinstance(data, dict) else {}
                 return resp.json()
             except (_Retryable, httpx.TransportError) as e:
                 last = str(e) or type(e).__name__
@@ -162,6 +174,54 @@ class OpenAIChatModel(ChatModel):
         if not data:
             raise BackendError(f"{self.base_url}/models lists no model; pass URL#model")
         return data[0]["id"]
+
+    # --- runtime LoRA adapters (vLLM's API; `workbench serve --lora-dir` offers it too) ----
+
+    def served_models(self) -> list[str]:
+        """The names `/v1/models` lists: the base model and any loaded LoRA adapters."""
+        return [str(m.get("id")) for m in self._request("GET", "/models").get("data") or ()
+                if isinstance(m, dict)]
+
+    def load_lora(self, name: str, path: str) -> None:
+        """Load the PEFT adapter folder `path` (a path the server can read) under `name`
+        (`POST /v1/load_lora_adapter`); a request with `model=name` then uses it. vLLM needs
+        `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`."""
+        try:
+            self._request("POST", "/load_lora_adapter",
+                          json={"lora_name": name, "lora_path": path}, text_reply=True)
+        except BackendError as e:
+            if name in self._listed():  # a retried request that had got through
+                return
+            raise BackendError(f"the server did not load LoRA adapter {name!r} from {path}: "
+                               f"{e}") from None
+
+    def unload_lora(self, name: str) -> None:
+        """Unload the LoRA adapter `name` (`POST /v1/unload_lora_adapter`)."""
+        try:
+            self._request("POST", "/unload_lora_adapter", json={"lora_name": name},
+                          text_reply=True)
+        except BackendError as e:
+            if name not in self._listed():
+                return
+            raise BackendError(f"the server did not unload LoRA adapter {name!r}: {e}") \
+                from None
+
+    def server_tokens(self, conversation: Conversation) -> list[int]:
+        """The token ids the server's chat template makes of `conversation` with the
+        assistant header (vLLM's `/tokenize`, at the server root; `workbench serve` too)."""
+        root = _ServerRenderer(self).root
+        data = self._request("POST", f"{root}/tokenize", json={
+            "model": self.model_name, "messages": _wire_messages(conversation),
+            "add_generation_prompt": True})
+        if not isinstance(data.get("tokens"), list):
+            raise BackendError(f"{root}/tokenize: no token ids in the reply")
+        return [int(t) for t in data["tokens"]]
+
+    def _listed(self) -> list[str]:
+        try:
+            return self.served_models()
+        except BackendError:
+            return []
 
     # --- protocol --------------------------------------------------------------------------
 
@@ -216,13 +276,19 @@ class OpenAIChatModel(ChatModel):
         params = params or GenerationParams()
         specs, choice = self._tool_request(tools, tool_choice)
 
-        def one(conv: Conversation) -> Generation:
-            return self._chat_one(conv, params, specs, choice)
+        def one(i: int) -> Generation:
+            return self._chat_one(conversations[i], per[i], specs, choice)
 
+        # a seeded batch: the i-th conversation is sampled with seed + i, as the samples of
+        # one batch on a local engine differ (equal prompts, a GRPO group, would otherwise
+        # get equal replies: each is a request of its own with the same seed)
+        per = [params if params.seed is None or i == 0 else
+               params.model_copy(update={"seed": params.seed + i})
+               for i in range(len(conversations))]
         if len(conversations) == 1:
-            return [one(conversations[0])]
+            return [one(0)]
         with ThreadPoolExecutor(self.opts.concurrency) as pool:
-            return list(pool.map(one, conversations))
+            return list(pool.map(one, range(len(conversations))))
 
     def stream(self, conversation: Conversation,
                params: GenerationParams | None = None) -> Iterator[str]:

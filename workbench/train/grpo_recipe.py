@@ -3,7 +3,9 @@
 The caller brings what only a pack knows (the tasks, the agent setup with its sampling, the
 reward); this owns the process-level parts: resume from the newest complete checkpoint, the
 live metrics file the app reads, the SIGTERM handler (exit 143 after a checkpoint), the export
-of the kept adapter, and the rollouts kept beside it for inspection.
+of the kept adapter, and the rollouts kept beside it for inspection. With
+`train.grpo.rollout_server` the adapters it published go with the checkpoints (unless
+`publish_dir` names a folder of their own) and the last one is unloaded from the server.
 
     result = train_grpo(cfg, model_spec="default", tasks=tasks, held_out=dev,
                         agent_setup=pack_setup, reward=pack.reward, output="runs/x/adapter")
@@ -83,6 +85,9 @@ def train_grpo(cfg: TrainConfig, *, tasks: Sequence[AgentTask], agent_setup: Set
     except TrainingInterrupted as e:
         log(f"stopped by SIGTERM after step {e.step}; resume with the same command")
         raise SystemExit(143) from None
+    finally:
+        if s.server is not None:  # the rollout server's last adapter unloaded
+            s.server.close()
 
     # ---------------------------------------------------------------- cleanup
     manifest = export(s, output)
