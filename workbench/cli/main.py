@@ -116,6 +116,12 @@ def serve(
                                                min=0.001)] = 1.0,
     max_queue: Annotated[int, typer.Option(help="Requests that may wait while one "
                                                 "generates; more get 429.", min=0)] = 16,
+    lora_dir: Annotated[Path | None, typer.Option(
+        help="Allow runtime LoRA adapters (vLLM's POST /v1/load_lora_adapter and "
+             "/v1/unload_lora_adapter) from PEFT folders inside this folder; transformers "
+             "backend only.")] = None,
+    max_loras: Annotated[int, typer.Option(help="Runtime LoRA adapters loaded at once.",
+                                           min=1, max=64)] = 8,
 ):
     """Serve a model over an OpenAI-compatible API: /v1/chat/completions (with tools and
     tool_calls), /v1/completions (text, and prompt scoring with echo + logprobs), /tokenize
@@ -148,12 +154,14 @@ def serve(
             echo_err(w)
     served = name or ("smollm2-135m-instruct" if model == "default" else model)
     limits = ServerLimits(api_key=api_key or None, docs=docs,
-                          max_body_bytes=int(max_body_mb * 1_000_000), max_queue=max_queue)
+                          max_body_bytes=int(max_body_mb * 1_000_000), max_queue=max_queue,
+                          lora_dir=str(lora_dir) if lora_dir else None, max_loras=max_loras)
     if host not in ("127.0.0.1", "localhost", "::1") and not limits.api_key:
         echo_err(f"warning: serving on {host} without --api-key: anyone who can reach it "
                  "can use the model")
     echo_err(f"serving {m.identity} as {served!r} on http://{host}:{port}/v1"
-             + (" (API key required)" if limits.api_key else ""))
+             + (" (API key required)" if limits.api_key else "")
+             + (f"; runtime LoRA adapters from {lora_dir}" if lora_dir else ""))
     run_server(m, served, host=host, port=port, limits=limits)
 
 
