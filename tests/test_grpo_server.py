@@ -15,7 +15,7 @@ import warnings
 import httpx
 import pytest
 from conftest import free_port, wait_http
-from test_train_grpo import config, free_setup, tasks, text_parity
+from test_train_grpo import config, free_setup, guided_setup, prefers_yes, tasks, text_parity
 
 from workbench.models import load_model
 from workbench.models.base import GenerationParams
@@ -246,3 +246,44 @@ def test_rollout_server_settings_are_checked():
         with pytest.raises(ValidationError):
             TrainConfig(method="grpo", grpo={"rollout_server": bad})
     assert json.loads(ok.model_dump_json())["grpo"]["rollout_server"]["model"] is None
+
+
+def test_the_recipe_publishes_beside_its_checkpoints_resumes_and_unloads(
+        lora_server, tiny_model, monkeypatch):
+    """The recipe over the server with a guided policy (the candidates scored by the server
+    under the adapter's name): adapters go to `published/` in the checkpoints, a SIGTERM
+    unloads the last one, the resumed run loads its own and finishes, and nothing is left
+    on the server or on disk but the adapter and its rollouts."""
+    import signal
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workbench.train.grpo_recipe import train_grpo
+
+    base, root = lora_server
+    monkeypatch.setenv("WB_GRPO_TEST_KEY", KEY)
+    out = root / "recipe" / "adapter"  # the server reads adapters under root
+    cfg = config(max_steps=2, grpo={"rollout_server": {
+        "url": base + "/v1", "model": "tiny", "api_key_env": "WB_GRPO_TEST_KEY"}})
+    logs: list[str] = []
+
+    def run(on_step=None):
+        return train_grpo(cfg, model=AutoModelForCausalLM.from_pretrained(tiny_model),
+                          tokenizer=AutoTokenizer.from_pretrained(tiny_model),
+                          tasks=tasks(4), agent_setup=guided_setup, reward=prefers_yes,
+                          output=out, on_step=on_step, log=logs.append)
+
+    def term(step, row):
+        if step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(SystemExit):
+        run(term)
+    published = root / "recipe" / ".adapter.checkpoints" / "published"
+    assert [p.name[:13] for p in published.iterdir() if p.is_dir()] == ["grpo-s000000-"]
+    assert not {n for n in listed(base) if n.startswith("grpo")}  # unloaded on the way out
+    res = run()
+    assert any("resuming from checkpoint-1" in x for x in logs) and res.steps == 2
+    assert (out / "adapter_model.safetensors").is_file()
+    assert not (root / "recipe" / ".adapter.checkpoints").exists()
+    assert not {n for n in listed(base) if n.startswith("grpo")}
