@@ -287,3 +287,38 @@ def test_the_recipe_publishes_beside_its_checkpoints_resumes_and_unloads(
     assert (out / "adapter_model.safetensors").is_file()
     assert not (root / "recipe" / ".adapter.checkpoints").exists()
     assert not {n for n in listed(base) if n.startswith("grpo")}
+
+
+def test_base_and_adapter_requests_at_once_each_get_their_own_model(lora_server, tiny_model):
+    """Requests for the base and for an adapter, in flight together (scoring, and greedy
+    chat, which the server batches per model), each answer as they do alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    base, root = lora_server
+    _adapter(root / "together", tiny_model)
+    assert post(base, "/v1/load_lora_adapter",
+                {"lora_name": "together", "lora_path": "together"}).status_code == 200
+    try:
+        def score(name):
+            return post(base, "/v1/completions", {
+                "model": name, "prompt": "The pump runs at 40 kW.", "max_tokens": 0,
+                "echo": True, "logprobs": 1}).json()["choices"][0]["logprobs"][
+                    "token_logprobs"][1:]
+
+        def chat(name):
+            return post(base, "/v1/chat/completions", {
+                "model": name, "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 6, "temperature": 0}).json()["choices"][0]["message"]["content"]
+
+        alone = {(f.__name__, n): f(n) for f in (score, chat) for n in ("tiny", "together")}
+        assert alone["score", "tiny"] != alone["score", "together"]
+        jobs = [(f, n) for _ in range(4) for f in (score, chat) for n in ("tiny", "together")]
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda fn: fn[0](fn[1]), jobs))
+        for (f, n), value in zip(jobs, got, strict=True):
+            if f is score:
+                assert value == pytest.approx(alone["score", n], abs=1e-4), n
+            else:
+                assert value == alone["chat", n], n
+    finally:
+        post(base, "/v1/unload_lora_adapter", {"lora_name": "together"})
