@@ -161,8 +161,9 @@ def test_stops_streaming_and_seeds(engines):
 
 
 def test_deterministic_replies_do_not_depend_on_the_batch(peaked):
-    """`deterministic`: one slot, each prompt read alone and a seed where none is given, so
-    a sampled batch gives the same replies twice, and each row the reply it gets alone."""
+    """`deterministic`: one slot, each prompt read alone and a seed where none is given (the
+    i-th row seed + i), so a sampled batch gives the same replies twice, and each row the
+    reply it gets alone with its seed; equal prompts in a batch get different samples."""
     _, gguf = peaked
     det = load_model(str(gguf), batch_size=4, deterministic=True)
     try:
@@ -170,8 +171,10 @@ def test_deterministic_replies_do_not_depend_on_the_batch(peaked):
         sampled = GenerationParams(max_tokens=16, temperature=1.0)  # no seed given
         batch = [g.text for g in det.generate(_convs(5), sampled)]
         assert batch == [g.text for g in det.generate(_convs(5), sampled)]
-        assert batch == [det.generate([c], sampled)[0].text for c in _convs(5)]
-        assert len(set(batch)) > 1
+        assert batch == [det.generate([c], sampled.model_copy(update={"seed": i}))[0].text
+                         for i, c in enumerate(_convs(5))]
+        group = [g.text for g in det.generate(_convs(1) * 4, sampled)]
+        assert len(set(group)) > 1
     finally:
         det.close()
 

@@ -370,8 +370,14 @@ class LlamaCppChatModel(TokenizerChatModel):
         # of a batch is back (the first may take minutes)
         with tally("tokens", "token", probe=self.server.decoding) as tokens, \
                 ThreadPoolExecutor(min(self.slots, len(rows))) as pool:
+            # a seeded batch: the i-th row is sampled with seed + i, as the rows of one
+            # transformers batch draw from one stream and the OpenAI-compatible backend
+            # sends them (equal prompts, e.g. a GRPO group, get different samples)
+            seeded = params.seed is not None or self.opts.deterministic
             futures = [None if len(ids) >= limit else
-                       pool.submit(self._tokens, ids, params, cancel) for ids in rows]
+                       pool.submit(self._tokens, ids, params.model_copy(
+                           update={"seed": (params.seed or 0) + i}) if seeded and i else
+                           params, cancel) for i, ids in enumerate(rows)]
             # counted as each reply comes back, so a log says how far a batch has got
             running = [f for f in futures if f is not None]
             for f in progress(as_completed(running), desc="generating", total=len(running),
