@@ -98,6 +98,17 @@ def test_the_kept_step_while_training_and_once_exported():
     assert "best so far: step 6" in gc.summary(gc.shape(rows))
 
 
+def test_a_start_that_stays_best_is_kept_while_training():
+    """The live rows carry the held-out reward before the first step and the planned steps:
+    while training, a start better than every evaluated step is the best so far."""
+    rows = [{"step": k, "reward_mean": 0.1 * k, "steps_planned": 16} for k in range(1, 9)]
+    rows[-1].update(heldout_reward=0.5, heldout_reward_start=0.75)
+    c = gc.shape(rows)
+    assert (c.kept.step, c.kept.reward, c.kept.final) == (0, 0.75, False)
+    assert [(p["step"], p["kept"]) for p in c.heldout] == [(0, True), (8, False)]
+    assert gc.summary(c).startswith("8 of 16 steps") and "best so far: step 0" in gc.summary(c)
+
+
 def test_specs_mark_the_kept_step_and_the_band():
     band = gc.band_spec()
     assert [layer["mark"]["type"] for layer in band["layer"]] == ["area", "line"]

@@ -10,9 +10,9 @@ A GRPO training (`train.grpo_recipe.train_grpo`) appends one JSON row per optimi
 tool_calls_per_rollout, ...), the update's (loss, grad_norm, clip_fraction, kl when
 grpo.beta > 0, distill_kl under on-policy distillation), throughput (rollout_tokens_per_s,
 update_tokens_per_s) and, at held-out evaluation steps, heldout_reward and
-heldout_tool_calls. Once the adapter is exported its manifest names the kept step
-(`outputs.adapter_step`) and the held-out reward before the first step
-(`outputs.heldout_reward_start`), which the live rows do not carry."""
+heldout_tool_calls, with the held-out reward before the first step
+(heldout_reward_start); every row says how many steps are planned (steps_planned). Once the
+adapter is exported its manifest names the kept step (`outputs.adapter_step`)."""
 
 from __future__ import annotations
 
@@ -188,8 +188,8 @@ class Kept:
 def kept(rows: list[dict], outputs: dict[str, Any] | None = None) -> Kept:
     """The exported adapter's step (the manifest's `adapter_step`), or while training the
     first evaluated step with the highest held-out reward so far (as `grpo.keep_best` picks:
-    a later tie does not replace it). The start's reward is in the manifest only, so while
-    training a start that stays the best is not seen."""
+    a later tie does not replace it); the start (step 0) counts first, so a start that
+    stays the best is the one kept."""
     ev = series(rows, HELDOUT)
     if outputs is not None and isinstance(outputs.get("adapter_step"), int):
         step = outputs["adapter_step"]
@@ -198,10 +198,22 @@ def kept(rows: list[dict], outputs: dict[str, Any] | None = None) -> Kept:
             else None
         return Kept(step, reward, True)
     best: dict | None = None
-    for p in ev:
+    start = start_reward(rows, outputs)
+    for p in ([{"step": 0, HELDOUT: start}] if start is not None else []) + ev:
         if best is None or p[HELDOUT] > best[HELDOUT]:
             best = p
     return Kept(best["step"], best[HELDOUT], False) if best else Kept(None, None, False)
+
+
+def start_reward(rows: list[dict], outputs: dict[str, Any] | None = None) -> float | None:
+    """The held-out reward before the first step: the manifest's, else the first evaluated
+    row's (`heldout_reward_start`; rows written before it was logged have none)."""
+    got = _num((outputs or {}).get("heldout_reward_start"))
+    for r in rows:
+        if got is not None:
+            break
+        got = _num(r.get("heldout_reward_start"))
+    return got
 
 
 def heldout(rows: list[dict], outputs: dict[str, Any] | None = None,
@@ -210,7 +222,7 @@ def heldout(rows: list[dict], outputs: dict[str, Any] | None = None,
     manifest once exported) and the kept step marked: [{"step", "heldout_reward", "kept"}]."""
     keep = keep or kept(rows, outputs)
     pts = series(rows, HELDOUT)
-    start = _num((outputs or {}).get("heldout_reward_start"))
+    start = start_reward(rows, outputs)
     if start is not None and not any(p["step"] == 0 for p in pts):
         pts = [{"step": 0, HELDOUT: start}, *pts]
     return [{**p, "kept": p["step"] == keep.step} for p in pts]
@@ -254,7 +266,9 @@ def summary(c: GrpoCurves) -> str:
     reward and its step, the start's."""
     from workbench.text import number, percent
 
-    parts = [f"{c.steps} step{'s' if c.steps != 1 else ''}"]
+    planned = _num(c.final.get("steps_planned"))
+    of = f" of {int(planned)}" if planned is not None and planned > c.steps else ""
+    parts = [f"{c.steps}{of} step{'s' if (planned or c.steps) != 1 else ''}"]
     if (r := _num(c.final.get(REWARD))) is not None:
         parts.append(f"mean reward at the last step {number(r)}")
     if (ns := _num(c.final.get("groups_no_signal"))) is not None:

@@ -490,11 +490,13 @@ def train_steps(s: GrpoSession, n: int, *,
             # cut by train.max_length: their tail (often every policy token) trains nothing
             "rollouts_truncated": sum(q.extra.get("truncated", False) for q in seqs)
             / max(len(seqs), 1),
-            "rollouts_reread": reread, "seconds": time.perf_counter() - t0}
+            "rollouts_reread": reread, "seconds": time.perf_counter() - t0,
+            "steps_planned": s.total}
         if g.distill.weight:
             row.update(teacher_seconds=teach_s, teacher_reread=teach_reread)
         if s.held_out and (g.eval_every and done % g.eval_every == 0 or done == s.total):
-            row.update(heldout_reward(s))
+            # the start's reward rides along, so a live reader sees a start that stays best
+            row.update(heldout_reward(s), heldout_reward_start=s.start_reward)
             if s.best_reward is None or row["heldout_reward"] > s.best_reward:
                 s.best_step, s.best_reward, s.best_state = done, row["heldout_reward"], _copy(s)
         s.seconds += time.perf_counter() - t0
