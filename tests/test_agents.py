@@ -416,7 +416,7 @@ def test_a_schema_pattern_regex_cannot_compile_or_unroll_is_one_error_naming_it(
     the tool and the pattern, as are a pattern whose counted repeats `regex` unrolls past
     the bound (`a{4294967294}` took 2.8 GB and 9 s to fail) and an oversized one; the
     bounds of a regex constraint (alternatives) hold too. Ordinary patterns are taken."""
-    import workbench.agents.tools as T
+    from workbench.models.constrain import pattern_units
 
     def make(pattern: str, where: str = "pattern") -> Toolbox:
         schema = ({"type": "object", "properties": {"s": {"type": "string",
@@ -457,4 +457,4 @@ def test_a_schema_pattern_regex_cannot_compile_or_unroll_is_one_error_naming_it(
         assert make(ok).call(ToolCall.make("t", {"s": "zz"})).text in ("ok", "Error: "
                                                                       "t.s: 'zz' does not "
                                                                       f"match {ok!r}"), ok
-    assert T._pattern_units("(a{10}b){3}c") == 34
+    assert pattern_units("(a{10}b){3}c") == 34

@@ -512,6 +512,93 @@ def test_caller_schemas_regexes_and_grammars_are_bounded_before_compiling(tiny_s
     assert len(compiled) >= 4  # the constrained ones above were compiled, and served
 
 
+# huge repeat counts (issue 46): before, llguidance gave up mid-generation ("too many
+# expressions constructed" after ~2 s and ~200 MB; "Too many items") and the server answered
+# 200 with a reply that broke the constraint, cut at its 4th token with finish_reason "stop"
+_N = 4294967294
+_HUGE = "repeats too much"
+
+
+def _obj(**props) -> dict:
+    return {"type": "object", "properties": props, "required": list(props)}
+
+
+# (body fields, the field named, what the message says)
+HUGE_REPEATS = [
+    ({"guided_regex": f"a{{{_N}}}"}, "guided_regex",
+     "(4,294,967,294 atoms once its counted repeats are unrolled, over the repeat limit of "
+     "100,000)"),
+    ({"guided_regex": "[0-9]{1000000}"}, "guided_regex", "(1,000,000 atoms"),
+    ({"guided_regex": f"a{{{_N},}}"}, "guided_regex", _HUGE),
+    ({"guided_regex": "((a{100}){100}){100}"}, "guided_regex", "(1,000,000 atoms"),
+    ({"guided_regex": "(a+){1000}(b{1000}){1000}"}, "guided_regex", "(1,001,000 atoms"),
+    ({"stream": True, "guided_regex": "a{" + "9" * 5000 + "}"}, "guided_regex", _HUGE),
+    ({"response_format": _format(_obj(s={"type": "string", "pattern": f"^a{{{_N}}}$"}))},
+     "response_format.json_schema.schema", "its pattern '^a{4294967294}$': the regex " + _HUGE),
+    ({"response_format": _format(_obj(s={"type": "object",
+                                         "patternProperties": {"(x{1000}){1000}": {}}}))},
+     "response_format.json_schema.schema", "its pattern '(x{1000}){1000}'"),
+    ({"tools": [_tool(parameters=_obj(s={"type": "string", "pattern": "[0-9]{1000000}"}))],
+      "tool_choice": "required"}, "tools[0].function.parameters", _HUGE),
+    ({"guided_grammar": f"start: /a{{{_N}}}/\n"}, "guided_grammar",
+     "its regex /a{4294967294}/: the regex " + _HUGE),
+    ({"guided_grammar": f'start: "a"~{_N}\n'}, "guided_grammar",
+     "(4,294,967,294 items once its repeats (`~`) are expanded through its groups and rules, "
+     "over the repeat limit of 25,000)"),
+    ({"guided_grammar": 'start: ("a"~1000)~1000\n'}, "guided_grammar", "(1,000,000 items"),
+    ({"guided_grammar": 'start: b~1000\nb: c~1000\nc: "x"~1000\n'}, "guided_grammar",
+     "(1,000,000,000 items"),
+    ({"guided_grammar": 'start: %json ' + json.dumps(_obj(s={"type": "string",
+                                                              "pattern": "a{1000000}"}))},
+     "guided_grammar", "its %json schema: its pattern 'a{1000000}'"),
+]
+WITHIN_REPEATS = [  # a repeat's maximum, and huge length and count bounds, cost nothing
+    {"guided_regex": f"a{{1,{_N}}}"}, {"guided_regex": "a{10000}"},
+    {"guided_regex": "(a+)+b"}, {"guided_grammar": 'start: x~20\nx: "a"~1000\n'},
+    {"response_format": _format(_obj(s={"type": "string", "minLength": _N,
+                                          "maxLength": _N}))},
+    {"response_format": _format(_obj(a={"type": "array", "items": {"type": "integer"},
+                                        "minItems": _N}))},
+    {"response_format": _format(_obj(a={"type": "array", "items": {"type": "integer"},
+                                        "maxItems": _N}))},
+    {"tools": [_tool(parameters=_obj(s={"type": "string", "minLength": _N}))],
+     "tool_choice": "required"},
+]
+
+
+def test_huge_repeat_counts_are_a_400_naming_the_field_and_the_bound(tiny_server,
+                                                                      monkeypatch):
+    """Counted repeats in a guided regex, a schema's `pattern` (response_format, a forced
+    tool call), a grammar's regex literal, `~` repeats (through groups and rules) and a
+    `%json` schema's pattern: a 400 naming the field and the repeat limit, before any grammar
+    is compiled (the agents' check, `constrain.bounded_pattern`); /health prompt meanwhile.
+    Huge minLength/maxLength/minItems/maxItems and a repeat's maximum are served."""
+    from workbench.models.constrain import Constraint
+
+    base, _ = tiny_server
+    compiled = []
+    real = Constraint.grammar
+    monkeypatch.setattr(Constraint, "grammar", lambda self: compiled.append(1) or real(self))
+    for fields, field, says in HUGE_REPEATS:
+        t0 = time.monotonic()
+        r = httpx.post(base + "/v1/chat/completions", json={**CHAT, **fields}, timeout=60)
+        took = time.monotonic() - t0
+        err = assert_openai_error(r, 400)
+        assert err["param"] == field and err["message"].startswith(f"{field}: "), err
+        assert says in err["message"] and "repeat limit of" in err["message"], err
+        assert took < 2.0, (fields, took)
+    assert compiled == []
+    for fields in WITHIN_REPEATS:
+        t0 = time.monotonic()
+        r = httpx.post(base + "/v1/chat/completions", json={**CHAT, **fields}, timeout=60)
+        took = time.monotonic() - t0
+        assert r.status_code == 200, (fields, r.text[:300])
+        assert took < 5.0, (fields, took)
+        t0 = time.monotonic()
+        assert httpx.get(base + "/health", timeout=10).status_code == 200
+        assert time.monotonic() - t0 < 1.0
+
+
 # --- fuzzing ----------------------------------------------------------------------------
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
@@ -606,14 +693,39 @@ def _pattern(field: str, n: int, deep: bool):
         "start: " + " | ".join(f'"{i}"' for i in range(n)) + "\n"
 
 
+def _repeat(field: str, counts: list[int], shape: int):
+    """Counted repeats nested as `counts` says, in a regex, a grammar's `~`, its rules or a
+    schema's pattern (issue 46: `a{4294967294}` and the like)."""
+    regex = "a"
+    for n in counts:
+        regex = f"({regex}){{{n}}}" if shape % 2 else f"{regex}{{{n},}}"
+    if field == "guided_regex":
+        return regex
+    if field == "pattern":
+        return _format({"type": "string", "pattern": regex})
+    if shape % 2:
+        return f"start: /{regex}/\n"
+    rules = [f'r{i}: r{i + 1}~{n}' for i, n in enumerate(counts)]
+    return "start: r0\n" + "\n".join(rules) + f'\nr{len(counts)}: "a"\n'
+
+
 _pattern_chat = st.builds(
     lambda field, n, deep, stream: {"messages": [{"role": "user", "content": "Hi"}],
                                     "max_tokens": 4, "stream": stream,
                                     field: _pattern(field, n, deep)},
     st.sampled_from(["guided_regex", "guided_grammar", "guided_choice"]),
     st.integers(1, 3_000), st.booleans(), st.booleans())
+_repeat_chat = st.builds(
+    lambda field, counts, shape, stream: {
+        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": stream,
+        **({"response_format": _repeat(field, counts, shape)} if field == "pattern"
+           else {field: _repeat(field, counts, shape)})},
+    st.sampled_from(["guided_regex", "guided_grammar", "pattern"]),
+    st.lists(st.sampled_from([0, 1, 7, 100, 1000, 40_000, 10**6, 4294967294]), min_size=1,
+             max_size=3), st.integers(0, 3), st.booleans())
 _bombs = st.one_of(
-    st.tuples(st.just("/v1/chat/completions"), _tool_chat | _format_chat | _pattern_chat),
+    st.tuples(st.just("/v1/chat/completions"),
+              _tool_chat | _format_chat | _pattern_chat | _repeat_chat),
     st.tuples(st.just("/tokenize"), st.fixed_dictionaries({"prompt": st.just("x"),
                                                            "tools": _tools})))
 _SURROGATES = st.integers(0xD800, 0xDFFF).map(chr)

@@ -15,14 +15,15 @@ since Python's `re`, which jsonschema uses, can backtrack on a pattern like `^(a
 ever; a match that runs out of time refuses the value, naming the field. Every pattern is
 compiled by `regex` when the toolbox is made, after its size is bounded (`regex` unrolls a
 counted repeat: `a{4294967294}` took 2.8 GB and 9 s to refuse): one that cannot be compiled,
-or would unroll past `MAX_PATTERN_UNITS`, is a WorkbenchError naming the tool and the pattern.
+or would unroll past `constrain.MAX_PATTERN_UNITS` (`constrain.bounded_pattern`, the check
+the server makes of a caller's regexes too), is a WorkbenchError naming the tool and the
+pattern.
 """
 
 from __future__ import annotations
 
 import contextvars
 import json
-import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -30,15 +31,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.models.constrain import MAX_SCHEMA_DEPTH, bounded_pattern, bounded_schema
+from workbench.models.constrain import (
+    MAX_SCHEMA_DEPTH,
+    bounded_pattern,
+    bounded_schema,
+    schema_patterns,
+)
 from workbench.records import ToolCall, ToolSpec
 
 PATTERN_TIMEOUT_S = 0.5  # one match of a schema pattern against one value
 PATTERN_BUDGET_S = 2.0  # all the pattern matches of one call's arguments
 MAX_PATTERN_CHARS = 10_000  # one pattern of a parameter schema
-# what a pattern's counted repeats unroll to when `regex` compiles it (an atom repeated at
-# least m times is m copies, nested repeats multiply): ~0.25 KB each, so at most ~25 MB
-MAX_PATTERN_UNITS = 100_000
 
 
 class ToolError(Exception):
@@ -257,75 +260,11 @@ def _validator_class():
     return _BOUNDED_VALIDATOR[0]
 
 
-# a pattern's parts, as `_pattern_units` counts them: an escape (\p{L}, \N{...}, \x{..}
-# whole), a character class, a comment, a group's opening, its end, a counted repeat, `|`,
-# anything else (one atom)
-_PATTERN_PARTS = re.compile(
-    r"\\[pPNx]\{[^}]*\}|\\.|\[\^?\]?(?:\\.|\[:\^?[a-z]+:\]|[^\]\\])*\]|\(\?#[^)]*\)"
-    r"|\((?:\?(?:<[=!]|P?<[^>]*>|'[^']*'|[a-zA-Z^-]*[:=!>|]?))?|\)|\{(\d*)(?:,\d*)?\}"
-    r"|[|*+?]|.", re.DOTALL)
-
-
-def _pattern_units(pattern: str) -> int:
-    """What `regex` unrolls `pattern` to, roughly: atoms, with a group or atom repeated at
-    least m times (`{m}`, `{m,}`, `{m,n}`) counted m times, nested repeats multiplying (what
-    it compiles an atom's minimum repeats into; `*`, `+` and `?` add nothing)."""
-    frames = [[0, 0]]  # per open group: units so far, units of the last atom or group
-    for m in _PATTERN_PARTS.finditer(pattern):
-        part = m.group()
-        top = frames[-1]
-        if m.group(1) is not None:  # a counted repeat of the last atom or group
-            digits = m.group(1)
-            times = 1 if not digits else int(digits) if len(digits) <= 12 else 10 ** 12
-            times = max(1, times)
-            top[0] += top[1] * (times - 1)
-            top[1] *= times
-        elif part in ("|", "*", "+", "?"):
-            top[1] = 0 if part == "|" else top[1]
-        elif part.startswith("(") and not part.startswith("(?#"):
-            frames.append([0, 0])
-        elif part == ")" and len(frames) > 1:
-            units = frames.pop()[0]
-            frames[-1][0] += units
-            frames[-1][1] = units
-        else:
-            top[0] += 1
-            top[1] = 1
-    while len(frames) > 1:  # a group never closed (regex refuses it when it compiles)
-        units = frames.pop()[0]
-        frames[-1][0] += units
-    return frames[0][0]
-
-
-_NOT_SCHEMAS = ("enum", "const", "default", "examples")  # values, not schemas
-
-
-def _schema_patterns(schema: Any) -> list[str]:
-    """Every regex of a schema: `pattern` values and `patternProperties` names (walked
-    without recursion; literal values such as `enum` members are not walked)."""
-    found: list[str] = []
-    stack = [schema]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, list):
-            stack.extend(v)
-        elif isinstance(v, dict):
-            if isinstance(v.get("pattern"), str):
-                found.append(v["pattern"])
-            if isinstance(v.get("patternProperties"), dict):
-                found.extend(str(k) for k in v["patternProperties"])
-            stack.extend(x for k, x in v.items() if k not in _NOT_SCHEMAS)
-    return list(dict.fromkeys(found))
-
-
-def _check_patterns(name: str, schema: dict[str, Any]) -> None:
-    """Compile every regex of the tool's schema with `regex`, the module that matches them,
-    once its size is bounded; one WorkbenchError naming the tool and the pattern otherwise.
-    (A pattern `regex` cannot compile used to be matched with Python's `re`: unbounded in
-    time, and not the engine the schema was checked against.)"""
-    import regex
-
-    for patrn in _schema_patterns(schema):
+def _bound_patterns(name: str, schema: dict[str, Any]) -> None:
+    """Every regex of the tool's schema within its size and the regex bounds of
+    `models.constrain` (brackets, alternatives, what its counted repeats unroll to: the
+    server's check, one function); one WorkbenchError naming the tool and the pattern."""
+    for patrn in schema_patterns(schema):
         shown = _short(patrn)
         if len(patrn) > MAX_PATTERN_CHARS:
             raise WorkbenchError(f"tool {name}: parameter schema pattern {shown} is over the "
@@ -333,11 +272,17 @@ def _check_patterns(name: str, schema: dict[str, Any]) -> None:
         if problem := bounded_pattern(patrn, grammar=False):
             raise WorkbenchError(f"tool {name}: parameter schema pattern {shown} refused: "
                                  f"{problem}")
-        if (units := _pattern_units(patrn)) > MAX_PATTERN_UNITS:
-            raise WorkbenchError(f"tool {name}: parameter schema pattern {shown} repeats "
-                                 f"too much ({units:,} atoms once its counted repeats are "
-                                 f"unrolled, over the limit of {MAX_PATTERN_UNITS:,}); "
-                                 "bound the length with minLength/maxLength instead")
+
+
+def _check_patterns(name: str, schema: dict[str, Any]) -> None:
+    """Compile every regex of the tool's schema with `regex`, the module that matches them,
+    once bounded (`_bound_patterns`); one WorkbenchError naming the tool and the pattern
+    otherwise. (A pattern `regex` cannot compile used to be matched with Python's `re`:
+    unbounded in time, and not the engine the schema was checked against.)"""
+    import regex
+
+    for patrn in schema_patterns(schema):
+        shown = _short(patrn)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # regex's FutureWarning on `[[`: no output
@@ -356,6 +301,7 @@ def _validator(name: str, schema: dict[str, Any]):
         raise WorkbenchError(f"tool {name}: parameter schema nested too deeply ({depth} "
                              f"levels of objects and arrays, over the limit of "
                              f"{MAX_SCHEMA_DEPTH})")
+    _bound_patterns(name, schema)  # before bounded_schema, which would name them less well
     if problem := bounded_schema(schema):
         raise WorkbenchError(f"tool {name}: parameter schema refused: {problem}")
     # the patterns first: check_schema compiles them with `re`, which raised ValueError on a
