@@ -4,6 +4,8 @@ ElementTree) or as the service exports it; citations resolved inside the library
 made from them, and a library without citations running with the citation operators off."""
 
 import json
+import re
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -345,3 +347,97 @@ def test_a_library_says_what_it_kept_apart_derived_or_could_not_make(tmp_path):
     before = library_hash(tmp_path / "lib.ris")
     (tmp_path / "lib.ris").write_text((tmp_path / "lib.ris").read_text() + "\n")
     assert library_hash(tmp_path / "lib.ris") != before  # an edited export is new input
+
+
+# --- progress while reading a large library (issue 46 item 2) ---------------------------------
+
+_WORDS = "noise figure amplifier mixer receiver antenna filter oscillator phase gain".split()
+PROGRESS_LINE = re.compile(r"^\[progress\] reading the library > records read: (\d+)/(\d+) "
+                           r"record \(\d+%\), [0-9.e+-]+/s, \d+s, ETA (\S+)$")
+
+
+def _library_of(n: int, fmt: str, path) -> None:
+    """`n` generated records in one of the formats (a @string macro used by every BibTeX
+    entry; the last entry of a BibTeX file broken when `fmt` is "bib-broken")."""
+    def words(i: int, k: int) -> str:
+        return " ".join(_WORDS[(i * 7 + j * 3) % len(_WORDS)] for j in range(k))
+
+    if fmt.startswith("bib"):
+        parts = ['@string{jnl = "Journal of Receivers"}\n']
+        parts += [f"@article{{key{i},\n  title = {{Paper {i} on {words(i, 5)}}},\n"
+                  f"  journal = jnl,\n  year = {{{2000 + i % 20}}},\n"
+                  f"  keywords = {{{words(i, 1)}; {words(i + 1, 1)}}},\n"
+                  f"  abstract = {{{words(i, 30)}}}\n}}\n\n" for i in range(n)]
+        if fmt == "bib-broken":
+            parts[-1] = f"@article{{key{n - 1}, title={{Broken\n"
+        path.write_text("".join(parts))
+    elif fmt == "ris":
+        path.write_text("".join(f"TY  - JOUR\nID  - r{i}\nTI  - Paper {i} on {words(i, 5)}\n"
+                                f"PY  - {2000 + i % 20}\nKW  - {words(i, 1)}\n"
+                                f"AB  - {words(i, 30)}\nER  - \n\n" for i in range(n)))
+    elif fmt == "xml":
+        path.write_text('<?xml version="1.0"?>\n<PubmedArticleSet>\n' + "".join(
+            f"<PubmedArticle><MedlineCitation><PMID>{1000 + i}</PMID><Article><Journal>"
+            f"<JournalIssue><PubDate><Year>{2000 + i % 20}</Year></PubDate></JournalIssue>"
+            f"</Journal><ArticleTitle>Paper {i} on {words(i, 5)}</ArticleTitle><Abstract>"
+            f"<AbstractText>{words(i, 30)}</AbstractText></Abstract></Article>"
+            f"</MedlineCitation></PubmedArticle>\n" for i in range(n)) + "</PubmedArticleSet>\n")
+    else:
+        path.write_text("".join(json.dumps({
+            "id": f"https://openalex.org/W{i}", "title": f"Paper {i} on {words(i, 5)}",
+            "publication_year": 2000 + i % 20,
+            "referenced_works": [f"https://openalex.org/W{(i * 7) % n}"]}) + "\n"
+            for i in range(n)))
+
+
+@pytest.mark.parametrize("fmt, name, n", [("bib", "lib.bib", 600), ("ris", "lib.ris", 3000),
+                                          ("xml", "pubmed.xml", 3000),
+                                          ("jsonl", "works.jsonl", 3000)])
+def test_reading_a_large_library_logs_records_read_of_all_with_a_rate_and_eta(
+        tmp_path, monkeypatch, capsys, fmt, name, n):
+    """A redirected log while a library file of thousands of records is read: the lines
+    count records read of those the file holds (counted in its text first), with a rate
+    and the time left, and the count moves from line to line (before: "records read: 0
+    record" until bibtexparser or rispy had parsed the whole file, 30,000 BibTeX records
+    being minutes, and no total or ETA in any format). BibTeX and RIS are parsed a chunk of
+    records at a time, cut where braces balance, giving the same papers as one parse."""
+    import workbench.agent_packs.litsearch.library as L
+
+    monkeypatch.setenv("WB_PROGRESS_SECONDS", "0.02")
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.setattr(L, "CHUNK_RECORDS", 100)
+    real = L._Counted.append
+
+    def slowed(self, record):  # at least ~1 s of reading on any machine: several lines
+        real(self, record)
+        time.sleep(0.0003)
+
+    monkeypatch.setattr(L._Counted, "append", slowed)
+    path = tmp_path / name
+    _library_of(n, fmt, path)
+    papers, summary = read_library(path)
+    assert len(papers) == n and summary["files"][name]["records"] == n
+    lines = [m.groups() for m in map(PROGRESS_LINE.match, capsys.readouterr().err.splitlines())
+             if m]
+    counts = [int(done) for done, _, _ in lines]
+    assert lines and {int(total) for _, total, _ in lines} == {n}, lines[:3]
+    assert counts == sorted(counts) and len({c for c in counts if c}) >= 2, counts
+    assert any(int(done) and eta != "?" for done, _, eta in lines), lines
+    if fmt in ("bib", "ris"):  # chunked as one parse reads it
+        monkeypatch.setattr(L, "CHUNK_RECORDS", 10 ** 9)
+        whole, _ = read_library(path)
+        assert whole == papers
+        if fmt == "bib":
+            assert {p.journal for p in papers.values()} == {"Journal of Receivers"}
+
+
+def test_a_broken_bibtex_entry_past_the_first_chunk_is_named_by_its_line(tmp_path,
+                                                                         monkeypatch):
+    import workbench.agent_packs.litsearch.library as L
+
+    monkeypatch.setattr(L, "CHUNK_RECORDS", 50)
+    path = tmp_path / "big.bib"
+    _library_of(300, "bib-broken", path)
+    line = path.read_text().splitlines().index("@article{key299, title={Broken") + 1
+    with pytest.raises(DataError, match=rf"big\.bib:{line}: BibTeX entry not parsed"):
+        read_library(path)

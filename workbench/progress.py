@@ -393,6 +393,15 @@ class Counter:
         if self._bar is not None:
             self._bar.update(n)
 
+    def expect(self, total: int | None) -> None:
+        """The loop's total once it is known (a file's records, counted before they are
+        parsed), so the lines and the bar say how far it is and how long is left."""
+        if self._work is not None:
+            self._work.total = total
+        if self._bar is not None:
+            self._bar.total = total
+            self._bar.refresh()
+
 
 @contextlib.contextmanager
 def count(desc: str, total: int | None, unit: str = "it", *,

@@ -91,6 +91,25 @@ def parse_medline(path: Path, out: list[dict] | None = None) -> list[dict]:
     return out
 
 
+def count_medline(path: Path) -> int | None:
+    """How many PubmedArticle records a MEDLINE file holds, counted in its bytes before it
+    is parsed (for the progress lines' total and time left); None when the file cannot be
+    read within `parse_medline`'s bounds (parsing it then says why)."""
+    n, tail, tag = 0, b"", b"<PubmedArticle>"
+    try:
+        with open(path, "rb") as raw:
+            gz = str(path).lower().endswith(".gz")
+            stream = _Bounded(gzip.GzipFile(fileobj=raw) if gz else raw, MAX_EXPANDED, path,
+                              raw if gz else None)
+            while data := stream.read(1 << 20):
+                block = tail + data
+                n += block.count(tag)
+                tail = block[-(len(tag) - 1):]
+    except (DataError, OSError, EOFError):
+        return None
+    return n
+
+
 def _medline_records(stream, path: Path, out: list[dict]) -> None:
     """Append each PubmedArticle of `stream` to `out`, holding one record at a time: nesting
     past MAX_DEPTH or a record of over MAX_HELD elements is refused."""

@@ -24,6 +24,7 @@ clash with another paper's is kept apart and counted (`_resolve`).
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections import defaultdict
@@ -90,11 +91,12 @@ def read_library(path: str | Path) -> tuple[dict[str, Paper], dict[str, Any]]:
         files = [path]
     else:
         raise DataError("not found", path=str(path), code="not_found")
-    from workbench.progress import progress, tally
+    from workbench.progress import count, progress
 
     records: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"files": {}, "skipped_without_title": 0}
-    # a log's lines count files and, inside one (a 30,000-record export), its records so far
+    # a log's lines count files and, inside one (a 30,000-record export), its records read
+    # of those it holds (counted in its text first), with a rate and the time left
     for f in progress(files, desc="reading the library", unit="file", delay=2):
         if f.stat().st_size > MAX_MB * 2**20:
             raise DataError(f"{f.stat().st_size / 2**20:.0f} MB is over the {MAX_MB} MB "
@@ -104,8 +106,8 @@ def read_library(path: str | Path) -> tuple[dict[str, Paper], dict[str, Any]]:
         if fmt is None:  # library_files lists only files of a known format
             raise DataError("not a library file (.bib, .ris, .xml, .xml.gz, .jsonl)",
                             path=str(f), code="unsupported")
-        read: list[dict[str, Any]] = []
-        with tally("records read", "record", probe=lambda read=read: len(read)):
+        with count("records read", None, "record", delay=2) as counter:
+            read = _Counted(counter)
             kind = {"bibtex": _bibtex, "ris": _ris, "pubmed": _pubmed, "jsonl": _jsonl}[fmt](
                 f, read)
         summary["files"][f.name] = {"format": kind, "records": len(read)}
@@ -143,25 +145,86 @@ def _split_keywords(s: Any) -> list[str]:
     return [k.strip() for k in re.split(r"[;,]", _clean(s)) if k.strip()]
 
 
-# each reader appends the file's records to `out` as it reads them (a tally's probe counts
-# them) and returns the format's name
+class _Counted(list):
+    """A reader's records: each one appended is counted in the progress lines, of the total
+    the reader `expect`s once it has counted the file's records in its text."""
+
+    def __init__(self, counter: Any):
+        super().__init__()
+        self.counter = counter
+
+    def append(self, record: Any) -> None:
+        super().append(record)
+        self.counter.add(1)
+
+    def expect(self, total: int | None) -> None:
+        self.counter.expect(total)
+
+
+# each reader appends the file's records to `out` as it reads them (counted in the progress
+# lines, of the total it tells `out` first) and returns the format's name
+
+CHUNK_RECORDS = 500  # BibTeX and RIS are parsed this many records at a time (~2 s of BibTeX)
+# a BibTeX block's start, an entry's (not @string, @comment or @preamble), a @string's
+_BIB_BLOCK = re.compile(r"^[ \t]*@", re.M)
+_BIB_ENTRY = re.compile(r"^[ \t]*@(?!(?:string|comment|preamble)\b)\w+[ \t]*[{(]", re.M | re.I)
+_BIB_STRING = re.compile(r"[ \t]*@string\b", re.I)
+_RIS_END = re.compile(r"^ER  -.*$\n?", re.M)
+
+
+def _bibtex_chunks(text: str) -> list[tuple[str, int, int]]:
+    """`text` cut into pieces of about CHUNK_RECORDS blocks, only where its braces balance
+    (never inside an entry): (the piece, with every @string of the file before it so that
+    its macros resolve wherever they are defined; the lines of those @strings; the file's
+    line the piece starts at, counted from 0). A file of fewer blocks is one piece."""
+    starts = [m.start() for m in _BIB_BLOCK.finditer(text)]
+    if len(starts) <= CHUNK_RECORDS:
+        return [(text, 0, 0)]
+    ends = [*starts[1:], len(text)]
+    strings = "".join(text[a:b] for a, b in zip(starts, ends, strict=True)
+                      if _BIB_STRING.match(text, a))
+    prefix = strings + ("\n" if strings and not strings.endswith("\n") else "")
+    pre_lines = prefix.count("\n")
+    cuts, depth, since = [0], 0, 0
+    for a, b in zip(starts, ends, strict=True):
+        if since >= CHUNK_RECORDS and depth == 0:
+            cuts.append(a)
+            since = 0
+        depth += text.count("{", a, b) - text.count("}", a, b)
+        since += 1
+    cuts.append(len(text))
+    pieces, line = [], 0
+    for a, b in itertools.pairwise(cuts):
+        pieces.append((prefix + text[a:b], pre_lines, line))
+        line += text.count("\n", a, b)
+    return pieces
+
 
 def _bibtex(path: Path, out: list[dict]) -> str:
     import bibtexparser
     from bibtexparser.middlewares import LatexDecodingMiddleware
-    from bibtexparser.model import DuplicateBlockKeyBlock
+    from bibtexparser.model import DuplicateBlockKeyBlock, Entry
 
     text = _text(path)
-    lib = bibtexparser.parse_string(text, append_middleware=[LatexDecodingMiddleware()])
-    entries: list = list(lib.entries)  # Entry, and a duplicate key's second Entry (a Block)
-    for b in lib.failed_blocks:
-        if isinstance(b, DuplicateBlockKeyBlock) and b.ignore_error_block is not None:
-            entries.append(b.ignore_error_block)  # a key used twice: both entries are read
-            continue
-        raise DataError(f"BibTeX entry not parsed ({type(b).__name__}: "
-                        f"{_clean(b.raw)[:80]})", path=str(path),
-                        line=None if b.start_line is None else b.start_line + 1,
-                        code="bad_record")
+    if isinstance(out, _Counted):
+        out.expect(len(_BIB_ENTRY.findall(text)))
+    for piece, extra, first in _bibtex_chunks(text):
+        lib = bibtexparser.parse_string(piece, append_middleware=[LatexDecodingMiddleware()])
+        entries: list = list(lib.entries)  # Entry, and a duplicate key's second Entry
+        for b in lib.failed_blocks:
+            if isinstance(b, DuplicateBlockKeyBlock) and b.ignore_error_block is not None:
+                if isinstance(b.ignore_error_block, Entry):
+                    entries.append(b.ignore_error_block)  # a key used twice: both are read
+                continue  # a @string defined twice (each piece has them all): the first
+            raise DataError(f"BibTeX entry not parsed ({type(b).__name__}: "
+                            f"{_clean(b.raw)[:80]})", path=str(path),
+                            line=None if b.start_line is None else
+                            b.start_line - extra + first + 1, code="bad_record")
+        _bibtex_records(entries, out)
+    return "bibtex"
+
+
+def _bibtex_records(entries: list, out: list[dict]) -> None:
     for e in entries:
         f = {k.lower(): v.value for k, v in e.fields_dict.items()}
         ids = [x for x in (str(f.get("pmid", "")).strip() or None, _doi(f.get("doi")),
@@ -171,14 +234,26 @@ def _bibtex(path: Path, out: list[dict]) -> str:
                     "abstract": _clean(f.get("abstract")), "year": _year(f.get("year")),
                     "journal": _clean(f.get("journal") or f.get("booktitle")),
                     "keywords": list(dict.fromkeys(keywords)), "major": [], "refs": []})
-    return "bibtex"
 
 
 def _ris(path: Path, out: list[dict]) -> str:
+    text = _text(path)
+    ends = [m.end() for m in _RIS_END.finditer(text)]
+    if isinstance(out, _Counted):
+        out.expect(len(ends))
+    cuts = [0, *ends[CHUNK_RECORDS - 1::CHUNK_RECORDS]]
+    if cuts[-1] < len(text):
+        cuts.append(len(text))
+    for a, b in itertools.pairwise(cuts):
+        _ris_records(text[a:b], path, out)
+    return "ris"
+
+
+def _ris_records(text: str, path: Path, out: list[dict]) -> None:
     import rispy
 
     try:
-        entries = rispy.loads(_text(path))
+        entries = rispy.loads(text)
     except Exception as e:  # noqa: BLE001  rispy raises plain IOError/ValueError with the line
         raise DataError(f"RIS not parsed ({e})", path=str(path), code="bad_record") from None
     for r in entries:
@@ -193,13 +268,14 @@ def _ris(path: Path, out: list[dict]) -> str:
                                       or r.get("alternate_title1")),
                     "keywords": _split_keywords(r.get("keywords") or []), "major": [],
                     "refs": []})
-    return "ris"
 
 
 def _pubmed(path: Path, out: list[dict]) -> str:
-    from workbench.agent_packs.litsearch.data import parse_medline
+    from workbench.agent_packs.litsearch.data import count_medline, parse_medline
 
     start = len(out)
+    if isinstance(out, _Counted):
+        out.expect(count_medline(path))
     parse_medline(path, out)  # MEDLINE's records, counted as they are read, then converted
     out[start:] = [{"ids": [p["pmid"]], "title": p["title"], "abstract": p["abstract"],
                     "year": p["year"], "journal": p["journal"], "keywords": p["mesh"],
@@ -209,6 +285,9 @@ def _pubmed(path: Path, out: list[dict]) -> str:
 
 def _jsonl(path: Path, out: list[dict]) -> str:
     kinds = set()
+    if isinstance(out, _Counted):
+        with open(path, "rb") as fh:  # one record a line (blank ones are skipped)
+            out.expect(sum(1 for line in fh if line.strip()))
     # one record a line; bad UTF-8 or JSON raise naming the file and line
     for n, r in iter_jsonl_raw(path):  # a line nested too deeply: one DataError
         if not isinstance(r, dict):
