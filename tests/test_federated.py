@@ -366,8 +366,8 @@ def test_every_federated_report_is_its_typed_record(fixture, request):
     """Both tracks' report.json validate against their model, hold exactly the keys the
     writer always wrote (plus schema_version), and round-trip model -> JSON -> model; the run
     folder, its layout, the fed folder and the report's path all find the same report."""
-    from workbench.federated.report import FedFiles, read_report
-    from workbench.runs import RunLayout
+    from workbench.federated.report import read_report
+    from workbench.runs import RunLayout, locate
 
     run = request.getfixturevalue(fixture)
     model, figure_keys = FED_RUNS[fixture]
@@ -382,9 +382,13 @@ def test_every_federated_report_is_its_typed_record(fixture, request):
     assert again == report
     assert report.figures.canary_leaks == 0 and report.headline
     lay = RunLayout.of(run.cfg)
-    assert FedFiles.of(lay).root == FedFiles.of(lay.root).root == out
+    assert locate("fed", "report", lay) == locate("fed", "report", lay.root) == \
+        locate("fed", "report", out) == out / "report.json"
     for where in (lay, lay.root, out / "report.json"):
         assert read_report(where) == (report, md)
+    # the round log reads as typed rows through its declared record (what the app shows)
+    rows = lay.read("fed", "rounds")
+    assert rows and {type(r).__name__ for r in rows} == {"RoundRow"}
 
 
 @pytest.mark.parametrize("fixture", FED_RUNS)

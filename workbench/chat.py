@@ -333,8 +333,8 @@ class Rating(BaseModel):
 
 
 @dataclass
-class FeedbackFiles:
-    """What a rating left in the workspace."""
+class FeedbackCounts:
+    """What a rating left in the workspace: how many ratings, SFT rows and pairs, and where."""
 
     ratings: int
     sft: int
@@ -385,7 +385,7 @@ def _check_regular(path: Path) -> None:
 
 
 def rate(workspace: str | Path, answer: Answer, verdict: str, correction: str | None = None
-         ) -> FeedbackFiles:
+         ) -> FeedbackCounts:
     """Keep a person's verdict on `answer` and rewrite the training files made of all
     ratings. A bad verdict may carry what the answer should have said."""
     from workbench.io import atomic_write_text
@@ -443,7 +443,7 @@ def training_rows(ratings: Sequence[Rating]):
     return sft, pairs
 
 
-def export_feedback(workspace: str | Path) -> FeedbackFiles:
+def export_feedback(workspace: str | Path) -> FeedbackCounts:
     """Rewrite `chat/sft.jsonl` and `chat/pairs.jsonl` from the ratings (atomically)."""
     from workbench.io import write_jsonl
 
@@ -452,7 +452,7 @@ def export_feedback(workspace: str | Path) -> FeedbackFiles:
     sft, pairs = training_rows(ratings)
     write_jsonl(folder / SFT, (e.to_json() for e in sft))
     write_jsonl(folder / PAIRS, (p.to_json() for p in pairs))
-    return FeedbackFiles(ratings=len(ratings), sft=len(sft), pairs=len(pairs), folder=folder)
+    return FeedbackCounts(ratings=len(ratings), sft=len(sft), pairs=len(pairs), folder=folder)
 
 
 # --- what the workspace offers ---------------------------------------------------------------

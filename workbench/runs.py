@@ -36,6 +36,7 @@ from workbench.io import (
     atomic_write_json,
     atomic_write_text,
     describe_validation_error,
+    iter_jsonl_raw,
     read_json_object,
     read_jsonl,
     read_regular_file,
@@ -97,9 +98,10 @@ class RunLayout:
         except WorkbenchError:
             return False
 
-    def read(self, pipeline: str, name: str, value: str | None = None) -> Any:
+    def read(self, pipeline: str, name: str, value: str | None = None, *,
+             appending: bool = False) -> Any:
         """A declared artifact's content, typed by its record (`Outputs.read`)."""
-        return self.outputs(pipeline).read(name, value)
+        return self.outputs(pipeline).read(name, value, appending=appending)
 
     def write(self, pipeline: str, name: str, data: Any, value: str | None = None) -> Path:
         """Write a declared artifact, validated by its record (`Outputs.write`)."""
@@ -123,11 +125,14 @@ class Outputs:
     """A pipeline's declared artifacts in one folder: a run's pipeline folder
     (`RunLayout.outputs`) or a folder the pipeline writes outside a run (`outputs_at`).
     With `under`, `root` is that artifact's own folder (a federation's server folder is
-    the `fed` spec's `federation`) and paths are taken relative to it."""
+    the `fed` spec's `federation`) and paths are taken relative to it. With `value`, a
+    per-value artifact named without its value takes this one (`for_value`: one round's
+    files of a loop)."""
 
     pipeline: str
     root: Path
     under: str | None = None
+    value: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "root", Path(self.root))
@@ -135,11 +140,17 @@ class Outputs:
     def declared(self, name: str) -> registry.Artifact:
         return registry.get(self.pipeline).artifact(name)
 
+    def for_value(self, value: str) -> Outputs:
+        """The same folder, its per-value artifacts taken for `value`."""
+        return Outputs(self.pipeline, self.root, self.under, value)
+
     def path(self, name: str, value: str | None = None) -> Path:
         """Where artifact `name` is (for `value`, when it is declared per value). A name the
         spec does not declare, or a per-value artifact without its value, is refused."""
         a = self.declared(name)
         rel = a.path
+        if value is None and "{value}" in rel:
+            value = self.value
         if ("{value}" in rel) != (value is not None):
             raise WorkbenchError(f"{self.pipeline}/{name}: " + (
                 "is declared per value; name the value" if value is None
@@ -159,14 +170,24 @@ class Outputs:
                                  f"{self.pipeline}/{self.under} ({base})")
         return self.root / rel[len(base) + 1:]
 
-    def read(self, name: str, value: str | None = None) -> Any:
+    def read(self, name: str, value: str | None = None, *, appending: bool = False) -> Any:
         """A declared file's content: a jsonl's rows (records of its type, else dicts), a
         json's object (its record, checked against the record's `schema_version` where it
         has one, else a dict), a text's str. A row or object that does not fit is one
-        DataError line naming the file (and the line); a folder or binary is not read."""
+        DataError line naming the file (and the line); a folder or binary is not read.
+        `appending`: a log a job may be appending to, whose torn last line is skipped."""
         a = self.declared(name)
         path = self.path(name, value)
         model = a.record_type()
+        if a.kind == "jsonl" and appending:
+            rows = []
+            for line, obj in iter_jsonl_raw(path, torn_tail=lambda _e: None):
+                try:
+                    rows.append(model.model_validate(obj) if model else obj)
+                except ValueError as e:
+                    raise DataError(_one_line(e), path=str(path), line=line,
+                                    code="bad_record") from None
+            return rows
         if a.kind == "jsonl":
             return read_jsonl(path, model.model_validate if model else None)
         if a.kind == "json":
@@ -253,7 +274,8 @@ def locate(pipeline: str, name: str, where: str | Path | RunLayout) -> Path:
     if isinstance(where, RunLayout):
         return where.artifact(pipeline, name)
     p = Path(where)
-    if not p.is_dir():
+    if not p.is_dir() and (p.exists() or p.name == Path(registry.get(pipeline).artifact(
+            name).path).name):
         return p  # the file itself (a missing one is said missing by its reader)
     run = RunLayout.at(p)
     return run.artifact(pipeline, name) if run.folder(pipeline).is_dir() \

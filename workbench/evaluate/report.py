@@ -10,8 +10,9 @@ from pathlib import Path
 
 from workbench.errors import DataError
 from workbench.evaluate.summary import SCHEMA_VERSION, EvalSummary, PairedComparison
-from workbench.io import atomic_write_text, describe_validation_error, write_jsonl
+from workbench.io import describe_validation_error
 from workbench.records import EvalResult, read_records
+from workbench.runs import outputs_at
 from workbench.text import (
     accuracy,
     markdown_table,
@@ -24,22 +25,16 @@ SCORING_LABELS = {"letter": "letter (MCF)", "cloze": "cloze (CF)",
                   "cloze_norm": "cloze, per-char norm. (CF)", "generate": "generation"}
 
 
-def _declared(name: str) -> str:
-    """A file of an evaluation folder, by the name the eval spec declares."""
-    from workbench.evaluate.spec import PIPELINE
-
-    return PIPELINE.artifact(name).path
-
-
 def write_eval(folder: str | Path, results: Sequence[EvalResult], summary: EvalSummary
                ) -> Path:
     """Write the evaluation folder; returns it."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out / _declared("results"), results)
-    atomic_write_text(out / _declared("summary"), summary.model_dump_json(indent=2) + "\n")
-    atomic_write_text(out / _declared("summary_md"), summary_markdown(summary))
-    plot_conditions(summary, out / _declared("plot"))
+    files = outputs_at("eval", out)
+    files.write("results", results)
+    files.write("summary", summary)
+    files.write("summary_md", summary_markdown(summary))
+    plot_conditions(summary, files.path("plot"))
     return out
 
 
@@ -47,10 +42,11 @@ def read_eval_summary(folder: str | Path) -> EvalSummary:
     """The summary of an evaluation folder (or a summary.json path). Summaries written before
     summary.json had a schema_version are refused with a message saying to re-run."""
     p = Path(folder)
-    p = p / _declared("summary") if p.is_dir() else p
+    files = outputs_at("eval", p)
+    p = files.path("summary") if p.is_dir() else p
     if not p.exists():
-        raise DataError(f"no {_declared('summary')}: run the evaluation first", path=str(p),
-                        code="not_found")
+        raise DataError(f"no {files.declared('summary').path}: run the evaluation first",
+                        path=str(p), code="not_found")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -74,7 +70,7 @@ def read_eval_summary(folder: str | Path) -> EvalSummary:
 def read_eval_results(folder: str | Path) -> list[EvalResult]:
     """The per-item rows of an evaluation folder (or a results.jsonl path)."""
     p = Path(folder)
-    return read_records(p / _declared("results") if p.is_dir() else p, EvalResult)
+    return read_records(outputs_at("eval", p).path("results") if p.is_dir() else p, EvalResult)
 
 
 def summary_markdown(summary: EvalSummary, *, title: str | None = None) -> str:

@@ -12,11 +12,11 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
-from workbench.federated.results import FederationFiles, FedFiles
 from workbench.federated.sites import SiteData, load_site, site_folders, split_sites
 from workbench.federated.weights import GlobalStore, State, state_hash
 from workbench.federated.wire import WireAudit
 from workbench.io import atomic_path, atomic_write_json, write_jsonl
+from workbench.runs import outputs_at
 
 
 def _save(path: Path, state: State) -> None:
@@ -47,10 +47,10 @@ def run_federated(fc: FederatedConfig, folders: list[Path], out: Path, *, log=pr
     from workbench.federated.inprocess import InProcessGrid, site_node_configs
     from workbench.federated.server import FedServer
 
-    files = FederationFiles(out)
-    if files.summary.exists():
-        prev = json.loads(files.summary.read_text())
-        latest = GlobalStore(files.global_store).latest()
+    files = outputs_at("fed", out, under="federation")
+    if files.path("summary").exists():
+        prev = json.loads(files.path("summary").read_text())
+        latest = GlobalStore(files.path("global")).latest()
         if prev.get("rounds") == fc.rounds and latest and latest[0] == fc.rounds \
                 and prev.get("sha256") == latest[2]["sha256"] and "wire" in prev:
             return prev
@@ -61,7 +61,7 @@ def run_federated(fc: FederatedConfig, folders: list[Path], out: Path, *, log=pr
     summary["wire"] = {"replies": audit.replies, "bytes": audit.bytes,
                        "canary_leaks": audit.leaks, "long_strings": audit.long_strings,
                        "record_names": sorted(audit.keys)}
-    atomic_write_json(files.summary, summary)
+    atomic_write_json(files.path("summary"), summary)
     return summary
 
 
@@ -75,7 +75,7 @@ def train_baselines(fc: FederatedConfig, sites: list[SiteData], initial: State, 
     steps = fc.rounds * fc.local.steps
     paths = {}
     for s in sites:
-        p = FedFiles(out).local / f"{s.name}.safetensors"
+        p = outputs_at("fed", out).path("local") / f"{s.name}.safetensors"
         if not p.exists():
             t0 = time.perf_counter()
             res = local_train(s, initial, model=fc.model, local=fc.local,
@@ -84,7 +84,7 @@ def train_baselines(fc: FederatedConfig, sites: list[SiteData], initial: State, 
             _save(p, res.state)
             log(f"local-only {s.name}: {steps} steps in {time.perf_counter() - t0:.0f} s")
         paths[f"local:{s.name}"] = p
-    p = FedFiles(out).central
+    p = outputs_at("fed", out).path("central")
     if not p.exists():
         t0 = time.perf_counter()
         res = local_train(pooled(sites), initial, model=fc.model, local=fc.local,
@@ -102,7 +102,7 @@ def evaluate_all(fc: FederatedConfig, sites: list[SiteData], adapters: dict[str,
     `out/eval.jsonl` by condition and adapter hash)."""
     from workbench.federated.task import evaluate
 
-    cache_path = FedFiles(out).eval_rows
+    cache_path = outputs_at("fed", out).path("eval")
     cache = {}
     if cache_path.exists():
         for line in cache_path.read_text().splitlines():
@@ -137,7 +137,7 @@ def run(cfg, ctx):
 
     fc: FederatedConfig = cfg.federated
     out = ctx.layout.folder("fed")
-    files = FedFiles(out)
+    files = outputs_at("fed", out)
     if fc.track == "knowledge":
         from workbench.federated.flower_app import client_app
         from workbench.federated.knowledge.api import run_knowledge
@@ -149,15 +149,15 @@ def run(cfg, ctx):
     else:
         sp = fc.split
         ctx.stages("fed").run("sites", (sp.model_dump(), fc.seed), lambda: {
-            "sites": len(split_sites(sp.source, files.sites, sites=sp.sites, by=sp.by,
+            "sites": len(split_sites(sp.source, files.path("sites"), sites=sp.sites, by=sp.by,
                                      eval_fraction=sp.eval_fraction, canaries=sp.canaries,
                                      seed=fc.seed))})
-        folders = site_folders(files.sites)
+        folders = site_folders(files.path("sites"))
     sites = [load_site(f) for f in folders]
     if len({s.name for s in sites}) != len(sites):
         raise WorkbenchError(f"site names repeat in {[str(f) for f in folders]}")
-    summary = run_federated(fc, folders, files.federated, log=ctx.log)
-    store = GlobalStore(files.federation.global_store)
+    summary = run_federated(fc, folders, files.path("federation"), log=ctx.log)
+    store = GlobalStore(files.path("global"))
     initial = store.load(0)
     final = store.latest()[1]
     adapters = {"initial": initial, "federated": final}
@@ -169,8 +169,8 @@ def run(cfg, ctx):
                           seconds=time.perf_counter() - t0)
     return PipelineResult(
         pipeline="fed", run_dir=str(ctx.layout.root),
-        outputs={"report": str(files.report_md), "global": str(files.federation.global_store),
-                 "rounds": str(files.rounds)},
+        outputs={"report": str(files.path("report_md")), "global": str(files.path("global")),
+                 "rounds": str(files.path("rounds"))},
         figures=report.figures.model_dump(),
         message=f"{len(sites)} sites x {fc.rounds} rounds: {report.headline}; "
-                f"report {files.report_md}")
+                f"report {files.path('report_md')}")

@@ -15,7 +15,7 @@ from typing import Any
 from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
 from workbench.federated.deploy import DeployError, Deployment, Security
-from workbench.federated.results import FederationFiles
+from workbench.runs import outputs_at
 
 
 class RunFailed(WorkbenchError):
@@ -80,8 +80,9 @@ def run_rounds(fc: FederatedConfig, d: Deployment, out: Path | None = None, *,
                           f"up --home {d.home}` (or point --home at the deployment)")
     out = (out or d.home / "runs" / time.strftime("%Y%m%d-%H%M%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "config.json", fc.model_dump_json(indent=1))
-    run_id = d.submit(out / "config.json", out)
+    config = outputs_at("fed", out, under="federation").path("deploy_config")
+    atomic_write_text(config, fc.model_dump_json(indent=1))
+    run_id = d.submit(config, out)
     log(f"run {run_id} submitted; server folder {out}")
     st = d.wait_run(run_id, timeout)
     return DeployedRun(run_id=run_id, out=out, status=str(st.get("status", "")),
@@ -90,7 +91,7 @@ def run_rounds(fc: FederatedConfig, d: Deployment, out: Path | None = None, *,
 
 def check_outcome(run: DeployedRun, d: Deployment) -> None:
     """Raise `RunFailed` for a run the server aborted (abort.json) or that did not finish."""
-    abort = FederationFiles(run.out).abort
+    abort = outputs_at("fed", run.out, under="federation").path("abort")
     if abort.exists():
         info = json.loads(abort.read_text())
         raise RunFailed(info["message"], int(info.get("exit_code", 1)))

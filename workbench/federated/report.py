@@ -13,7 +13,6 @@ from typing import TypeVar
 
 from workbench.federated.config import FederatedConfig
 from workbench.federated.results import (
-    FedFiles,
     FedReport,
     KnowledgeReport,
     LoraCondition,
@@ -23,10 +22,10 @@ from workbench.federated.results import (
 )
 from workbench.federated.server import read_rounds
 from workbench.io import atomic_write_json, atomic_write_text
+from workbench.runs import Outputs, outputs_at
 from workbench.text import MISSING, markdown_table, number, p_value, percent_interval, points
 
 __all__ = [
-    "FedFiles",
     "FedReport",
     "KnowledgeReport",
     "LoraReport",
@@ -77,8 +76,8 @@ def condition_table(rows: list[dict]) -> list[LoraCondition]:
 
 def write_report(out: Path, fc: FederatedConfig, sites, rows: list[dict], summary: dict, *,
                  seconds: float) -> LoraReport:
-    files = FedFiles(out)
-    train_rounds = [r for r in read_rounds(files.federated) if r["kind"] == "train"]
+    files = outputs_at("fed", out)
+    train_rounds = [r for r in read_rounds(files.path("federation")) if r["kind"] == "train"]
     table = condition_table(rows)
     by: dict[str, LoraCondition] = {t.condition: t for t in table}
     wire = summary.get("wire", {})
@@ -86,7 +85,7 @@ def write_report(out: Path, fc: FederatedConfig, sites, rows: list[dict], summar
     figures = _lora_figures(fc, sites, by, train_rounds, wire, seconds)
     lines = [*_lora_setup(fc, sites, seconds), *_lora_conditions(table, names),
              *_lora_rounds(train_rounds, names), *_lora_wire(wire, sites)]
-    _plot(files.plot, train_rounds, by, names)
+    _plot(files.path("plot"), train_rounds, by, names)
     report = LoraReport(figures=figures, conditions=table, headline=_lora_headline(by))
     return write_files(files, lines, "loss by round", report)
 
@@ -194,11 +193,11 @@ def _lora_wire(wire: dict, sites) -> list[str]:
             f"- strings longer than 64 characters: {wire.get('long_strings')}"]
 
 
-def write_files(files: FedFiles, lines: list[str], plot_title: str, report: R) -> R:
+def write_files(files: Outputs, lines: list[str], plot_title: str, report: R) -> R:
     """report.md, then report.json: the record dumped as the reader reads it."""
-    lines = [*lines, "", f"![{plot_title}]({files.plot.name})"]
-    atomic_write_text(files.report_md, "\n".join(lines) + "\n")
-    atomic_write_json(files.report_json, report.model_dump())
+    lines = [*lines, "", f"![{plot_title}]({files.path('plot').name})"]
+    atomic_write_text(files.path("report_md"), "\n".join(lines) + "\n")
+    atomic_write_json(files.path("report"), report.model_dump())
     return report
 
 

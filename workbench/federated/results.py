@@ -1,16 +1,16 @@
 """The federated report's `report.json` as typed records (`schema_version` 1): `LoraReport`
-(track A) or `KnowledgeReport` (track B), the names of a federated run's files (`FedFiles`)
-and the one reader, `read_report`. The writers in `federated.report` build these records and
-dump them, so what is written is what is read. Reports written before `schema_version`
+(track A) or `KnowledgeReport` (track B), and the one reader, `read_report`. A federated
+run's files are the `fed` spec's declared artifacts (`RunLayout.outputs("fed")`,
+`runs.outputs_at("fed", folder)`, a federation's own folder with `under="federation"`).
+The writers in `federated.report` build these records and dump them, so what is written is
+what is read. Reports written before `schema_version`
 existed hold the same keys and values, and read as version 1."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import DataError
 from workbench.records import ReportPart
@@ -19,125 +19,35 @@ SCHEMA_VERSION: Literal[1] = 1
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; more is not a report
 
 
-# --- the files of a federated run ---------------------------------------------------------------
+# --- the round log ------------------------------------------------------------------------------
 
-def _declared(name: str) -> Path:
-    """An artifact's path in the `fed` folder, as the pipeline's spec declares it."""
-    from workbench.federated.spec import PIPELINE
+class RoundRow(BaseModel):
+    """One line of a federation's round log (`rounds.jsonl`) as the servers write it: a
+    `federated.server.RoundLog` (track A: train and evaluate rounds) or a
+    `federated.knowledge.server.KnowledgeRound` (track B). The app reads these, not keys."""
 
-    return Path(PIPELINE.artifact(name).path)
-
-
-@dataclass(frozen=True)
-class FederationFiles:
-    """The files of one federation's folder: a run's `fed/federated`, or the server folder of
-    a deployment (`workbench fed run --out`). The names come from the spec's declared
-    artifacts, so the server, the sites' report and the app agree on them."""
-
-    root: Path
-
-    def _file(self, name: str) -> Path:
-        return self.root / _declared(name).relative_to(_declared("federation"))
-
-    @property
-    def rounds(self) -> Path:
-        """The round log: one JSON line per round (a crash mid-append tears only the last)."""
-        return self._file("rounds")
-
-    @property
-    def summary(self) -> Path:
-        return self._file("summary")
-
-    @property
-    def global_store(self) -> Path:
-        """The global adapter of every round (LoRA track)."""
-        return self._file("global")
-
-    @property
-    def kb(self) -> Path:
-        """The shared knowledge base of every round (knowledge track)."""
-        return self._file("kb")
-
-    @property
-    def replies(self) -> Path:
-        return self._file("replies")
-
-    @property
-    def server_log(self) -> Path:
-        return self._file("server_log")
-
-    @property
-    def abort(self) -> Path:
-        return self._file("abort")
-
-
-@dataclass(frozen=True)
-class FedFiles:
-    """The files of a federated run's folder (the run layout's `fed` folder): the names are
-    the spec's declared artifacts (`federated.spec`), none are in the callers."""
-
-    root: Path
-
-    @classmethod
-    def of(cls, run) -> FedFiles:
-        """`run`: a `RunLayout`, a run folder, the `fed` folder itself or its report.json."""
-        from workbench.runs import RunLayout
-
-        if isinstance(run, RunLayout):
-            return cls(run.folder("fed"))
-        p = Path(run)
-        if p.name == _declared("report").name and not p.is_dir():
-            return cls(p.parent)
-        sub = RunLayout.at(p).folder("fed")
-        return cls(sub if sub.is_dir() else p)
-
-    def _file(self, name: str) -> Path:
-        return self.root / _declared(name)
-
-    @property
-    def report_json(self) -> Path:
-        return self._file("report")
-
-    @property
-    def report_md(self) -> Path:
-        return self._file("report_md")
-
-    @property
-    def plot(self) -> Path:
-        return self._file("plot")
-
-    @property
-    def sites(self) -> Path:
-        return self._file("sites")
-
-    @property
-    def local(self) -> Path:
-        """Each site alone: `<site>.safetensors` (LoRA) or a federation folder per site
-        (knowledge)."""
-        return self._file("local")
-
-    @property
-    def central(self) -> Path:
-        return self._file("central")
-
-    @property
-    def eval_rows(self) -> Path:
-        """The evaluation's rows (a cache by condition and adapter for the LoRA track)."""
-        return self._file("eval")
-
-    @property
-    def federated(self) -> Path:
-        """The federation's own folder: round log, summary, global adapters or knowledge
-        bases (`federation`)."""
-        return self._file("federation")
-
-    @property
-    def federation(self) -> FederationFiles:
-        return FederationFiles(self.federated)
-
-    @property
-    def rounds(self) -> Path:
-        return self.federation.rounds
+    model_config = ConfigDict(extra="forbid")
+    round: int
+    kind: str  # train | evaluate | knowledge
+    status: str = "ok"  # ok | failed
+    sent: int = 0
+    used: int = 0
+    failures: list[dict[str, Any]] = Field(default_factory=list)  # {node, code, reason}
+    bytes_down: int = 0
+    bytes_up: int = 0
+    seconds: float = 0.0
+    sites: dict[str, dict[str, float]] = Field(default_factory=dict)
+    failed_streak: int = 0
+    # track A
+    replies: int = 0
+    num_examples: float = 0.0
+    wait_seconds: float = 0.0
+    sha256: str = ""
+    product_gap: float | None = None
+    # track B
+    ops: dict[str, int] = Field(default_factory=dict)
+    active: int = 0
+    candidates: int = 0
 
 
 # --- report.json as typed records ---------------------------------------------------------------
@@ -249,9 +159,9 @@ def read_report(run) -> tuple[LoraReport | KnowledgeReport, str]:
     a link or device, bad JSON, another schema_version, a field that does not fit) is a
     DataError of one line naming the file; a report without schema_version reads as 1."""
     from workbench.io import read_json_object, read_regular_file, validate_versioned
+    from workbench.runs import locate, outputs_at
 
-    files = FedFiles.of(run)
-    path = files.report_json
+    path = locate("fed", "report", run)
     rerun = "re-run the experiment"
     data = read_json_object(path, cap=MAX_REPORT_BYTES, what="federated report", rerun=rerun,
                             missing=MISSING)
@@ -261,7 +171,7 @@ def read_report(run) -> tuple[LoraReport | KnowledgeReport, str]:
         else LoraReport)
     report = validate_versioned(data, model, path, what=f"federated {model.track} report",
                                 rerun=rerun, version=SCHEMA_VERSION)
-    md_path = files.report_md
+    md_path = outputs_at("fed", path.parent).path("report_md")
     try:
         md = read_regular_file(md_path, cap=MAX_REPORT_BYTES, what="report",
                                missing=MISSING).decode("utf-8")

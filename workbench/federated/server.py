@@ -30,7 +30,6 @@ from workbench.federated.guards import (
     exchange,
     run_rounds,
 )
-from workbench.federated.results import FederationFiles
 from workbench.federated.sites import SITE_NAME
 from workbench.federated.weights import (
     GlobalStore,
@@ -42,6 +41,7 @@ from workbench.federated.weights import (
     to_record,
 )
 from workbench.io import append_line, atomic_write_json
+from workbench.runs import outputs_at
 
 if TYPE_CHECKING:
     from flwr.app import Message
@@ -133,8 +133,8 @@ class FedServer:
                  on_round: Callable[[int], None] | None = None,
                  poll_s: float = 0.5):
         self.cfg, self.out, self.log = cfg, Path(out), log
-        self.files = FederationFiles(self.out)
-        self.store = GlobalStore(self.files.global_store)
+        self.files = outputs_at("fed", self.out, under="federation")
+        self.store = GlobalStore(self.files.path("global"))
         self.on_round = on_round
         self.poll_s = poll_s
         self.state: State = {}
@@ -222,7 +222,7 @@ class FedServer:
     def save(self, rnd: int, row: RoundLog, streak: int) -> None:
         row.sha256 = self.store.save(rnd, self.state, {"status": row.status,
                                                        "failed_streak": streak})
-        append_line(self.files.rounds, json.dumps(asdict(row)))
+        append_line(self.files.path("rounds"), json.dumps(asdict(row)))
 
     def finish(self, grid: Grid, nodes: Callable[[], list[int]]) -> dict[str, Any]:
         """The final adapter, evaluated where the data is."""
@@ -232,11 +232,11 @@ class FedServer:
                                  cfg.guards.round_timeout_s)
         self._received(ev, replies, good)
         ev.sha256 = state_hash(self.state)
-        append_line(self.files.rounds, json.dumps(asdict(ev)))
+        append_line(self.files.path("rounds"), json.dumps(asdict(ev)))
         summary = {"rounds": cfg.rounds, "sha256": state_hash(self.state),
                    "seconds": time.monotonic() - self._t_run, "final": ev.sites,
                    "aggregation": cfg.aggregation}
-        atomic_write_json(self.files.summary, summary)
+        atomic_write_json(self.files.path("summary"), summary)
         return summary
 
     def _keep(self, rnd: int, good) -> None:
@@ -244,7 +244,7 @@ class FedServer:
 
         from workbench.io import atomic_path
 
-        d = self.files.replies / f"round-{rnd:04d}"
+        d = self.files.path("replies") / f"round-{rnd:04d}"
         d.mkdir(parents=True, exist_ok=True)
         for name, st, m in good:
             with atomic_path(d / f"{name}.safetensors") as tmp:
@@ -253,7 +253,7 @@ class FedServer:
 
 def read_rounds(out: str | Path) -> list[dict]:
     """The round log; a torn last line (a crash mid-append) is skipped."""
-    p = FederationFiles(Path(out)).rounds
+    p = outputs_at("fed", Path(out), under="federation").path("rounds")
     rows = []
     for line in p.read_text().splitlines() if p.exists() else []:
         try:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from workbench.federated.config import FederatedConfig
 from workbench.federated.guards import FedAbort
 from workbench.federated.knowledge.server import KnowledgeServer
-from workbench.federated.results import FederationFiles
 from workbench.federated.server import FedServer
 from workbench.io import append_line, atomic_write_json
+from workbench.runs import outputs_at
 
 if TYPE_CHECKING:
     from flwr.serverapp import Grid
@@ -30,19 +30,19 @@ def serve(grid: Grid, config_file: str, out_dir: str) -> dict[str, Any]:
     cfg = FederatedConfig.model_validate_json(Path(config_file).read_text())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = FederationFiles(out)
-    files.abort.unlink(missing_ok=True)  # a resumed run starts without the old one
+    files = outputs_at("fed", out, under="federation")
+    files.path("abort").unlink(missing_ok=True)  # a resumed run starts without the old one
     logger = logging.getLogger("workbench.federated")
 
     def log(line: str) -> None:
         logger.info(line)
-        append_line(files.server_log, f"{time.strftime('%H:%M:%S')} {line}")
+        append_line(files.path("server_log"), f"{time.strftime('%H:%M:%S')} {line}")
 
     server = KnowledgeServer if cfg.track == "knowledge" else FedServer
     try:
         return server(cfg, out, log=log).run(grid)
     except FedAbort as e:
-        atomic_write_json(files.abort,
+        atomic_write_json(files.path("abort"),
                           {"message": str(e), "exit_code": e.exit_code, **e.details})
         log(f"abort: {e}")
         raise

@@ -10,8 +10,8 @@ PIPELINE = Pipeline(
          "against local-only and centralised training.",
     config="workbench.federated.config:FederatedConfig",
     run="workbench.federated.api:run",
-    # Every path of the `fed` folder is declared here; `federated.results.FedFiles` reads the
-    # names from this table and the code and the app find them only through it. Only "sites"
+    # Every path of the `fed` folder is declared here; the code and the app find them only
+    # through it (`RunLayout.outputs("fed")`, `runs.outputs_at`). Only "sites"
     # is a hashed stage: the rounds resume by their own round files (the global store, the
     # knowledge bases), the baselines by their adapter files and the evaluation by its cache.
     stages=(
@@ -20,6 +20,7 @@ PIPELINE = Pipeline(
         Stage("rounds", help="the federation's rounds (resumed from its own round files)",
               outputs=(Artifact("federation", "federated"),
                        Artifact("rounds", "federated/rounds.jsonl",
+                                "workbench.federated.results:RoundRow",
                                 help="one line per round: replies, aggregate, guards"),
                        Artifact("summary", "federated/summary.json"),
                        Artifact("global", "federated/global", required=False,
@@ -32,7 +33,9 @@ PIPELINE = Pipeline(
                        Artifact("server_log", "federated/server.log", required=False,
                                 help="a deployment's server log"),
                        Artifact("abort", "federated/abort.json", required=False,
-                                help="why a deployment's server aborted"))),
+                                help="why a deployment's server aborted"),
+                       Artifact("deploy_config", "federated/config.json", required=False,
+                                help="the config a deployment's run was submitted with"))),
         Stage("baselines", help="each site alone and, for LoRA, all data pooled",
               outputs=(Artifact("local", "local", required=False),
                        Artifact("central", "central.safetensors", required=False))),

@@ -29,10 +29,10 @@ from workbench.evaluate import agreement as generic
 from workbench.evaluate.agreement import Check, Decision, Rating, Reading, Shown
 from workbench.evaluate.stats import Agreement
 from workbench.io import read_jsonl
-from workbench.loop.files import LoopFiles
 from workbench.loop.records import Guard, GuardResult
 from workbench.loop.suites import Suites
 from workbench.records import EvalResult
+from workbench.runs import Outputs
 from workbench.text import markdown_table, percent
 
 OPEN_SUITES = ("open", "open_dev")
@@ -100,7 +100,7 @@ class Judged(Protocol):
     (the open questions) and its settings; a `Loop` or its `Evaluator`."""
 
     @property
-    def files(self) -> LoopFiles: ...
+    def files(self) -> Outputs: ...
 
     @property
     def suites(self) -> Suites: ...
@@ -116,7 +116,7 @@ def judged_items(loop: Judged) -> list[JudgedItem]:
     """Every (answer, criterion) decision the judge made in the loop's evaluations."""
     questions = _questions(loop)
     out: dict[str, JudgedItem] = {}
-    evals = loop.files.evals
+    evals = loop.files.path("evals")
     for f in sorted(evals.glob("*/open*.jsonl")) if evals.is_dir() else ():
         if f.stem not in OPEN_SUITES:
             continue
@@ -149,7 +149,7 @@ def sample_items(items: Sequence[JudgedItem], n: int, seed: int = 0) -> list[Jud
 
 
 def _ratings_path(loop: Judged) -> Path:
-    return loop.files.judge_ratings
+    return loop.files.path("judge_ratings")
 
 
 def read_ratings(loop: Judged) -> dict[str, Rating]:

@@ -32,11 +32,10 @@ from typing import Any
 from workbench.errors import WorkbenchError
 from workbench.loop.decide import decide_round
 from workbench.loop.evaluator import Evaluator
-from workbench.loop.files import LoopFiles
 from workbench.loop.guards import recommend
 from workbench.loop.pack import loop_pack
 from workbench.loop.plan import approve_plan, make_plan, plan_round
-from workbench.loop.records import Choice, KeptAdapter, LoopState, Round
+from workbench.loop.records import Choice, KeptAdapter, LoopState, Round, round_name
 from workbench.loop.report import history_rows, write_history
 from workbench.loop.review import approve_data
 from workbench.loop.steps import run_steps
@@ -71,7 +70,7 @@ class Loop:
         """The loop of a run folder, with the config its plans were made with."""
         from workbench.config import experiment_config_model
 
-        p = LoopFiles(RunLayout.at(run_dir).folder("loop")).config
+        p = RunLayout.at(run_dir).artifact("loop", "config")
         if not p.exists():
             raise WorkbenchError(f"{run_dir}: no improvement loop here (no loop/config.yaml)")
         import yaml
@@ -183,14 +182,16 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
     if cfg.loop.mode == "plan":
         r = loop.plan()
         return PipelineResult(pipeline="loop", run_dir=str(ctx.layout.root),
-                              outputs={"round": str(loop.files.round(r.index).record)},
+                              outputs={"round": str(loop.files.path(
+                                  "round", round_name(r.index)))},
                               figures={"round": r.index, "target": r.plan.target},
                               message=f"round {r.index} planned: target {r.plan.target}")
     if cfg.loop.mode == "run":
         loop.save_config()
         r = loop.run_round()
         return PipelineResult(pipeline="loop", run_dir=str(ctx.layout.root),
-                              outputs={"report": str(loop.files.round(r.index).report)},
+                              outputs={"report": str(loop.files.path(
+                                  "report", round_name(r.index)))},
                               figures={"round": r.index, "status": r.status,
                                        "recommendation": r.recommendation},
                               message=f"round {r.index}: {r.status}"
@@ -203,8 +204,9 @@ def run(cfg, ctx: RunContext) -> PipelineResult:
              + (f" ({r.decision.reason})" if r.decision else "") for r in done]
     return PipelineResult(
         pipeline="loop", run_dir=str(ctx.layout.root),
-        outputs={"history": str(loop.files.history),
-                 **{f"round_{r.index}": str(loop.files.round(r.index).report) for r in done}},
+        outputs={"history": str(loop.files.path("history")),
+                 **{f"round_{r.index}": str(loop.files.path("report", round_name(r.index)))
+                    for r in done}},
         figures={f"round_{r.index}": r.decision.choice if r.decision else r.status
                  for r in done} | {"seconds": round(time.perf_counter() - t0, 1)},
-        message="\n".join(lines + [f"history: {loop.files.history}"]))
+        message="\n".join(lines + [f"history: {loop.files.path('history')}"]))

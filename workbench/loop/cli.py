@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from workbench.cli_options import ConfigArg, SetOpt
+from workbench.loop.records import round_name
 
 RoundOpt = Annotated[int | None, typer.Option("--round", "-r",
                                               help="The round (default: the latest).")]
@@ -122,7 +123,7 @@ def register(group: typer.Typer) -> None:
         typer.echo(f"round {r.index}: {r.status}; the guards recommend {r.recommendation}")
         for g in r.flagged:
             typer.echo(f"  FLAG {g.guard.name}: {g.detail}")
-        typer.echo(f"report: {loop.files.round(r.index).report}")
+        typer.echo(f"report: {loop.files.path('report', round_name(r.index))}")
         typer.echo("decide with `workbench loop decide CONFIG keep|continue|revert|deploy "
                    "--reason ... --by NAME`")
 
@@ -203,4 +204,4 @@ def register(group: typer.Typer) -> None:
             return
         path = write_history(loop.store)
         typer.echo(path.read_text())
-        typer.echo(f"plot: {loop.files.history_plot}")
+        typer.echo(f"plot: {loop.files.path('history_plot')}")

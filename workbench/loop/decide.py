@@ -13,7 +13,16 @@ from workbench.io import replace_dir
 from workbench.loop.agreement import judge_check, judge_guard
 from workbench.loop.evaluator import Evaluator
 from workbench.loop.guards import recommend
-from workbench.loop.records import Choice, Decision, GuardResult, KeptAdapter, LoopState, Round, now
+from workbench.loop.records import (
+    Choice,
+    Decision,
+    GuardResult,
+    KeptAdapter,
+    LoopState,
+    Round,
+    now,
+    round_name,
+)
 from workbench.loop.report import write_history, write_round_report
 from workbench.loop.store import RoundStore
 from workbench.loop.train import adapter_hash
@@ -53,7 +62,7 @@ def decide_round(store: RoundStore, ev: Evaluator, index: int | None, choice: Ch
         raise DataError(f"the current adapter ({str(before or 'base model')[:12]}) is not "
                         f"the one round {r.index} started from "
                         f"({str(r.parent or 'base model')[:12]})",
-                        path=str(store.files.state))
+                        path=str(store.files.path("state")))
     if choice == "revert":
         after = verify_current(store, st, r.parent)
     else:
@@ -61,7 +70,8 @@ def decide_round(store: RoundStore, ev: Evaluator, index: int | None, choice: Ch
         st = store.state()
         after = kept.sha256
         if choice == "deploy":
-            replace_dir(_copy_tmp(store, Path(kept.path), "deployed"), store.files.deployed)
+            replace_dir(_copy_tmp(store, Path(kept.path), "deployed"),
+                        store.files.path("deployed"))
             st.deployed = kept.sha256
             store.save_state(st)
     d = Decision(choice=choice, reason=reason, by=by, at=now(), adapter_before=before,
@@ -83,18 +93,18 @@ def _copy_tmp(store: RoundStore, src: Path, name: str) -> Path:
 
 def keep(store: RoundStore, r: Round, st: LoopState) -> KeptAdapter:
     """The round's candidate, copied into `adapters/` and made the current adapter."""
-    cand = store.files.round(r.index).candidate
+    cand = store.files.path("candidate", round_name(r.index))
     sha = adapter_hash(cand)
     if sha != r.candidate:
         raise DataError(f"the candidate's weights changed since round {r.index} measured "
                         f"them (sha256 {sha[:12]}, measured {str(r.candidate)[:12]})",
                         path=str(cand))
-    dest = store.files.adapters / sha[:16]
+    dest = store.files.path("adapters") / sha[:16]
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         replace_dir(_copy_tmp(store, cand, f"adapter-{sha[:16]}"), dest)
     kept = KeptAdapter(sha256=sha, path=str(dest.resolve()), round=r.index,
-                       data=[str(store.files.round(r.index).train.resolve())])
+                       data=[str(store.files.path("train", round_name(r.index)).resolve())])
     if st.current is not None and st.current.sha256 == sha:
         return st.current  # already kept (a retried decision)
     if st.current is not None:
@@ -109,7 +119,7 @@ def verify_current(store: RoundStore, st: LoopState, parent: str | None) -> str 
     if st.current is None:
         if parent is not None:
             raise DataError("the loop state has no current adapter but the round started "
-                            "from one", path=str(store.files.state))
+                            "from one", path=str(store.files.path("state")))
         return None
     sha = adapter_hash(st.current.path)
     if sha != parent or sha != st.current.sha256:

@@ -8,21 +8,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from workbench.io import read_jsonl, write_jsonl
-from workbench.loop.files import LoopFiles
 from workbench.loop.pack import loop_pack
 from workbench.loop.records import KeptAdapter
 from workbench.loop.suites import Suites, evaluate_suites, load_suites
 from workbench.loop.synth import LoopPack
 from workbench.loop.train import adapter_hash
 from workbench.records import EvalResult
-from workbench.runs import hash_inputs
+from workbench.runs import Outputs, hash_inputs
 
 
 class Evaluator:
     """The loop's suites and models for `cfg` (its `loop` section is `lc`), with the
     evaluation cache and the search index in the loop's folder (`files`)."""
 
-    def __init__(self, cfg, files: LoopFiles, *, log: Callable[[str], None] = print):
+    def __init__(self, cfg, files: Outputs, *, log: Callable[[str], None] = print):
         self.cfg, self.lc = cfg, cfg.loop
         self.files = files
         self.log = log
@@ -78,7 +77,8 @@ class Evaluator:
             from workbench.retrieval.search import Searcher
 
             self._searcher = Searcher(
-                self.suites.training_sections(), self.files.index, retriever="keyword",
+                self.suites.training_sections(), self.files.path("index"),
+                retriever="keyword",
                 log=self.log)
         return self._searcher(queries, k)
 
@@ -95,7 +95,7 @@ class Evaluator:
         s = self.lc.suites
         key = hash_inputs(sha, self.suites.digest, self.cfg.models.chat.model_dump(),
                           s.model_dump(mode="json"))[:12]
-        folder = self.files.evals / f"{sha[:12]}-{key}"
+        folder = self.files.path("evals") / f"{sha[:12]}-{key}"
         rows: list[EvalResult] = []
         todo = [x for x in suites if not (folder / f"{x}.jsonl").exists()]
         if todo:

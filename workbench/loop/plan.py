@@ -7,11 +7,10 @@ import time
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.io import read_jsonl, write_jsonl
 from workbench.loop.evaluator import Evaluator
 from workbench.loop.failures import count_modes, mine
 from workbench.loop.guards import plan_guards
-from workbench.loop.records import FailureRow, Plan, Round, now
+from workbench.loop.records import FailureRow, Plan, Round, now, round_name
 from workbench.loop.store import RoundStore
 from workbench.loop.suites import Suites, per_subset
 from workbench.loop.synth import by_job
@@ -36,7 +35,7 @@ def plan_round(store: RoundStore, ev: Evaluator) -> Round:
                           log=store.log)
     folder = store.folder(index)
     folder.mkdir(parents=True, exist_ok=True)
-    write_jsonl(store.files.round(index).failures, failures)
+    store.files.write("failures", failures, round_name(index))
     plan = make_plan(ev.lc, ev.suites, rows, failures, rs)
     r = Round(index=index, parent=st.current.sha256 if st.current else None, plan=plan,
               created_at=now(), suites_digest=ev.suites.digest,
@@ -72,8 +71,7 @@ def approve_plan(store: RoundStore, ev: Evaluator, index: int | None, *, by: str
         # a new target gets its own recipe, modes and rationale, from the same failures
         st = store.state()
         rows = ev.evaluation(st.current)
-        failures = read_jsonl(store.files.round(r.index).failures,
-                              FailureRow.model_validate)
+        failures = store.files.read("failures", round_name(r.index))
         plan = make_plan(lc, ev.suites, rows, failures, store.rounds()[:-1])
         # what the plan was made with stays (a later config does not rewrite it)
         plan = plan.model_copy(update={"hyper": r.plan.hyper, "guards": r.plan.guards,

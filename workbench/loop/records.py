@@ -35,6 +35,12 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def round_name(index: int) -> str:
+    """A round's folder name, the value of the spec's per-round artifacts: 01, 02, ...
+    (sorted by name is sorted by round)."""
+    return f"{index:02d}"
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

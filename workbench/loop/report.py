@@ -9,7 +9,7 @@ from typing import Any
 from workbench.io import atomic_savefig, atomic_write_text
 from workbench.loop.agreement import agreement_markdown, judge_check
 from workbench.loop.evaluator import Evaluator
-from workbench.loop.records import JOBS, MODES, Round
+from workbench.loop.records import JOBS, MODES, Round, round_name
 from workbench.loop.store import RoundStore
 from workbench.text import markdown_table, p_value, percent, percent_interval, points_interval
 
@@ -83,7 +83,7 @@ def round_markdown(ev: Evaluator, r: Round) -> str:
 
 
 def write_round_report(store: RoundStore, ev: Evaluator, r: Round) -> Path:
-    p = store.files.round(r.index).report
+    p = store.files.path("report", round_name(r.index))
     atomic_write_text(p, round_markdown(ev, r))
     return p
 
@@ -111,7 +111,7 @@ def write_history(store: RoundStore) -> Path:
                             [[r["round"], r["target"], r["decision"] or r["status"], r["by"],
                               r["flags"], *(f"{r[k]:+.1f}" if k in r else "-" for k in keys)]
                              for r in rows])]
-    atomic_write_text(store.files.history, "\n".join(lines) + "\n")
+    atomic_write_text(store.files.path("history"), "\n".join(lines) + "\n")
     if rows and keys:
         import matplotlib
 
@@ -134,6 +134,6 @@ def write_history(store: RoundStore) -> Path:
         ax.set_title("Evolution map: kept (green) and reverted (red) rounds")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        atomic_savefig(fig, store.files.history_plot)
+        atomic_savefig(fig, store.files.path("history_plot"))
         plt.close(fig)
-    return store.files.history
+    return store.files.path("history")

@@ -7,7 +7,7 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json, read_jsonl
-from workbench.loop.records import Round
+from workbench.loop.records import Round, round_name
 from workbench.loop.store import RoundStore
 from workbench.records import ChatExample
 
@@ -24,7 +24,7 @@ def approve_data(store: RoundStore, index: int | None, *, by: str,
                              + ")")
     if not by.strip():
         raise WorkbenchError("say who reviewed the data (--by NAME)")
-    accepted = {e.id for e in read_jsonl(store.files.round(r.index).accepted,
+    accepted = {e.id for e in read_jsonl(store.files.path("accepted", round_name(r.index)),
                                          ChatExample.model_validate)}
     unknown = sorted(set(review) - accepted)
     if unknown:
@@ -32,7 +32,7 @@ def approve_data(store: RoundStore, index: int | None, *, by: str,
     for k, v in review.items():
         if v != "reject" and not (isinstance(v, dict) and str(v.get("answer", "")).strip()):
             raise WorkbenchError(f"review of {k}: 'reject' or {{'answer': text}}")
-    atomic_write_json(store.files.round(r.index).review, review)
+    atomic_write_json(store.files.path("review", round_name(r.index)), review)
     rejected = sum(v == "reject" for v in review.values())
     edited = sum(isinstance(v, dict) for v in review.values())
     store.log(f"== round {r.index}: data reviewed by {by} ({rejected} rejected, {edited} "

@@ -10,8 +10,8 @@ PIPELINE = Pipeline(
          "train a LoRA candidate, guard every subset, keep or revert.",
     config="workbench.loop.config:LoopConfig",
     run="workbench.loop.api:run",
-    # Every path of the `loop` folder is declared here; `loop.files.LoopFiles` reads the
-    # names from this table and the loop's modules and the app find them only through it.
+    # Every path of the `loop` folder is declared here; the loop's modules and the app find
+    # them only through it (`runs.outputs_at("loop", folder)`, per round `for_value`).
     # The loop's steps record themselves in round.json (not through StageRunner): a killed
     # round re-run redoes only the steps whose inputs changed or whose files are missing.
     stages=(

@@ -17,7 +17,7 @@ from workbench.loop.config import TrainSettings
 from workbench.loop.evaluator import Evaluator
 from workbench.loop.gates import Gates
 from workbench.loop.guards import check, deltas, recommend
-from workbench.loop.records import JOBS, FailureRow, LoopState, Round
+from workbench.loop.records import JOBS, FailureRow, LoopState, Round, round_name
 from workbench.loop.report import write_round_report
 from workbench.loop.review import apply_review
 from workbench.loop.store import RoundStore
@@ -93,8 +93,8 @@ class _RoundRun:
                  st: LoopState):
         self.store, self.ev, self.ctx, self.r, self.st = store, ev, ctx, r, st
         self.log = store.log
-        self.files = store.files.round(r.index)
-        self.folder = self.files.folder
+        self.files = store.files.for_value(round_name(r.index))
+        self.folder = self.files.path("round").parent
         self.lc = ev.lc
         self.train = TrainSettings.model_validate(r.plan.hyper) if r.plan.hyper \
             else ev.lc.train
@@ -111,8 +111,8 @@ class _RoundRun:
         extra = {"synth": [lc.synth.model_dump(mode="json"), lc.pack,
                            self.ev.cfg.models.chat.model_dump(mode="json")],
                  "gates": [lc.gates.model_dump(mode="json")],
-                 "mixture": [lc.trainer, _file_key(self.files.review)],
-                 "train": [lc.trainer, _file_key(self.files.review)],
+                 "mixture": [lc.trainer, _file_key(self.files.path("review"))],
+                 "train": [lc.trainer, _file_key(self.files.path("review"))],
                  "eval": [], "guards": [lc.guards.model_dump(mode="json")]}[name]
         before = STEPS[STEPS.index(name) - 1] if STEPS.index(name) else None
         prev = (self.r.steps.get(before) or {}).get("_key") if before else None
@@ -150,7 +150,7 @@ class _RoundRun:
 
     # --- steps
     def _failures(self) -> list[FailureRow]:
-        return read_jsonl(self.files.failures, FailureRow.model_validate)
+        return self.files.read("failures")
 
     def _baseline(self) -> list[EvalResult]:
         return self.ev.evaluation(self.st.current)
@@ -186,21 +186,21 @@ class _RoundRun:
         n_anchors = plan.recipe["anchors"] if "anchors" in plan.recipe else round(
             s.anchor_ratio * max(plan.weightings) * len(targeted))
         made["anchors"] = syn.anchors(right, n_anchors, last=plan.target)
-        write_jsonl(self.files.synth, targeted + made["anchors"])
-        return {"_files": self._rel(self.files.synth), "failures_used": len(failures),
+        self.files.write("synth", targeted + made["anchors"])
+        return {"_files": self._rel(self.files.path("synth")), "failures_used": len(failures),
                 **{j: len(made.get(j, [])) for j in JOBS}, **syn.stats}
 
     def _gates(self) -> dict:
-        samples = read_jsonl(self.files.synth, ChatExample.model_validate)
+        samples = self.files.read("synth")
         seen = [e for p in (self.st.current.data if self.st.current else ())
                 for e in read_jsonl(p, ChatExample.model_validate)]
         sections = {s.id: s.text for s in self.ev.suites.sections}
         kept, dropped = Gates(self.ev.suites, self.lc.gates, seen=seen,
                               sections=sections).run(samples)
-        write_jsonl(self.files.accepted, kept)
-        write_jsonl(self.files.dropped, dropped)
+        self.files.write("accepted", kept)
+        write_jsonl(self.files.path("dropped"), dropped)
         # new data: an earlier review no longer applies
-        self.files.review.unlink(missing_ok=True)
+        self.files.path("review").unlink(missing_ok=True)
         if self.r.reviewed_by:
             self.r = self.r.model_copy(update={"reviewed_by": None})
         by_gate: dict[str, int] = {}
@@ -212,12 +212,13 @@ class _RoundRun:
         leaks = sum(any(q in " ".join(" ".join(m.content or "" for m in e.messages
                                                if m.role == "user").lower().split())
                         for q in judged) for e in kept)
-        return {"_files": self._rel(self.files.accepted, self.files.dropped), "in": len(samples),
+        return {"_files": self._rel(self.files.path("accepted"), self.files.path("dropped")),
+                "in": len(samples),
                 "kept": len(kept), "dropped": by_gate, "leaks_kept": leaks}
 
     def _accepted(self) -> list[ChatExample]:
-        accepted = read_jsonl(self.files.accepted, ChatExample.model_validate)
-        review = self.files.review
+        accepted = self.files.read("accepted")
+        review = self.files.path("review")
         if review.exists():  # a person's accept/edit/reject in the app
             accepted = apply_review(accepted, json.loads(review.read_text()))
         return accepted
@@ -235,15 +236,16 @@ class _RoundRun:
     def _train(self) -> dict:
         w = self.r.steps["mixture"]["chosen"]
         data = self._data(w)
-        write_jsonl(self.files.train, data)
-        out = self.files.candidate
+        self.files.write("train", data)
+        out = self.files.path("candidate")
         trainer = load(self.lc.trainer, what="loop.trainer")
-        info = trainer(self.files.train, out, self.train, steps=self.train.steps,
+        info = trainer(self.files.path("train"), out, self.train, steps=self.train.steps,
                        model_spec=self.ev.cfg.models.chat.spec, seed=self.ev.cfg.seed,
                        log=self.log)
         sha = adapter_hash(out)
         self.r = self.r.model_copy(update={"candidate": sha})
-        return {"_files": self._rel(self.files.train, out / "adapter_model.safetensors"),
+        return {"_files": self._rel(self.files.path("train"),
+                                   out / "adapter_model.safetensors"),
                 "examples": len(data), "weight": w, "sha256": sha, **info}
 
     def _mixture(self) -> dict:
@@ -259,9 +261,9 @@ class _RoundRun:
         formulation = "letter" if self.lc.suites.scoring == "letter" else "cloze"
         for w in weightings:
             data = self._data(w)
-            path = self.files.mixture / f"w{w:g}.jsonl"
+            path = self.files.path("mixture") / f"w{w:g}.jsonl"
             write_jsonl(path, data)
-            out = self.files.mixture / f"w{w:g}"
+            out = self.files.path("mixture") / f"w{w:g}"
             trainer(path, out, self.train, steps=self.train.mixture_steps,
                     model_spec=self.ev.cfg.models.chat.spec, seed=self.ev.cfg.seed,
                     log=lambda _m: None)
@@ -279,13 +281,14 @@ class _RoundRun:
         return {"chosen": best, "probes": scores, "selection_items": len(items)}
 
     def _eval(self) -> dict:
-        rows = self.ev.evaluation(self.files.candidate, name=f"round {self.r.index}",
+        rows = self.ev.evaluation(self.files.path("candidate"),
+                                  name=f"round {self.r.index}",
                                     suites=GUARDED)
         return {"rows": len(rows)}
 
     def _guards(self) -> dict:
         before = self.ev.evaluation(self.st.current, suites=GUARDED)
-        after = self.ev.evaluation(self.files.candidate, suites=GUARDED)
+        after = self.ev.evaluation(self.files.path("candidate"), suites=GUARDED)
         ds = deltas(before, after, target=self.r.plan.target, seed=self.ev.cfg.seed)
         gs = check(self.r.plan.guards, ds, before, after,
                    limit_tokens=self.lc.suites.open_max_tokens)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_write_json, atomic_write_text
-from workbench.loop.files import LoopFiles
-from workbench.loop.records import LoopState, Round
+from workbench.loop.records import LoopState, Round, round_name
+from workbench.runs import outputs_at
 
 
 class RoundStore:
@@ -18,7 +18,7 @@ class RoundStore:
 
     def __init__(self, root: Path, *, log: Callable[[str], None] = print):
         self.root = Path(root)
-        self.files = LoopFiles(self.root)
+        self.files = outputs_at("loop", self.root)
         self.log = log
 
     def save_config(self, cfg) -> None:
@@ -27,11 +27,11 @@ class RoundStore:
 
         from workbench.config import dump_config
 
-        atomic_write_text(self.files.config,
+        atomic_write_text(self.files.path("config"),
                           yaml.safe_dump(dump_config(cfg), sort_keys=False))
 
     def state(self) -> LoopState:
-        p = self.files.state
+        p = self.files.path("state")
         if not p.exists():
             return LoopState()
         try:
@@ -40,13 +40,13 @@ class RoundStore:
             raise DataError(f"not a loop state file ({str(e)[:160]})", path=str(p)) from None
 
     def save_state(self, st: LoopState) -> None:
-        atomic_write_json(self.files.state, st.model_dump(mode="json"))
+        atomic_write_json(self.files.path("state"), st.model_dump(mode="json"))
 
     def folder(self, index: int) -> Path:
-        return self.files.round(index).folder
+        return self.files.path("round", round_name(index)).parent
 
     def rounds(self) -> list[Round]:
-        return [self._read_round(p) for p in self.files.round_records()]
+        return [self._read_round(p) for p in self.files.find("round").values()]
 
     def _read_round(self, p: Path) -> Round:
         try:
@@ -66,5 +66,6 @@ class RoundStore:
         raise WorkbenchError(f"no round {index} (rounds: {', '.join(str(r.index) for r in rs)})")
 
     def save(self, r: Round) -> Round:
-        atomic_write_json(self.files.round(r.index).record, r.model_dump(mode="json"))
+        atomic_write_json(self.files.path("round", round_name(r.index)),
+                          r.model_dump(mode="json"))
         return r

@@ -11,7 +11,7 @@ Run folder (`<run>/trajsynth/`):
     explore.json                      yield, cost ledger, prefix-hit rate, per category
     sft.messages.jsonl, icl_bank.jsonl, preferences.jsonl, icl_index/
 
-The names are the spec's declared artifacts, read through `trajsynth.files.TrajsynthFiles`.
+The names are the spec's declared artifacts, found through `runs.outputs_at("trajsynth", out)`.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from workbench.datatasks.trees import TaskTree, TreeNode, load_tree, save_tree
 from workbench.datatasks.trie import PrefixTrie
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_json
+from workbench.runs import outputs_at
 from workbench.text import percent, percent_interval
 from workbench.trajsynth.costmodel import Attempt, held_out_brier
-from workbench.trajsynth.files import TrajsynthFiles
 from workbench.trajsynth.select import Arm, SelectionConfig, Selector
 
 
@@ -61,7 +61,7 @@ class TrajsynthConfig(BaseModel):
 
 
 def tree_path(out: Path, task: Task) -> Path:
-    return TrajsynthFiles(out).tree(task.id)
+    return outputs_at("trajsynth", out).path("trees") / f"{task.id}.json"
 
 
 def _reusable(path: Path, task: Task, configs: list[ExploreConfig]) -> bool:
@@ -205,13 +205,13 @@ def explore_pool(env: DataEnvironment, tasks: list[Task], out: str | Path,
     from workbench.progress import progress
 
     out = Path(out)
-    files = TrajsynthFiles(out)
-    files.trees.mkdir(parents=True, exist_ok=True)
+    files = outputs_at("trajsynth", out)
+    files.path("trees").mkdir(parents=True, exist_ok=True)
     arms = arms or [Arm(name="default", explore=config)]
     selection = selection or SelectionConfig(max_attempts=1)
-    trie_file = files.trie
+    trie_file = files.path("trie")
     trie = PrefixTrie.load(trie_file, env.profile.content_hash)
-    attempts_file = files.attempts
+    attempts_file = files.path("attempts")
     selector = Selector(arms, selection, read_attempts(attempts_file))
     configs = [a.explore for a in arms]
     todo = [t for t in tasks if not _reusable(tree_path(out, t), t, configs)]
@@ -248,7 +248,8 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
 
     lo, hi = wilson_interval(found, len(tasks))
     ids = {t.id for t in tasks}
-    attempts = [a for a in read_attempts(TrajsynthFiles(out).attempts) if a.task_id in ids]
+    files = outputs_at("trajsynth", out)
+    attempts = [a for a in read_attempts(files.path("attempts")) if a.task_id in ids]
     per_arm: dict[str, dict[str, Any]] = {}
     for a in attempts:
         d = per_arm.setdefault(a.arm, {"attempts": 0, "verified": 0, "tokens": 0,
@@ -264,8 +265,8 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
     arm_names = arms or sorted({a.arm for a in attempts if a.arm != "-"})
     ledger = total.counts()
     ledger["search_seconds"] = round(sum(a.seconds for a in attempts), 1)
-    if trie is None and TrajsynthFiles(out).trie.is_file():
-        trie = PrefixTrie.load(TrajsynthFiles(out).trie, tasks[0].env_hash) if tasks else None
+    if trie is None and files.path("trie").is_file():
+        trie = PrefixTrie.load(files.path("trie"), tasks[0].env_hash) if tasks else None
     summary = {
         "tasks": len(tasks), "tasks_verified": found,
         "yield": found / len(tasks) if tasks else 0.0, "yield_ci95": [lo, hi],
@@ -283,7 +284,7 @@ def summarise(out: Path, tasks: list[Task], trie: PrefixTrie | None = None,
         "stopped": sum(a.arm == "-" for a in attempts),
         "cost_model": held_out_brier([a for a in attempts if a.arm != "-"], arm_names),
     }
-    atomic_write_json(TrajsynthFiles(out).summary, summary)
+    atomic_write_json(files.path("explore"), summary)
     return summary
 
 
@@ -321,14 +322,15 @@ def explore(cfg, env: DataEnvironment, tasks: list[Task], out: Path, *, log=prin
 def make_task_pool(env: DataEnvironment, config: PoolConfig, out: str | Path) -> TaskPool:
     """Synthesise and verify `env`'s task pool into OUT/tasks.jsonl (and its summary)."""
     pool = build_pool(env, config)
-    save_pool(pool, TrajsynthFiles(Path(out)).tasks)
+    save_pool(pool, outputs_at("trajsynth", out).path("tasks"))
     return pool
 
 
 def folder_tasks(cfg, out: str | Path) -> list[Task]:
     """The tasks of OUT/tasks.jsonl the config selects (`trajsynth.split`, `.limit`)."""
     tc: TrajsynthConfig = cfg.trajsynth
-    return select_tasks(load_pool(TrajsynthFiles(Path(out)).tasks), tc.split, tc.limit)
+    return select_tasks(load_pool(outputs_at("trajsynth", out).path("tasks")), tc.split,
+                        tc.limit)
 
 
 def explore_folder(cfg, env: DataEnvironment, out: str | Path, *, log=print
@@ -348,8 +350,8 @@ def run(cfg, ctx):
     tc: TrajsynthConfig = cfg.trajsynth
     out = ctx.layout.folder("trajsynth")
     env = open_env(tc.env)
-    files = TrajsynthFiles(out)
-    pool_file = files.tasks
+    files = outputs_at("trajsynth", out)
+    pool_file = files.path("tasks")
 
     def make_pool() -> dict[str, Any]:
         return {"tasks": len(make_task_pool(env, tc.pool, out).tasks)}
@@ -372,8 +374,9 @@ def run(cfg, ctx):
     lo, hi = summary["yield_ci95"]
     return PipelineResult(
         pipeline="trajsynth", run_dir=str(ctx.layout.root),
-        outputs={"tasks": str(pool_file), "sft": str(files.sft), "icl": str(files.icl_bank),
-                 "icl_index": str(files.icl_index), "preferences": str(files.preferences)},
+        outputs={"tasks": str(pool_file), "sft": str(files.path("sft")),
+                 "icl": str(files.path("icl_bank")), "icl_index": str(files.path("icl_index")),
+                 "preferences": str(files.path("preferences"))},
         figures={"tasks": summary["tasks"], "verified": summary["tasks_verified"],
                  "sft": ex["sft"], "preferences": ex["preferences"],
                  "prefix_hit_rate": round(summary["prefix_hit_rate"], 3)},

@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 
 from workbench.cli_options import ConfigArg, ConfigOpt, OutOpt, SetOpt, load
+from workbench.runs import outputs_at
 from workbench.text import percent, percent_interval
-from workbench.trajsynth.files import TrajsynthFiles
 
 EnvArg = Annotated[str, typer.Argument(help="A SQLite file, a folder of CSV/TSV/Parquet files, "
                                             "or a shipped sample (chinook, sklearn_classic).")]
@@ -39,7 +39,7 @@ def register(group: typer.Typer) -> None:
         tc = _cfg(config, config_opt, set_).trajsynth  # a bad config fails before any profiling
         pool = make_task_pool(open_env(env), tc.pool, out)
         typer.echo(format_summary(pool.summary))
-        typer.echo(f"wrote {TrajsynthFiles(out).tasks}")
+        typer.echo(f"wrote {outputs_at('trajsynth', out).path('tasks')}")
 
     @group.command("explore")
     def explore(env: EnvArg, out: OutOpt, config: ConfigArg = None,
@@ -108,8 +108,8 @@ def register(group: typer.Typer) -> None:
             conditions=[c.strip() for c in conditions.split(",") if c.strip()], k=k,
             max_tasks=max_tasks, sft_steps=sft_steps, dpo_steps=dpo_steps, dpo_pairs=dpo_pairs,
             sft_max_length=max_length)
-        pool = load_pool(TrajsynthFiles(out).tasks)
+        pool = load_pool(outputs_at("trajsynth", out).path("tasks"))
         res = run_downstream(open_env(env), pool.split("held_out"), out, cfg, model_spec=model,
                              log=lambda m: typer.echo(m, err=True))
         typer.echo(format_downstream(res))
-        typer.echo(f"wrote {TrajsynthFiles(out).downstream_report}")
+        typer.echo(f"wrote {outputs_at('trajsynth', out).path('downstream_report')}")

@@ -37,11 +37,10 @@ from workbench.dataenv.env import DataEnvironment
 from workbench.datatasks.generators import extract_sql
 from workbench.datatasks.pool import Task
 from workbench.records import ChatExample
-from workbench.runs import RunLayout, StageRunner
+from workbench.runs import RunLayout, StageRunner, outputs_at
 from workbench.text import p_value, percent_interval
 from workbench.trajsynth.downstream_report import DownstreamReport
 from workbench.trajsynth.export import RUN_SQL_TOOL, SYSTEM
-from workbench.trajsynth.files import TrajsynthFiles
 
 CONDITIONS = ("zero_shot", "icl", "sft", "sft_dpo")
 
@@ -215,7 +214,8 @@ def dpo_adapter(pairs: list, init: Path, out: Path, cfg: DownstreamConfig,
                      eval_fraction=0.0, lora={"r": cfg.sft_rank, "alpha": 2 * cfg.sft_rank},
                      device="cpu", warmup_ratio=0.1)
     session = setup(tc, seed=cfg.seed, model_spec=model_spec, pairs=pairs,
-                    reference_cache=TrajsynthFiles(out.parent).reference_cache)
+                    reference_cache=outputs_at("trajsynth", out.parent).path(
+                        "dpo_reference_cache"))
     rows = _steps(session, "dpo steps")
     log(f"sft_dpo: {session.total} DPO steps on {len(pairs)} pairs, loss "
         f"{rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
@@ -271,14 +271,14 @@ def _pairs(out: Path, cfg: DownstreamConfig) -> tuple[list, str | None, str | No
     if cfg.dpo_pairs == "preferences":
         from workbench.formats import read_preferences
 
-        path = TrajsynthFiles(out).preferences
+        path = outputs_at("trajsynth", out).path("preferences")
         pairs = read_preferences(path) if path.is_file() and path.stat().st_size else []
         return pairs, file_hash(path), None if pairs else \
             "no preference pairs were exported: not run"
     from workbench.io import read_jsonl
     from workbench.train.steppairs import step_pairs
 
-    path = TrajsynthFiles(out).sft
+    path = outputs_at("trajsynth", out).path("sft")
     examples = read_jsonl(path, ChatExample.model_validate) if path.is_file() else []
     pairs, _ = step_pairs(examples, seed=cfg.seed)
     return pairs, file_hash(path), None if pairs else \
@@ -305,19 +305,19 @@ def _adapters(out: Path, cfg: DownstreamConfig, model_spec: str, stages: StageRu
             log("sft_dpo without sft in the conditions: no McNemar test against sft")
     if "sft" not in wanted and not pairs:
         return {}, {}, notes  # nothing needs the SFT adapter
-    files = TrajsynthFiles(out)
-    data, sft = files.sft, files.adapter("sft_adapter")
+    files = outputs_at("trajsynth", out)
+    data, sft = files.path("sft"), files.path("sft_adapter").parent
     sft_settings = (cfg.sft_steps, cfg.sft_learning_rate, cfg.sft_rank, cfg.sft_max_length,
                     cfg.seed, model_spec)
     rec, _ = stages.run("sft_adapter", (file_hash(data), sft_settings), lambda: sft_adapter(
         read_jsonl(data, ChatExample.model_validate), sft, cfg, model_spec, log=log))
     folders, infos = {"sft": sft}, {"sft": dict(rec.info)}
     if pairs:
-        dpo = files.adapter("sft_dpo_adapter")
+        dpo = files.path("sft_dpo_adapter").parent
 
         def train() -> dict[str, Any]:
             if cfg.dpo_pairs == "steps":
-                write_jsonl(files.step_pairs, pairs)
+                write_jsonl(files.path("step_pairs"), pairs)
             return dpo_adapter(pairs, sft, dpo, cfg, model_spec, log=log)
 
         rec, _ = stages.run("dpo_adapter", (
@@ -339,7 +339,7 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
     from workbench.runs import file_hash
 
     out = Path(out)
-    files = TrajsynthFiles(out)
+    files = outputs_at("trajsynth", out)
     stages = stages or downstream_stages(out, log=log)
     tasks = held_out[:cfg.max_tasks] if cfg.max_tasks else held_out
     key = (env.profile.content_hash, [(t.id, t.question) for t in tasks], cfg.max_tokens,
@@ -348,13 +348,13 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
     folders, infos, notes = _adapters(out, cfg, model_spec, stages, log)
 
     def icl_demos():
-        index = files.icl_index
+        index = files.path("icl_index")
         return lambda q: [h.text for h in query_index(index, q, retriever="hybrid", k=cfg.k)]
 
     # condition: (what its rows depend on besides the tasks, how to score it)
     scorers: dict[str, tuple[tuple, Callable[[], list[dict[str, Any]]]]] = {
         "zero_shot": ((), lambda: score(models.base(), env, tasks, max_tokens=cfg.max_tokens)),
-        "icl": ((cfg.k, file_hash(files.icl_bank)), lambda: score(
+        "icl": ((cfg.k, file_hash(files.path("icl_bank"))), lambda: score(
             models.base(), env, tasks, demos_for=icl_demos(), max_tokens=cfg.max_tokens))}
 
     def tuned(folder: Path) -> Callable[[], list[dict[str, Any]]]:
@@ -365,7 +365,7 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
     per: dict[str, list[dict[str, Any]]] = {}
     for name in [c for c in CONDITIONS if c in cfg.conditions and c in scorers]:
         extra, fn = scorers[name]
-        path = files.downstream(name)
+        path = files.path("downstream", name)
 
         def go(fn=fn, path=path) -> dict[str, Any]:
             rows = fn()
@@ -398,10 +398,10 @@ def _report(out: Path, n: int, per: dict[str, list[dict[str, Any]]], infos: dict
     report = DownstreamReport(tasks=n, conditions=conditions, notes=notes,
                               adapters=infos or None)
     text = json.dumps(report.model_dump(mode="json"), indent=1) + "\n"
-    files = TrajsynthFiles(out)
-    inputs = (n, {c: file_hash(files.downstream(c)) for c in per}, notes, infos)
+    files = outputs_at("trajsynth", out)
+    inputs = (n, {c: file_hash(files.path("downstream", c)) for c in per}, notes, infos)
     stages.run("downstream_report", inputs, lambda: atomic_write_text(
-        files.downstream_report, text))
+        files.path("downstream_report"), text))
     return json.loads(text)
 
 

@@ -86,9 +86,9 @@ def read_downstream(path: str | os.PathLike) -> DownstreamReport:
 
     p = Path(path)
     if p.is_dir():
-        from workbench.trajsynth.files import TrajsynthFiles
+        from workbench.runs import outputs_at
 
-        p = TrajsynthFiles(p).downstream_report
+        p = outputs_at("trajsynth", p).path("downstream_report")
     rerun = "re-run `workbench trajsynth report`"
     data = read_json_object(p, cap=MAX_REPORT_BYTES, what="downstream report", rerun=rerun,
                             missing="no downstream report here: run `workbench trajsynth "

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbench.agents.steps import AgentStep, AgentTrajectory
 from workbench.datatasks.pool import Task
 from workbench.datatasks.trees import TaskTree, TreeNode
-from workbench.trajsynth.files import TrajsynthFiles
+from workbench.runs import outputs_at
 
 RUN_SQL_TOOL: dict[str, Any] = {
     "type": "function",
@@ -236,7 +236,6 @@ def export_trees(trees: list[tuple[TaskTree, Task]], env_name: str, digest: str,
     for SFT and preferences; the ICL bank too: held-out tasks are for measuring); with
     `index`, also the ICL bank as a retrieval index (keyword + semantic + hybrid) in
     icl_index/, through `retrieval.search.index_sections`."""
-    from workbench.io import write_jsonl
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -250,13 +249,14 @@ def export_trees(trees: list[tuple[TaskTree, Task]], env_name: str, digest: str,
             pair = preference_pair(tree, task, traj, env_name, digest)
             if pair:
                 prefs.append(pair)
-    files = TrajsynthFiles(out)
-    write_jsonl(files.sft, sft)
-    write_jsonl(files.icl_bank, icl)
-    write_jsonl(files.preferences, prefs)
+    files = outputs_at("trajsynth", out)
+    files.write("sft", sft)
+    files.write("icl_bank", icl)
+    files.write("preferences", prefs)
     if index and icl:
         from workbench.retrieval.search import index_sections
 
-        index_sections(icl_sections(icl), files.icl_index, log=log)
+        index_sections(icl_sections(icl), files.path("icl_index"), log=log)
     return {"sft": len(sft), "icl": len(icl), "preferences": len(prefs),
-            "icl_index": str(files.icl_index) if index and icl else None, "dir": str(out)}
+            "icl_index": str(files.path("icl_index")) if index and icl else None,
+            "dir": str(out)}

@@ -3,7 +3,6 @@ import streamlit as st
 from workbench.app.common import (
     base_config,
     job_panel,
-    jsonl_rows,
     read_or_none,
     runs,
     show_error,
@@ -12,7 +11,7 @@ from workbench.app.common import (
 )
 from workbench.app.glossary import show_glossary
 from workbench.federated.knowledge.units import load_latest_kb, votes
-from workbench.federated.results import FedFiles, KnowledgeReport, LoraReport, read_report
+from workbench.federated.results import KnowledgeReport, LoraReport, read_report
 from workbench.jobs import start_job
 from workbench.text import interval, p_value, percent
 
@@ -77,45 +76,47 @@ job_panel("fed", "fed")
 st.caption("A real deployment (one SuperNode per site) runs from the command line: "
            "`workbench fed up`, `workbench fed run`, `workbench fed down`.")
 
-found = {r.path: r.layout for r in runs() if FedFiles.of(r.layout).rounds.exists()}
+found = {r.path: r.layout for r in runs() if r.layout.has("fed", "rounds")}
 if not found:
     st.caption("No federated run yet.")
     st.stop()
 run = st.selectbox("Run", list(found), format_func=lambda p: p.name, key="fed-run")
 layout = found[run]
-files = FedFiles.of(layout)
-rounds_log = jsonl_rows(files.rounds)
-train = [r for r in rounds_log if r.get("kind") == "train"]
-report = read_or_none(files.report_json.name, lambda: read_report(layout)[0]) \
-    if files.report_json.exists() else None
+files = layout.outputs("fed")
+# the round log as typed rows (a torn last line, a job still appending, is skipped)
+rounds_log = read_or_none(files.path("rounds").name,
+                          lambda: files.read("rounds", appending=True)) or []
+train = [r for r in rounds_log if r.kind == "train"]
+report = read_or_none(files.path("report").name, lambda: read_report(layout)[0]) \
+    if files.path("report").exists() else None
 
-if any(r.get("kind") == "knowledge" for r in rounds_log):
+if any(r.kind == "knowledge" for r in rounds_log):
     report = report if isinstance(report, KnowledgeReport) else None
     st.subheader("Knowledge units")
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("Rounds done", len(rounds_log))
-    m2.metric("Active units", rounds_log[-1]["active"] if rounds_log else 0,
+    m2.metric("Active units", rounds_log[-1].active if rounds_log else 0,
               help="Units enough sites voted for: every site's agents use them")
-    kb = [(r["bytes_down"] + r["bytes_up"]) / 1e3 for r in rounds_log]
+    kb = [(r.bytes_down + r.bytes_up) / 1e3 for r in rounds_log]
     m3.metric("kB per round", f"{sum(kb) / len(kb):.1f}" if kb else "–",
               help="units and votes sent to the sites plus those sent back")
     m4.metric("Canaries leaked", report.figures.canary_leaks if report else "–",
               help="secret strings planted in sites' data, searched in every reply")
     st.markdown("**Rounds**")
-    st.dataframe([{"round": r["round"], "status": r["status"],
-                   "participants": f"{r['used']}/{r['sent']}", "active units": r["active"],
-                   "candidates": r["candidates"], "ops": ", ".join(
-                       f"{k} {v}" for k, v in r["ops"].items() if v),
-                   "kB down": round(r["bytes_down"] / 1e3, 1),
-                   "kB up": round(r["bytes_up"] / 1e3, 1)} for r in rounds_log],
+    st.dataframe([{"round": r.round, "status": r.status,
+                   "participants": f"{r.used}/{r.sent}", "active units": r.active,
+                   "candidates": r.candidates, "ops": ", ".join(
+                       f"{k} {v}" for k, v in r.ops.items() if v),
+                   "kB down": round(r.bytes_down / 1e3, 1),
+                   "kB up": round(r.bytes_up / 1e3, 1)} for r in rounds_log],
                  hide_index=True, width="stretch")
     st.caption("participants: sites whose reply was used / sites asked; candidates: units "
                "proposed but not yet voted in; ops: what the sites sent (add, agree, edit, "
                "remove a unit) and what the server did with it (merged, promoted to active, "
                "retired).")
     st.markdown("**Each site, each round**")
-    st.dataframe([{"round": r["round"], "site": site, **m} for r in rounds_log
-                  for site, m in r["sites"].items()], hide_index=True,
+    st.dataframe([{"round": r.round, "site": site, **m} for r in rounds_log
+                  for site, m in r.sites.items()], hide_index=True,
                  width="stretch")
     st.caption("learn-tasks / learn-success: the site's own tasks its agents attempted / "
                "verified; eval-tasks / eval-success: the same on its held-out tasks; "
@@ -124,7 +125,7 @@ if any(r.get("kind") == "knowledge" for r in rounds_log):
                "on its gate tasks; reviewed: votes it cast on other sites' units; sent-ops: "
                "what it sent. Empty: the site did not do that step (a listener contributes "
                "nothing).")
-    kb = read_or_none("knowledge base", lambda: load_latest_kb(files.federated))
+    kb = read_or_none("knowledge base", lambda: load_latest_kb(files.path("federation")))
     if kb and kb.units:
         st.markdown(f"**Knowledge units after round {kb.round}**")
         st.caption("Sites for and against count one vote each; support is the sum of the "
@@ -146,15 +147,15 @@ if any(r.get("kind") == "knowledge" for r in rounds_log):
         st.caption("Tasks verified with no units, with only the site's own units (local-only) "
                    "and with the federated units; p vs federated: exact McNemar test against "
                    "the federated units on the same tasks.")
-        show_image(files.plot, "Each site's success by round")
+        show_image(files.path("plot"), "Each site's success by round")
     st.stop()
 
 report = report if isinstance(report, LoraReport) else None
 
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Rounds done", len(train))
-m2.metric("Failed rounds", sum(r["status"] == "failed" for r in train))
-mb = [(r["bytes_down"] + r["bytes_up"]) / 1e6 for r in train]
+m2.metric("Failed rounds", sum(r.status == "failed" for r in train))
+mb = [(r.bytes_down + r.bytes_up) / 1e6 for r in train]
 m3.metric("MB per round", f"{sum(mb) / len(mb):.1f}" if mb else "–",
           help="adapter tensors sent to the sites plus those sent back")
 m4.metric("Canaries leaked", report.figures.canary_leaks if report else "–",
@@ -162,29 +163,29 @@ m4.metric("Canaries leaked", report.figures.canary_leaks if report else "–",
 
 tab_rounds, tab_sites, tab_cond = st.tabs(["Rounds", "By site", "Conditions"])
 with tab_rounds:
-    st.dataframe([{"round": r["round"], "kind": r["kind"], "status": r["status"],
-                   "participants": f"{r['used']}/{r['sent']}", "failures": len(r["failures"]),
-                   "examples": r["num_examples"], "MB down": round(r["bytes_down"] / 1e6, 2),
-                   "MB up": round(r["bytes_up"] / 1e6, 2), "seconds": round(r["seconds"], 1),
-                   "sha256": r["sha256"][:12]} for r in rounds_log],
+    st.dataframe([{"round": r.round, "kind": r.kind, "status": r.status,
+                   "participants": f"{r.used}/{r.sent}", "failures": len(r.failures),
+                   "examples": r.num_examples, "MB down": round(r.bytes_down / 1e6, 2),
+                   "MB up": round(r.bytes_up / 1e6, 2), "seconds": round(r.seconds, 1),
+                   "sha256": r.sha256[:12]} for r in rounds_log],
                  hide_index=True, width="stretch")
     st.caption("participants: sites whose reply was used / sites asked; examples: training "
                "rows the sites used; MB down / up: adapter tensors sent to the sites / sent "
                "back; sha256: the start of the global adapter's hash after the round.")
-    failures = [dict(round=r["round"], **f) for r in rounds_log for f in r["failures"]]
+    failures = [dict(round=r.round, **f) for r in rounds_log for f in r.failures]
     if failures:
         with st.expander(f"Failures ({len(failures)})"):
             st.dataframe(failures, hide_index=True, width="stretch")
 with tab_sites:
-    rows = [{"round": r["round"], "kind": r["kind"], "site": site, **{k: round(v, 4)
-            for k, v in m.items()}} for r in rounds_log for site, m in r["sites"].items()]
+    rows = [{"round": r.round, "kind": r.kind, "site": site, **{k: round(v, 4)
+            for k, v in m.items()}} for r in rounds_log for site, m in r.sites.items()]
     st.dataframe(rows, hide_index=True, width="stretch")
     if train:
         chart: dict[str, dict[int, float]] = {}  # site: {round: loss}
         for r in train:
-            for site, m in r["sites"].items():
+            for site, m in r.sites.items():
                 if "eval-loss-before" in m:
-                    chart.setdefault(site, {})[r["round"] - 1] = m["eval-loss-before"]
+                    chart.setdefault(site, {})[r.round - 1] = m["eval-loss-before"]
         st.caption("Held-out loss of the global adapter each site received, by round")
         st.line_chart(chart)
 with tab_cond:
@@ -208,4 +209,4 @@ with tab_cond:
                    "multiple-choice questions; predictions A/B/C/D: how often each letter "
                    "was picked (one letter picked always means the model is guessing); p vs "
                    "federated: exact McNemar test against the federated condition.")
-        show_image(files.plot, "Each site's held-out loss by round")
+        show_image(files.path("plot"), "Each site's held-out loss by round")

@@ -17,6 +17,7 @@ from workbench.app.common import (
 )
 from workbench.app.glossary import show_glossary
 from workbench.jobs import start_job
+from workbench.loop.records import round_name
 from workbench.text import p_value, percent_interval, points, points_interval
 
 st.title("Improvement loop")
@@ -103,7 +104,7 @@ loop = read_or_none("the loop", lambda: open_loop(run))
 if loop is None:
     st.stop()
 rounds = read_or_none("the rounds", loop.rounds) or []
-state = read_or_none(loop.files.state.name, loop.state)
+state = read_or_none(loop.files.path("state").name, loop.state)
 if state is not None:
     cur = state.current
     st.markdown(f"Current model: **{'base' if cur is None else 'adapter ' + cur.sha256[:12]}**"
@@ -114,7 +115,7 @@ if not rounds:
     st.stop()
 r = st.selectbox("Round", rounds, index=len(rounds) - 1, key="lp-round",
                  format_func=lambda x: f"round {x.index}: {x.plan.target} ({x.status})")
-files = loop.files.round(r.index)
+files = loop.files.for_value(round_name(r.index))
 p = r.plan
 
 # --- the plan and its gate
@@ -158,7 +159,7 @@ elif r.approved_by:
     st.caption(f"Plan approved by {r.approved_by} at {r.approved_at}.")
 
 # --- failures by mode
-failures = jsonl_rows(files.failures)
+failures = jsonl_rows(files.path("failures"))
 if failures:
     st.subheader("Failures of the current model, by mode")
     df = pd.DataFrame(failures)
@@ -177,15 +178,16 @@ if failures:
                                             "detail"]).head(8), hide_index=True)
 
 # --- the synthesised data, reviewable while the round waits for it
-accepted = jsonl_rows(files.accepted)
+accepted = jsonl_rows(files.path("accepted"))
 if accepted:
     st.subheader("Synthesised data (after the quality gates)")
     gates = r.steps.get("gates", {})
     st.caption(f"Kept {gates.get('kept', len(accepted))} of {gates.get('in', '?')}; dropped: "
                + (", ".join(f"{k} {v}" for k, v in gates.get("dropped", {}).items())
                   or "none"))
-    review = (read_or_none(files.review.name, lambda: json.loads(files.review.read_text()))
-              if files.review.exists() else None) or {}
+    review_file = files.path("review")
+    review = (read_or_none(review_file.name, lambda: json.loads(review_file.read_text()))
+              if review_file.exists() else None) or {}
     table = pd.DataFrame([{
         "id": e["id"], "job": e["metadata"].get("job"), "mode": e["metadata"].get("mode"),
         "question": e["messages"][-2]["content"][:300],
@@ -311,5 +313,5 @@ if any(x.decision for x in rounds):
     from workbench.loop.api import history_rows
 
     st.dataframe(pd.DataFrame(history_rows(loop.store)), hide_index=True)
-    if loop.files.history_plot.exists():
-        show_image(loop.files.history_plot, "deltas per subset, round by round")
+    if loop.files.path("history_plot").exists():
+        show_image(loop.files.path("history_plot"), "deltas per subset, round by round")

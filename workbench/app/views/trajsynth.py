@@ -13,9 +13,8 @@ from workbench.app.common import (
 )
 from workbench.app.glossary import show_glossary
 from workbench.jobs import start_job
-from workbench.runs import RunLayout
+from workbench.runs import Outputs, RunLayout
 from workbench.text import interval, percent
-from workbench.trajsynth.files import TrajsynthFiles
 
 st.title("Trajectories for data agents")
 st.caption("A verified task pool over a database or a folder of tables, one Monte Carlo tree "
@@ -60,18 +59,19 @@ job_panel("trajsynth", "trajsynth")
 runs_dir = ws / "runs"
 
 
-def files_of(run: Path) -> TrajsynthFiles:
-    return TrajsynthFiles(RunLayout.at(run).folder("trajsynth"))
+def files_of(run: Path) -> Outputs:
+    return RunLayout.at(run).outputs("trajsynth")
 
 
 found = sorted(p for p in runs_dir.iterdir() if p.is_dir()
-               and files_of(p).summary.is_file()) if runs_dir.is_dir() else []
+               and files_of(p).path("explore").is_file()) if runs_dir.is_dir() else []
 if not found:
     st.caption("No trajectory search yet.")
     st.stop()
 run = st.selectbox("Run", found, format_func=lambda p: p.name, key="ts-run")
 files = files_of(Path(run))
-summary = read_or_none(files.summary.name, lambda: json.loads(files.summary.read_text()))
+summary = read_or_none(files.path("explore").name,
+                       lambda: json.loads(files.path("explore").read_text()))
 if summary is None:
     st.stop()
 
@@ -89,11 +89,11 @@ m4.metric("Model calls", led["model_calls"], help=f"{led['scored_tokens']} token
 st.caption(f"95% interval of the yield: {interval(lo, hi)}")
 
 tab_pool, tab_tree, tab_cost = st.tabs(["Task pool", "Tree browser", "Cost ledger"])
-tasks = {t["id"]: t for t in jsonl_rows(files.tasks)}
+tasks = {t["id"]: t for t in jsonl_rows(files.path("tasks"))}
 
 
 def tree_of(task_id: str) -> dict | None:
-    f = files.tree(task_id)
+    f = files.path("trees") / f"{task_id}.json"
     return read_or_none(f.name, lambda: json.loads(f.read_text())) if f.is_file() else None
 
 
@@ -111,7 +111,7 @@ with tab_pool:
                                            for k, v in summary["by_category"].items()))
 
 with tab_tree:
-    searched = [tid for tid in tasks if files.tree(tid).is_file()]
+    searched = [tid for tid in tasks if (files.path("trees") / f"{tid}.json").is_file()]
     if not searched:
         st.caption("No tree yet.")
     else:
@@ -188,7 +188,7 @@ with tab_cost:
     if cm.get("brier") is not None:
         st.caption(f"Cost model: Brier {cm['brier']} on {cm['held_out']} held-out attempts "
                    f"(base rate {cm['base_brier']})")
-    attempts = jsonl_rows(files.attempts)
+    attempts = jsonl_rows(files.path("attempts"))
     if attempts:
         st.markdown("**Attempts** (which arm searched each task, and why)")
         st.dataframe(attempts, hide_index=True, width="stretch")

@@ -18,9 +18,9 @@ from workbench.federated.knowledge.report import write_knowledge_report
 from workbench.federated.knowledge.server import KnowledgeServer
 from workbench.federated.knowledge.site import DataAgentSite, make_data_sites
 from workbench.federated.knowledge.units import load_latest_kb
-from workbench.federated.results import FederationFiles, FedFiles
 from workbench.federated.wire import WireAudit
 from workbench.io import atomic_write_json, write_jsonl
+from workbench.runs import outputs_at
 
 
 def knowledge_sites(fc: FederatedConfig, out: Path) -> list[Path]:
@@ -28,7 +28,7 @@ def knowledge_sites(fc: FederatedConfig, out: Path) -> list[Path]:
     ks = fc.knowledge
     if fc.sites_dir:
         return sorted(p for p in Path(fc.sites_dir).iterdir() if (p / "site.json").exists())
-    folders = make_data_sites(FedFiles(out).sites, chinook_parts=ks.chinook_parts,
+    folders = make_data_sites(outputs_at("fed", out).path("sites"), chinook_parts=ks.chinook_parts,
                               extra=ks.extra, scaffolds=ks.scaffolds, poison=ks.poison,
                               seed=fc.seed)
     for i, d in enumerate(folders):
@@ -50,7 +50,7 @@ def run_knowledge_rounds(fc: FederatedConfig, folders: list[Path], out: Path, cl
     summary["wire"] = {"replies": audit.replies, "bytes": audit.bytes,
                        "canary_leaks": audit.leaks, "long_strings": audit.long_strings,
                        "record_names": sorted(audit.keys), "canaries": len(canaries)}
-    atomic_write_json(FederationFiles(out).summary, summary)
+    atomic_write_json(outputs_at("fed", out, under="federation").path("summary"), summary)
     return summary
 
 
@@ -76,7 +76,7 @@ def evaluate_knowledge(fc: FederatedConfig, folders: list[Path], views: dict[str
                          "poison": site.poison, "units": len(units),
                          "verified": [o.verified for o in res],
                          "iterations": [o.iterations for o in res]})
-    write_jsonl(FedFiles(out).eval_rows, rows)
+    write_jsonl(outputs_at("fed", out).path("eval"), rows)
     return rows
 
 
@@ -86,18 +86,18 @@ def run_knowledge(fc: FederatedConfig, ctx, out: Path, client_app):
     from workbench.registry import PipelineResult
 
     t0 = time.perf_counter()
-    files = FedFiles(out)
+    files = outputs_at("fed", out)
     folders = knowledge_sites(fc, out)
-    fed = run_knowledge_rounds(fc, folders, files.federated, client_app, log=ctx.log)
+    fed = run_knowledge_rounds(fc, folders, files.path("federation"), client_app, log=ctx.log)
     local_views = {}
     solo = fc.model_copy(update={
         "knowledge": fc.knowledge.model_copy(update={"k_min": 1}),
         "guards": fc.guards.model_copy(update={"min_nodes": 1, "min_replies": 1})})
     for d in folders:
         name = json.loads((d / "site.json").read_text())["name"]
-        run_knowledge_rounds(solo, [d], files.local / name, client_app, log=ctx.log)
-        local_views[name] = final_views(files.local / name)
-    fed_view = final_views(files.federated)
+        run_knowledge_rounds(solo, [d], files.path("local") / name, client_app, log=ctx.log)
+        local_views[name] = final_views(files.path("local") / name)
+    fed_view = final_views(files.path("federation"))
     rows = evaluate_knowledge(fc, folders, {"none": [], "local": lambda n: local_views[n],
                                             "federated": fed_view}, out)
     adapter_bytes = None
@@ -113,7 +113,7 @@ def run_knowledge(fc: FederatedConfig, ctx, out: Path, client_app):
                                     seconds=time.perf_counter() - t0)
     return PipelineResult(
         pipeline="fed", run_dir=str(ctx.layout.root),
-        outputs={"report": str(files.report_md), "kb": str(files.federation.kb)},
+        outputs={"report": str(files.path("report_md")), "kb": str(files.path("kb"))},
         figures=report.figures.model_dump(),
         message=f"{len(folders)} sites x {fc.rounds} rounds (knowledge): {report.headline}; "
-                f"report {files.report_md}")
+                f"report {files.path('report_md')}")

@@ -18,13 +18,13 @@ from workbench.federated.knowledge.site import POISON
 from workbench.federated.knowledge.units import Unit, votes
 from workbench.federated.report import write_files
 from workbench.federated.results import (
-    FedFiles,
     KnowledgeCondition,
     KnowledgeFigures,
     KnowledgeReport,
     Transfer,
 )
 from workbench.federated.server import read_rounds
+from workbench.runs import outputs_at
 from workbench.text import MISSING, markdown_table, number, p_value, percent, percent_interval
 
 KCONDS = {"none": "no units", "local": "local-only units", "federated": "federated units"}
@@ -65,11 +65,11 @@ class _Poison:
 
 def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], summary: dict, *,
                            adapter_bytes: int | None, seconds: float) -> KnowledgeReport:
-    files = FedFiles(out)
+    files = outputs_at("fed", out)
     run = _read_knowledge_run(out, fc, rows, summary)
     table = _knowledge_table(run)
     transfer = _transfer(run)
-    poison = _poison(files.federation.kb)
+    poison = _poison(files.path("kb"))
     lora_round = 2 * len(run.sites) * adapter_bytes if adapter_bytes else None
     figures = _knowledge_figures(run, table, transfer, poison, lora_round,
                                  len(summary.get("active", [])), seconds)
@@ -78,7 +78,7 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
              *_knowledge_final(run, table, unit), *_knowledge_transfer(transfer),
              *_knowledge_by_round(run), *_knowledge_active(summary.get("active", [])),
              *_knowledge_wire(run, figures, lora_round, poison)]
-    _plot_knowledge(files.plot, run.fed_rate, run.local_rate, run.sites)
+    _plot_knowledge(files.path("plot"), run.fed_rate, run.local_rate, run.sites)
     report = KnowledgeReport(figures=figures, conditions=table,
                              headline=_knowledge_headline(table))
     return write_files(files, lines, "success by round", report)
@@ -86,12 +86,14 @@ def write_knowledge_report(out: Path, fc: FederatedConfig, rows: list[dict], sum
 
 def _read_knowledge_run(out: Path, fc: FederatedConfig, rows: list[dict],
                         summary: dict) -> _KnowledgeRun:
-    fed_rounds = read_rounds(FedFiles(out).federated)
+    files = outputs_at("fed", out)
+    fed_rounds = read_rounds(files.path("federation"))
     sites = sorted({r["site"] for r in rows})
     by: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in rows:
         by[r["condition"]][r["site"]] = r
-    local_rate = {s: dict(_rate(read_rounds(FedFiles(out).local / s)).get(s, [])) for s in sites}
+    local_rate = {s: dict(_rate(read_rounds(files.path("local") / s)).get(s, []))
+                  for s in sites}
     return _KnowledgeRun(fc=fc, sites=sites, meta={r["site"]: r for r in rows}, by=by,
                          fed_rounds=fed_rounds, fed_rate=_rate(fed_rounds),
                          local_rate=local_rate, wire=summary.get("wire", {}))

@@ -28,9 +28,9 @@ from workbench.federated.knowledge.units import (
     record_bytes,
     save_kb,
 )
-from workbench.federated.results import FederationFiles
 from workbench.federated.sites import SITE_NAME
 from workbench.io import atomic_write_json
+from workbench.runs import outputs_at
 
 if TYPE_CHECKING:
     from flwr.app import Message
@@ -61,7 +61,7 @@ class KnowledgeServer:
                  on_round: Callable[[int], None] | None = None,
                  poll_s: float = 0.5):
         self.cfg, self.out, self.log = cfg, Path(out), log
-        self.files = FederationFiles(self.out)
+        self.files = outputs_at("fed", self.out, under="federation")
         self.on_round = on_round
         self.poll_s = poll_s
         self.kb = KnowledgeBase()
@@ -162,7 +162,7 @@ class KnowledgeServer:
         summary = {"rounds": self.cfg.rounds, "track": "knowledge",
                    "active": [u.public() for u in kb.active()],
                    "units": len(kb.units)}
-        atomic_write_json(self.files.summary, summary)
+        atomic_write_json(self.files.path("summary"), summary)
         return summary
 
 

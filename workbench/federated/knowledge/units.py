@@ -27,9 +27,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.federated.results import FederationFiles
 from workbench.io import append_line, atomic_write_json
 from workbench.records import KnowledgeOp
+from workbench.runs import outputs_at
 
 OP_KINDS = ("ADD", "AGREE", "EDIT", "REMOVE")  # KnowledgeOp.op
 
@@ -292,16 +292,17 @@ def apply_round(kb: KnowledgeBase, updates: Sequence[tuple[str, list[KnowledgeOp
 
 
 def kb_path(out: Path, rnd: int) -> Path:
-    return FederationFiles(out).kb / f"round-{rnd:04d}.json"
+    return outputs_at("fed", out, under="federation").path("kb") / f"round-{rnd:04d}.json"
 
 
 def save_kb(out: Path, kb: KnowledgeBase) -> None:
     atomic_write_json(kb_path(out, kb.round), kb.model_dump(mode="json"))
-    atomic_write_json(FederationFiles(out).kb / "state.json", {"round": kb.round})
+    atomic_write_json(outputs_at("fed", out, under="federation").path("kb") / "state.json",
+                      {"round": kb.round})
 
 
 def load_latest_kb(out: Path) -> KnowledgeBase | None:
-    d = FederationFiles(out).kb
+    d = outputs_at("fed", out, under="federation").path("kb")
     for p in sorted(d.glob("round-*.json"), reverse=True) if d.is_dir() else []:
         try:
             return KnowledgeBase.model_validate_json(p.read_text())
@@ -311,7 +312,7 @@ def load_latest_kb(out: Path) -> KnowledgeBase | None:
 
 
 def log_round(out: Path, row) -> None:
-    append_line(FederationFiles(out).rounds, json.dumps(asdict(row)))
+    append_line(outputs_at("fed", out, under="federation").path("rounds"), json.dumps(asdict(row)))
 
 
 def record_bytes(rec: dict) -> int:
