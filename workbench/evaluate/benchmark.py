@@ -35,6 +35,7 @@ from typing import Any, Literal
 from workbench.errors import DataError
 from workbench.io import describe_validation_error, iter_jsonl_raw
 from workbench.records import LETTERS, MCItem, Provenance
+from workbench.runs import RunLayout, outputs_at
 
 BenchmarkFormat = Literal["auto", "mcitem", "mmlu", "csv"]
 MIN_OPTIONS, MAX_OPTIONS = 2, len(LETTERS)
@@ -93,10 +94,13 @@ def _mcitem(obj: Any, p: Path, line: int) -> MCItem:
 
 def _resolve(p: Path) -> Path:
     if p.is_dir():
-        for cand in (p / "distill" / "benchmark.jsonl", p / "benchmark.jsonl"):
+        # distill's declared benchmark, in a run folder or in a distill folder itself
+        in_run, alone = (RunLayout.at(p).artifact("distill", "benchmark"),
+                         outputs_at("distill", p).path("benchmark"))
+        for cand in (in_run, alone):
             if cand.exists():
                 return cand
-        raise DataError("no benchmark.jsonl (or distill/benchmark.jsonl) in this folder",
+        raise DataError(f"no {alone.name} (or {in_run.relative_to(p)}) in this folder",
                         path=str(p))
     if not p.exists():
         raise DataError("file not found", path=str(p), code="not_found")

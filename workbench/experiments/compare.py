@@ -246,9 +246,10 @@ def _pipeline_result(lay, report: CompareReport) -> PipelineResult:
 def _summary(lay, name: str, seed: int = 0) -> EvalSummary | None:
     """The evaluation's summary, recomputed from its per-item results: a re-run that skips the
     (expensive) scoring still reports with the current statistics."""
-    folder = lay.artifact("compare", name).parent
-    if not (folder / "summary.json").exists():
+    summary = lay.artifact("compare", name)
+    if not summary.exists():
         return None
+    folder = summary.parent
     old = read_eval_summary(folder)
     results = lay.artifact("compare", f"{name}_results")
     if not results.exists():

@@ -119,9 +119,9 @@ class CompareReport(BaseModel):
 def read_report(run) -> CompareReport:
     """The report of a compare run folder (or report.json path)."""
     from workbench.errors import DataError
+    from workbench.runs import locate
 
-    p = Path(run)
-    p = p / "report.json" if p.is_dir() else p
+    p = locate("compare", "report", run) if Path(run).is_dir() else Path(run)
     if not p.exists():
         raise DataError("no report.json: run `workbench compare run` first", path=str(p),
                         code="not_found")

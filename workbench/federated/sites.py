@@ -21,6 +21,7 @@ from workbench.errors import WorkbenchError
 from workbench.formats import read_dataset, to_chat, write_dataset
 from workbench.io import atomic_write_json, read_jsonl, write_jsonl
 from workbench.records import ChatExample, MCItem, QTSASample
+from workbench.runs import RunLayout, outputs_at
 
 REPO = Path(__file__).resolve().parents[2]
 SITE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
@@ -100,18 +101,19 @@ def split_sites(source: str | Path, out: str | Path, *, sites: int, by: str = "c
 
 def _read_source(src: Path) -> tuple[list[QTSASample], list[MCItem]]:
     """The run's training rows (benchmark rows left out) and its benchmark items."""
+    # distill's declared samples and benchmark, in a distill folder or in a run folder's
+    folders = (outputs_at("distill", src), RunLayout.at(src).outputs("distill"))
     rows: list[QTSASample] = []
-    for name in ("mcQTSA.jsonl", "ndQTSA.jsonl"):
-        for p in (src / name, src / "distill" / name):
-            if p.exists():
-                rows += [s for s in read_jsonl(p, QTSASample.model_validate)
-                         if s.split == "train"]
+    for name in ("samples_mc", "samples_nd"):
+        for f in folders:
+            if f.path(name).exists():
+                rows += [s for s in f.read(name) if s.split == "train"]
                 break
     if not rows:
-        raise WorkbenchError(f"{src}: no mcQTSA.jsonl / ndQTSA.jsonl rows to split")
-    bench_path = next((p for p in (src / "benchmark.jsonl", src / "distill" / "benchmark.jsonl")
-                       if p.exists()), None)
-    return rows, read_jsonl(bench_path, MCItem.model_validate) if bench_path else []
+        raise WorkbenchError(f"{src}: no {folders[0].path('samples_mc').name} / "
+                             f"{folders[0].path('samples_nd').name} rows to split")
+    bench = next((f for f in folders if f.path("benchmark").exists()), None)
+    return rows, bench.read("benchmark") if bench else []
 
 
 def _deal(sp: _Split, rows: list[QTSASample]) -> list[list[QTSASample]]:

@@ -17,6 +17,7 @@ from workbench.errors import DataError, WorkbenchError
 from workbench.formats import join_reasoning, read_dataset
 from workbench.models.templates import template_fingerprint  # noqa: F401 (older imports)
 from workbench.records import ChatExample
+from workbench.runs import RunLayout, outputs_at
 
 IGNORE = -100
 
@@ -38,8 +39,9 @@ def load_examples(cfg) -> tuple[Path, list[ChatExample]]:
         raise WorkbenchError("train.data is not set: pass a dataset file or a distill run")
     path = Path(cfg.data)
     if path.is_dir():
-        for cand in (path / "distill" / "sft" / "instruct_mixed.messages.jsonl",
-                     path / "sft" / "instruct_mixed.messages.jsonl"):
+        # distill's declared SFT export, in a run folder or in a distill folder itself
+        for cand in (RunLayout.at(path).artifact("distill", "sft"),
+                     outputs_at("distill", path).path("sft")):
             if cand.exists():
                 path = cand
                 break
