@@ -12,8 +12,9 @@ from workbench.distill.report import DistillReport
 from workbench.errors import WorkbenchError
 from workbench.formats import STYLES
 from workbench.io import append_line
-from workbench.records import QTSASample, read_records
+from workbench.records import QTSASample
 from workbench.registry import PipelineResult
+from workbench.runs import locate, outputs_at
 
 
 def resolved_config(cfg) -> DistillConfig:
@@ -61,19 +62,18 @@ def run(cfg, ctx) -> PipelineResult:
 
 
 def _run_dir(run: str | Path) -> Path:
-    run = Path(run)
-    if (run / "distill" / "report.json").exists():
-        run = run / "distill"
-    if not (run / "report.json").exists():
-        raise WorkbenchError(f"{run}: not a finished distillation run (no report.json)")
-    return run
+    report = locate("distill", "report", run)
+    if not report.exists():
+        raise WorkbenchError(f"{report.parent}: not a finished distillation run (no "
+                             f"{report.name})")
+    return report.parent
 
 
 def load_samples(run: str | Path, *, reviewed: bool = True) -> list[QTSASample]:
     """The run's samples; with `reviewed`, an expert's rejections and edits applied."""
     run = _run_dir(run)
-    samples = read_records(run / "mcQTSA.jsonl", QTSASample) + \
-        read_records(run / "ndQTSA.jsonl", QTSASample)
+    files = outputs_at("distill", run)
+    samples = files.read("samples_mc") + files.read("samples_nd")
     return apply_review(samples, read_review(run)) if reviewed else samples
 
 

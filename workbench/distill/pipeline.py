@@ -50,9 +50,10 @@ from workbench.distill.write import (
 )
 from workbench.domain_packs import DomainPack, load_pack
 from workbench.errors import WorkbenchError
-from workbench.io import atomic_write_json, atomic_write_text, sha256_text, write_jsonl
+from workbench.io import sha256_text, write_jsonl
 from workbench.models.base import GenerationParams, ScoreRequest
 from workbench.records import MCItem, Provenance, QTSASample, RunManifest, Section, library_versions
+from workbench.runs import outputs_at
 
 __all__ = ["DistillResult", "report_markdown", "run_distill", "verify"]
 
@@ -124,8 +125,8 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     spans, removed = _spans(sections, cfg, seed, stats, progress)
     tasks = make_tasks(spans, perspectives, cfg, seed)
     stats.stages["tasks"] = len(tasks)
-    agents = Agents(cfg, default_model or AgentModel(), run_dir / "calls.sqlite" if cache
-                    else None)
+    agents = Agents(cfg, default_model or AgentModel(),
+                    outputs_at("distill", run_dir).path("calls") if cache else None)
     progress(f"{len(tasks)} tasks; writing ({cfg.mode} mode)")
     gate_rows: list[dict] = []
 
@@ -163,7 +164,7 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
         accepted += _statement_items(spans, corpus_sections, accepted, cfg, seed, stats)
         progress(f"statement items: {stats.stages['statement_unseen']} unseen, "
                  f"{stats.stages['statement_seen']} seen")
-    write_jsonl(run_dir / "verifier.jsonl", _verifier_rejects(tasks, agents, cfg))
+    outputs_at("distill", run_dir).write("verifier", _verifier_rejects(tasks, agents, cfg))
     samples = [_to_sample(t, pack, agents) for t in accepted]
     bench, seen = (_items(samples, split, cfg.benchmark_size) for split in ("benchmark",
                                                                           "seen"))
@@ -469,21 +470,21 @@ def _write_outputs(run_dir: Path, cfg, samples, bench, report, seed, sections, s
                    ) -> None:
     from workbench.distill.export import export_sft
 
-    write_jsonl(run_dir / "mcQTSA.jsonl", [s for s in samples if s.kind == "mc"])
-    write_jsonl(run_dir / "ndQTSA.jsonl", [s for s in samples if s.kind == "nd"])
-    write_jsonl(run_dir / "benchmark.jsonl", bench)
+    files = outputs_at("distill", run_dir)
+    files.write("samples_mc", [s for s in samples if s.kind == "mc"])
+    files.write("samples_nd", [s for s in samples if s.kind == "nd"])
+    files.write("benchmark", bench)
     if cfg.seen_fraction:
-        write_jsonl(run_dir / "benchmark_seen.jsonl", seen)
-    write_jsonl(run_dir / "sections.jsonl", sections)
-    for style in ("instruct", "thinking"):
-        export_sft(samples, run_dir / "sft" / f"{style}_mixed.messages.jsonl", fmt="messages",
-                   style=style, kinds=("mc", "nd"))
-    atomic_write_json(run_dir / "report.json", report.model_dump(mode="json"))
-    atomic_write_text(run_dir / "report.md", report_markdown(report))
+        files.write("benchmark_seen", seen)
+    files.write("sections", sections)
+    for style, name in (("instruct", "sft"), ("thinking", "sft_thinking")):
+        export_sft(samples, files.path(name), fmt="messages", style=style, kinds=("mc", "nd"))
+    files.write("report", report.model_dump(mode="json"))
+    files.write("report_md", report_markdown(report))
     manifest = RunManifest(run_id=run_dir.name, kind="distill", config=cfg.model_dump(
         mode="json"), input_hashes={"sections": sha256_text("".join(
             s.content_hash for s in sections))[:16]}, versions=library_versions(), seed=seed,
         status="completed", outputs={"samples": len(samples), "benchmark": len(bench),
                                      "benchmark_seen": len(seen)},
         models=report.models)
-    atomic_write_json(run_dir / "manifest.json", manifest.to_json())
+    files.write("manifest", manifest.to_json())

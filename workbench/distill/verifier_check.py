@@ -31,6 +31,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
+from workbench.distill.spec import PIPELINE as DISTILL
 from workbench.errors import WorkbenchError
 from workbench.evaluate.agreement import (
     Check,
@@ -41,9 +42,10 @@ from workbench.evaluate.agreement import (
     agreement_lines,
     reading,
 )
+from workbench.runs import outputs_at
 from workbench.text import percent_interval
 
-RATINGS = "verifier_ratings.jsonl"
+RATINGS = DISTILL.artifact("verifier_ratings").path  # declared beside the verifier rows
 QUESTION = "Is this sample correct and answerable from the text?"
 DEFAULT_SAMPLE = 30
 WHAT = "the verifier"
@@ -142,7 +144,7 @@ def _rejected(folder: Path) -> list[Decision]:
     from workbench.distill.parse import format_options
     from workbench.io import read_jsonl
 
-    path = folder / "verifier.jsonl"
+    path = outputs_at("distill", folder).path("verifier")
     if not path.is_file():
         return []
     out = []
