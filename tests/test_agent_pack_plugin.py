@@ -130,7 +130,11 @@ def test_an_installed_pack_runs_with_its_own_stages_and_report(wordpack, tmp_pat
     from workbench.agent_packs.api import pack_names, read_report, report_packs
     from workbench.runs import RunLayout
 
+    from workbench.agent_packs import pack
+
     assert "wordpack" in pack_names()
+    # a process started now builds the agent pipeline with its stages (agent_packs.spec)
+    assert {"wordpack_count", "wordpack_report"} <= {s.name for s in pack.stages()}
     conf = tmp_path / "wp.yaml"
     conf.write_text(f"name: three-small-words\noutput_dir: {tmp_path / 'runs'}\n")
     r = cli("agent", "eval", "wordpack", str(conf))
@@ -173,6 +177,19 @@ def test_a_stage_name_two_packs_declare_is_refused(wordpack, monkeypatch):
             pack.stages()
     finally:
         pack.PACKS.unregister("other")
+
+
+def test_the_agent_pipeline_is_composed_of_the_packs_stages():
+    from workbench import registry
+    from workbench.agent_packs.pack import declaration
+
+    spec = registry.get("agent")
+    by_pack = [s for name in ("kgv", "rf", "litsearch") for s in declaration(name).stages]
+    assert spec.stages == tuple(by_pack)  # in the order of the group's entries
+    assert {"closed_book", "kgv_grpo", "kgv_report", "rf", "rf_grpo", "rf_report",
+            "litsearch", "litsearch_report"} <= {s.name for s in spec.stages}
+    assert declaration("kgv").report.artifact == "kgv_report"
+    assert spec.artifact("kgv_report").path == "report.json"
 
 
 def test_the_built_in_packs_declare_what_their_code_knows():

@@ -28,7 +28,7 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.plugins import AGENT_PACKS, Registry, load
-from workbench.registry import Stage
+from workbench.registry import Artifact, Stage
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,20 @@ class AgentPack:
 
     def module(self) -> Any:
         return load(self.entry, what=f"agent pack {self.name!r}")
+
+
+TRAJECTORIES = "trajectories/{}.jsonl"  # a condition's agent runs (kgv's conditions)
+
+
+def grpo_outputs(stage: str) -> tuple[Artifact, ...]:
+    """What a pack's GRPO training writes (`agent_packs.grpo.train`): the kept adapter, and
+    beside it the rollouts of every step and one metric row per step (the live curves)."""
+    return (Artifact(stage, f"{stage}/adapter_model.safetensors"),
+            Artifact(f"{stage}_rollouts", f"{stage}.rollouts", required=False,
+                     help="every step's rollouts (one JSONL file a step)"),
+            Artifact(f"{stage}_live", f"{stage}.live.jsonl", required=False,
+                     help="one metric row per step: reward, groups with no signal, tool "
+                          "calls, KL, clipping, dev reward"))
 
 
 # name -> the pack's declaration (or, in the older form, its module)
