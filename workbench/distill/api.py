@@ -58,7 +58,8 @@ def run(cfg, ctx) -> PipelineResult:
         figures={"accepted": a.total, "mc": a.mc, "nd": a.nd,
                  "benchmark_items": a.benchmark_items},
         message=f"{out}: {a.total} samples accepted ({a.mc} mc, {a.nd} nd), "
-                f"{a.benchmark_items} benchmark items; see {out / 'report.md'}")
+                f"{a.benchmark_items} benchmark items; see "
+                f"{outputs_at('distill', out).path('report_md')}")
 
 
 def _run_dir(run: str | Path) -> Path:
@@ -87,7 +88,7 @@ def read_review(run: str | Path) -> dict[str, dict]:
 
     from workbench.io import iter_jsonl_raw
 
-    f = Path(run) / "review.jsonl"
+    f = outputs_at("distill", run).path("review")
     out: dict[str, dict] = {}
     if f.exists():
         for _, row in iter_jsonl_raw(f, torn_tail=lambda e: warnings.warn(
@@ -115,7 +116,7 @@ def review_sample(run: str | Path, sample_id: str, action: str,
             raise WorkbenchError(f"editable fields are {', '.join(EDITABLE)}")
         QTSASample.model_validate({**by_id[sample_id].to_json(), **fields})  # must stay valid
         row["fields"] = fields
-    append_line(run / "review.jsonl", json.dumps(row, ensure_ascii=False))
+    append_line(outputs_at("distill", run).path("review"), json.dumps(row, ensure_ascii=False))
     return row
 
 
@@ -149,7 +150,7 @@ def read_report(run: str | Path) -> tuple[DistillReport, str]:
     from workbench.errors import DataError
 
     run = _run_dir(run)
-    f = run / "report.json"
+    f = outputs_at("distill", run).path("report")
     try:
         report = DistillReport.model_validate_json(f.read_bytes())
     except ValidationError as e:

@@ -50,7 +50,7 @@ from workbench.distill.write import (
 )
 from workbench.domain_packs import DomainPack, load_pack
 from workbench.errors import WorkbenchError
-from workbench.io import sha256_text, write_jsonl
+from workbench.io import sha256_text
 from workbench.models.base import GenerationParams, ScoreRequest
 from workbench.records import MCItem, Provenance, QTSASample, RunManifest, Section, library_versions
 from workbench.runs import outputs_at
@@ -174,7 +174,7 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     report = _report(cfg, pack, stats, samples, bench, agents, ingest_report, removed,
                      time.perf_counter() - t_start, seed, gate_rows, seen)
     _write_outputs(run_dir, cfg, samples, bench, report, seed, sections, seen)
-    write_jsonl(run_dir / "gates.jsonl", gate_rows)
+    outputs_at("distill", run_dir).write("gates", gate_rows)
     return DistillResult(run_dir, report, samples, bench)
 
 

@@ -42,7 +42,7 @@ from workbench.evaluate.agreement import (
     agreement_lines,
     reading,
 )
-from workbench.runs import outputs_at
+from workbench.runs import RunLayout, outputs_at
 from workbench.text import percent_interval
 
 RATINGS = DISTILL.artifact("verifier_ratings").path  # declared beside the verifier rows
@@ -82,8 +82,8 @@ def distill_folder(run: str | Path) -> Path:
     if not run.is_dir():
         why = "not a folder" if run.exists() else "no such folder"
         raise WorkbenchError(f"{run}: not a run folder ({why})")
-    for folder in (run / "distill", run):
-        if (folder / "report.json").is_file():
+    for folder in (RunLayout.at(run).folder("distill"), run):
+        if outputs_at("distill", folder).path("report").is_file():
             return folder
     raise WorkbenchError(f"{run}: no distillation in it (no distill/report.json); run "
                          "`workbench distill run CONFIG` first")
@@ -103,7 +103,8 @@ def verifier_decisions(run: str | Path) -> VerifierDecisions:
                              "off, or no multiple-choice item reached it)")
     samples = [s for s in load_samples(folder, reviewed=False)
                if s.kind == "mc" and s.provenance.models.get("verifier")]
-    sections = {s.id: s for s in read_records(folder / "sections.jsonl", Section)}
+    sections = {s.id: s for s in read_records(outputs_at("distill", folder).path("sections"),
+                                              Section)}
     spans = _span_texts(folder, [sections[i] for i in
                                  sorted({s.provenance.section_id for s in samples})
                                  if i in sections])
@@ -171,7 +172,8 @@ def _span_texts(folder: Path, sections: list) -> dict[tuple[str, str], str]:
     from workbench.distill.write import Stats, make_spans
 
     try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        manifest = json.loads(outputs_at("distill", folder).path("manifest").read_text(
+            encoding="utf-8"))
         cfg = DistillConfig.model_validate(manifest["config"])
     except (OSError, ValueError, KeyError, TypeError):
         return {}  # the whole section's text is shown instead

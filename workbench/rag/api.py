@@ -30,4 +30,6 @@ def run(cfg, ctx) -> PipelineResult:
 def _manifest(folder: Path) -> dict:
     import json
 
-    return json.loads((Path(folder) / "manifest.json").read_text())
+    from workbench.runs import outputs_at
+
+    return json.loads(outputs_at("rag", folder).path("manifest").read_text())

@@ -27,11 +27,13 @@ def register(group: typer.Typer) -> None:
         from workbench.progress import quiet_libraries
         from workbench.retrieval.index import RagConfig
         from workbench.retrieval.search import build_index
+        from workbench.runs import outputs_at
 
         quiet_libraries()
         given = config or config_opt or set_
         cfg = load(config, config_opt, set_).rag if given else RagConfig()
-        check_made_here(out, ("manifest.json",))  # before any work: never a user's folder
+        # before any work: never a user's folder
+        check_made_here(out, (outputs_at("rag", out).declared("manifest").path,))
         index, _ = build_index(corpus, out, cfg, log=lambda m: typer.echo(m, err=True))
         m = index.manifest
         typer.echo(f"built {out}: {m['n_chunks']} chunks from {m['n_sections']} sections, "
