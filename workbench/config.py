@@ -18,11 +18,13 @@ from workbench.errors import ConfigError
 from workbench.models.base import GenerationParams
 
 
-class Section(BaseModel):
+class ConfigSection(BaseModel):
+    """The base of every section of the experiment config: unknown keys are errors."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class ModelConfig(Section):
+class ModelConfig(ConfigSection):
     spec: str = Field("default", description="Bundled name, local folder, .gguf file, hub id in "
                                              "the local HF cache, or an OpenAI-compatible URL "
                                              "(URL#model).")
@@ -36,30 +38,30 @@ class ModelConfig(Section):
                                                 "concurrency, api_key_env, ...).")
 
 
-class EmbedderConfig(Section):
+class EmbedderConfig(ConfigSection):
     spec: str = Field("minilm", description="Bundled 'minilm' or a sentence-transformers folder.")
     device: str = Field("auto", description="auto, cpu or cuda.")
     batch_size: int = Field(64, ge=1)
 
 
-class ModelsConfig(Section):
+class ModelsConfig(ConfigSection):
     chat: ModelConfig = Field(default_factory=ModelConfig)
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
 
 
-class CacheConfig(Section):
+class CacheConfig(ConfigSection):
     enabled: bool = Field(True, description="Cache model calls (resume without re-calling).")
     path: str | None = Field(None, description="SQLite file; default <output_dir>/calls.sqlite.")
 
 
-class SmokeConfig(Section):
+class SmokeConfig(ConfigSection):
     document: str | None = Field(None, description="A file to ask about (default: the domain "
                                                    "pack's smoke.document).")
     question: str | None = Field(None, description="Default: the domain pack's smoke.question.")
     max_tokens: int = Field(96, ge=1)
 
 
-class CoreConfig(Section):
+class CoreConfig(ConfigSection):
     """The keys every experiment has; each registered pipeline adds its own section."""
 
     name: str = Field("experiment", description="Run name (one folder name); outputs go to "

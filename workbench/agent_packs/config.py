@@ -7,11 +7,11 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from workbench.agents.runner import SCAFFOLDS, Budget, ErrorPolicy
-from workbench.config import ModelConfig, Section
+from workbench.config import ConfigSection, ModelConfig
 from workbench.train.config import GRPOSettings, LoraSettings
 
 
-class TeacherSettings(Section):
+class TeacherSettings(ConfigSection):
     model: ModelConfig | None = Field(None, description="The teacher (default: models.chat, "
                                                         "exploring by sampling).")
     policy: Literal["guided", "free"] = "guided"
@@ -24,7 +24,7 @@ class TeacherSettings(Section):
         "student does not learn to always search (or never)."))
 
 
-class StudentTraining(Section):
+class StudentTraining(ConfigSection):
     max_steps: int = Field(40, ge=1)
     batch_size: int = Field(4, ge=1)
     learning_rate: float = Field(3e-4, gt=0)
@@ -38,7 +38,7 @@ _RECIPE: dict[str, dict[str, Any]] = {
     "settings": {"group_size": 4, "tasks_per_step": 2, "temperature": 0.5, "eval_every": 8}}
 
 
-class GrpoTraining(Section):
+class GrpoTraining(ConfigSection):
     """The packs' on-policy conditions (`workbench.agent_packs.grpo`): rf's tools+grpo (the
     split of the design items, `workbench.agent_packs.rf.grpo`) and kgv's agent_grpo (the
     training claims, dev_share of them held out to choose; scored on the dev claims), and
@@ -82,7 +82,7 @@ class GrpoTraining(Section):
         return self
 
 
-class AgentConfig(Section):
+class AgentConfig(ConfigSection):
     pack: str = Field("kgv", description="The agent pack: kgv, rf or litsearch.")
     data: str = Field("datasets/kgv", description="The pack's data folder (kgv: claims.jsonl "
                                                   "and documents.jsonl).")

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from workbench.config import ConfigSection
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AgentModel(_Section):
+class AgentModel(ConfigSection):
     spec: str = Field("default", description="Model spec (see README: bundled, folder, URL).")
     backend: str | None = None
     options: dict = Field(default_factory=dict, description="Backend options, e.g. "
                                                             "concurrency for HTTP servers.")
 
 
-class AgentModels(_Section):
+class AgentModels(ConfigSection):
     """One model per agent; unset agents use `models.chat`."""
 
     writer: AgentModel | None = None
@@ -27,7 +25,7 @@ class AgentModels(_Section):
     postprocess: AgentModel | None = None
 
 
-class VerifierConfig(_Section):
+class VerifierConfig(ConfigSection):
     enabled: bool = Field(True, description="Check each MC item by answering it with the text.")
     method: Literal["loglik", "generate"] = Field(
         "loglik", description="loglik: pick the most likely letter (robust for small models);"
@@ -35,14 +33,14 @@ class VerifierConfig(_Section):
     on_disagree: Literal["reject", "flag"] = "reject"
 
 
-class DedupConfig(_Section):
+class DedupConfig(ConfigSection):
     method: Literal["minhash", "embedding"] = "minhash"
     threshold: float = Field(0.7, gt=0, le=1, description="Jaccard (minhash) or cosine "
                                                            "(embedding) at which two questions"
                                                            " are duplicates.")
 
 
-class GatesConfig(_Section):
+class GatesConfig(ConfigSection):
     """Quality gates on every question before the verifier (`workbench.distill.gates`: each
     rule in one sentence, printed in the report with what each gate removed)."""
 
@@ -78,7 +76,7 @@ class GatesConfig(_Section):
         return [g for g in GATES if self.enabled and getattr(self, g)]
 
 
-class DistillConfig(_Section):
+class DistillConfig(ConfigSection):
     corpus: str | None = Field(None, description="Corpus folder/file or Section JSONL "
                                                   "(default: the experiment's `corpus`).")
     domain: str | None = Field(None, description="Domain pack name (rf, generic) or a YAML "

@@ -11,15 +11,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from workbench.config import ConfigSection
 from workbench.errors import WorkbenchError
 from workbench.train.config import LoraSettings
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SplitSettings(_Section):
+class SplitSettings(ConfigSection):
     """How one QTSA dataset becomes per-site data (for experiments; real sites bring their
     own folders)."""
 
@@ -34,7 +31,7 @@ class SplitSettings(_Section):
                                                "training rows; none may ever leave a site.")
 
 
-class LocalTrain(_Section):
+class LocalTrain(ConfigSection):
     """What each site does with the global adapter in one round."""
 
     steps: int = Field(4, ge=1, description="Optimizer steps per site per round.")
@@ -45,7 +42,7 @@ class LocalTrain(_Section):
                                                                      dropout=0.0))
 
 
-class Guards(_Section):
+class Guards(ConfigSection):
     """What Flower's own strategies lack: bounded waits, minimum success, failure budget."""
 
     min_nodes: int = Field(2, ge=1, description="Sites that must be connected before round 1.")
@@ -59,7 +56,7 @@ class Guards(_Section):
                                    "run aborts with a non-zero exit.")
 
 
-class DeploySettings(_Section):
+class DeploySettings(ConfigSection):
     """The loopback deployment `workbench fed up` starts (real sites run their own
     SuperNode; see the README)."""
 
@@ -93,7 +90,7 @@ def parse_agent_settings(raw: dict | None) -> AgentSettings:
         raise WorkbenchError(f"knowledge.prompted.{where}: {first['msg']}") from None
 
 
-class KnowledgeSettings(_Section):
+class KnowledgeSettings(ConfigSection):
     """Track B: knowledge units (workflows) evolved across data-agent sites."""
 
     k_min: int = Field(2, ge=1, description="Sites that must support a unit before it is "
@@ -153,7 +150,7 @@ class KnowledgeSettings(_Section):
                                               "round (how often it gets promoted); None: none.")
 
 
-class FederatedConfig(_Section):
+class FederatedConfig(ConfigSection):
     track: Literal["lora", "knowledge"] = Field(
         "lora", description="lora: FedAvg over LoRA adapters; knowledge: knowledge units "
                             "(workflows) across data-agent sites.")

@@ -6,11 +6,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from workbench.config import ModelConfig, Section
+from workbench.config import ConfigSection, ModelConfig
 from workbench.train.config import LoraSettings
 
 
-class SuitesSettings(Section):
+class SuitesSettings(ConfigSection):
     data: str = Field("datasets/health", description=(
         "The domain's folder: dev.jsonl (failure mining), test.jsonl (guards and deltas), "
         "open.jsonl (open questions with rubrics) and corpus/ (the knowledge source)."))
@@ -33,7 +33,7 @@ class SuitesSettings(Section):
                                                               "models.chat).")
 
 
-class SynthSettings(Section):
+class SynthSettings(ConfigSection):
     knowledge_per_failure: int = Field(2, ge=0, le=4, description=(
         "QTSA samples per missing-knowledge failure, from the sections retrieval finds."))
     retrieve_k: int = Field(2, ge=1, le=5, description="Sections retrieved per failure.")
@@ -50,7 +50,7 @@ class SynthSettings(Section):
     max_samples: int = Field(120, ge=1, description="Cap on targeted samples per round.")
 
 
-class GateSettings(Section):
+class GateSettings(ConfigSection):
     ngram: int = Field(8, ge=3, description="Word n-gram length of the leak check.")
     max_leak_overlap: float = Field(0.5, gt=0, le=1, description=(
         "A sample leaks when this share of a test question's n-grams is in its prompt (or "
@@ -59,7 +59,7 @@ class GateSettings(Section):
         "Jaccard of word 3-grams above which a sample duplicates one kept before."))
 
 
-class TrainSettings(Section):
+class TrainSettings(ConfigSection):
     steps: int = Field(8, ge=1, description="LoRA steps of the candidate.")
     mixture_steps: int = Field(3, ge=1, description="LoRA steps of each mixture probe.")
     batch_size: int = Field(2, ge=1)
@@ -68,7 +68,7 @@ class TrainSettings(Section):
     lora: LoraSettings = Field(default_factory=lambda: LoraSettings(r=8, alpha=16))
 
 
-class GuardSettings(Section):
+class GuardSettings(ConfigSection):
     subset_drop: float = Field(0.10, ge=0, le=1, description=(
         "Most accuracy (0-1) a test subset may lose before the guard trips."))
     retention_drop: float = Field(0.05, ge=0, le=1)
@@ -90,7 +90,7 @@ class GuardSettings(Section):
         "Judged items offered to a person to rate (half the judge said were met)."))
 
 
-class LoopConfig(Section):
+class LoopConfig(ConfigSection):
     pack: str = Field("health", description="The domain pack whose `pipelines.loop` "
                                             "settings hold the synthesis templates.")
     suites: SuitesSettings = Field(default_factory=SuitesSettings)
