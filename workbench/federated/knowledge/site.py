@@ -40,8 +40,10 @@ from workbench.federated.knowledge.workflows import (
 from workbench.io import atomic_write_json
 from workbench.records import KnowledgeOp
 
-# a scaffold is a strategy over the same grammar, prior and environment
-SCAFFOLDS: dict[str, dict[str, Any]] = {
+# a site's scaffold (site.json's "scaffold") -> its search strategy over the same grammar, prior
+# and environment (the prompted agent runs the scaffold of the same name instead:
+# agent.LOOP_SCAFFOLD, agents.runner.SCAFFOLDS)
+SEARCH_STRATEGIES: dict[str, dict[str, Any]] = {
     "react": {"strategy": "greedy"},  # one step at a time, best option first, no lookahead
     "plan": {"strategy": "sample"},  # whole plans sampled from the prior, best kept
     "reflexion": {"strategy": "mcts", "reflection_penalty": 0.5},  # failures steer the tree
@@ -115,9 +117,9 @@ class DataAgentSite:
             raise WorkbenchError(f"{self.folder / 'site.json'}: {e}") from None
         self.name = self.meta.get("name", self.folder.name)
         self.scaffold = self.meta.get("scaffold", "reflexion")
-        if self.scaffold not in SCAFFOLDS:
+        if self.scaffold not in SEARCH_STRATEGIES:
             raise WorkbenchError(f"{self.folder / 'site.json'}: scaffold "
-                                 f"{self.scaffold!r}; use {', '.join(SCAFFOLDS)}")
+                                 f"{self.scaffold!r}; use {', '.join(SEARCH_STRATEGIES)}")
         self.env = open_env(str(self.meta["env"]))
         pool_file = self.folder / "tasks.jsonl"
         if not pool_file.exists():
@@ -172,7 +174,7 @@ class DataAgentSite:
 
         cfg = ExploreConfig(prior="uniform", iterations=iterations or self.iterations,
                             stop_after=1, seed=self.seed,
-                            **SCAFFOLDS[scaffold or self.scaffold])
+                            **SEARCH_STRATEGIES[scaffold or self.scaffold])
         guide = WorkflowGuide(units, boost=boost)
         gen = GrammarGenerator(UniformPrior(), cfg, guide=guide)
         out = []
