@@ -473,6 +473,11 @@ PAST_THE_BOUNDS = [
      "guided_grammar", "1001 alternatives"),
     ("/v1/chat/completions", {**CHAT, "guided_choice": ["x" * 50_001, "y" * 50_000]},
      "guided_choice", "100001 characters in all, over the size limit of 100000"),
+    # llguidance refused its first key ("Current row has 2007 items; max is 2000") and the
+    # server answered 200 with `{"`
+    ("/v1/chat/completions", {**CHAT, "response_format": _format({"type": "object", "properties": {
+        f"p{i}": {"type": "string"} for i in range(500)}})}, "response_format.json_schema.schema",
+     "an object of the schema has 500 properties that are not required, over the limit of 400"),
 ]
 AT_THE_BOUNDS = [  # served: the limits are generous for real use
     ("/v1/chat/completions", {**CHAT, "tools": [_tool(parameters=_nested(64))]}),
@@ -485,6 +490,9 @@ AT_THE_BOUNDS = [  # served: the limits are generous for real use
     ("/v1/chat/completions", {**CHAT, "guided_grammar": "start: " + " | ".join(
         f'"{i}"' for i in range(1000)) + "\n"}),
     ("/tokenize", {"prompt": "x", "tools": [_tool(parameters=_nested(64))]}),
+    ("/v1/chat/completions", {**CHAT, "response_format": _format({
+        "type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(1300)},
+        "required": [f"p{i}" for i in range(900)]})}),
 ]
 
 
@@ -551,6 +559,15 @@ HUGE_REPEATS = [
     ({"guided_grammar": 'start: %json ' + json.dumps(_obj(s={"type": "string",
                                                               "pattern": "a{1000000}"}))},
      "guided_grammar", "its %json schema: its pattern 'a{1000000}'"),
+    # each within the bound, together past it: llguidance builds each occurrence (19 s and
+    # +230 MB for the schema, 31 s for the grammar, before)
+    ({"response_format": _format(_obj(**{f"p{i}": {"type": "string", "pattern": "^a{90000}$"}
+                                         for i in range(20)}))},
+     "response_format.json_schema.schema",
+     "the schema's 20 regexes repeat too much together (1,800,040 atoms"),
+    ({"guided_grammar": "start: " + " ".join(f"x{i}" for i in range(20)) + "\n"
+      + "".join(f"x{i}: /a{{90000}}/\n" for i in range(20))}, "guided_grammar",
+     "the grammar's 20 regexes repeat too much together (1,800,000 atoms"),
 ]
 WITHIN_REPEATS = [  # a repeat's maximum, and huge length and count bounds, cost nothing
     {"guided_regex": f"a{{1,{_N}}}"}, {"guided_regex": "a{10000}"},

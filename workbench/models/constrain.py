@@ -56,13 +56,17 @@ MAX_PATTERN_UNITS = 100_000
 # ("Too many items (limit 50000)") once generation began, which the server again answered
 # 200 with a reply that breaks the grammar; `"a"~30000` was taken.
 MAX_GRAMMAR_UNITS = 25_000
+# Properties of one object that are not `required`: llguidance's parser refused an object of
+# 500 ("Current row has 2007 items; max is 2000") at its first key, which the server answered
+# 200 with `{"`; 490 were taken (required ones cost nothing: 900 were taken).
+MAX_OPTIONAL_PROPERTIES = 400
 
 
 def bounded_schema(schema: Any) -> str | None:
     """What is past the limits in a caller's JSON schema (None when nothing is), measured
     before anything renders or compiles it: nesting (walked without recursion, since it may
-    be deep), alternatives, then size."""
-    deepest, alternatives, stack = 0, 0, [(schema, 1)]
+    be deep), alternatives, an object's optional properties, size, then its regexes."""
+    deepest, alternatives, optional, stack = 0, 0, 0, [(schema, 1)]
     while stack:
         v, depth = stack.pop()
         if not isinstance(v, dict | list):
@@ -71,6 +75,10 @@ def bounded_schema(schema: Any) -> str | None:
         if isinstance(v, dict):
             alternatives += sum(len(v[k]) for k in ("anyOf", "oneOf", "enum")
                                 if isinstance(v.get(k), list))
+            if isinstance(props := v.get("properties"), dict):
+                required = v.get("required")
+                named = {str(r) for r in required} if isinstance(required, list) else set()
+                optional = max(optional, len(set(props) - named))
         stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
     if deepest > MAX_SCHEMA_DEPTH:
         return (f"the schema nests objects and arrays {deepest} levels deep, over the depth "
@@ -78,21 +86,36 @@ def bounded_schema(schema: Any) -> str | None:
     if alternatives > MAX_SCHEMA_ALTERNATIVES:
         return (f"the schema has {alternatives} alternatives (anyOf, oneOf and enum members), "
                 f"over the alternatives limit of {MAX_SCHEMA_ALTERNATIVES}")
+    if optional > MAX_OPTIONAL_PROPERTIES:
+        return (f"an object of the schema has {optional} properties that are not required, "
+                f"over the limit of {MAX_OPTIONAL_PROPERTIES} (list them in `required`, or "
+                "nest them)")
     if (size := len(json.dumps(schema, ensure_ascii=False))) > MAX_SCHEMA_CHARS:
         return (f"the schema is {size} characters of JSON, over the size limit of "
                 f"{MAX_SCHEMA_CHARS}")
     for patrn in schema_patterns(schema):
         if problem := bounded_pattern(patrn, grammar=False):
             return f"its pattern {_short(patrn)}: {problem}"
+    return _together("schema", schema_patterns(schema, unique=False))
+
+
+def _together(what: str, patterns: list[str]) -> str | None:
+    """The bound on all of a schema's or grammar's regexes together: llguidance builds each
+    occurrence apart (20 properties of `^a{90000}$`: 19 s and +230 MB for one request)."""
+    if (units := sum(pattern_units(p) for p in patterns)) > MAX_PATTERN_UNITS:
+        return (f"the {what}'s {len(patterns)} regexes repeat too much together ({units:,} "
+                f"atoms once their counted repeats are unrolled, over the repeat limit of "
+                f"{MAX_PATTERN_UNITS:,})")
     return None
 
 
 _NOT_SCHEMAS = ("enum", "const", "default", "examples")  # values, not schemas
 
 
-def schema_patterns(schema: Any) -> list[str]:
+def schema_patterns(schema: Any, unique: bool = True) -> list[str]:
     """Every regex of a schema: `pattern` values and `patternProperties` names (walked
-    without recursion; literal values such as `enum` members are not walked)."""
+    without recursion; literal values such as `enum` members are not walked), each once
+    unless `unique` is False."""
     found: list[str] = []
     stack = [schema]
     while stack:
@@ -105,7 +128,7 @@ def schema_patterns(schema: Any) -> list[str]:
             if isinstance(v.get("patternProperties"), dict):
                 found.extend(str(k) for k in v["patternProperties"])
             stack.extend(x for k, x in v.items() if k not in _NOT_SCHEMAS)
-    return list(dict.fromkeys(found))
+    return list(dict.fromkeys(found)) if unique else found
 
 
 def _short(text: str, n: int = 60) -> str:
@@ -154,6 +177,9 @@ def bounded_pattern(text: str, grammar: bool) -> str | None:
     for schema in schemas:
         if problem := bounded_schema(schema):
             return f"its %json schema: {problem}"
+    if problem := _together("grammar", literals + [
+            p for schema in schemas for p in schema_patterns(schema, unique=False)]):
+        return problem
     if units > MAX_GRAMMAR_UNITS:
         return (f"the grammar repeats too much ({units:,} items once its repeats (`~`) are "
                 f"expanded through its groups and rules, over the repeat limit of "
