@@ -173,7 +173,7 @@ def run_eval(cfg, *, contexts: Mapping[str, ContextProvider] | None = None,
     summary = summarize_eval(results, model=summary.model, model_identity=model.identity,
                              chance=summary.chance, seed=ec.bootstrap_seed,
                              retrieval=retrieval)
-    out = Path(ec.output) if ec.output else cfg.run_dir / "eval"
+    out = Path(ec.output) if ec.output else cfg.layout.folder("eval")
     write_eval(out, results, summary)
     return EvalRun(output=out, summary=summary, results=results)
 
