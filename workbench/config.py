@@ -11,17 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
 from workbench import registry
 from workbench.errors import ConfigError
 from workbench.models.base import GenerationParams
+from workbench.records import StrictModel
 
 
-class ConfigSection(BaseModel):
+class ConfigSection(StrictModel):
     """The base of every section of the experiment config: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class ModelConfig(ConfigSection):

@@ -39,9 +39,15 @@ class RecordError(ValueError):
         self.code = code
 
 
-class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False)
+class StrictModel(BaseModel):
+    """The one strict base model: a key the model does not declare is an error. Records,
+    report parts, config sections, a domain pack's sections and the server's request bodies
+    derive from it (a subclass may add to its config, e.g. frozen=True)."""
 
+    model_config = ConfigDict(extra="forbid")
+
+
+class Record(StrictModel):
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
 
@@ -378,11 +384,10 @@ class EvalResult(Record):
 
 # --- reports ----------------------------------------------------------------------------------
 
-class ReportPart(BaseModel):
+class ReportPart(StrictModel):
     """A part of a pipeline's report.json. Fields named in `omit_none` are left out of the
     JSON when they are None (keys a writer writes only for some conditions)."""
 
-    model_config = ConfigDict(extra="forbid")
     omit_none: ClassVar[tuple[str, ...]] = ()
 
     @model_serializer(mode="wrap")

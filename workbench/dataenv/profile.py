@@ -14,12 +14,13 @@ import sqlite3
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from workbench.dataenv.roles import ColumnRole, infer_role, name_tokens
 from workbench.dataenv.sqlsandbox import open_readonly, quote_ident
 from workbench.errors import DataError
 from workbench.io import atomic_write_text, sha256_file
+from workbench.records import StrictModel
 
 # 2: column roles; 3: angles, row indexes by their order, codes that join by value
 PROFILE_VERSION = 3
@@ -34,8 +35,8 @@ _KEYLIKE = re.compile(r"(id|key|code|no|num|number)$")
 _DATE = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Frozen(StrictModel):
+    model_config = ConfigDict(frozen=True)
 
 
 class ValueCount(_Frozen):

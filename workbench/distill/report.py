@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from workbench.records import StrictModel
 from workbench.text import markdown_table, percent
 
 SCHEMA_VERSION: Final = 1
 
 
-class _Part(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Accepted(_Part):
+class Accepted(StrictModel):
     total: int
     mc: int
     nd: int
@@ -25,7 +22,7 @@ class Accepted(_Part):
                                            "(distill.seen_fraction).")
 
 
-class VerifierStats(_Part):
+class VerifierStats(StrictModel):
     checked: int
     agreed: int
     agreement: float | None
@@ -33,7 +30,7 @@ class VerifierStats(_Part):
     on_disagree: str
 
 
-class ModelCalls(_Part):
+class ModelCalls(StrictModel):
     made: int
     from_cache: int
     prompt_tokens: int
@@ -42,7 +39,7 @@ class ModelCalls(_Part):
     tokens_per_accepted: float | None
 
 
-class GateExample(_Part):
+class GateExample(StrictModel):
     question: str
     reason: str
     detail: str = ""
@@ -51,7 +48,7 @@ class GateExample(_Part):
     task: str = ""
 
 
-class GateStats(_Part):
+class GateStats(StrictModel):
     name: str
     enabled: bool
     rule: str = Field(description="The gate's rule in one sentence.")
@@ -64,7 +61,7 @@ class GateStats(_Part):
                                                                            "questions.")
 
 
-class GatesReport(_Part):
+class GatesReport(StrictModel):
     enabled: bool
     checked: int
     removed: int
@@ -74,7 +71,7 @@ class GatesReport(_Part):
     gates: list[GateStats] = Field(default_factory=list)
 
 
-class DistillReport(_Part):
+class DistillReport(StrictModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     domain: str
     prompt_version: str

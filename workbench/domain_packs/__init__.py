@@ -21,15 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from workbench.errors import ConfigError, WorkbenchError
+from workbench.records import StrictModel
 
 PACKS = Path(__file__).parent / "packs"
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def placeholders(template: str) -> set[str]:
@@ -54,7 +51,7 @@ def _check(template: str, where: str, allowed: set[str],
     return problems
 
 
-class Perspective(_Section):
+class Perspective(StrictModel):
     id: str
     name: str
     focus: str = Field(description="What questions from this perspective ask about.")
@@ -65,7 +62,7 @@ class Perspective(_Section):
                           "writer follows a first word; it does not follow a described focus.")
 
 
-class DistillPrompts(_Section):
+class DistillPrompts(StrictModel):
     """Prompt templates of the distillation (Python str.format fields)."""
 
     system: str
@@ -95,7 +92,7 @@ DISTILL_FIELDS: dict[str, tuple[set[str], set[str]]] = {
 }
 
 
-class DistillPack(_Section):
+class DistillPack(StrictModel):
     perspectives: list[Perspective] = Field(min_length=1)
     prompts: DistillPrompts
     advanced_terms: list[str] = Field(default_factory=list)
@@ -111,7 +108,7 @@ class DistillPack(_Section):
         return out
 
 
-class EvalPack(_Section):
+class EvalPack(StrictModel):
     options: int = Field(4, ge=2, le=10, description="Options per multiple-choice item.")
     chance: float | None = Field(None, ge=0, le=1, description="Accuracy of a random guess; "
                                                                "default 1 / options.")
@@ -123,7 +120,7 @@ class EvalPack(_Section):
         return self.chance if self.chance is not None else 1 / self.options
 
 
-class ToolDecl(_Section):
+class ToolDecl(StrictModel):
     """A tool an agent of the domain may call (OpenAI function-tool shape)."""
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
@@ -143,7 +140,7 @@ class ToolDecl(_Section):
                                                  "parameters": self.parameters}}
 
 
-class AgentPack(_Section):
+class AgentPack(StrictModel):
     system: str = "You are a careful assistant for {domain}."
     tools: list[ToolDecl] = Field(default_factory=list)
     settings: dict[str, Any] = Field(default_factory=dict, description=(
@@ -165,7 +162,7 @@ class AgentPack(_Section):
         return out
 
 
-class TaskTemplate(_Section):
+class TaskTemplate(StrictModel):
     id: str
     template: str = Field(description="A task with {slots} filled from the environment.")
     slots: list[str] = Field(default_factory=list)
@@ -175,24 +172,24 @@ class TaskTemplate(_Section):
                       set(self.slots))
 
 
-class TrajsynthPack(_Section):
+class TrajsynthPack(StrictModel):
     task_templates: list[TaskTemplate] = Field(default_factory=list)
 
 
-class TrainPack(_Section):
+class TrainPack(StrictModel):
     parity_prompts: list[str] = Field(
         default_factory=lambda: ["Hello.", "Explain your answer in one sentence.",
                                  "What is two plus two?", "Name one colour."],
         min_length=1, description="Prompts on which a merged model must match base+adapter.")
 
 
-class SmokePack(_Section):
+class SmokePack(StrictModel):
     document: str | None = Field(None, description="A file to ask about (relative paths are "
                                                    "taken from the working folder).")
     question: str | None = None
 
 
-class DomainPack(_Section):
+class DomainPack(StrictModel):
     name: str
     title: str
     prompt_version: str

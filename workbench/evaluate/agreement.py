@@ -30,6 +30,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from workbench.errors import DataError, WorkbenchError
 from workbench.evaluate.stats import Agreement, cohens_kappa, wilson_interval
+from workbench.records import StrictModel
 from workbench.text import percent
 
 KAPPA_MIN = 0.2  # the lower end of kappa's interval at least "fair" agreement beyond chance
@@ -218,12 +219,10 @@ def check(items: Sequence[Decision], ratings: dict[str, Rating], n: int, *, seed
                  precision=precision(items, ratings))
 
 
-class Decisions(BaseModel):
+class Decisions(StrictModel):
     """A machine's decisions in one run folder that a person can be shown, and where that
     person's ratings are kept (`folder / RATINGS`): the part every check has in common.
     A pipeline's subclass adds what its report says of the machine and names its file."""
-
-    model_config = ConfigDict(extra="forbid")
     RATINGS: ClassVar[str] = "ratings.jsonl"
     SAMPLE: ClassVar[int] = 30
     folder: Path

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from itertools import combinations
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench.evaluate.stats import (
     DEGENERATE_MARGIN,
@@ -29,7 +29,7 @@ from workbench.evaluate.stats import (
     prediction_counts,
     wilson_interval,
 )
-from workbench.records import LETTERS, EvalResult
+from workbench.records import LETTERS, EvalResult, StrictModel
 from workbench.text import percent, points
 
 SCHEMA_VERSION: Final = 1
@@ -59,11 +59,7 @@ COMPARISON_RULE = (
 _MISS = re.compile(r"^(?P<base>.+)_ranks\d+-\d+$")
 
 
-class _Summary(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Accuracy(_Summary):
+class Accuracy(StrictModel):
     """A proportion of items with its Wilson 95% interval."""
 
     correct: int
@@ -85,7 +81,7 @@ class Accuracy(_Summary):
         return cls(correct=k, n=n, value=k / n if n else 0.0, ci_low=lo, ci_high=hi)
 
 
-class FormulationSummary(_Summary):
+class FormulationSummary(StrictModel):
     accuracy: Accuracy
     predictions: dict[str, int] = Field(description="How often each letter was predicted.")
     degenerate: bool = False
@@ -96,7 +92,7 @@ class GenerationSummary(FormulationSummary):
     unparsed: float = Field(description="Share of items whose answer had no option letter.")
 
 
-class ConditionSummary(_Summary):
+class ConditionSummary(StrictModel):
     n: int
     gold: dict[str, int] = Field(description="How often each letter is the right answer.")
     formulations: dict[str, FormulationSummary] = Field(default_factory=dict)
@@ -110,14 +106,14 @@ class ConditionSummary(_Summary):
         return self.generation if name == "generate" else self.formulations.get(name)
 
 
-class Headline(_Summary):
+class Headline(StrictModel):
     formulation: str | None = Field(description="None when every candidate is degenerate.")
     rule: str = HEADLINE_RULE
     mean_accuracy: dict[str, float] = Field(default_factory=dict)
     excluded: dict[str, str] = Field(default_factory=dict)
 
 
-class PairedComparison(_Summary):
+class PairedComparison(StrictModel):
     a: str
     b: str
     formulation_a: str
@@ -138,14 +134,14 @@ class PairedComparison(_Summary):
     significant: bool
 
 
-class OpenSummary(_Summary):
+class OpenSummary(StrictModel):
     n: int
     accuracy: Accuracy
     token_f1: float
     judge: str
 
 
-class EvalSummary(_Summary):
+class EvalSummary(StrictModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     model: str
     model_identity: str

@@ -11,7 +11,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from workbench.records import StrictModel
 
 Status = Literal["planned", "approved", "running", "awaiting_decision", "decided"]
 Choice = Literal["keep", "continue", "revert", "deploy"]
@@ -41,11 +43,7 @@ def round_name(index: int) -> str:
     return f"{index:02d}"
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Guard(_Record):
+class Guard(StrictModel):
     """A rule a candidate must pass before it may be kept."""
 
     name: str
@@ -58,7 +56,7 @@ class Guard(_Record):
                                      "of the judge-person kappa interval.")
 
 
-class Plan(_Record):
+class Plan(StrictModel):
     target: str = Field(description="The capability (benchmark subset) the round improves.")
     rationale: str = ""
     benchmarks: list[str] = Field(description="Suites evaluated: dev, test, retention, open.")
@@ -76,7 +74,7 @@ class Plan(_Record):
     guards: list[Guard] = Field(default_factory=list)
 
 
-class Decision(_Record):
+class Decision(StrictModel):
     choice: Choice
     reason: str
     by: str = Field(description="Who decided: a person's name, or 'auto' (the guards).")
@@ -86,7 +84,7 @@ class Decision(_Record):
     adapter_after: str | None = None
 
 
-class SubsetDelta(_Record):
+class SubsetDelta(StrictModel):
     suite: str
     subset: str
     n: int
@@ -102,14 +100,14 @@ class SubsetDelta(_Record):
     target: bool = False
 
 
-class GuardResult(_Record):
+class GuardResult(StrictModel):
     guard: Guard
     value: float
     passed: bool
     detail: str = ""
 
 
-class Round(_Record):
+class Round(StrictModel):
     schema_version: int = 1
     index: int
     status: Status = "planned"
@@ -136,7 +134,7 @@ class Round(_Record):
         return [g for g in self.guards if not g.passed]
 
 
-class FailureRow(_Record):
+class FailureRow(StrictModel):
     """One item the current model got wrong (or an open answer scored low), with its mode."""
 
     id: str
@@ -150,14 +148,14 @@ class FailureRow(_Record):
     section_id: str | None = None
 
 
-class KeptAdapter(_Record):
+class KeptAdapter(StrictModel):
     sha256: str
     path: str
     round: int | None
     data: list[str] = Field(default_factory=list, description="Training files (cumulative).")
 
 
-class LoopState(_Record):
+class LoopState(StrictModel):
     schema_version: int = 1
     current: KeptAdapter | None = Field(None, description="None: the base model.")
     history: list[KeptAdapter] = Field(default_factory=list,

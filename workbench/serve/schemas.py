@@ -7,17 +7,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from workbench.models.base import GenerationParams
 from workbench.models.constrain import Constraint, bounded_pattern, bounded_schema
 from workbench.models.messages import NamedToolChoice, ToolCall, ToolSpec
+from workbench.records import StrictModel
 from workbench.serve.limits import MAX_SCHEMA_ALTERNATIVES, MAX_SCHEMA_CHARS
 from workbench.serve.replies import WithinField
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def _bounded_tools(tools: list[ToolSpec] | None) -> list[ToolSpec] | None:
@@ -30,12 +27,12 @@ def _bounded_tools(tools: list[ToolSpec] | None) -> list[ToolSpec] | None:
 BoundedTools = Annotated[list[ToolSpec] | None, AfterValidator(_bounded_tools)]
 
 
-class TextPart(_Strict):
+class TextPart(StrictModel):
     type: Literal["text"]
     text: str
 
 
-class ChatMessageIn(_Strict):
+class ChatMessageIn(StrictModel):
     # validated in this order: each check sees the fields above it
     role: Literal["system", "user", "assistant", "tool"]
     tool_calls: list[ToolCall] | None = None
@@ -91,7 +88,7 @@ def conversation(messages: list[ChatMessageIn]) -> list[dict[str, Any]]:
 MAX_STOPS, MAX_STOP_CHARS = 4, 256
 
 
-class ResponseFormat(_Strict):
+class ResponseFormat(StrictModel):
     """OpenAI's `response_format`: "text", "json_object" (any JSON object) or "json_schema"
     (`{"name", "schema", "strict"?, "description"?}`); the reply is generated under it."""
 
@@ -124,7 +121,7 @@ class ResponseFormat(_Strict):
         return None
 
 
-class _Sampling(_Strict):
+class _Sampling(StrictModel):
     """The sampling fields both generation routes accept."""
 
     temperature: float = Field(0.0, ge=0.0, le=2.0)
@@ -216,7 +213,7 @@ class CompletionRequest(_Sampling):
         return v
 
 
-class TokenizeRequest(_Strict):
+class TokenizeRequest(StrictModel):
     """vLLM's `/tokenize`: a `prompt` (text) or `messages` (rendered by the chat template)."""
 
     model: str | None = None
@@ -227,7 +224,7 @@ class TokenizeRequest(_Strict):
     tools: BoundedTools = None
 
 
-class DetokenizeRequest(_Strict):
+class DetokenizeRequest(StrictModel):
     model: str | None = None
     tokens: list[int]
 
