@@ -23,9 +23,9 @@ def register(group: typer.Typer) -> None:
         from workbench.errors import WorkbenchError
         from workbench.models.local import model_folder
         from workbench.models.resolve import resolve_chat_model
+        from workbench.train.api import training_data
         from workbench.train.data import load_examples
         from workbench.train.data import preview as render
-        from workbench.train.spec import training_data
 
         cfg = load_config(config, set_)
         tok = AutoTokenizer.from_pretrained(model_folder(resolve_chat_model(
