@@ -1,40 +1,6 @@
 """Experiments registered like pipelines (they compose the pipelines above)."""
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 from workbench.registry import Artifact, Pipeline, Stage
-
-
-class CompareConfig(BaseModel):
-    """The `compare:` section: base vs RAG vs SFT on the distilled benchmark."""
-
-    model_config = ConfigDict(extra="forbid")
-    eval_items: int | None = Field(None, ge=1, description="Cap on benchmark items scored.")
-    sft_conditions: str = Field("none+best", pattern="^(none\\+best|all)$",
-                                description="none+best: SFT without RAG and with the base "
-                                            "model's best RAG; all: every condition.")
-    seen_conditions: list[Literal["none", "oracle", "semantic", "keyword", "hybrid"]] | None = \
-        Field(None, description="The base model's conditions on the seen benchmark (None: all "
-                                "five, as on unseen). The seen benchmark asks whether training "
-                                "taught the facts, so [none] is enough to read it; each "
-                                "retriever is another pass over its items.")
-    letter_benchmarks: list[Literal["unseen", "seen"]] = Field(
-        ["unseen"], description="The benchmarks on which the letter formulation is scored "
-                                "(under eval.letter_conditions). On seen it would be a second "
-                                "pass as long as the cloze one; the question there, whether "
-                                "training taught the facts, is read in the headline "
-                                "formulation.")
-
-    @field_validator("seen_conditions")
-    @classmethod
-    def _none_first(cls, v):
-        if v is not None and "none" not in v:
-            raise ValueError("compare.seen_conditions must hold none (the base model the SFT "
-                             "model is compared with)")
-        return v
-
 
 _SUMMARY = "workbench.evaluate.summary:EvalSummary"
 
@@ -43,7 +9,7 @@ PIPELINES = [Pipeline(
     help="RF-Agent's comparison for any domain: distil, index, evaluate the base model "
          "without and with each kind of retrieval, LoRA SFT, evaluate the SFT model, report "
          "with 95% intervals and paired significance tests.",
-    config="workbench.experiments.spec:CompareConfig",
+    config="workbench.experiments.config:CompareConfig",
     run="workbench.experiments.compare:run",
     folder="",
     stages=(
