@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from workbench.config import ConfigSection
 
 # none: the question alone; semantic, keyword, hybrid: retrieved passages; oracle: the item's
 # own source passage (the bound a retriever cannot pass; needs items with provenance)
@@ -12,8 +14,7 @@ Condition = Literal["none", "semantic", "keyword", "hybrid", "oracle"]
 CONDITIONS: tuple[Condition, ...] = ("none", "semantic", "keyword", "hybrid", "oracle")
 
 
-class EvalConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class EvalConfig(ConfigSection):
     benchmark: str | None = Field(None, description="Multiple-choice benchmark: MCItem JSONL, "
                                                     "MMLU/ARC-style JSON(L), CSV, or a run "
                                                     "folder with a distill/benchmark.jsonl.")

@@ -2,13 +2,14 @@
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from workbench.config import ConfigSection
 
 
-class CompareConfig(BaseModel):
+class CompareConfig(ConfigSection):
     """The `compare:` section: base vs RAG vs SFT on the distilled benchmark."""
 
-    model_config = ConfigDict(extra="forbid")
     eval_items: int | None = Field(None, ge=1, description="Cap on benchmark items scored.")
     sft_conditions: str = Field("none+best", pattern="^(none\\+best|all)$",
                                 description="none+best: SFT without RAG and with the base "

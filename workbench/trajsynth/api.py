@@ -20,8 +20,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from workbench.config import ConfigSection
 from workbench.dataenv.env import SAMPLES, DataEnvironment, open_env
 from workbench.datatasks.explore import explore_task
 from workbench.datatasks.exploreconfig import ExploreConfig
@@ -41,10 +42,8 @@ from workbench.trajsynth.costmodel import Attempt, held_out_brier
 from workbench.trajsynth.select import Arm, SelectionConfig, Selector
 
 
-class TrajsynthConfig(BaseModel):
+class TrajsynthConfig(ConfigSection):
     """Trajectory synthesis settings (the `trajsynth:` section)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     env: str = Field("chinook", description=(
         "The data environment: a SQLite file, a folder of CSV/TSV/Parquet files, or a "
