@@ -23,7 +23,7 @@ st.caption("One agent loop for every domain: knowledge-graph fact verification (
            "the WordNet entries, RF design with unit-checked calculators (rf), literature "
            "search as workflow induction over PubMed records (litsearch). Run one input and "
            "watch the steps, or evaluate the agent against its baselines.")
-show_glossary("RAG", "MRR", "SFT", "kappa", "KGV")
+show_glossary("RAG", "MRR", "SFT", "kappa", "KGV", "adapter")
 ws = workspace()
 PACKS = {"kgv": ("datasets/kgv", "kgv-0002, 'oak | hypernym | tree' or a sentence"),
          "rf": ("datasets/rf_design", "rfd-000 or a design question"),
