@@ -100,10 +100,10 @@ def main() -> None:
                          "teacher's turn pairs (~2k tokens a side: hours on 2 cores)")
     ap.add_argument("--max-length", type=int, default=512)
     a = ap.parse_args()
-    from workbench.agent_packs.files import AgentFiles
     from workbench.evaluate.stats import wilson_interval
     from workbench.formats import read_preferences
     from workbench.progress import quiet_libraries
+    from workbench.runs import RunLayout
 
     quiet_libraries()
     shutil.rmtree(ROOT, ignore_errors=True)
@@ -115,11 +115,10 @@ def main() -> None:
         # 1. the teacher's data, no model
         cli("agent", "eval", "litsearch", "configs/litsearch_demo.yaml", *base, "-s",
             "name=teacher", "-s", "agent.conditions=[oracle]")
-        folder = ROOT / "teacher" / "agent"
-        files = AgentFiles(folder)
-        pairs = read_preferences(files.litsearch_preferences)
+        files = RunLayout.at(ROOT / "teacher").outputs("agent")
+        pairs = read_preferences(files.path("preferences"))
         groups = [p.metadata["intent"] for p in pairs]
-        sft_rows = [json.loads(x) for x in files.litsearch_sft_data.read_text().splitlines()]
+        sft_rows = [json.loads(x) for x in files.path("litsearch_sft_data").read_text().splitlines()]
     else:  # rf: a question; its own paragraph against another section's
         import sys
 

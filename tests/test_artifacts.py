@@ -13,10 +13,6 @@ from workbench.records import MCItem
 from workbench.registry import Artifact, Pipeline, Stage, kind_of, record_type
 from workbench.runs import RunLayout, locate, outputs_at
 
-# the agent pipeline's spec names its records by bare names that are not in
-# workbench.records (AgentTrajectory, KgvReport, ...): issue 45: AgentFiles, next
-NOT_YET_RESOLVED = {"agent"}
-
 
 class Versioned(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -82,8 +78,6 @@ def test_record_types_resolve_through_one_lookup():
 
 def test_every_declared_record_type_resolves():
     for p in registry.pipelines():
-        if p.name in NOT_YET_RESOLVED:
-            continue
         for s in p.stages:
             for a in s.outputs:
                 if a.record:

@@ -23,8 +23,6 @@ FILE_NAME = re.compile(
 
 # modules whose own format is not a run's file: the names inside them are that format's
 ALLOWED_MODULES = {
-    "workbench/agent_packs/*": "issue 45: AgentFiles, next (the packs' files are reached "
-                               "through agent_packs.files.AgentFiles until that goes)",
     "workbench/models/*": "model folders (Hugging Face, GGUF, CTranslate2, the embedder) "
                           "and their converted copies in the model cache, not a run's",
     "workbench/retrieval/*": "an index folder's own files (BM25 arrays, tokens, params); "
@@ -46,8 +44,31 @@ ALLOWED_MODULES = {
                                              "(site.json, env.sqlite, agent_outcomes)",
 }
 
+# an agent pack's data folder (`agent.data`): what a person gives a run, or what the
+# pack's `data` command builds for one, not a file a run writes
+PACK_DATA = "an agent pack's data folder (agent.data), a run's input, not its output"
+RF_CHAPTER = "a chapter of the RF sample corpus that RF bench items are drawn from " \
+             "(agent_packs/rf/bench.py), a corpus file, not a run's"
+
 # single names that stay literal, each with its reason
 ALLOWED_NAMES = {
+    "claims.jsonl": PACK_DATA + " (kgv: the claims, the pack's own shape)",
+    "claims.txt": PACK_DATA + " (kgv: claims as sentences)",
+    "documents.jsonl": PACK_DATA + " (kgv: the evidence passages)",
+    "design.jsonl": PACK_DATA + " (rf: the design questions)",
+    "design_generated.json": "the marker of a folder of generated RF design items "
+                             "(`workbench agent generate-design OUT`): a folder the "
+                             "workbench made, not a run's",
+    "01_transmission_lines.md": RF_CHAPTER,
+    "02_reflection_and_vswr.md": RF_CHAPTER,
+    "05_impedance_matching.md": RF_CHAPTER,
+    "06_noise.md": RF_CHAPTER,
+    "12_antennas_and_links.md": RF_CHAPTER,
+    "papers.jsonl": PACK_DATA + " (litsearch: the library)",
+    "anchors.jsonl": PACK_DATA + " (litsearch: the intents and their anchor papers)",
+    "workbench-published.json": "the marker of a folder of adapters published to a GRPO "
+                                "rollout server (train.grpo_publish: published/ in the "
+                                "checkpoints, or rollout_server.publish_dir), not a run's",
     "stages.json": "the run layout's own record of finished stages (RunLayout.stages_file)",
     "ratings.jsonl": "the workspace's chat/ folder (chat is no pipeline: its files are not "
                      "a run's) and the default of evaluate.agreement's ratings file",
@@ -69,10 +90,7 @@ ALLOWED_NAMES = {
 
 
 # files of a change still being written beside this one: not checked for use
-PENDING = {
-    "workbench/train/grpo_publish.py": "GRPO publishing (uncommitted as this test was "
-                                       "written): declare its marker when it lands",
-}
+PENDING: dict[str, str] = {}
 
 
 def declared_names() -> list[str]:

@@ -58,13 +58,16 @@ class AgentPack:
         return load(self.entry, what=f"agent pack {self.name!r}")
 
 
-TRAJECTORIES = "trajectories/{}.jsonl"  # a condition's agent runs (kgv's conditions)
-
-
 def grpo_outputs(stage: str) -> tuple[Artifact, ...]:
     """What a pack's GRPO training writes (`agent_packs.grpo.train`): the kept adapter, and
-    beside it the rollouts of every step and one metric row per step (the live curves)."""
+    beside it the rollouts of every step, one metric row per step (the live curves), the
+    inputs its checkpoints were made under and the checkpoints while it trains."""
     return (Artifact(stage, f"{stage}/adapter_model.safetensors"),
+            Artifact(f"{stage}_key", f".{stage}.key", kind="text", required=False,
+                     help="the hash of the inputs the checkpoints were made under (other "
+                          "inputs start over)"),
+            Artifact(f"{stage}_checkpoints", f".{stage}.checkpoints", required=False,
+                     help="a checkpoint every step, removed once the adapter is written"),
             Artifact(f"{stage}_rollouts", f"{stage}.rollouts", required=False,
                      help="every step's rollouts (one JSONL file a step)"),
             Artifact(f"{stage}_live", f"{stage}.live.jsonl", required=False,

@@ -13,7 +13,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from workbench.agent_packs.files import AgentFiles
 from workbench.agent_packs.kgv.evidence import Evidence
 from workbench.agent_packs.kgv.metrics import prediction, route
 from workbench.agent_packs.kgv.pack import KGClaim, KgvAgent, load_claims
@@ -31,6 +30,7 @@ from workbench.agents.steps import AgentTrajectory
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
+from workbench.runs import Outputs, outputs_at
 from workbench.text import percent
 
 if TYPE_CHECKING:
@@ -256,6 +256,11 @@ class _Evaluation:
     def ac(self):
         return self.cfg.agent
 
+    @property
+    def files(self) -> Outputs:
+        """The agent pipeline's declared files in `out`."""
+        return outputs_at("agent", self.out)
+
     def base_model(self):
         self.model = self.model or _open(self.cfg)
         return self.model
@@ -302,10 +307,11 @@ def _start(cfg, ctx) -> _Evaluation:
 
     ac = cfg.agent
     out = ctx.layout.folder("agent")
+    trajectories = ctx.layout.artifact("agent", "agent").parent  # every condition's runs
     if getattr(ctx, "fresh", False):  # --fresh: no claim is kept from an earlier run
         import shutil
 
-        shutil.rmtree(AgentFiles(out).trajectories, ignore_errors=True)
+        shutil.rmtree(trajectories, ignore_errors=True)
     kg = read_kg(ac.data, ac.pack, ac.index)
     claims = kg.claims
     unlabelled = [c.id for c in claims if c.label is None]
@@ -318,7 +324,7 @@ def _start(cfg, ctx) -> _Evaluation:
     if not dev:
         raise WorkbenchError(f"{ac.data}: no claims with part 'dev' to evaluate")
     agent = make_agent(cfg, out, log=ctx.log, kg=kg)  # a bad index stops here, before runs
-    AgentFiles(out).trajectories.mkdir(parents=True, exist_ok=True)
+    trajectories.mkdir(parents=True, exist_ok=True)
     data_key: tuple = (corpus_hash(ac.data), ac.retriever, ac.search_k)
     if ac.index is not None:  # a run made without an index keeps its key
         data_key += (index_key(kg.evidence),)
@@ -334,7 +340,7 @@ def _run_baselines(ev: _Evaluation, wanted) -> dict[str, list[AgentTrajectory]]:
     ac = ev.ac
     results: dict[str, list[AgentTrajectory]] = {}
     for cond in (c for c in BASELINES if c in wanted):
-        path = AgentFiles(ev.out).trajectory(cond)
+        path = ev.files.path(cond)
         setup = make_setup(ev.agent, ac, cond)
         key = (ev.data_key, ev.pack_key, ev.model_key, [c.id for c in ev.dev], cond,
                ac.calibrate, ac.chunk,
@@ -351,8 +357,8 @@ def _run_agent_sft(ev: _Evaluation) -> tuple[dict[str, Any], list[AgentTrajector
     from workbench.runs import file_hash
 
     ac = ev.ac
-    files = AgentFiles(ev.out)
-    spath, adapter = files.sft, files.student
+    files = ev.files
+    spath, adapter = files.path("sft"), files.path("adapter").parent
     teach_key = (ev.data_key, ev.pack_key, ev.model_key, [c.id for c in ev.train],
                  ac.teacher.model_dump(mode="json"), ac.calibrate, ac.chunk, ev.agent_settings())
     rec, _ = ev.stages.run("teacher", teach_key, lambda: _teach(ev, teach_key, spath))
@@ -361,7 +367,7 @@ def _run_agent_sft(ev: _Evaluation) -> tuple[dict[str, Any], list[AgentTrajector
                                        ev.model_key, ev.cfg.seed),
                            lambda: _train_student(ev, spath, adapter))
     teacher_info["student"] = dict(rec.info or {})
-    path = files.trajectory("agent_sft")
+    path = files.path("agent_sft")
     sft_key = (ev.data_key, ev.pack_key, ev.model_key, [c.id for c in ev.dev],
                file_hash(adapter / "adapter_model.safetensors"), ac.calibrate, ac.chunk,
                ev.agent_settings())
@@ -380,10 +386,10 @@ def _teach(ev: _Evaluation, teach_key: tuple, spath: Path) -> dict[str, Any]:
         setup = make_setup(ev.agent, ev.ac, "agent", policy=t.policy,
                            temperature=t.temperature, seed=ev.cfg.seed + i)
         runs = ev.run_claims(tmodel, ev.train, setup,
-                             AgentFiles(ev.out).teacher_run(i),
+                             ev.files.path("teacher_run", str(i)),
                              desc=f"teacher {i + 1}", key=(teach_key, i))
         allruns += [r.model_copy(update={"id": f"{r.id}:s{i}"}) for r in runs]
-    write_jsonl(AgentFiles(ev.out).teacher, allruns)
+    write_jsonl(ev.files.path("teacher"), allruns)
     kept = choose_teacher(allruns, t.max_route_share)
     examples = sft_examples(kept)
     if not examples:
@@ -445,7 +451,7 @@ def _run_agent_grpo(ev: _Evaluation) -> tuple[dict[str, Any], list[AgentTrajecto
         agent_setup=setup, reward=reward,
         code=(ev.data_key, ev.pack_key, ac.calibrate, ev.agent_settings(), SEARCH_COST,
               FORMAT_PENALTY))
-    path = AgentFiles(ev.out).trajectory(GRPO)
+    path = ev.files.path(GRPO)
     key = (ev.data_key, ev.pack_key, ev.model_key, [c.id for c in ev.dev],
            file_hash(folder / "adapter_model.safetensors"), ac.calibrate, ac.chunk,
            ev.agent_settings())
@@ -472,7 +478,7 @@ def _pipeline_result(ev: _Evaluation, report: KgvReport, results: dict[str, Any]
     return PipelineResult(
         pipeline="agent", run_dir=str(ev.ctx.layout.root),
         outputs={"report": str(out / REPORT_MD), "report_json": str(out / REPORT_JSON),
-                 **{c: str(AgentFiles(out).trajectory(c)) for c in results}},
+                 **{c: str(ev.files.path(c)) for c in results}},
         figures={f"{c}_macro_f1": round(v, 4) for c, v in best.items()},
         message=f"{out / REPORT_MD}: macro-F1 on {len(ev.dev)} dev claims: {line} "
                 f"(evidence: {ev.agent.source})")

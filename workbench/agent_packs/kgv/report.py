@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 
 from pydantic import field_serializer, field_validator
 
-from workbench.agent_packs.files import AgentFiles
 from workbench.agent_packs.grpo import TrainedAdapter, summary_line
 from workbench.agent_packs.kgv.metrics import FORMS, by_split, prediction
 from workbench.agent_packs.reports import (
@@ -28,6 +27,7 @@ from workbench.agent_packs.spec import PIPELINE
 from workbench.agents.steps import AgentTrajectory
 from workbench.evaluate.stats import bootstrap_interval, holm, mcnemar_exact, sign_flip_p
 from workbench.io import atomic_write_text
+from workbench.runs import outputs_at
 from workbench.text import (
     markdown_table,
     number,
@@ -241,7 +241,7 @@ def write_report(out: Path, results: dict[str, list[AgentTrajectory]],
     conditions' trajectories; returns the record."""
     timings = {}
     for c in results:
-        f = AgentFiles(out).timing(c)
+        f = outputs_at("agent", out).path("timing", c)
         if f.exists():
             w = json.loads(f.read_text())
             timings[c] = w["seconds"] / max(w["claims"], 1)

@@ -22,6 +22,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
+from workbench.agent_packs.spec import PIPELINE
 from workbench.errors import WorkbenchError
 from workbench.evaluate.agreement import (
     Check,
@@ -34,7 +35,7 @@ from workbench.evaluate.agreement import (
 )
 from workbench.text import percent_interval
 
-RATINGS = "verdict_ratings.jsonl"
+RATINGS = PIPELINE.artifact("verdict_ratings").path  # verdict_ratings.jsonl
 QUESTION = "Is the claim true?"
 DEFAULT_SAMPLE = 30
 WHAT = "the agent"

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from workbench.agent_packs.files import AgentFiles
 from workbench.agent_packs.litsearch.corrupt import (
     FEEDBACK,
     STRUCTURAL,
@@ -40,6 +39,7 @@ from workbench.agent_packs.litsearch.report import REPORT_JSON, REPORT_MD, Litse
 from workbench.agent_packs.reports import Interval, report_json
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
+from workbench.runs import outputs_at
 from workbench.text import markdown_table, number, number_interval, percent
 
 CONDITIONS = ("query_only", "fixed", "agent", "oracle")
@@ -150,8 +150,9 @@ def export_training(out: Path, dialogues: list[dict], lib: Library) -> dict[str,
                               "metadata": {"source": "litsearch", "intent": d["id"],
                                            "turn": turn["turn"]}})
             prev = turn
-    write_jsonl(AgentFiles(out).litsearch_sft_data, sft)
-    atomic_write_text(AgentFiles(out).litsearch_preferences,
+    files = outputs_at("agent", out)
+    write_jsonl(files.path("litsearch_sft_data"), sft)
+    atomic_write_text(files.path("preferences"),
                       "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
     return {"sft": len(sft), "preferences": len(pairs)}
 
@@ -225,7 +226,7 @@ def _condition(cfg, ctx, out: Path, cond: str, mc, model, lib: Library, dev, key
     from workbench.runs import file_hash
 
     ac = cfg.agent
-    path = AgentFiles(out).litsearch(cond)
+    path = outputs_at("agent", out).path("litsearch", cond)
 
     def go() -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -252,7 +253,7 @@ def _condition(cfg, ctx, out: Path, cond: str, mc, model, lib: Library, dev, key
 def _training_data(ctx, out: Path, key, train, lib: Library, ac) -> dict[str, Any]:
     """The oracle teacher's dialogues on the training intents, exported as SFT dialogues and
     preference pairs (its stage); the export counts."""
-    gold_path = AgentFiles(out).litsearch_teacher
+    gold_path = outputs_at("agent", out).path("litsearch_teacher")
 
     def teach() -> dict[str, Any]:
         rows = run_condition("oracle", train, lib, None, ac.turns, ac)
@@ -270,9 +271,9 @@ def _result(ctx, out: Path, report: LitsearchReport, dev: int):
 
     ndcg = report.ndcg10()
     line = ", ".join(f"{c} {v:.2f}" for c, v in ndcg.items())
-    files = AgentFiles(out)
-    outputs = {"report": str(out / REPORT_MD), "sft": str(files.litsearch_sft_data),
-               "preferences": str(files.litsearch_preferences)}
+    files = outputs_at("agent", out)
+    outputs = {"report": str(out / REPORT_MD), "sft": str(files.path("litsearch_sft_data")),
+               "preferences": str(files.path("preferences"))}
     outputs |= {f"adapter_{c.removeprefix('agent+')}": str(adapter_folder(out, c))
                 for c in report.trained or {}}
     return PipelineResult(
@@ -328,10 +329,11 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
                    number(v.seconds_per_dialogue, 2), v.choices]
                   for c, v in report.conditions.items()])]
     lines += paired_lines(report)
+    files = outputs_at("agent", out)
     lines += ["", f"Training data from the oracle teacher on the training intents: "
-              f"{report.exports.sft} SFT dialogues (`{AgentFiles(out).litsearch_sft_data.name}`), "
+              f"{report.exports.sft} SFT dialogues (`{files.path('litsearch_sft_data').name}`), "
               f"{report.exports.preferences} chosen/rejected pairs "
-              f"(`{AgentFiles(out).litsearch_preferences.name}`; "
+              f"(`{files.path('preferences').name}`; "
               "corruptions: " + ", ".join((*STRUCTURAL, *FEEDBACK)) + ")."]
     atomic_write_text(out / REPORT_MD, "\n".join(lines) + "\n")
     return report

@@ -38,7 +38,7 @@ PACK = AgentPack(
         # the report: a typed record (`litsearch.report.read_report`) and its markdown
         Stage("litsearch_report", help="litsearch: Hit@5, MRR, nDCG@10 per condition",
               outputs=(Artifact("litsearch_report", "litsearch_report.json",
-                                "LitsearchReport"),
+                                "workbench.agent_packs.litsearch.report:LitsearchReport"),
                        Artifact("litsearch_report_md", "litsearch_report.md"))),
     ),
     report=PackReport(record="workbench.agent_packs.litsearch.report:LitsearchReport",

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from workbench.agent_packs.files import AgentFiles
 from workbench.agent_packs.litsearch.tuned import SFT, SFT_DPO
 from workbench.io import read_jsonl
+from workbench.runs import outputs_at
 from workbench.text import markdown_table, number_interval, p_value
 
 
@@ -73,7 +73,8 @@ def paired(out: Path, conditions: list[str]) -> list[dict[str, Any]] | None:
     pairs = comparisons(conditions)
     if not pairs:
         return None
-    rows = {c: read_jsonl(AgentFiles(out).litsearch(c)) for c in {x for p in pairs for x in p}}
+    files = outputs_at("agent", out)
+    rows = {c: read_jsonl(files.path("litsearch", c)) for c in {x for p in pairs for x in p}}
     return [_compare(rows[a], rows[b], a, b) for a, b in pairs]
 
 

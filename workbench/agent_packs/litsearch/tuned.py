@@ -19,8 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workbench.agent_packs.files import AgentFiles
 from workbench.errors import ConfigError, DataError, WorkbenchError
+from workbench.runs import outputs_at
 
 SFT, SFT_DPO = "agent+sft", "agent+sft_dpo"
 TRAINED = (SFT, SFT_DPO)
@@ -29,9 +29,7 @@ ARTIFACTS = {SFT: "litsearch_sft", SFT_DPO: "litsearch_sft_dpo"}  # in the agent
 
 def adapter_folder(out: Path, cond: str) -> Path:
     """The adapter folder of a trained condition, as the pipeline's spec declares it."""
-    from workbench import registry
-
-    return out / Path(registry.get("agent").artifact(ARTIFACTS[cond]).path).parent
+    return outputs_at("agent", out).path(ARTIFACTS[cond]).parent
 
 
 def check_names(ac, trained: list[str]) -> None:
@@ -53,8 +51,8 @@ def train_adapters(cfg, ctx, out: Path, trained: list[str]) -> tuple[dict[str, P
     s = cfg.agent.student
     stages = ctx.stages("agent")
     settings = (s.model_dump(mode="json"), cfg.models.chat.spec, cfg.seed)
-    files = AgentFiles(out)
-    sft_data, pairs = files.litsearch_sft_data, files.litsearch_preferences
+    files = outputs_at("agent", out)
+    sft_data, pairs = files.path("litsearch_sft_data"), files.path("preferences")
     folders = {c: adapter_folder(out, c) for c in TRAINED}
     rec, _ = stages.run("litsearch_sft", (file_hash(sft_data), *settings),
                         lambda: _train(cfg, ctx, "sft", sft_data, folders[SFT]))

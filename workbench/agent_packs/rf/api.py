@@ -19,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workbench.agent_packs.files import AgentFiles
 from workbench.agent_packs.reports import report_json
 from workbench.agent_packs.rf import tools as T
 from workbench.agent_packs.rf.bench import DesignItem, correct
@@ -39,6 +38,7 @@ from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
 from workbench.records import ToolCall
+from workbench.runs import outputs_at
 from workbench.text import percent
 
 CONDITIONS = ("alone", "rag", "tools")  # the default set; tools+grpo on request (rf.grpo)
@@ -247,7 +247,7 @@ def evaluate(cfg, ctx):
     seconds: dict[str, float] = {}
     try:
         for cond in wanted:
-            path = AgentFiles(out).rf(cond)
+            path = outputs_at("agent", out).path("rf", cond)
 
             def go(cond=cond, path=path) -> dict[str, Any]:
                 t0 = time.perf_counter()
@@ -321,7 +321,8 @@ def _condition_rows(cond: str, cfg, ctx, items: list[DesignItem], out: Path, fol
     contexts = None
     if cond == "rag":
         sections, _ = load_sections(cfg.corpus)
-        search = Searcher(sections, AgentFiles(out).rf_index, ac.retriever, log=ctx.log)
+        search = Searcher(sections, outputs_at("agent", out).path("rf_index"), ac.retriever,
+                          log=ctx.log)
         hits = search([it.question for it in items], ac.search_k)
         contexts = ["\n\n".join(h.text for h in hs) for hs in hits]
     return _direct(base_model(), items, contexts)

@@ -23,7 +23,8 @@ PACK = AgentPack(
               outputs=(Artifact("rf_index", "rf_index", required=False),)),
         # the report: a typed record (`rf.report.read_report`) and the same in markdown
         Stage("rf_report", help="RF design: right answers per condition, paired tests",
-              outputs=(Artifact("rf_report", "rf_report.json", "RfReport"),
+              outputs=(Artifact("rf_report", "rf_report.json",
+                                "workbench.agent_packs.rf.report:RfReport"),
                        Artifact("rf_report_md", "rf_report.md"))),
     ),
     report=PackReport(record="workbench.agent_packs.rf.report:RfReport",
