@@ -199,11 +199,8 @@ def test_hostile_schemas_regexes_and_grammars_are_one_line_before_compiling():
     tool schema 2,000 levels deep (before: RecursionError out of the forced tool call's
     grammar), a schema, a regex 3,000 brackets deep, a grammar of 2,000 alternatives and
     5,000 choices: each a WorkbenchError naming the bound, within 1 s; at the limits, built."""
-    from workbench.models.constrain import (
-        MAX_SCHEMA_DEPTH,
-        Constraint,
-        tool_call_constraint,
-    )
+    from workbench.models.bounds import MAX_SCHEMA_DEPTH
+    from workbench.models.constrain import Constraint, tool_call_constraint
 
     tool = {"type": "function", "function": {"name": "lookup", "parameters": _deep(2000)}}
     t0 = time.monotonic()

@@ -416,7 +416,7 @@ def test_a_schema_pattern_regex_cannot_compile_or_unroll_is_one_error_naming_it(
     the tool and the pattern, as are a pattern whose counted repeats `regex` unrolls past
     the bound (`a{4294967294}` took 2.8 GB and 9 s to fail) and an oversized one; the
     bounds of a regex constraint (alternatives) hold too. Ordinary patterns are taken."""
-    from workbench.models.constrain import pattern_units
+    from workbench.models.bounds import pattern_units
 
     def make(pattern: str, where: str = "pattern") -> Toolbox:
         schema = ({"type": "object", "properties": {"s": {"type": "string",

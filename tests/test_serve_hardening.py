@@ -588,7 +588,7 @@ def test_huge_repeat_counts_are_a_400_naming_the_field_and_the_bound(tiny_server
     """Counted repeats in a guided regex, a schema's `pattern` (response_format, a forced
     tool call), a grammar's regex literal, `~` repeats (through groups and rules) and a
     `%json` schema's pattern: a 400 naming the field and the repeat limit, before any grammar
-    is compiled (the agents' check, `constrain.bounded_pattern`); /health prompt meanwhile.
+    is compiled (the agents' check, `bounds.bounded_pattern`); /health prompt meanwhile.
     Huge minLength/maxLength/minItems/maxItems and a repeat's maximum are served."""
     from workbench.models.constrain import Constraint
 

@@ -15,7 +15,7 @@ since Python's `re`, which jsonschema uses, can backtrack on a pattern like `^(a
 ever; a match that runs out of time refuses the value, naming the field. Every pattern is
 compiled by `regex` when the toolbox is made, after its size is bounded (`regex` unrolls a
 counted repeat: `a{4294967294}` took 2.8 GB and 9 s to refuse): one that cannot be compiled,
-or would unroll past `constrain.MAX_PATTERN_UNITS` (`constrain.bounded_pattern`, the check
+or would unroll past `bounds.MAX_PATTERN_UNITS` (`bounds.bounded_pattern`, the check
 the server makes of a caller's regexes too), is a WorkbenchError naming the tool and the
 pattern.
 """
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.models.constrain import (
+from workbench.models.bounds import (
     MAX_SCHEMA_DEPTH,
     bounded_pattern,
     bounded_schema,

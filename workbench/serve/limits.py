@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # the bounds on caller-supplied schemas, regexes and grammars live with constrained decoding,
 # which holds every caller to them (the server, an agent's forced tool call)
-from workbench.models.constrain import (  # noqa: F401
+from workbench.models.bounds import (  # noqa: F401
     MAX_SCHEMA_ALTERNATIVES,
     MAX_SCHEMA_CHARS,
     MAX_SCHEMA_DEPTH,

@@ -10,7 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from workbench.models.base import GenerationParams
-from workbench.models.constrain import Constraint, bounded_pattern, bounded_schema
+from workbench.models.bounds import bounded_pattern, bounded_schema
+from workbench.models.constrain import Constraint
 from workbench.models.messages import NamedToolChoice, ToolCall, ToolSpec
 from workbench.records import StrictModel
 from workbench.serve.limits import MAX_SCHEMA_ALTERNATIVES, MAX_SCHEMA_CHARS
