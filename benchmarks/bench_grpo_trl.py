@@ -505,8 +505,13 @@ def main() -> None:
         for side, py in (("ours", sys.executable), ("trl", a.trl_python)):
             before = os.getloadavg()
             t0 = time.perf_counter()
+            # one OpenMP wait policy for both sides (the workbench's passive unless the
+            # environment names one): a child that imports torch before the workbench
+            # would otherwise spin while the other waits passively, 1.1-1.5x apart
+            env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY",
+                                                                   "passive")}
             p = subprocess.run([py, __file__, "--child", side, *common],
-                               check=False, capture_output=True, text=True)
+                               check=False, capture_output=True, text=True, env=env)
             run = {"round": rnd, "side": side, "wall_s": time.perf_counter() - t0,
                    "load_before": before, "load_after": os.getloadavg()}
             line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
