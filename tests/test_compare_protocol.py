@@ -60,9 +60,37 @@ def test_compare_scores_seen_and_unseen_with_the_oracle_first(tmp_path, tiny_mod
     assert md.split("## Benchmark `seen`")[1].count("The letter formulation is not scored") == 1
     assert "## Benchmark `seen`" in md and "Knowledge-free rules" in md
     assert "with the item's own passage (the oracle bound)" in md
+    # the context table: each base condition with what it was given, the oracle's passage and
+    # the retrievers' chunks counted in words (the question alone: none)
+    unseen_md = md.split("## Benchmark `unseen`")[1].split("## Benchmark `seen`")[0]
+    assert "| configuration | context | words (mean) |" in unseen_md
+    words = {r["condition"]: r["context_words"] for r in report["rows"]
+             if r["model"] == "Base" and r["benchmark"] == "unseen"}
+    assert words["none"] is None and all(words[c] > 10 for c in
+                                         ("oracle", "semantic", "keyword", "hybrid"))
     assert "seen" in md.split("## Training")[1].split("\n\n")[1]  # both held-out accuracies
     metrics = [json.loads(x) for x in (run / "adapter" / "metrics.jsonl").read_text()
                .splitlines()]
     assert "domain_accuracy_seen" in metrics[-1]
     distilled = json.loads((run / "distill" / "report.json").read_text())
     assert distilled["stages"]["recall_samples"] > 0
+
+
+def test_a_difference_not_significant_says_the_items_that_would_show_it():
+    """Below the table of paired tests, a difference seen but not significant gets the size of
+    run that would find it (Connor's McNemar formula); none for a zero difference."""
+    from workbench.evaluate.summary import PairedComparison
+    from workbench.experiments.compare_report import _power
+
+    def comp(only_a, only_b, significant=False):
+        return PairedComparison(a="base / none", b="SFT (LoRA) / none", formulation_a="c",
+                                formulation_b="c", n=36, accuracy_a=0.47,
+                                accuracy_b=0.47 + (only_b - only_a) / 36,
+                                difference=(only_b - only_a) / 36, difference_ci_low=-0.1,
+                                difference_ci_high=0.2, only_a=only_a, only_b=only_b,
+                                p_value=0.5, p_holm=0.5, significant=significant)
+
+    lines = _power([comp(3, 4), comp(4, 4), comp(0, 20, significant=True)])
+    assert len(lines) == 2 and lines[1].count("about") == 1
+    assert "SFT (LoRA) / none vs base / none +2.8 points (3 / 4" in lines[1]
+    assert _power([comp(4, 4)]) == []

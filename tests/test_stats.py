@@ -9,7 +9,7 @@ from scipy import stats as sps
 from workbench.evaluate.stats import (
     bootstrap_interval, cluster_bootstrap_difference, clustered_wilson_interval,
     clustered_sign_flip_p, degenerate_reason, discordant_pairs, effective_n, holm, mcnemar_exact,
-    paired_bootstrap_difference, prediction_counts, wilson_interval,
+    mcnemar_items_for_power, paired_bootstrap_difference, prediction_counts, wilson_interval,
 )
 
 
@@ -131,3 +131,33 @@ def test_clustered_intervals_and_tests():
     assert diff == pytest.approx((sum(b50) - sum(a50)) / 50)
     assert hi - lo == pytest.approx(hi50 - lo50, abs=0.03)
     assert hi_naive - lo_naive < 0.7 * (hi - lo)
+
+
+def _exact_mcnemar_power(p_only_a: float, p_only_b: float, n: int, alpha: float = 0.05) -> float:
+    """P(exact two-sided McNemar p < alpha) over n items drawn with these discordant shares."""
+    from scipy.stats import binom
+
+    psi = p_only_a + p_only_b
+    total = 0.0
+    for d in range(n + 1):
+        p_d = binom.pmf(d, n, psi)
+        if p_d < 1e-12 or d == 0:
+            continue
+        # rejecting splits of d discordant items: the exact test's two tails
+        k = np.arange(d + 1)
+        tail = np.minimum(1.0, 2 * np.minimum(binom.cdf(k, d, 0.5), binom.sf(k - 1, d, 0.5)))
+        total += p_d * binom.pmf(k, d, p_only_b / psi)[tail < alpha].sum()
+    return total
+
+
+def test_items_for_power_give_that_power_to_the_exact_test():
+    """Connor's formula, checked against the exact McNemar test's power computed by
+    enumeration: at the size it returns the power is near 80%, and well below it at half."""
+    need = mcnemar_items_for_power(10, 20, 100)
+    assert 200 < need < 300
+    assert 0.75 < _exact_mcnemar_power(0.10, 0.20, need) < 0.86
+    assert _exact_mcnemar_power(0.10, 0.20, need // 2) < 0.6
+    assert mcnemar_items_for_power(5, 5, 100) is None  # no difference: no size shows it
+    # the same difference on items in clusters of two needs twice the items
+    assert mcnemar_items_for_power(10, 20, 100, clusters=50) in (2 * need - 1, 2 * need,
+                                                                       2 * need + 1)

@@ -200,6 +200,7 @@ def evaluate_mc(model: ChatModel, items: Sequence[MCItem], *, condition: str = "
             error = generations[i].error
         if context := ctx[i]:
             extra["context"] = context[:2000]
+            extra["context_words"] = len(context.split())
         if it.provenance is not None and it.provenance.fact_hash:
             extra["cluster"] = it.provenance.fact_hash  # items of one sentence: not independent
         pred = item_preds.get(primary) if primary else None

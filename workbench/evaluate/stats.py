@@ -146,6 +146,21 @@ def mcnemar_exact(correct_a: Sequence[bool], correct_b: Sequence[bool]) -> float
     return min(1.0, 2 * tail)
 
 
+def mcnemar_items_for_power(only_a: int, only_b: int, n: int, *, clusters: int | None = None,
+                            alpha: float = SIGNIFICANCE, power: float = 0.8) -> int | None:
+    """Items a paired comparison would need for McNemar's test to find, with probability
+    `power` at two-sided level `alpha`, the difference observed on `n` items (only_a / only_b
+    items only one side gets right), by Connor's (1987) formula: n = (z_a sqrt(psi) + z_b
+    sqrt(psi - d^2))^2 / d^2 with psi the discordant share and d the difference. With clusters,
+    times Kish's design effect n / clusters. None when the observed difference is zero."""
+    if n <= 0 or only_a == only_b:
+        return None
+    psi, delta = (only_a + only_b) / n, abs(only_b - only_a) / n
+    z_a, z_b = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    items = (z_a * math.sqrt(psi) + z_b * math.sqrt(max(psi - delta ** 2, 0.0))) ** 2 / delta ** 2
+    return math.ceil(items * (n / clusters if clusters else 1.0))
+
+
 def paired_bootstrap_difference(correct_a: Sequence[bool], correct_b: Sequence[bool], *,
                                 n_resamples: int = BOOTSTRAP_RESAMPLES,
                                 confidence: float = CONFIDENCE, seed: int = 0

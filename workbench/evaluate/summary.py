@@ -101,6 +101,8 @@ class ConditionSummary(StrictModel):
     agreement_letter_generation: float | None = None
     seconds_per_item: float = 0.0
     seconds_per_item_by_pass: dict[str, float] = Field(default_factory=dict)
+    context_words: float | None = Field(None, description="Mean words of context given with "
+                                                          "an item (None: no context).")
 
     def scoring(self, name: str) -> FormulationSummary | None:
         return self.generation if name == "generate" else self.formulations.get(name)
@@ -216,7 +218,9 @@ def summarize(results: Sequence[EvalResult]) -> ConditionSummary:
         n=len(results), gold=prediction_counts(golds, letters), formulations=forms,
         generation=gen, circular=circ, agreement_letter_generation=agree,
         seconds_per_item=sum(r.latency_s or 0.0 for r in results) / len(results),
-        seconds_per_item_by_pass=dict(results[0].extra.get("seconds", {})))
+        seconds_per_item_by_pass=dict(results[0].extra.get("seconds", {})),
+        context_words=(sum(r.extra.get("context_words", 0) for r in results) / len(results)
+                       if any("context_words" in r.extra for r in results) else None))
 
 
 def choose_headline(conditions: Mapping[str, ConditionSummary]) -> Headline:

@@ -283,7 +283,8 @@ def _rows(who: str, bench: str, summary: EvalSummary | None) -> list[CompareRow]
             degenerate={k: f.degenerate_reason or "" for k, f in scorings.items()
                         if f.degenerate},
             predictions={"gold": s.gold, **{k: f.predictions for k, f in scorings.items()}},
-            headline=summary.headline.formulation, seconds_per_item=s.seconds_per_item))
+            headline=summary.headline.formulation, seconds_per_item=s.seconds_per_item,
+            context_words=s.context_words))
     return rows
 
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.evaluate.report import SCORING_LABELS, comparisons_markdown
 from workbench.evaluate.shortcuts import ShortcutRow
+from workbench.evaluate.stats import SIGNIFICANCE, mcnemar_items_for_power
 from workbench.evaluate.summary import Accuracy, PairedComparison
 from workbench.text import accuracy, markdown_table, number, percent, points
 
@@ -40,6 +41,12 @@ RETRIEVAL_LABELS = {"hit@1": "Hit@1", "hit@3": "Hit@3", "hit@10": "Hit@10", "mrr
                     "ndcg@10": "nDCG@10"}
 ORACLE = ("oracle: each item's own source passage as context, the bound a retriever cannot "
           "pass (a retriever that always found the right passage would give it).")
+CONTEXTS = {"none": "none: the question alone",
+            "oracle": "the item's own passage: the words around its sentence",
+            "semantic": "the top chunks by embedding similarity",
+            "keyword": "the top chunks by BM25",
+            "hybrid": "the top chunks by both, fused"}
+POWER = 0.8
 
 
 class CompareRow(BaseModel):
@@ -56,6 +63,8 @@ class CompareRow(BaseModel):
     predictions: dict[str, dict[str, int]] = Field(default_factory=dict)
     headline: str | None = None
     seconds_per_item: float = 0.0
+    context_words: float | None = Field(None, description="Mean words of context given with "
+                                                          "an item (None: none given).")
 
     @property
     def headline_accuracy(self) -> Accuracy | None:
@@ -148,8 +157,8 @@ def report_markdown(r: CompareReport) -> str:
 def _benchmark(r: CompareReport, name: str, b: BenchmarkInfo) -> list[str]:
     rows = r.rows_of(name)
     return [f"## Benchmark `{name}` ({b.items} items): RF-Agent's table", "", b.measures, "",
-            *_comparison_table(rows), *_reading(rows), *_shortcuts(r, b),
-            *_significance(r, b), ""]
+            *_comparison_table(rows), *_reading(rows), *_context_table(rows),
+            *_shortcuts(r, b), *_significance(r, b), ""]
 
 
 def _comparison_table(rows: list[CompareRow]) -> list[str]:
@@ -187,6 +196,28 @@ def _reading(rows: list[CompareRow]) -> list[str]:
                                                         if gaps else "") + ". " + ORACLE]
 
 
+def _context_table(rows: list[CompareRow]) -> list[str]:
+    """The context each condition gave the base model (source and mean size in words) beside
+    its accuracy and its distance from the oracle: what the run measured about context."""
+    base = [row for row in rows if row.model == "Base"]
+    if not any(row.context_words for row in base):
+        return []
+    oracle = next((row.headline_accuracy for row in base if row.condition == "oracle"), None)
+    table = []
+    for row in base:
+        acc = row.headline_accuracy
+        gap = points(acc.value - oracle.value) if acc and oracle and row.condition != "oracle" \
+            else "-"
+        table.append([row.name, CONTEXTS.get(row.condition, row.condition),
+                      number(row.context_words or 0.0, 0), accuracy(acc), gap])
+    return ["", "The context each condition gives, placed before the question (\"Reference "
+            "passages: ... Question: ...\"), and what it bought. Other sizes, placements and "
+            "retrieval depths on the same items: `python benchmarks/bench_context.py <run>` "
+            "(BENCHMARKS.md, \"The main job's protocol\").", "",
+            markdown_table(["configuration", "context", "words (mean)", "accuracy",
+                            "points from the oracle"], table)]
+
+
 def _shortcuts(r: CompareReport, b: BenchmarkInfo) -> list[str]:
     if not b.shortcuts:
         return []
@@ -210,7 +241,21 @@ def _significance(r: CompareReport, b: BenchmarkInfo) -> list[str]:
             f"{len(sig)} of {len(b.comparisons)} differences are significant at 5% after "
             "Holm's correction" + (": " + "; ".join(
                 f"{c.b} vs {c.a} ({points(c.difference)} points)" for c in sig)
-                if sig else ".")]
+                if sig else "."), *_power(b.comparisons)]
+
+
+def _power(comparisons: list[PairedComparison]) -> list[str]:
+    """For each difference seen but not significant: the items a run would need to find it
+    (80% power at 5%, before Holm's correction), at the size observed here."""
+    needs = [(c, k) for c in comparisons if not c.significant and (k := mcnemar_items_for_power(
+        c.only_a, c.only_b, c.n, clusters=c.clusters, alpha=SIGNIFICANCE, power=POWER))]
+    if not needs:
+        return []
+    return ["", f"Not significant here, and the items that would show it if the difference "
+            f"observed is the true one ({percent(POWER)} power at {percent(SIGNIFICANCE)}, "
+            "before Holm's correction; Connor 1987): " + "; ".join(
+                f"{c.b} vs {c.a} {points(c.difference)} points ({c.only_a} / {c.only_b} "
+                f"items only one side gets right): about {k} items" for c, k in needs) + "."]
 
 
 def _rules(r: CompareReport) -> list[str]:
