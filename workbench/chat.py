@@ -33,6 +33,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from workbench.errors import DataError, WorkbenchError
+from workbench.io import atomic_write_text, describe_validation_error, iter_jsonl_raw, write_jsonl
+from workbench.models import load_model
+from workbench.models.base import GenerationParams, cancel_on
+from workbench.records import ChatExample, PreferencePair
+from workbench.retrieval.context import cite, format_context, token_counter, with_context
+from workbench.train.merge import adapter_base
+from workbench.workspace import list_runs
 
 MAX_SETUPS = 3
 RETRIEVERS = ("hybrid", "semantic", "keyword")
@@ -73,8 +80,6 @@ class ChatSetup(BaseModel):
     @model_validator(mode="after")
     def _model_of_the_adapter(self) -> ChatSetup:
         if self.model is None:
-            from workbench.train.merge import adapter_base
-
             self.model = (adapter_base(self.adapter) if self.adapter else None) or "default"
         return self
 
@@ -171,8 +176,6 @@ class ChatSession:
         s = self.setups[i]
         key = (s.model, s.adapter, tuple(sorted((k, repr(v)) for k, v in s.options.items())))
         if key not in self._models:
-            from workbench.models import load_model
-
             opts = dict(s.options)
             if s.adapter:
                 opts["adapter"] = s.adapter
@@ -186,7 +189,6 @@ class ChatSession:
             raise WorkbenchError(f"chat: {s.label} has no index to retrieve from")
         key = (s.index, s.retriever)
         if key not in self._indexes:
-            from workbench.retrieval.context import token_counter
             from workbench.retrieval.index import RagIndex
 
             index = RagIndex.load(s.index, semantic=s.retriever != "keyword")
@@ -206,7 +208,6 @@ class ChatSession:
         s = self.setups[i]
         if not s.index:
             return [], ""
-        from workbench.retrieval.context import cite, format_context
 
         index, retriever, count = self._index(i)
         hits = retriever.retrieve(question, s.k)
@@ -216,8 +217,6 @@ class ChatSession:
                                         count_tokens=count)
 
     def prompt(self, i: int, question: str, context: str) -> list[dict[str, Any]]:
-        from workbench.retrieval.context import with_context
-
         s = self.setups[i]
         system = [{"role": "system", "content": s.system}] if s.system else []
         return system + self.histories[i] + [{"role": "user",
@@ -233,8 +232,6 @@ class ChatSession:
         generator's return value and is kept in `answers` (and the history) however the
         generator ends: finished, `stop` set, or closed by its consumer (a person who left).
         Generation itself stops within a token of either."""
-        from workbench.models.base import GenerationParams, cancel_on
-
         question = valid_text(question).strip()
         if not question:
             raise WorkbenchError("chat: the question is empty")
@@ -354,8 +351,6 @@ def chat_folder(workspace: str | Path) -> Path:
 
 def read_ratings(workspace: str | Path) -> list[Rating]:
     """Every rating kept in the workspace, oldest first (a torn last line is skipped)."""
-    from workbench.io import iter_jsonl_raw
-
     path = Path(workspace) / CHAT_DIR / RATINGS
     if not path.exists():
         return []
@@ -365,8 +360,6 @@ def read_ratings(workspace: str | Path) -> list[Rating]:
         try:
             out.append(Rating.model_validate(obj))
         except ValueError as e:
-            from workbench.io import describe_validation_error
-
             raise DataError(describe_validation_error(e), path=str(path), line=lineno,
                             code="bad_rating") from None
     return out
@@ -388,8 +381,6 @@ def rate(workspace: str | Path, answer: Answer, verdict: str, correction: str | 
          ) -> FeedbackCounts:
     """Keep a person's verdict on `answer` and rewrite the training files made of all
     ratings. A bad verdict may carry what the answer should have said."""
-    from workbench.io import atomic_write_text
-
     if verdict not in ("good", "bad"):
         raise WorkbenchError(f"verdict {verdict!r}: expected good or bad")
     if answer.finish == "error" or not answer.text.strip():
@@ -410,8 +401,6 @@ def rate(workspace: str | Path, answer: Answer, verdict: str, correction: str | 
 def training_rows(ratings: Sequence[Rating]):
     """(SFT examples, preference pairs) made of `ratings` (the last rating of each answer
     counts), validated as the training core reads them."""
-    from workbench.records import ChatExample, PreferencePair
-
     last: dict[tuple[str, int], Rating] = {}
     for r in ratings:
         last[(r.turn, r.setup)] = r
@@ -445,8 +434,6 @@ def training_rows(ratings: Sequence[Rating]):
 
 def export_feedback(workspace: str | Path) -> FeedbackCounts:
     """Rewrite `chat/sft.jsonl` and `chat/pairs.jsonl` from the ratings (atomically)."""
-    from workbench.io import write_jsonl
-
     folder = chat_folder(workspace)
     ratings = read_ratings(workspace)
     sft, pairs = training_rows(ratings)
@@ -466,8 +453,6 @@ class Choices:
 
 
 def workspace_choices(workspace: str | Path) -> Choices:
-    from workbench.workspace import list_runs
-
     adapters, indexes = {}, {}
     for run in list_runs(Path(workspace)):
         lay = run.layout

@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from workbench.config import load_config
+
 ConfigArg = Annotated[Path | None, typer.Argument(
     help="Experiment YAML config (also -c/--config).", show_default=False)]
 ConfigOpt = Annotated[Path | None, typer.Option(
@@ -34,6 +36,4 @@ def config_path(argument: Path | None, option: Path | None) -> Path | None:
 def load(argument: Path | None, option: Path | None = None, overrides: list[str] | None = None,
          *extra: str):
     """The validated experiment config from CONFIG / -c and -s overrides (then `extra`)."""
-    from workbench.config import load_config
-
     return load_config(config_path(argument, option), [*(overrides or []), *extra])

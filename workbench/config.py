@@ -14,9 +14,10 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
 from workbench import registry
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, WorkbenchError
 from workbench.models.base import GenerationParams
 from workbench.records import StrictModel
+from workbench.runs import RunLayout, check_run_name
 
 
 class ConfigSection(StrictModel):
@@ -80,9 +81,6 @@ class CoreConfig(ConfigSection):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, v: str) -> str:
-        from workbench.errors import WorkbenchError
-        from workbench.runs import check_run_name
-
         try:
             return check_run_name(v)
         except WorkbenchError as e:
@@ -90,8 +88,6 @@ class CoreConfig(ConfigSection):
 
     @property
     def layout(self):
-        from workbench.runs import RunLayout
-
         return RunLayout.of(self)
 
     @property

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from workbench.errors import DataError
-from workbench.io import iter_jsonl_raw, write_jsonl
+from workbench.io import _error_code, describe_validation_error, iter_jsonl_raw, write_jsonl
 from workbench.records import (
     LETTERS,
     ChatExample,
@@ -266,8 +266,6 @@ def parse_example(obj: Any, fmt: str = "auto") -> ChatExample:
 
 def read_dataset(path: str | Path, fmt: str = "auto") -> list[ChatExample]:
     """Read a whole dataset file; the first bad line raises a DataError with its line."""
-    from workbench.io import describe_validation_error
-
     out = []
     for lineno, obj in iter_jsonl_raw(path):
         try:
@@ -275,8 +273,6 @@ def read_dataset(path: str | Path, fmt: str = "auto") -> list[ChatExample]:
         except RecordError as e:
             raise DataError(str(e), path=str(path), line=lineno, code=e.code) from None
         except ValueError as e:
-            from workbench.io import _error_code
-
             raise DataError(describe_validation_error(e), path=str(path), line=lineno,
                             code=_error_code(e)) from None
     return out
@@ -284,8 +280,6 @@ def read_dataset(path: str | Path, fmt: str = "auto") -> list[ChatExample]:
 
 def validate_dataset(path: str | Path, fmt: str = "auto") -> tuple[int, list[DataError]]:
     """Check every line; return (good count, every problem found) instead of stopping at one."""
-    from workbench.io import _error_code, describe_validation_error
-
     good, problems = 0, []
     for lineno, obj in iter_jsonl_raw(path, collect=True):
         if isinstance(obj, DataError):
@@ -415,8 +409,6 @@ def validate_preferences(path: str | Path) -> tuple[int, list[DataError]]:
 
 
 def _scan_preferences(path, *, stop_at_first: bool):
-    from workbench.io import _error_code, describe_validation_error
-
     pairs, problems = [], []
     for lineno, obj in iter_jsonl_raw(path, collect=not stop_at_first):
         if isinstance(obj, DataError):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from workbench.errors import DataError
+from workbench.errors import DataError, WorkbenchError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -148,8 +148,6 @@ def check_made_here(final: str | os.PathLike, new: str | os.PathLike | tuple[str
     """Refuse (WorkbenchError naming it) to replace `final` unless it is absent, an empty
     folder, or a folder holding the same finishing file (MADE_HERE) as `new` (the folder
     that will replace it, or the names of its finishing files, to check before any work)."""
-    from workbench.errors import WorkbenchError
-
     final = Path(final)
     markers = new if isinstance(new, tuple) else tuple(
         m for m in MADE_HERE if (Path(new) / m).is_file())

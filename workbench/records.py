@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from workbench import __version__
 from workbench.io import read_jsonl, sha256_text, write_jsonl
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -421,8 +422,6 @@ class RunManifest(Record):
 def library_versions(*names: str) -> dict[str, str]:
     """Installed versions of the given distributions (and ours), without importing them."""
     from importlib.metadata import PackageNotFoundError, version
-
-    from workbench import __version__
 
     out = {"workbench": __version__}
     for name in names or ("torch", "transformers", "peft", "sentence-transformers",

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench import plugins
+from workbench import plugins, records
 from workbench.errors import WorkbenchError
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
@@ -87,8 +87,6 @@ def record_type(ref: str) -> type[BaseModel]:
     if ":" in ref:
         obj = plugins.load(ref, what=what)
     else:
-        from workbench import records
-
         obj = getattr(records, ref, None)
         if obj is None:
             raise WorkbenchError(f"{what} is not a name in workbench.records; name it as "

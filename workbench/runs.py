@@ -44,6 +44,7 @@ from workbench.io import (
     validate_versioned,
     write_jsonl,
 )
+from workbench.progress import stage as in_progress
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -396,7 +397,6 @@ class StageRunner:
             self.log(f"== {key}: up to date")
             return rec, False
         self.log(f"== {key}")
-        from workbench.progress import stage as in_progress
 
         t0 = time.perf_counter()
         with in_progress(key):

@@ -8,7 +8,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workbench.domain_packs import load_pack
 from workbench.errors import WorkbenchError
+from workbench.models.embed import load_embedder
+from workbench.models.factory import open_chat_model
 
 
 @dataclass
@@ -28,10 +31,6 @@ def paragraphs(text: str) -> list[str]:
 
 
 def run_smoke(cfg) -> SmokeResult:
-    from workbench.domain_packs import load_pack
-    from workbench.models.embed import load_embedder
-    from workbench.models.factory import open_chat_model
-
     pack = load_pack(cfg.domain).smoke
     document, question = cfg.smoke.document or pack.document, cfg.smoke.question or \
         pack.question
