@@ -21,9 +21,10 @@ from pathlib import Path
 from workbench.corpus.blocks import blocks_to_markdown, html_blocks, split_blocks
 from workbench.corpus.formats import Part, read_pdf, split_marked
 from workbench.corpus.office import read_structured
-from workbench.errors import DataError
-from workbench.io import sha256_text
-from workbench.records import Document, Section
+from workbench.errors import DataError, WorkbenchError
+from workbench.io import sha256_file, sha256_text
+from workbench.progress import progress
+from workbench.records import Document, Section, read_records
 
 SUPPORTED = {".md": "md", ".markdown": "md", ".txt": "txt", ".text": "txt", ".html": "html",
              ".htm": "html", ".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx",
@@ -144,7 +145,6 @@ def ingest(paths: list[Path] | Path, *, root: Path | None = None, on_error: str 
     for f, why in notes:  # said, never an error: a folder holds such things
         rel = str(f.relative_to(root)) if root and f.is_relative_to(root) else str(f)
         report.skipped.append((rel + ("/" if f.is_dir() and not f.is_symlink() else ""), why))
-    from workbench.progress import progress
 
     for f in progress(files, desc="reading documents", unit="file", delay=2):
         rel = str(f.relative_to(root)) if root and f.is_relative_to(root) else str(f)
@@ -198,9 +198,6 @@ def _walk(folder: Path) -> tuple[list[Path], list[Path], list[tuple[Path, str]]]
 def load_sections(corpus: str | Path, on_error: str = "skip"
                   ) -> tuple[list[Section], IngestReport | None]:
     """Sections from a corpus folder/file, or from a `Section` JSONL file."""
-    from workbench.errors import WorkbenchError
-    from workbench.records import read_records
-
     corpus = Path(corpus)
     if corpus.suffix == ".jsonl":
         return read_records(corpus, Section), None
@@ -217,8 +214,6 @@ def corpus_hash(corpus: str | Path) -> str:
     import hashlib
     import json
     import os
-
-    from workbench.io import sha256_file
 
     p = Path(corpus)
     files = sorted(p.rglob("*")) if p.is_dir() else [p]
