@@ -36,7 +36,8 @@ from workbench.dataenv.sandbox import PythonResult, TableSource, run_python
 from workbench.dataenv.sandboxlimits import SandboxLimits
 from workbench.dataenv.sqlsandbox import SqlResult, run_sql
 from workbench.errors import DataError, WorkbenchError
-from workbench.io import atomic_path
+from workbench.io import atomic_path, describe_validation_error
+from workbench.models.resolve import workbench_home
 
 # shipped with the package (a wheel too): rebuilt by `python scripts/build_envs.py`
 SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
@@ -76,8 +77,6 @@ class EnvStep(BaseModel):
 
 def default_cache_dir() -> Path:
     """`$WB_HOME/trajsynth` (default ~/.cache/workbench/trajsynth)."""
-    from workbench.models.resolve import workbench_home
-
     return workbench_home() / "trajsynth"
 
 
@@ -290,8 +289,6 @@ def _cached_profile(path: Path, made_for: dict, db_path: Path) -> EnvProfile | N
     try:
         profile = EnvProfile.model_validate(raw)
     except ValueError as e:  # any other field: named by its path
-        from workbench.io import describe_validation_error
-
         raise DataError(f"not an environment profile: {describe_validation_error(e)}{hint}",
                         **where) from None
     _check_columns(profile, db_path, where, hint)

@@ -19,7 +19,7 @@ from pydantic import ConfigDict, Field
 from workbench.dataenv.roles import ColumnRole, infer_role, name_tokens
 from workbench.dataenv.sqlsandbox import open_readonly, quote_ident
 from workbench.errors import DataError
-from workbench.io import atomic_write_text, sha256_file
+from workbench.io import atomic_write_text, describe_validation_error, sha256_file
 from workbench.records import StrictModel
 
 # 2: column roles; 3: angles, row indexes by their order, codes that join by value
@@ -156,8 +156,6 @@ def load_profile(path: str | Path) -> EnvProfile:
     except FileNotFoundError:
         raise DataError("profile not found", path=str(path), code="not_found") from None
     except ValueError as e:
-        from workbench.io import describe_validation_error
-
         raise DataError(f"not an environment profile: {describe_validation_error(e)}",
                         path=str(path)) from None
 
