@@ -17,6 +17,7 @@ from workbench.datatasks.queries import lit, qi
 from workbench.datatasks.reuse import Shape, question_shape
 from workbench.datatasks.search import Search, Terminal, failure_reason
 from workbench.datatasks.trie import action_key
+from workbench.models.base import GenerationParams
 
 # a similar shape's seed counts similarity² (on the first 40 / all 77 Chinook tasks with the
 # uniform prior, power 2 needed the fewest executions: 356 / 1,330, against 390 / 1,373 for
@@ -203,8 +204,6 @@ class ModelGenerator:
                 {"role": "user", "content": "\n".join(lines)}]
 
     def options(self, search: Search, path: tuple) -> list[Move]:
-        from workbench.models.base import GenerationParams
-
         sqls = self._sqls(search, path)
         last_ok = bool(sqls) and search.run(sqls[-1]).ok
         answer = [Move("answer", "answer", "answer with the last result")] if last_ok else []

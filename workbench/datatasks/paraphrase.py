@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbench.datatasks.answers import as_number, values_equal
 from workbench.datatasks.normalise import normalise_question
 from workbench.datatasks.pool import Task
+from workbench.models.base import GenerationParams
 
 PARAPHRASE_SYSTEM = (
     "You rewrite database questions in natural English. Keep every quoted value, every number "
@@ -66,8 +67,6 @@ def paraphrase_tasks(tasks: Sequence[Task], model, *, params=None
     """Ask `model` (a `ChatModel`, through `generate` only) to rewrite each question; keep the
     rewrite only when every entity is still there, otherwise the template text. Ids, programs
     and answers do not change."""
-    from workbench.models.base import GenerationParams
-
     params = params or GenerationParams(max_tokens=96, temperature=0.0)
     convs = [[{"role": "system", "content": PARAPHRASE_SYSTEM},
               {"role": "user", "content": t.template_question}] for t in tasks]

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 from workbench.datatasks.pool import PoolConfig, PoolSummary, Task, TaskPool, tally
-from workbench.io import atomic_write_json, read_jsonl, write_jsonl
+from workbench.errors import DataError
+from workbench.io import atomic_write_json, describe_validation_error, read_jsonl, write_jsonl
 
 
 def summary_path(path: str | os.PathLike) -> Path:
@@ -26,9 +27,6 @@ def save_pool(pool: TaskPool, path: str | os.PathLike) -> Path:
 
 def load_pool(path: str | os.PathLike) -> TaskPool:
     """Read a pool back (tasks validated line by line; errors name the line)."""
-    from workbench.errors import DataError
-    from workbench.io import describe_validation_error
-
     tasks = read_jsonl(path, Task.model_validate)
     sp = summary_path(path)
     if sp.is_file():

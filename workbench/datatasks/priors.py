@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from workbench.datatasks.exploreconfig import ExploreConfig
 from workbench.datatasks.ledger import Ledger
+from workbench.models.base import ScoreRequest
 
 if TYPE_CHECKING:
     from workbench.datatasks.search import Search
@@ -44,8 +45,6 @@ class ModelPrior:
 
     def weights(self, context: str, texts: Sequence[str], ledger: Ledger, *,
                 question: str = "") -> list[float]:
-        from workbench.models.base import ScoreRequest
-
         if len(texts) <= 1:
             return [1.0] * len(texts)
         key = (self.mode, context, question, tuple(texts))

@@ -24,7 +24,7 @@ from typing import Any
 from workbench.dataenv.profile import EnvProfile, JoinKey
 from workbench.dataenv.sandboxlimits import SandboxLimits
 from workbench.dataenv.sqlsandbox import run_sql
-from workbench.datatasks.queries import Cond, Group, Query, qi
+from workbench.datatasks.queries import Cond, Group, Query, qi, sql_group_measures
 from workbench.datatasks.slices import (  # noqa: F401  (AGGS_BY_ROLE: read by tests)
     AGGS_BY_ROLE,
     MAX_VALUE_CHARS,
@@ -461,8 +461,6 @@ def _compare(ctx: Context, rng: random.Random) -> list[Query]:
 
 @template("comparison.difference")
 def _difference(ctx: Context, rng: random.Random) -> list[Query]:
-    from workbench.datatasks.queries import sql_group_measures
-
     out = []
     combos = [(t, g) for t in sorted(ctx.slices.measures) for g, _ in
               ctx.slices.group_options(t)]

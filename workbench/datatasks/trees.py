@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbench.datatasks.exploreconfig import ExploreConfig
 from workbench.datatasks.ledger import Ledger
 from workbench.errors import DataError
+from workbench.io import atomic_write_bytes, describe_validation_error
 
 TREE_VERSION = 1
 
@@ -73,16 +74,12 @@ def tree_bytes(tree: TaskTree) -> bytes:
 
 
 def save_tree(tree: TaskTree, path: str | Path) -> Path:
-    from workbench.io import atomic_write_bytes
-
     path = Path(path)
     atomic_write_bytes(path, tree_bytes(tree))
     return path
 
 
 def load_tree(path: str | Path) -> TaskTree:
-    from workbench.io import describe_validation_error
-
     try:
         return TaskTree.model_validate_json(Path(path).read_bytes())
     except OSError as e:
