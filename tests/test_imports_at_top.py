@@ -68,7 +68,7 @@ NOT_YET_HOISTED = {
     "workbench.agent_packs", "workbench.agents", "workbench.app", "workbench.cli",
     "workbench.evaluate",
     "workbench.experiments", "workbench.federated", "workbench.jobs", "workbench.loop",
-    "workbench.rag", "workbench.retrieval", "workbench.train", "workbench.trajsynth",
+    "workbench.rag", "workbench.train", "workbench.trajsynth",
 }
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from workbench.errors import WorkbenchError
+
 # A short English stopword list (the usual function words); pass stopwords="none" to keep all.
 ENGLISH_STOPWORDS = frozenset("""
 a an and are as at be but by for from has have he her his i if in into is it its me my no nor
@@ -44,8 +46,6 @@ class Analyzer:
         try:
             import snowballstemmer
         except ImportError:
-            from workbench.errors import WorkbenchError
-
             raise WorkbenchError("stemmer 'english' needs `pip install snowballstemmer`") \
                 from None
         return snowballstemmer.stemmer("english").stemWord

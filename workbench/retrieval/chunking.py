@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from workbench.io import sha256_text
+from workbench.models.resolve import resolve_embedder
+from workbench.progress import progress
 from workbench.records import Chunk, Section
 
 
 def embedder_token_counter(embedder_spec: str = "minilm") -> Callable[[str], list[int]]:
     from transformers import AutoTokenizer
-
-    from workbench.models.resolve import resolve_embedder
 
     _, folder = resolve_embedder(embedder_spec)
     tok = AutoTokenizer.from_pretrained(folder)
@@ -30,7 +30,6 @@ def chunk_sections(sections: Iterable[Section], *, chunk_size: int = 224, overla
 
     splitter = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=overlap,
                                 tokenizer=tokenizer or embedder_token_counter())
-    from workbench.progress import progress
 
     chunks = []
     # llama-index's splitter counts tokens many times over: ~5 ms a section on 2 cores, so a

@@ -36,11 +36,15 @@ from workbench.io import (
     sha256_text,
     write_jsonl,
 )
+from workbench.models.embed import load_embedder
+from workbench.progress import progress, stage
 from workbench.records import Chunk, Section, library_versions
 from workbench.retrieval.analysis import Analyzer
 from workbench.retrieval.base import BaseRetriever, ChunkStore
+from workbench.retrieval.chunking import chunk_sections, embedder_token_counter
 from workbench.retrieval.hybrid import FusionMode, HybridRetriever
 from workbench.retrieval.keyword import KeywordRetriever, RankBM25Scorer, SparseBM25
+from workbench.retrieval.semantic import SemanticRetriever, load_faiss
 
 FORMAT = "workbench-rag-index/1"
 # every file the index format defines (the manifest must list exactly these)
@@ -105,19 +109,12 @@ class RagIndex:
               log=lambda msg: None) -> RagIndex:
         """Chunk, analyse, embed and index `sections` (saved in `out` when given); the
         progress lines name each step of the build with its count."""
-        from workbench.progress import stage
-
         with stage("building the index"):
             return cls._build(sections, out, config=config, embedder=embedder, log=log)
 
     @classmethod
     def _build(cls, sections: list[Section], out: str | Path | None, *,
                config: RagConfig | None, embedder, log) -> RagIndex:
-        from workbench.models.embed import load_embedder
-        from workbench.progress import progress, stage
-        from workbench.retrieval.chunking import chunk_sections, embedder_token_counter
-        from workbench.retrieval.semantic import SemanticRetriever
-
         cfg = config or RagConfig()
         if not sections:
             raise WorkbenchError("the corpus has no sections to index")
@@ -195,8 +192,6 @@ class RagIndex:
     @classmethod
     def load(cls, folder: str | Path, *, embedder=None, keyword_backend: str | None = None,
              verify: bool = True, semantic: bool = True) -> RagIndex:
-        from workbench.retrieval.semantic import SemanticRetriever, load_faiss
-
         folder = recover_dir(Path(folder))
         mpath = folder / "manifest.json"
         if not folder.is_dir():
@@ -234,8 +229,6 @@ class RagIndex:
         keyword = KeywordRetriever(store, analyzer, backend, scorer=scorer)
         sem = None
         if semantic:
-            from workbench.models.embed import load_embedder
-
             want = manifest["embedder"]
             embedder = embedder or load_embedder(want["spec"])
             if embedder.identity != want["identity"] or embedder.dim != want["dim"]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.errors import DataError
 from workbench.retrieval.base import BaseRetriever, ChunkStore
 
 INDEX_TYPES = ("flat", "hnsw", "ivf")
@@ -120,8 +121,6 @@ class SemanticRetriever(BaseRetriever):
 
 def load_faiss(path: Path):
     import faiss
-
-    from workbench.errors import DataError
 
     try:
         return faiss.read_index(str(path))
