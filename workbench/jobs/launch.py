@@ -20,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from workbench import registry
+from workbench.config import experiment_config_model
 from workbench.errors import TrainingInterrupted, WorkbenchError
 from workbench.io import atomic_write_text
 from workbench.jobs.state import (
@@ -36,6 +37,13 @@ from workbench.jobs.state import (
     process_start,
     run_root,
 )
+from workbench.progress import (
+    quiet_libraries,
+    set_progress_file,
+    where_it_stood,
+    write_progress_file,
+)
+from workbench.runs import RunContext, RunLayout, launch_rank, run_pipeline
 
 
 def start_job(workspace: str | Path, kind: str, config: dict[str, Any], *,
@@ -43,7 +51,6 @@ def start_job(workspace: str | Path, kind: str, config: dict[str, Any], *,
     """Write the job folder and launch it detached; returns at once."""
     if kind not in kinds():
         raise WorkbenchError(f"unknown job kind {kind!r} (expected {', '.join(kinds())})")
-    from workbench.config import experiment_config_model
 
     experiment_config_model().model_validate(config)  # refuse bad configs before launching
     workspace = Path(workspace).resolve()
@@ -153,8 +160,6 @@ def run_in_process(kind: str, cfg, *, log=print, should_stop=lambda: False,
     """Run a registered pipeline here and now, holding its run folder's lock. Under a
     distributed launch (torchrun) rank 0 holds the lock and keeps the run's records; the other
     ranks compute beside it and write neither."""
-    from workbench.runs import RunContext, RunLayout, launch_rank, run_pipeline
-
     layout = RunLayout.of(cfg)
     if launch_rank() > 0:
         return run_pipeline(kind, cfg, RunContext(layout=layout, log=log,
@@ -167,8 +172,6 @@ def run_in_process(kind: str, cfg, *, log=print, should_stop=lambda: False,
 
 
 def _execute(job: Job) -> dict[str, Any]:
-    from workbench.config import experiment_config_model
-
     cfg = experiment_config_model().model_validate(job.config)
 
     def progress(msg: str) -> None:
@@ -182,13 +185,6 @@ def _execute(job: Job) -> dict[str, Any]:
 def _worker(folder: str) -> int:
     """The job's work, in the process its supervisor (`main`) started and waits on."""
     import faulthandler
-
-    from workbench.progress import (
-        quiet_libraries,
-        set_progress_file,
-        where_it_stood,
-        write_progress_file,
-    )
 
     faulthandler.enable()  # a crash in native code leaves its Python stack in log.txt
     quiet_libraries()  # library warnings stay out of the job's log

@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from workbench.jobs.state import Job, ProgressSnapshot, job_progress, list_jobs, run_root
+from workbench.progress import duration
 
 ENDED_UNFINISHED = ("stopped", "failed")  # ended with work left: where it stood is shown
 
@@ -157,14 +158,10 @@ class JobRow(BaseModel):
         return f"{p.rate:.2g} {p.unit}/s".replace(" /", "/") if p and p.rate else "-"
 
     def eta_text(self) -> str:
-        from workbench.progress import duration
-
         eta = self.eta
         return duration(eta) if eta is not None else "-"
 
     def elapsed_text(self) -> str:
-        from workbench.progress import duration
-
         return duration(self.elapsed) if self.elapsed is not None else "-"
 
 

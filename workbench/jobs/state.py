@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from workbench import registry
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_write_json, pid_alive, read_regular_file
+from workbench.runs import RunLayout, check_run_name
 
 JOB_SCHEMA = 1
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -64,8 +65,6 @@ class Job(BaseModel):
 
     @property
     def layout(self):
-        from workbench.runs import RunLayout, check_run_name
-
         c = self.config
         return RunLayout(Path(c.get("output_dir", "runs")) /
                          check_run_name(c.get("name", "experiment")))
