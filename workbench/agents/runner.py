@@ -27,7 +27,9 @@ from workbench.agents.steps import AgentStep, AgentTrajectory
 from workbench.agents.tools import Toolbox
 from workbench.errors import WorkbenchError
 from workbench.models.base import ChatModel, Generation, GenerationParams, ScoreRequest
+from workbench.models.tools import TemplateTools, template_messages, tool_call_text
 from workbench.plugins import Registry
+from workbench.progress import progress
 from workbench.records import Message, ToolCall
 
 
@@ -282,8 +284,6 @@ class GuidedPolicy(Policy):
         return {k: sum(v) / len(v) for k, v in seen.items() if len(v) >= self.min_batch}
 
     def act(self, model, states, toolbox, budget):
-        from workbench.models.tools import TemplateTools, template_messages, tool_call_text
-
         if not model.capabilities.score:
             raise WorkbenchError(f"guided policy: backend {model.backend_name!r} cannot score "
                                  "continuations (use policy: free)")
@@ -383,8 +383,6 @@ def run_agents(model: ChatModel, tasks: Sequence[AgentTask], setup: AgentSetup, 
                ) -> list[AgentTrajectory]:
     """Run every task to its end; trajectories come back in task order (and, one by one, to
     `on_done` as each finishes, so a caller can append them to a file as it goes)."""
-    from workbench.progress import progress
-
     final = setup.toolbox.final_names[0]
     states = [AgentState(t, [dict(m) for m in t.history], planned=True) if t.history is not None
               else AgentState(t, setup.scaffold.start(
