@@ -30,6 +30,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from workbench.errors import DataError, WorkbenchError
 from workbench.evaluate.stats import Agreement, cohens_kappa, wilson_interval
+from workbench.io import append_line, describe_validation_error, iter_jsonl_raw
 from workbench.records import StrictModel
 from workbench.text import percent
 
@@ -143,8 +144,6 @@ def read_ratings(path: str | os.PathLike) -> dict[str, Rating]:
 
     A link or anything but a regular file is refused; a bad line is a DataError naming
     file:line; a last line cut short by a crash (no newline) is skipped."""
-    from workbench.io import describe_validation_error, iter_jsonl_raw
-
     path = Path(path)
     if not os.path.lexists(path):
         return {}
@@ -164,8 +163,6 @@ def read_ratings(path: str | os.PathLike) -> dict[str, Rating]:
 def append_rating(path: str | os.PathLike, key: str, verdict: bool | None, *, by: str
                   ) -> Rating:
     """Keep one rating (None: a skip) at the end of the ratings file, in one append."""
-    from workbench.io import append_line
-
     by = (by or "").strip()
     if not by:
         raise WorkbenchError("a rating needs the name of the person who gives it")

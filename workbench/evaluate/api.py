@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from workbench.errors import WorkbenchError
+from workbench.evaluate.benchmark import load_benchmark
+from workbench.evaluate.contexts import OracleContexts
+from workbench.records import Section, read_records
 from workbench.registry import PipelineResult
 
 if TYPE_CHECKING:
@@ -35,8 +39,6 @@ def context_providers(index: str | None, conditions) -> dict[str, ContextProvide
     if not rag_conditions:
         return {}
     if not index:
-        from workbench.errors import WorkbenchError
-
         raise WorkbenchError(f"conditions {', '.join(rag_conditions)} need eval.index (build "
                              "one with `workbench rag run` or `workbench rag build`)")
     return dict(index_contexts(index, rag_conditions))  # the caller adds the oracle's
@@ -44,11 +46,6 @@ def context_providers(index: str | None, conditions) -> dict[str, ContextProvide
 
 def oracle_provider(ec):
     """The oracle condition's contexts for eval.benchmark's items, from eval.sections."""
-    from workbench.errors import WorkbenchError
-    from workbench.evaluate.benchmark import load_benchmark
-    from workbench.evaluate.contexts import OracleContexts
-    from workbench.records import Section, read_records
-
     if not ec.sections:
         raise WorkbenchError("the oracle condition needs eval.sections: the Section JSONL the "
                              "benchmark was distilled from (a run's distill/sections.jsonl)")

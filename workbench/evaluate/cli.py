@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from workbench.evaluate import lm_eval_export
+
 
 def register(group: typer.Typer) -> None:
     @group.command("export-lm-eval")
@@ -22,10 +24,8 @@ def register(group: typer.Typer) -> None:
         --include_path OUT --tasks NAME` runs it as it is (NAME_letter: the letter after the
         options; NAME_cloze: the option texts), with the prompts `workbench eval` scores
         under eval.template=raw."""
-        from workbench.evaluate.lm_eval_export import benchmark_of, export_lm_eval
-
-        items, default = benchmark_of(source)
-        done = export_lm_eval(items, out, name or default)
+        items, default = lm_eval_export.benchmark_of(source)
+        done = lm_eval_export.export_lm_eval(items, out, name or default)
         extra = (f"; {done['skipped_multi_answer']} items with more than one answer left "
                  "out") if done["skipped_multi_answer"] else ""
         typer.echo(f"{done['items']} items -> {out} (tasks {', '.join(done['tasks'])}, group "

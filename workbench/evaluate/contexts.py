@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from workbench.errors import WorkbenchError
+
 
 @runtime_checkable
 class ContextProvider(Protocol):
@@ -49,8 +51,6 @@ class OracleContexts:
     top_k = 1
 
     def __init__(self, items, sections, *, max_words: int = 256):
-        from workbench.errors import WorkbenchError
-
         by_id = {s.id: s for s in sections}
         # items may share a question ("Which statement about <section> is correct?"): the
         # k-th item asking a question gets the k-th context made for that question

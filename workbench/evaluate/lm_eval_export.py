@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import TypedDict
 
 from workbench.errors import WorkbenchError
+from workbench.evaluate.benchmark import load_benchmark
 from workbench.evaluate.mc import LETTERS, cloze_request, raw_prompt
+from workbench.io import atomic_write_text, check_made_here
 from workbench.records import MCItem
 
 LOADER = '''"""Loads the items next to this file (written by `workbench eval export-lm-eval`)."""
@@ -72,8 +74,6 @@ class Exported(TypedDict):
 
 def export_lm_eval(items: Sequence[MCItem], out: Path, name: str) -> Exported:
     """Write the task folder; returns what was written."""
-    from workbench.io import atomic_write_text, check_made_here
-
     single = [it for it in items if len(it.answer) == 1]
     if not single:
         raise WorkbenchError("the benchmark has no single-answer item: nothing to export")
@@ -114,6 +114,4 @@ def export_lm_eval(items: Sequence[MCItem], out: Path, name: str) -> Exported:
 def benchmark_of(source: Path) -> tuple[list[MCItem], str]:
     """(items, default task name) of a run folder (its distilled benchmark) or a benchmark
     file in any layout `workbench eval` reads."""
-    from workbench.evaluate.benchmark import load_benchmark
-
     return load_benchmark(source), (source.name if source.is_dir() else source.stem)

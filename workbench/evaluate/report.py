@@ -10,7 +10,7 @@ from pathlib import Path
 
 from workbench.errors import DataError
 from workbench.evaluate.summary import SCHEMA_VERSION, EvalSummary, PairedComparison
-from workbench.io import describe_validation_error
+from workbench.io import atomic_savefig, describe_validation_error
 from workbench.records import EvalResult, read_records
 from workbench.runs import outputs_at
 from workbench.text import (
@@ -194,7 +194,6 @@ def plot_conditions(summaries: EvalSummary | Sequence[EvalSummary], path: str | 
     ax.set_title(title + "; outlined: headline, hatched: degenerate", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    from workbench.io import atomic_savefig
 
     atomic_savefig(fig, path, dpi=100)
     plt.close(fig)

@@ -17,7 +17,10 @@ from workbench.evaluate.contexts import ContextProvider, miss_ranks
 from workbench.evaluate.mc import evaluate_mc, with_headline
 from workbench.evaluate.report import write_eval
 from workbench.evaluate.summary import EvalSummary, summarize_eval
+from workbench.models.backends import load_model
 from workbench.models.base import ChatModel, GenerationParams, ScoreRequest
+from workbench.models.factory import open_chat_model
+from workbench.models.templates import fingerprint_warning
 from workbench.records import EvalResult, MCItem, QTSASample, read_records
 
 Log = Callable[[str], None]
@@ -148,8 +151,6 @@ def run_eval(cfg, *, contexts: Mapping[str, ContextProvider] | None = None,
     """`workbench eval CONFIG`: the configured model (+ adapter) on the benchmark, with the
     caller's context providers for the RAG conditions and, optionally, the retrievers'
     metrics to keep in the summary. Writes the evaluation folder and returns what it wrote."""
-    from workbench.models.factory import open_chat_model
-
     ec: EvalConfig = cfg.eval
     if not ec.benchmark:
         raise WorkbenchError("eval.benchmark is not set")
@@ -166,8 +167,6 @@ def run_eval(cfg, *, contexts: Mapping[str, ContextProvider] | None = None,
         samples = read_records(ec.open_ended, QTSASample)[:ec.max_items or None]
         judge = None
         if ec.judge:
-            from workbench.models.backends import load_model
-
             judge = load_model(ec.judge)
         results += evaluate_open(model, samples, judge=judge, model_name=summary.model)
     summary = summarize_eval(results, model=summary.model, model_identity=model.identity,
@@ -181,7 +180,6 @@ def run_eval(cfg, *, contexts: Mapping[str, ContextProvider] | None = None,
 def _warn_template(adapter, model, log: Log) -> None:
     if not adapter:
         return
-    from workbench.models.templates import fingerprint_warning
 
     inner = getattr(model, "inner", model)
     tok = getattr(inner, "tokenizer", None)
