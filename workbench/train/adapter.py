@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from workbench.errors import WorkbenchError
+from workbench.models.local import model_folder
+from workbench.models.resolve import resolve_chat_model
 from workbench.train.config import LoraSettings
 
 if TYPE_CHECKING:
@@ -49,9 +51,6 @@ def adapter_state(session: CarriesAdapter) -> dict[str, torch.Tensor]:
 def local_weights(model_spec: str, why: str = "training"):
     """(the folder of a model spec's local weights, the resolved source); an HTTP endpoint is
     refused in one line ("training needs local weights ...")."""
-    from workbench.models.local import model_folder
-    from workbench.models.resolve import resolve_chat_model
-
     source = resolve_chat_model(model_spec)
     if source.kind == "openai":
         raise WorkbenchError(f"{why} needs local weights, not an HTTP endpoint")

@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from workbench.io import atomic_write_json, replace_dir
+from workbench.io import atomic_savefig, atomic_write_json, replace_dir
 from workbench.text import number, percent
 
 
@@ -103,7 +103,6 @@ def _plot_curves(metrics: list[dict], path: Path) -> None:
         ax2.legend(loc="lower left")
     ax.legend(loc="upper right")
     fig.tight_layout()
-    from workbench.io import atomic_savefig
 
     atomic_savefig(fig, path, dpi=100)
     plt.close(fig)

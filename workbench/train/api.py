@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench.errors import WorkbenchError
 from workbench.registry import PipelineResult
+from workbench.runs import file_hash
+from workbench.train.recipe import train
 
 
 def training_data(cfg, layout) -> str:
     """train.data, or the SFT split that a distillation wrote into the same run."""
-    from workbench.errors import WorkbenchError
-
     if cfg.train.data:
         return cfg.train.data
     if cfg.train.method == "dpo":
@@ -26,9 +27,6 @@ def training_data(cfg, layout) -> str:
 
 
 def run(cfg, ctx) -> PipelineResult:
-    from workbench.runs import file_hash
-    from workbench.train.recipe import train
-
     data = training_data(cfg, ctx.layout)
     out = Path(cfg.train.output) if cfg.train.output else ctx.layout.artifact("train",
                                                                               "adapter")

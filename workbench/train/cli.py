@@ -9,6 +9,21 @@ from typing import Annotated
 import typer
 
 from workbench.cli_options import ConfigArg, SetOpt
+from workbench.config import load_config
+from workbench.domain_packs import load_pack
+from workbench.errors import WorkbenchError
+from workbench.formats import read_dataset
+from workbench.io import atomic_write_text, check_replaceable
+from workbench.models.local import model_folder
+from workbench.models.resolve import resolve_chat_model
+from workbench.progress import quiet_libraries
+from workbench.train.api import training_data
+from workbench.train.data import load_examples
+from workbench.train.data import preview as render
+from workbench.train.gguf_export import export_gguf, export_lora_gguf
+from workbench.train.merge import merge_adapter
+from workbench.train.preference import load_pairs, preview_pair
+from workbench.train.steppairs import step_pairs
 
 
 def register(group: typer.Typer) -> None:
@@ -19,14 +34,6 @@ def register(group: typer.Typer) -> None:
         train.method=dpo: one pair, its chosen and its rejected side)."""
         from transformers import AutoTokenizer
 
-        from workbench.config import load_config
-        from workbench.errors import WorkbenchError
-        from workbench.models.local import model_folder
-        from workbench.models.resolve import resolve_chat_model
-        from workbench.train.api import training_data
-        from workbench.train.data import load_examples
-        from workbench.train.data import preview as render
-
         cfg = load_config(config, set_)
         tok = AutoTokenizer.from_pretrained(model_folder(resolve_chat_model(
             cfg.models.chat.spec)))
@@ -34,8 +41,6 @@ def register(group: typer.Typer) -> None:
             tok.chat_template = cfg.train.chat_template
         tc = cfg.train.model_copy(update={"data": training_data(cfg, cfg.layout)})
         if tc.method == "dpo":
-            from workbench.train.preference import load_pairs, preview_pair
-
             pairs = load_pairs(tc.data)
             if not 0 <= index < len(pairs):
                 raise WorkbenchError(f"--index {index}: the data has {len(pairs)} pairs")
@@ -62,10 +67,6 @@ def register(group: typer.Typer) -> None:
         call against a wrong one that still fits the tool's schema (a step's own
         alternatives first, then another table, operator, argument value or tool). Train on
         them with `train run -s train.method=dpo -s train.data=OUT`."""
-        from workbench.formats import read_dataset
-        from workbench.io import atomic_write_text, check_replaceable
-        from workbench.train.steppairs import step_pairs
-
         check_replaceable(out)
         made, report = step_pairs(read_dataset(trajectories), per_step=per_step, seed=seed,
                                   final_tools=final_tool or ())
@@ -102,9 +103,6 @@ def register(group: typer.Typer) -> None:
         loaded back and its greedy answers compared with the merged model's: f32 must give
         the same answers; f16 and q8_0 round the weights, so they must rank the merged
         answers' next tokens first at 95% of positions (exit 1 otherwise)."""
-        from workbench.progress import quiet_libraries
-        from workbench.train.gguf_export import export_gguf, export_lora_gguf
-
         quiet_libraries()
         if lora:
             rep = export_lora_gguf(adapter, out, base=base)
@@ -134,10 +132,6 @@ def register(group: typer.Typer) -> None:
                   help="Domain pack whose train.parity_prompts check the merge.")] = "generic"):
         """Merge an adapter into its base model; refuses unless logits match within 1e-4 on
         the domain pack's parity prompts."""
-        from workbench.domain_packs import load_pack
-        from workbench.progress import quiet_libraries
-        from workbench.train.merge import merge_adapter
-
         quiet_libraries()
         rep = merge_adapter(base, adapter, out, prompts=load_pack(domain).train.parity_prompts)
         typer.echo(f"merged into {out}; max |logit diff| {rep['max_abs_logit_diff']:.2e}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from workbench.errors import DataError, WorkbenchError
 from workbench.formats import join_reasoning, read_dataset
 from workbench.models.templates import template_fingerprint  # noqa: F401 (older imports)
+from workbench.models.tools import TemplateTools, template_messages
 from workbench.records import ChatExample
 from workbench.runs import RunLayout, outputs_at
 
@@ -64,7 +65,6 @@ def _plain(ex: ChatExample, template: str | None = None) -> tuple[list[dict], li
              **({"name": m.name} if m.name else {})} for m in ex.messages]
     if not ex.tools and not any(m.tool_calls or m.role == "tool" for m in ex.messages):
         return [{"role": m["role"], "content": m["content"]} for m in msgs], None
-    from workbench.models.tools import TemplateTools, template_messages
 
     how = TemplateTools.of(template)
     out = template_messages(msgs, how, ex.tools)

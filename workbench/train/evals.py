@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from workbench.evaluate import mc  # by module: tests replace its functions
+from workbench.models.local import LocalChatModel
+from workbench.train import preference
 from workbench.train.config import TrainConfig
 from workbench.train.data import to_tensors
 from workbench.train.logits import summed_loss
@@ -50,18 +53,15 @@ def domain_accuracy(session: Measured, items: list | None = None) -> float:
     """Multiple-choice accuracy on `train.domain_eval`'s benchmark (or `items`) with the
     model being trained, through the scorer the evaluation uses and in its formulation
     (`domain_eval.scoring`: cloze_norm, the report's headline, or the letters)."""
-    from workbench.evaluate.mc import accuracy_of, cloze_norm_predictions, loglik_letter_predictions
-    from workbench.models.local import LocalChatModel
-
     s = session
     items = (s.benchmark or []) if items is None else items
     s.model.eval()
     scorer = LocalChatModel.wrap(s.model, s.tokenizer, device=s.device, identity="training")
-    predict = cloze_norm_predictions if s.cfg.domain_eval.scoring == "cloze_norm" \
-        else loglik_letter_predictions
+    predict = mc.cloze_norm_predictions if s.cfg.domain_eval.scoring == "cloze_norm" \
+        else mc.loglik_letter_predictions
     preds = predict(scorer, items)
     s.model.train()
-    return accuracy_of(preds, items)
+    return mc.accuracy_of(preds, items)
 
 
 def preference_metrics(session: Measured, pairs) -> dict[str, float]:
@@ -72,8 +72,6 @@ def preference_metrics(session: Measured, pairs) -> dict[str, float]:
     no others)."""
     import torch
 
-    from workbench.train.preference import dpo_loss, pair_batches, sequence_logps
-
     s = session
     if not pairs:
         nan = float("nan")
@@ -82,13 +80,13 @@ def preference_metrics(session: Measured, pairs) -> dict[str, float]:
     s.model.eval()
     losses, chosen, rejected, prefer = [], [], [], []
     with torch.no_grad():
-        for b in pair_batches(pairs, batch_size=s.cfg.batch_size,
-                              pad_id=s.tokenizer.pad_token_id, seed=0, epoch=0,
-                              shuffle=False):
-            lp, counts = sequence_logps(s.model, b, s.device)
-            loss, st = dpo_loss(lp, s.reference.tensor(b.keys, s.device), counts,
-                                beta=s.cfg.dpo.beta, kind=s.cfg.dpo.loss,
-                                label_smoothing=s.cfg.dpo.label_smoothing)
+        for b in preference.pair_batches(pairs, batch_size=s.cfg.batch_size,
+                                         pad_id=s.tokenizer.pad_token_id, seed=0, epoch=0,
+                                         shuffle=False):
+            lp, counts = preference.sequence_logps(s.model, b, s.device)
+            loss, st = preference.dpo_loss(lp, s.reference.tensor(b.keys, s.device), counts,
+                                           beta=s.cfg.dpo.beta, kind=s.cfg.dpo.loss,
+                                           label_smoothing=s.cfg.dpo.label_smoothing)
             losses.append(loss)
             chosen.append(st["chosen_reward"])
             rejected.append(st["rejected_reward"])

@@ -19,8 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.io import check_replaceable
+from workbench.models import load_model
+from workbench.models.base import GenerationParams
 from workbench.models.gguf_file import write_gguf
-from workbench.models.gguf_lora import permute_rotary
+from workbench.models.gguf_lora import permute_rotary, write_lora_gguf
+from workbench.models.local import check_adapter_dir, gguf_cache_dir, model_folder
+from workbench.models.resolve import resolve_chat_model
+from workbench.train.merge import adapter_base
 
 TYPES = ("f16", "f32", "q8_0")
 CHECK_PROMPTS = ["Hello! How are you today?", "List three prime numbers.",
@@ -62,8 +68,6 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
     which) and write `out` (.gguf). With `check`, the file is loaded back through the
     workbench's GGUF path and its greedy answers to `prompts` are compared with the merged
     model's. Returns a report (sizes, the check's agreement and answers)."""
-    from workbench.io import check_replaceable
-
     if out_type not in TYPES:
         raise WorkbenchError(f"--type {out_type!r}: expected one of {', '.join(TYPES)}")
     out = Path(out)
@@ -73,8 +77,6 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
     import torch
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from workbench.models.local import check_adapter_dir, model_folder
 
     adapter = check_adapter_dir(adapter)
     base, source, reader, arch = _gguf_base(adapter, base)
@@ -109,14 +111,10 @@ def export_lora_gguf(adapter: str | Path, out: str | Path, *, base: str | None =
                      ) -> dict[str, Any]:
     """Write `adapter` unmerged as a GGUF LoRA adapter for its base model's GGUF (`base`,
     default: the adapter's manifest says which): what llama.cpp applies with `--lora`."""
-    from workbench.io import check_replaceable
-
     out = Path(out)
     if out.suffix != ".gguf":
         raise WorkbenchError(f"{out}: the output file must end in .gguf")
     check_replaceable(out)  # before anything heavy is imported or read
-    from workbench.models.gguf_lora import write_lora_gguf
-    from workbench.models.local import check_adapter_dir
 
     adapter = check_adapter_dir(adapter)
     base, source, _, _ = _gguf_base(adapter, base)
@@ -128,9 +126,6 @@ def _gguf_base(adapter: Path, base: str | None):
     """(the base model spec, its resolved source, a reader of its GGUF file, the file's
     architecture); a base that is not a llama-layout GGUF file is refused."""
     import gguf
-
-    from workbench.models.resolve import resolve_chat_model
-    from workbench.train.merge import adapter_base
 
     base = base or adapter_base(adapter) or "default"
     source = resolve_chat_model(base)
@@ -154,11 +149,6 @@ def _check(merged, tok, out: Path, prompts: list[str], max_tokens: int, log) -> 
     of the merged answers' tokens that the GGUF model also ranks first when fed the same text
     (teacher-forced top-1 agreement)."""
     import shutil
-
-    from workbench.models import load_model
-    from workbench.models.base import GenerationParams
-    from workbench.models.local import gguf_cache_dir
-    from workbench.models.resolve import resolve_chat_model
 
     params = GenerationParams(max_tokens=max_tokens, temperature=0.0)
     convs = [[{"role": "user", "content": p}] for p in prompts]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from workbench.agents.rollout import Rollout
 from workbench.records import ChatExample
+from workbench.train import step as train_step  # by module: tests replace its functions
 from workbench.train.data import IGNORE, tokenize_example
 
 if TYPE_CHECKING:
@@ -156,10 +157,8 @@ def token_logps(model, batch: SeqBatch) -> torch.Tensor:
     ~1,500 tokens and add a few hundred of their own)."""
     import torch
 
-    from workbench.train.step import decoder_and_head
-
     target = batch.input_ids[:, 1:][batch.keep]
-    parts = decoder_and_head(model)
+    parts = train_step.decoder_and_head(model)
     if parts is not None and batch.prefix:
         decoder, head = parts
         return _shared_prefix_logps(decoder, head, batch, target)

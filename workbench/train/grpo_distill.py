@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.agents.rollout import Rollout
-from workbench.errors import WorkbenchError
+from workbench.errors import BackendError, WorkbenchError
 from workbench.io import atomic_write_text
+from workbench.models import load_model
 from workbench.records import ChatExample, Message
 from workbench.train.config import DistillSettings
 from workbench.train.data import IGNORE, tokenize_example
@@ -132,8 +133,6 @@ def distill_teacher(settings: DistillSettings, teacher: ChatModel | None) -> Cha
     if not settings.weight or settings.teacher == "self":
         return None
     if teacher is None:
-        from workbench.models import load_model
-
         teacher = load_model(settings.teacher)
     if not teacher.capabilities.token_logprobs:
         raise WorkbenchError(f"{FIELD}.teacher {settings.teacher}: backend "
@@ -208,8 +207,6 @@ def protocol_teacher_logps(teacher: ChatModel, tok, seq: PolicySequence) -> list
     """The teacher model's log-prob of each of `seq`'s policy tokens: the rollout's text
     (as the student's template rendered it) scored by `teacher.token_logprobs`, aligned to
     the student's tokens."""
-    from workbench.errors import BackendError
-
     text, starts = token_starts(tok, seq.input_ids)
     try:
         scored = teacher.token_logprobs(text)

@@ -43,6 +43,7 @@ from typing import Any, cast
 from workbench.agents.steps import AgentTrajectory
 from workbench.errors import BackendError, WorkbenchError
 from workbench.io import atomic_write_json, check_made_here, replace_dir
+from workbench.models import load_model
 from workbench.train.config import RolloutServerSettings
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,6 @@ class RolloutServer:
 
     def __init__(self, settings: RolloutServerSettings, folder: str | Path | None,
                  tokenizer):
-        from workbench.models import load_model
-
         self.settings, self.tokenizer = settings, tokenizer
         where = settings.publish_dir or folder
         if where is None:

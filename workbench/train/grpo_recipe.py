@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from workbench.agents.rollout import RewardFn
 from workbench.agents.runner import AgentTask
 from workbench.errors import TrainingInterrupted, WorkbenchError
+from workbench.io import check_made_here
 from workbench.train.config import TrainConfig
 from workbench.train.grpo_session import (
     SetupFactory,
@@ -50,7 +51,6 @@ def train_grpo(cfg: TrainConfig, *, tasks: Sequence[AgentTask], agent_setup: Set
     standing for `grpo.distill.teacher` (on-policy distillation; else it is loaded from
     that spec)."""
     # ---------------------------------------------------------------- setup
-    from workbench.io import check_made_here
 
     output = Path(output)
     if cfg.init_adapter and Path(cfg.init_adapter).resolve() == output.resolve():

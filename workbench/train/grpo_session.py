@@ -40,6 +40,7 @@ from workbench.agents.rollout import RewardFn, Rollout, group_stats, sample_grou
 from workbench.agents.runner import AgentSetup, AgentTask
 from workbench.errors import TrainingInterrupted, WorkbenchError
 from workbench.io import atomic_write_text, sha256_text
+from workbench.models.local import LocalChatModel
 from workbench.models.templates import template_fingerprint
 from workbench.records import RunManifest, library_versions
 from workbench.train import checkpoint as ckpt
@@ -64,6 +65,13 @@ from workbench.train.grpo_distill import (
     write_teacher_file,
 )
 from workbench.train.grpo_publish import RolloutServer
+from workbench.train.session import (
+    _distributed,
+    _placement,
+    _setup_model,
+    _setup_optimizer,
+    _setup_tokenizer,
+)
 from workbench.train.step import lr_at
 
 if TYPE_CHECKING:
@@ -132,14 +140,6 @@ def setup(cfg: TrainConfig, *, tasks: Sequence[AgentTask], agent_setup: SetupFac
     (`train.max_steps`, or `train.epochs` passes over the tasks). With distillation on and
     `grpo.distill.teacher` a model spec, the teacher is loaded here unless `teacher` (a
     chat model already loaded) is given."""
-    from workbench.train.session import (
-        _distributed,
-        _placement,
-        _setup_model,
-        _setup_optimizer,
-        _setup_tokenizer,
-    )
-
     if cfg.method != "grpo":
         raise WorkbenchError(f"train.method is {cfg.method}: grpo_session trains method grpo")
     if (model_spec is None) == (model is None):
@@ -203,8 +203,6 @@ def step_tasks(s: GrpoSession, step: int) -> list[AgentTask]:
 def policy_model(s: GrpoSession, batch: int):
     """The adapter being trained as a chat model (the models protocol), in memory, or
     the rollout server with it published."""
-    from workbench.models.local import LocalChatModel
-
     if s.server is not None:
         return s.server.model_for(s.model, s.step)
 

@@ -8,7 +8,9 @@ import shutil
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
-from workbench.io import replace_dir
+from workbench.io import check_made_here, replace_dir
+from workbench.models.local import check_adapter_dir, model_folder
+from workbench.models.resolve import resolve_chat_model
 
 # Short prompts of any domain: the check compares logits position by position, so what
 # matters is a spread of ordinary tokens, not the subject. A domain pack passes its own.
@@ -25,10 +27,6 @@ def merge_adapter(base_spec: str, adapter: str | Path, out: str | Path, *,
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from workbench.io import check_made_here
-    from workbench.models.local import check_adapter_dir, model_folder
-    from workbench.models.resolve import resolve_chat_model
 
     prompts = PARITY_PROMPTS if prompts is None else prompts
     if not prompts:

@@ -31,9 +31,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.errors import DataError, WorkbenchError
+from workbench.formats import read_preferences
 from workbench.io import sha256_text
 from workbench.records import PreferencePair
-from workbench.train.data import IGNORE, Tokenized, check_can_tokenize, tokenize_example
+from workbench.train.data import IGNORE, Tokenized, check_can_tokenize, preview, tokenize_example
+from workbench.train.logits import decoder_and_head
 
 if TYPE_CHECKING:
     import torch
@@ -88,8 +90,6 @@ def tokenize_pairs(tok, pairs: list[PreferencePair], *, max_length: int,
 
 def preview_pair(tok, pair: PreferencePair) -> str:
     """Both sides as the model sees them, the trained tokens of each in [[ ]]."""
-    from workbench.train.data import preview
-
     skip = sum(m.role == "assistant" for m in pair.prompt)
     return "\n".join([f"== chosen ({pair.id or 'pair'})",
                       preview(tok, pair.example("chosen"), skip_assistant=skip),
@@ -98,8 +98,6 @@ def preview_pair(tok, pair: PreferencePair) -> str:
 
 
 def load_pairs(path: str | Path) -> list[PreferencePair]:
-    from workbench.formats import read_preferences
-
     return read_preferences(path)
 
 
@@ -147,8 +145,6 @@ def sequence_logps(model, batch: PairBatch, device: str) -> tuple[torch.Tensor, 
     Like `logits.summed_loss`, the vocabulary projection runs only on labelled positions
     where the model exposes its decoder and output embedding."""
     import torch
-
-    from workbench.train.logits import decoder_and_head
 
     ids = torch.tensor(batch.input_ids, device=device)
     mask = torch.tensor(batch.attention_mask, device=device)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import TrainingInterrupted
+from workbench.errors import TrainingInterrupted, WorkbenchError
+from workbench.io import check_made_here
 from workbench.models.templates import fingerprint_warning, template_fingerprint
 from workbench.train.adapter import DEFAULT_TARGETS
 from workbench.train.adapter_folder import export_adapter, model_card
@@ -57,12 +58,9 @@ def train(cfg: TrainConfig, *, model_spec: str, output: str | Path, seed: int = 
     `on_step(step, row)` sees every metric row; `fault` is a test hook for checkpoint writes.
     """
     # ---------------------------------------------------------------- setup
-    from workbench.io import check_made_here
 
     output = Path(output)
     if cfg.init_adapter and Path(cfg.init_adapter).resolve() == output.resolve():
-        from workbench.errors import WorkbenchError
-
         raise WorkbenchError(f"train.init_adapter {cfg.init_adapter} is also the output folder: "
                              "training would replace the adapter it starts from; name another "
                              "run (-s name=...) or set train.output")

@@ -28,8 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.errors import TrainingInterrupted, WorkbenchError
 from workbench.io import sha256_file, sha256_text
+from workbench.models.local import pick_device, pick_dtype
 from workbench.models.templates import template_fingerprint
-from workbench.records import ChatExample, PreferencePair, RunManifest, library_versions
+from workbench.records import (
+    ChatExample,
+    MCItem,
+    PreferencePair,
+    RunManifest,
+    library_versions,
+    read_records,
+)
 from workbench.train import checkpoint as ckpt
 from workbench.train.adapter import (
     adapter_state,
@@ -44,6 +52,13 @@ from workbench.train.adapter_folder import export_adapter
 from workbench.train.config import TrainConfig
 from workbench.train.data import Batch, Tokenized, load_examples, tokenize_all
 from workbench.train.evals import domain_accuracy, eval_loss, preference_metrics
+from workbench.train.preference import (
+    ReferenceCache,
+    compute_reference,
+    load_pairs,
+    model_key,
+    tokenize_pairs,
+)
 from workbench.train.step import dpo_backward, lr_at, make_epoch, sft_backward
 
 BEST = "best_adapter.safetensors"  # in a checkpoint: domain_eval.keep_best's adapter so far
@@ -216,8 +231,6 @@ def _setup_data(cfg: TrainConfig, tokenizer, given, *, seed: int, max_positions)
                                         for e in given))[:16]
     tokenized: list  # Tokenized examples, or TokenizedPairs for DPO
     if dpo:
-        from workbench.train.preference import tokenize_pairs
-
         tokenized = tokenize_pairs(tokenizer, list(given), max_length=cfg.max_length,
                                    max_positions=max_positions, source=data_source)
     else:
@@ -311,8 +324,6 @@ def _setup_reference(cfg: TrainConfig, model, pairs, tokenizer, *, base_model: s
     pair, computed once (or read from the cache). Returns (the cache, forward passes run)."""
     from peft import get_peft_model_state_dict
 
-    from workbench.train.preference import ReferenceCache, compute_reference, model_key
-
     key = model_key(base_model, model_source, get_peft_model_state_dict(
         model, adapter_name=model.active_adapter), dtype)
     reference = ReferenceCache(reference_cache if cfg.dpo.reference_cache else None, key)
@@ -340,8 +351,6 @@ def _placement(cfg: TrainConfig, world: int, model) -> tuple[str, Any]:
     model keeps its dtype and, unless `cfg.device` says otherwise, its device."""
     import torch
 
-    from workbench.models.local import pick_device, pick_dtype
-
     if model is None:
         device = pick_device(cfg.device)
         if world > 1 and device == "cuda":
@@ -356,8 +365,6 @@ def _placement(cfg: TrainConfig, world: int, model) -> tuple[str, Any]:
 
 
 def _load_pairs(cfg: TrainConfig):
-    from workbench.train.preference import load_pairs
-
     if not cfg.data:
         raise WorkbenchError("train.data is not set: pass a preference JSONL file")
     path = Path(cfg.data)
@@ -370,7 +377,6 @@ def _load_pairs(cfg: TrainConfig):
 def _load_benchmark(cfg: TrainConfig, path: str | None):
     if not path:
         return None
-    from workbench.records import MCItem, read_records
 
     de = cfg.domain_eval
     return read_records(path, MCItem)[de.skip:de.skip + de.max_items]

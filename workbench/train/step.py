@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
+from workbench.train import preference  # by module: tests replace its functions
 from workbench.train.config import TrainConfig
 from workbench.train.data import make_batches, to_tensors
 from workbench.train.logits import decoder_and_head, summed_loss
@@ -43,10 +44,8 @@ def lr_at(step: int, total: int, base: float, warmup: int, kind: str) -> float:
 
 def make_epoch(cfg: TrainConfig, train_set, tok, seed: int, epoch: int) -> list:
     if cfg.method == "dpo":
-        from workbench.train.preference import pair_batches
-
-        return pair_batches(train_set, batch_size=cfg.batch_size, pad_id=tok.pad_token_id,
-                            seed=seed, epoch=epoch)
+        return preference.pair_batches(train_set, batch_size=cfg.batch_size,
+                                       pad_id=tok.pad_token_id, seed=seed, epoch=epoch)
     return make_batches(train_set, batch_size=cfg.batch_size, max_length=cfg.max_length,
                         packing=cfg.packing, pad_id=tok.pad_token_id, seed=seed, epoch=epoch)
 
@@ -69,16 +68,15 @@ def dpo_backward(s: StepState, batches) -> tuple[int, float, dict]:
     """Mean DPO loss over the step's pairs; reward statistics of the same pairs."""
     import torch
 
-    from workbench.train.preference import dpo_loss, sequence_logps
-
     n_pairs = sum(b.pairs for b in batches)
     loss_sum = 0.0
     stats: dict[str, list[torch.Tensor]] = {"chosen_reward": [], "rejected_reward": []}
     for b in batches:
-        policy, counts = sequence_logps(s.forward, b, s.device)
+        policy, counts = preference.sequence_logps(s.forward, b, s.device)
         ref = s.reference.tensor(b.keys, s.device)
-        loss, st = dpo_loss(policy, ref, counts, beta=s.cfg.dpo.beta, kind=s.cfg.dpo.loss,
-                            label_smoothing=s.cfg.dpo.label_smoothing)
+        loss, st = preference.dpo_loss(policy, ref, counts, beta=s.cfg.dpo.beta,
+                                       kind=s.cfg.dpo.loss,
+                                       label_smoothing=s.cfg.dpo.label_smoothing)
         (loss.sum() / n_pairs).backward()
         loss_sum += float(loss.detach().sum())
         for k, kept in stats.items():
