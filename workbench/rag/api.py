@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench.corpus import corpus_hash
 from workbench.registry import PipelineResult
 from workbench.retrieval.search import build_index
+from workbench.runs import outputs_at
 
 
 def run(cfg, ctx) -> PipelineResult:
     """The registered pipeline: index the experiment's corpus into the run's index folder
     (skipped when the corpus and the settings are unchanged)."""
-    from workbench.corpus import corpus_hash
-
     out = ctx.layout.folder("rag")
     ctx.stages("rag").run("index", (corpus_hash(cfg.corpus), cfg.rag.model_dump()),
                           lambda: {"chunks": build_index(cfg.corpus, out, cfg.rag,
@@ -29,7 +29,5 @@ def run(cfg, ctx) -> PipelineResult:
 
 def _manifest(folder: Path) -> dict:
     import json
-
-    from workbench.runs import outputs_at
 
     return json.loads(outputs_at("rag", folder).path("manifest").read_text())

@@ -9,6 +9,10 @@ from typing import Annotated
 import typer
 
 from workbench.cli_options import ConfigArg, ConfigOpt, SetOpt, load
+from workbench.io import atomic_write_json, check_made_here
+from workbench.progress import quiet_libraries
+from workbench.rag.evaluate import evaluate_retrievers, format_table, read_qrels
+from workbench.runs import outputs_at
 
 RetrieverOpt = Annotated[str, typer.Option("--retriever", "-r",
                                            help="keyword, semantic or hybrid.")]
@@ -23,11 +27,8 @@ def register(group: typer.Typer) -> None:
               set_: SetOpt = None):
         """Chunk a corpus and build the keyword (BM25), semantic (FAISS) and hybrid indexes
         into any folder."""
-        from workbench.io import check_made_here
-        from workbench.progress import quiet_libraries
         from workbench.retrieval.index import RagConfig
         from workbench.retrieval.search import build_index
-        from workbench.runs import outputs_at
 
         quiet_libraries()
         given = config or config_opt or set_
@@ -54,7 +55,6 @@ def register(group: typer.Typer) -> None:
                                  "text.")] = False):
         """Query an index; prints rank, score, heading path and chunk id (with --json also
         the document path and the chunk's text)."""
-        from workbench.progress import quiet_libraries
         from workbench.retrieval.search import query_index
 
         quiet_libraries()
@@ -83,9 +83,6 @@ def register(group: typer.Typer) -> None:
                  out: Annotated[Path | None, typer.Option(
                      help="Write summary and per-query JSON here.")] = None):
         """Hit@k, Recall@k, MRR and nDCG@k of the three retrievers side by side."""
-        from workbench.io import atomic_write_json
-        from workbench.progress import quiet_libraries
-        from workbench.rag.evaluate import evaluate_retrievers, format_table, read_qrels
         from workbench.retrieval.index import RagIndex
 
         quiet_libraries()
