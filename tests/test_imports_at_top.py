@@ -71,7 +71,6 @@ PENDING = {"workbench.models", "workbench.serve", "workbench.distill"}
 NOT_YET_HOISTED = {
     "workbench.agent_packs", "workbench.app", "workbench.cli",
     "workbench.experiments", "workbench.federated", "workbench.loop",
-    "workbench.trajsynth",
 }
 
 

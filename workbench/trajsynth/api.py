@@ -35,10 +35,14 @@ from workbench.datatasks.tasks import build_pool
 from workbench.datatasks.trees import TaskTree, TreeNode, load_tree, save_tree
 from workbench.datatasks.trie import PrefixTrie
 from workbench.errors import WorkbenchError
-from workbench.io import atomic_write_json
-from workbench.runs import outputs_at
+from workbench.io import append_line, atomic_write_json, iter_jsonl_raw
+from workbench.models import load_model
+from workbench.progress import progress
+from workbench.registry import PipelineResult
+from workbench.runs import file_hash, outputs_at
 from workbench.text import percent, percent_interval
 from workbench.trajsynth.costmodel import Attempt, held_out_brier
+from workbench.trajsynth.export import export_trees
 from workbench.trajsynth.select import Arm, SelectionConfig, Selector
 
 
@@ -108,8 +112,6 @@ def select_tasks(pool: TaskPool, split: Literal["train", "held_out", "all"],
 
 
 def read_attempts(path: Path) -> list[Attempt]:
-    from workbench.io import iter_jsonl_raw
-
     if not path.is_file():
         return []
     out = []
@@ -153,8 +155,6 @@ def _search_task(task: Task, env: DataEnvironment, trie: PrefixTrie, selector: S
     """One task searched with the arms the selector picks, escalating after a failed search,
     each attempt logged: the verified attempt's tree, else the last, else (stopped by the cost
     cap) an empty tree that records why."""
-    from workbench.io import append_line
-
     n_columns = sum(len(t.columns) for t in env.profile.tables)
     ctx = {"env_name": env.name, "category": task.category, "difficulty": task.difficulty,
            "n_tables": len(env.profile.tables), "n_columns": n_columns, "prev_errors": 0}
@@ -201,8 +201,6 @@ def explore_pool(env: DataEnvironment, tasks: list[Task], out: str | Path,
     attempt, else the last), the trie and the attempt log as it goes; write explore.json.
 
     `model` serves arms without a model spec; `load_model(spec)` loads the others."""
-    from workbench.progress import progress
-
     out = Path(out)
     files = outputs_at("trajsynth", out)
     files.path("trees").mkdir(parents=True, exist_ok=True)
@@ -291,8 +289,6 @@ def export(out: str | Path, tasks: list[Task], env: DataEnvironment, *, index: b
            log=print) -> dict[str, Any]:
     """The SFT, ICL and preference files from the saved trees (and the ICL retrieval index
     unless `index=False`)."""
-    from workbench.trajsynth.export import export_trees
-
     out = Path(out)
     trees = [(load_tree(tree_path(out, t)), t) for t in tasks if tree_path(out, t).is_file()]
     return export_trees(trees, env.name, env.profile.digest(max_values=6), out, index=index,
@@ -302,8 +298,6 @@ def export(out: str | Path, tasks: list[Task], env: DataEnvironment, *, index: b
 def explore(cfg, env: DataEnvironment, tasks: list[Task], out: Path, *, log=print
             ) -> dict[str, Any]:
     """`explore_pool` with the config's arms, selection and models."""
-    from workbench.models import load_model
-
     tc: TrajsynthConfig = cfg.trajsynth
     chat = cfg.models.chat
     arms = tc.arms or [Arm(name="default", explore=tc.explore)]
@@ -343,9 +337,6 @@ def explore_folder(cfg, env: DataEnvironment, out: str | Path, *, log=print
 def run(cfg, ctx):
     """The registered pipeline: pool (skipped when unchanged), search (per task, resumable),
     exports."""
-    from workbench.registry import PipelineResult
-    from workbench.runs import file_hash
-
     tc: TrajsynthConfig = cfg.trajsynth
     out = ctx.layout.folder("trajsynth")
     env = open_env(tc.env)

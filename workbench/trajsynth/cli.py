@@ -7,8 +7,11 @@ from typing import Annotated
 import typer
 
 from workbench.cli_options import ConfigArg, ConfigOpt, OutOpt, SetOpt, load
+from workbench.datatasks.poolfiles import format_summary, load_pool
+from workbench.progress import quiet_libraries
 from workbench.runs import outputs_at
 from workbench.text import percent, percent_interval
+from workbench.trajsynth.downstream import DownstreamConfig, format_downstream, run_downstream
 
 EnvArg = Annotated[str, typer.Argument(help="A SQLite file, a folder of CSV/TSV/Parquet files, "
                                             "or a shipped sample (chinook, sklearn_classic).")]
@@ -33,7 +36,6 @@ def register(group: typer.Typer) -> None:
     def tasks(env: EnvArg, out: OutOpt, config: ConfigArg = None,
               config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Synthesise and verify the task pool: OUT/tasks.jsonl and tasks.summary.json."""
-        from workbench.datatasks.poolfiles import format_summary
         from workbench.trajsynth.api import make_task_pool, open_env
 
         tc = _cfg(config, config_opt, set_).trajsynth  # a bad config fails before any profiling
@@ -46,7 +48,6 @@ def register(group: typer.Typer) -> None:
                 config_opt: ConfigOpt = None, set_: SetOpt = None):
         """Search OUT/tasks.jsonl with MCTS (one tree per task under OUT/trees; a re-run only
         searches what is missing) and export SFT, ICL and preference data."""
-        from workbench.progress import quiet_libraries
         from workbench.trajsynth.api import explore_folder, open_env
 
         quiet_libraries()
@@ -94,14 +95,7 @@ def register(group: typer.Typer) -> None:
         SFT on OUT/sft.messages.jsonl, and (sft_dpo) after DPO from that adapter on
         OUT/preferences.jsonl; intervals, outcomes, McNemar vs zero-shot (and sft_dpo vs
         sft). Each adapter and condition is a stage: a re-run skips what is done."""
-        from workbench.datatasks.poolfiles import load_pool
-        from workbench.progress import quiet_libraries
         from workbench.trajsynth.api import open_env
-        from workbench.trajsynth.downstream import (
-            DownstreamConfig,
-            format_downstream,
-            run_downstream,
-        )
 
         quiet_libraries()
         cfg = DownstreamConfig.checked(

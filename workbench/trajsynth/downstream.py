@@ -33,12 +33,23 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+import workbench.models  # by module: tests count its loads and sessions
+import workbench.train.session
+from workbench import registry
 from workbench.dataenv.env import DataEnvironment
 from workbench.datatasks.generators import extract_sql
 from workbench.datatasks.pool import Task
+from workbench.errors import ConfigError
+from workbench.formats import read_preferences
+from workbench.io import atomic_write_text, read_jsonl, write_jsonl
+from workbench.models.base import GenerationParams
+from workbench.progress import progress
 from workbench.records import ChatExample
-from workbench.runs import RunLayout, StageRunner, outputs_at
+from workbench.runs import RunLayout, StageRunner, file_hash, outputs_at
 from workbench.text import p_value, percent_interval
+from workbench.train.config import TrainConfig
+from workbench.train.session import export, train_steps
+from workbench.train.steppairs import step_pairs
 from workbench.trajsynth.downstream_report import DownstreamReport
 from workbench.trajsynth.export import RUN_SQL_TOOL, SYSTEM
 
@@ -90,8 +101,6 @@ class DownstreamConfig(BaseModel):
         setting (the CLI's options)."""
         from pydantic import ValidationError
 
-        from workbench.errors import ConfigError
-
         try:
             return cls(**settings)
         except ValidationError as e:
@@ -110,8 +119,6 @@ def _messages(digest: str, question: str, demos: list[str]) -> list[dict[str, An
 def agent_statement(model, digest: str, question: str, demos: list[str], max_tokens: int
                     ) -> str | None:
     """The statement the agent runs: its `run_sql` call, else SQL in its text."""
-    from workbench.models.base import GenerationParams
-
     gen = model.generate([_messages(digest, question, demos)],
                          GenerationParams(max_tokens=max_tokens, temperature=0.0),
                          tools=[RUN_SQL_TOOL])[0]
@@ -130,8 +137,6 @@ def agent_statement(model, digest: str, question: str, demos: list[str], max_tok
 def score(model, env: DataEnvironment, tasks: list[Task], *, demos_for=None,
           max_tokens: int = 160) -> list[dict[str, Any]]:
     """One row per task: the statement, the outcome, whether it was verified."""
-    from workbench.progress import progress
-
     digest = env.profile.digest(max_values=6)
     rows = []
     for t in progress(tasks, desc="agent"):
@@ -171,9 +176,6 @@ def _info(method: str, out: Path, n: int, rows: list[dict[str, Any]]) -> dict[st
 
 def _steps(session, desc: str) -> list[dict[str, Any]]:
     """Every step of the session's schedule, counted on the terminal or in the log."""
-    from workbench.progress import progress
-    from workbench.train.session import train_steps
-
     return [row for _ in progress(range(session.total), desc, unit="step")
             for row in train_steps(session, 1)]
 
@@ -182,9 +184,6 @@ def sft_adapter(examples: list[ChatExample], out: Path, cfg: DownstreamConfig,
                 model_spec: str = "default", log=print) -> dict[str, Any]:
     """LoRA SFT on the exported conversations through the train library into the adapter
     folder `out`; what the report says of it."""
-    from workbench.train.config import TrainConfig
-    from workbench.train.session import export, setup
-
     tc = TrainConfig(max_steps=cfg.sft_steps, learning_rate=cfg.sft_learning_rate,
                      # 4 packed rows a step, one at a time: the same step, a quarter of
                      # the peak memory (attention over 1.5k-token rows is most of it)
@@ -192,7 +191,8 @@ def sft_adapter(examples: list[ChatExample], out: Path, cfg: DownstreamConfig,
                      eval_fraction=0.0,
                      lora={"r": cfg.sft_rank, "alpha": 2 * cfg.sft_rank}, device="cpu",
                      warmup_ratio=0.1)
-    session = setup(tc, seed=cfg.seed, model_spec=model_spec, examples=examples)
+    session = workbench.train.session.setup(tc, seed=cfg.seed, model_spec=model_spec,
+                                            examples=examples)
     rows = _steps(session, "sft steps")
     log(f"sft: {session.total} steps on {len(examples)} trajectories, loss "
         f"{rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
@@ -205,17 +205,14 @@ def dpo_adapter(pairs: list, init: Path, out: Path, cfg: DownstreamConfig,
     """DPO from the SFT adapter `init` (also the reference) on `pairs` into the adapter
     folder `out`; what the report says of it. The reference log-probabilities are cached
     next to `out` (dpo_reference_cache.jsonl, keyed by the reference's weights)."""
-    from workbench.train.config import TrainConfig
-    from workbench.train.session import export, setup
-
     tc = TrainConfig(method="dpo", init_adapter=str(init), max_steps=cfg.dpo_steps,
                      learning_rate=cfg.dpo_learning_rate, dpo={"beta": cfg.dpo_beta},
                      max_length=cfg.sft_max_length, batch_size=1, grad_accum=2,
                      eval_fraction=0.0, lora={"r": cfg.sft_rank, "alpha": 2 * cfg.sft_rank},
                      device="cpu", warmup_ratio=0.1)
-    session = setup(tc, seed=cfg.seed, model_spec=model_spec, pairs=pairs,
-                    reference_cache=outputs_at("trajsynth", out.parent).path(
-                        "dpo_reference_cache"))
+    session = workbench.train.session.setup(
+        tc, seed=cfg.seed, model_spec=model_spec, pairs=pairs,
+        reference_cache=outputs_at("trajsynth", out.parent).path("dpo_reference_cache"))
     rows = _steps(session, "dpo steps")
     log(f"sft_dpo: {session.total} DPO steps on {len(pairs)} pairs, loss "
         f"{rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
@@ -236,8 +233,6 @@ class _OwnFolder(RunLayout):
 def downstream_stages(out: str | Path, *, log=print, fresh: bool = False) -> StageRunner:
     """The stage runner of the downstream check in the trajsynth folder `out`: the run's
     (stages.json of `<run>`) when `out` is `<run>/trajsynth`, else `out`'s own."""
-    from workbench import registry
-
     out = Path(out)
     layout = RunLayout.at(out.parent) if out.name == registry.get("trajsynth").subfolder \
         else _OwnFolder(out)
@@ -251,32 +246,22 @@ class _Models:
         self.spec, self._base = spec, None
 
     def base(self):
-        from workbench.models import load_model
-
         if self._base is None:
-            self._base = load_model(self.spec)
+            self._base = workbench.models.load_model(self.spec)
         return self._base
 
     def tuned(self, adapter: Path):
-        from workbench.models import load_model
-
-        return load_model(self.spec, adapter=str(adapter))
+        return workbench.models.load_model(self.spec, adapter=str(adapter))
 
 
 def _pairs(out: Path, cfg: DownstreamConfig) -> tuple[list, str | None, str | None]:
     """sft_dpo's pairs, the hash of the file they come from, and a note when there are
     none: the exported preferences, or step-level pairs from the SFT trajectories."""
-    from workbench.runs import file_hash
-
     if cfg.dpo_pairs == "preferences":
-        from workbench.formats import read_preferences
-
         path = outputs_at("trajsynth", out).path("preferences")
         pairs = read_preferences(path) if path.is_file() and path.stat().st_size else []
         return pairs, file_hash(path), None if pairs else \
             "no preference pairs were exported: not run"
-    from workbench.io import read_jsonl
-    from workbench.train.steppairs import step_pairs
 
     path = outputs_at("trajsynth", out).path("sft")
     examples = read_jsonl(path, ChatExample.model_validate) if path.is_file() else []
@@ -289,9 +274,6 @@ def _adapters(out: Path, cfg: DownstreamConfig, model_spec: str, stages: StageRu
               log) -> tuple[dict[str, Path], dict[str, dict], dict[str, str]]:
     """The adapters the conditions need, each trained as its stage (skipped when done):
     ({condition: adapter folder}, {condition: training info}, {condition: note})."""
-    from workbench.io import read_jsonl, write_jsonl
-    from workbench.runs import file_hash
-
     wanted = set(cfg.conditions)
     notes: dict[str, str] = {}
     pairs: list = []
@@ -334,9 +316,7 @@ def run_downstream(env: DataEnvironment, held_out: list[Task], out: str | Path,
     exports (`out` holds sft.messages.jsonl, preferences.jsonl and icl_index/). Each
     adapter, each condition's rows and the report are stages (`stages`, default
     `downstream_stages(out)`): a re-run skips what is done. Returns the report as a dict."""
-    from workbench.io import read_jsonl, write_jsonl
     from workbench.retrieval.search import query_index
-    from workbench.runs import file_hash
 
     out = Path(out)
     files = outputs_at("trajsynth", out)
@@ -382,8 +362,6 @@ def _report(out: Path, n: int, per: dict[str, list[dict[str, Any]]], infos: dict
     """downstream.json (its stage) from the conditions' rows: each summed up, McNemar against
     zero-shot and (sft_dpo) against sft; returns it as a dict."""
     from workbench.evaluate.stats import mcnemar_exact
-    from workbench.io import atomic_write_text
-    from workbench.runs import file_hash
 
     conditions = {}
     for name, rows in per.items():

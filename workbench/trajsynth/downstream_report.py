@@ -13,7 +13,9 @@ from typing import Literal
 
 from pydantic import Field, StrictStr
 
+from workbench.io import read_json_object, validate_versioned
 from workbench.records import ReportPart
+from workbench.runs import outputs_at
 
 SCHEMA_VERSION = 1
 MAX_REPORT_BYTES = 64 * 1024 * 1024
@@ -82,12 +84,8 @@ def read_downstream(path: str | os.PathLike) -> DownstreamReport:
     naming it."""
     from pathlib import Path
 
-    from workbench.io import read_json_object, validate_versioned
-
     p = Path(path)
     if p.is_dir():
-        from workbench.runs import outputs_at
-
         p = outputs_at("trajsynth", p).path("downstream_report")
     rerun = "re-run `workbench trajsynth report`"
     data = read_json_object(p, cap=MAX_REPORT_BYTES, what="downstream report", rerun=rerun,

@@ -30,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbench.agents.steps import AgentStep, AgentTrajectory
 from workbench.datatasks.pool import Task
 from workbench.datatasks.trees import TaskTree, TreeNode
+from workbench.io import sha256_text
+from workbench.records import Section
 from workbench.runs import outputs_at
 
 RUN_SQL_TOOL: dict[str, Any] = {
@@ -216,9 +218,6 @@ def preference_pair(tree: TaskTree, task: Task, traj: AgentTrajectory, env_name:
 def icl_sections(entries: list[dict[str, Any]]) -> list:
     """The ICL bank as `Section`s for a retrieval index: the question and the compact
     trajectory are the text; the provenance rides along as metadata."""
-    from workbench.io import sha256_text
-    from workbench.records import Section
-
     out = []
     for i, e in enumerate(entries):
         doc = f"icl:{e['metadata']['env_name']}"
