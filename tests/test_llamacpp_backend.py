@@ -220,6 +220,27 @@ def test_forced_tool_calls_parse_and_stream(engines):
         cpp.check_constraint(Constraint.lark("start: ("))
 
 
+def test_a_streamed_reply_keeps_characters_split_across_tokens(engines):
+    """llama.cpp streams no token that ends inside a UTF-8 character, and the chunk that
+    completes it carries only its own token: the ids alone decoded to " \\ufffd" (the forced
+    call here writes " 컥" in 3 tokens), and under its grammar the call then failed its check.
+    Streamed (and, with a cancel event, as the server asks) as whole, the same text."""
+    _, cpp = engines
+    named = {"type": "function", "function": {"name": "calc"}}
+    params = GenerationParams(max_tokens=64)
+    whole = cpp.generate(_convs(1), params, tools=TOOLS, tool_choice=named)[0]
+    with cancel_on(threading.Event()):  # the streamed request the server's calls make
+        cancellable = cpp.generate(_convs(1), params, tools=TOOLS, tool_choice=named)[0]
+    events = list(cpp.stream_tool_call(_convs(1)[0], params, TOOLS, named))
+    args = "".join(v for k, v in events if k == "arguments")
+    assert whole.ok and cancellable.ok, (whole.error, cancellable.error)
+    text = whole.tool_calls[0].function.arguments if whole.tool_calls else whole.text
+    assert "\ufffd" not in text and any(ord(c) > 127 for c in text), text
+    assert [c.function for c in cancellable.tool_calls] == [c.function for c in
+                                                             whole.tool_calls]
+    assert args == text, (args, text)
+
+
 def test_cancel_ends_generation_within_a_few_tokens(engines):
     _, cpp = engines
     event = threading.Event()

@@ -14,12 +14,12 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from workbench.models.constrain import Constraint
+from workbench.models.constrain import CONSTRAINT_ERROR, Constraint
 from workbench.models.messages import ToolCall, ToolChoice, ToolSpec
 
 Conversation = list[dict[str, Any]]
@@ -113,10 +113,19 @@ class Generation:
     error: str | None = None
     cached: bool = False
     tool_calls: list[ToolCall] = field(default_factory=list)
+    # what kind of failure `error` is, when a caller may act on it: "constraint" (the
+    # output constraint could not be kept: the caller's constraint, a 400 from the server)
+    error_type: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def not_kept(self, message: str) -> Generation:
+        """This reply as a failed one: its constraint could not be kept (`message` says
+        why). The text, which would break it, is dropped; the token counts stay."""
+        return replace(self, text="", tool_calls=[], finish_reason="error", error=message,
+                       error_type=CONSTRAINT_ERROR)
 
     def message(self) -> dict[str, Any]:
         """The assistant turn to append to the conversation (OpenAI form)."""
@@ -129,6 +138,8 @@ class Generation:
         out = {"text": self.text, "finish_reason": self.finish_reason,
                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                "error": self.error}
+        if self.error_type:
+            out["error_type"] = self.error_type
         if self.tool_calls:
             out["tool_calls"] = [tc.model_dump(mode="json") for tc in self.tool_calls]
         return out
@@ -137,7 +148,7 @@ class Generation:
     def from_json(cls, d: dict[str, Any], cached: bool = False) -> Generation:
         return cls(text=d["text"], finish_reason=d["finish_reason"],
                    prompt_tokens=d["prompt_tokens"], completion_tokens=d["completion_tokens"],
-                   error=d.get("error"), cached=cached,
+                   error=d.get("error"), cached=cached, error_type=d.get("error_type"),
                    tool_calls=[ToolCall.model_validate(t) for t in d.get("tool_calls") or ()])
 
 
@@ -273,9 +284,7 @@ class ChatModel(abc.ABC):
         """Yield text pieces as they are generated; backends without streaming yield once."""
         gen = self.generate([conversation], params)[0]
         if gen.error:
-            from workbench.errors import BackendError
-
-            raise BackendError(gen.error)
+            raise gen_error(gen)
         yield gen.text
 
     def stream_tool_call(self, conversation: Conversation, params: GenerationParams | None,
@@ -284,9 +293,7 @@ class ChatModel(abc.ABC):
         ("finish", reason). Backends that cannot stream it yield it whole."""
         gen = self.generate([conversation], params, tools=tools, tool_choice=tool_choice)[0]
         if gen.error:
-            from workbench.errors import BackendError
-
-            raise BackendError(gen.error)
+            raise gen_error(gen)
         if gen.tool_calls:
             yield "name", gen.tool_calls[0].function.name
             yield "arguments", gen.tool_calls[0].function.arguments
@@ -300,3 +307,14 @@ class ChatModel(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.identity}>"
+
+
+def gen_error(gen: Generation) -> Exception:
+    """The exception a failed generation raises where a stream cannot return it:
+    `ConstraintNotKept` for a constraint that could not be kept, else BackendError."""
+    from workbench.errors import BackendError
+    from workbench.models.constrain import ConstraintNotKept
+
+    if gen.error_type == CONSTRAINT_ERROR:
+        return ConstraintNotKept(gen.error or "")
+    return BackendError(gen.error or "generation failed")

@@ -13,6 +13,17 @@ forced prefix of the model's tool-call syntax, the rest of the call (the name, f
 `"required"`, and the arguments under the tool's JSON schema, then the closing marker) is
 generated under the grammar, so it always parses and its arguments fit the schema, unless
 `max_tokens` cuts it (finish_reason "length").
+
+When llguidance gives up on a reply mid-generation (a parser or lexer limit that the bounds of
+`models.bounds` did not foresee: "Current row has 2398 items; max is 2000"), the reply cannot
+keep its constraint. The transformers backend sees it in its matcher (`GrammarProcessor`:
+the row ends there); llama.cpp's server only logs a warning and goes on *unconstrained*, so
+its replies are followed token by token by a matcher of ours (`ReplyCheck`); an OpenAI-
+compatible server's replies are checked as text (`check_text`). Either way the reply comes
+back as a failed generation (`error_type` "constraint", text dropped) or, streamed,
+`ConstraintNotKept` is raised, never as a reply that breaks the constraint: a user of
+structured outputs relies on the reply matching or on an error. A reply cut by `max_tokens`
+(or a stop string) only has to be a valid beginning.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from workbench.errors import WorkbenchError
+from workbench.errors import BackendError, WorkbenchError
 from workbench.models.bounds import (
     MAX_SCHEMA_ALTERNATIVES,
     MAX_SCHEMA_CHARS,
@@ -39,8 +50,22 @@ from workbench.models.bounds import (
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 ConstraintKind = Literal["json_schema", "json_object", "regex", "choice", "lark"]
+CONSTRAINT_ERROR = "constraint"  # `Generation.error_type` of a reply that could not keep it
 
 
+class ConstraintNotKept(BackendError):
+    """A reply could not keep its constraint (llguidance gave up on it mid-generation, or a
+    reply made where the matcher cannot be seen breaks it). The constraint is the caller's,
+    so `workbench serve` answers 400 naming the field that asked for it."""
+
+
+def not_kept(constraint: Constraint, reason: str, token: int | None = None) -> str:
+    """One line saying which constraint could not be kept, at which token of the reply, and
+    why (llguidance's first line: the parser state it adds after it is dropped)."""
+    why = (reason.strip().splitlines() or ["no reason given"])[0][:400]
+    at = "" if token is None else f" at token {token} of the reply"
+    return (f"the {constraint.kind} constraint could not be kept{at}: {why} (the reply "
+            "would break it, so none is returned)")
 
 
 def _within_bounds(what: str, problem: str | None) -> None:
@@ -327,6 +352,13 @@ class GrammarProcessor:
         self.start: int | None = None
         self.seconds = 0.0
         self.steps = 0
+        self.constraint = constraint
+        self.gave_up: list[tuple[str, int] | None] = [None] * batch  # (reason, tokens)
+        # a row ends at its end-of-sequence token, or is padded once a stop string or the
+        # cancel event ends it: its matcher is not fed after that, nor is its give-up counted
+        self.ends = {*self.eos, *([tokenizer.pad_token_id] if getattr(
+            tokenizer, "pad_token_id", None) is not None else [])}
+        self.done = [False] * batch
 
     def __call__(self, input_ids, scores):
         import time
@@ -339,16 +371,22 @@ class GrammarProcessor:
             self.start = input_ids.shape[1]
         elif input_ids.shape[1] > self.start:
             last = input_ids[:, -1].tolist()
-            for m, t in zip(self.matchers, last, strict=True):
-                if not m.is_stopped() and not m.is_error():
+            for i, (m, t) in enumerate(zip(self.matchers, last, strict=True)):
+                self.done[i] = self.done[i] or t in self.ends
+                if not self.done[i] and not m.is_stopped() and not m.is_error():
                     m.consume_token(t)
         for i, m in enumerate(self.matchers):
-            if m.is_error():  # cannot happen through the mask; end the row cleanly
+            if not m.is_error() and not self.done[i]:
+                fill_next_token_bitmask(m, self.bitmask, i)
+            if self.done[i] or m.is_error():  # only the end token is left: the row is over,
+                # or llguidance gave up on it (a parser or lexer limit, on consuming a token
+                # the mask allowed or computing the next mask): then it ends here and is
+                # reported as failed (`failure`), never as a reply
+                if not self.done[i] and self.gave_up[i] is None:
+                    self.gave_up[i] = (m.get_error(), input_ids.shape[1] - self.start)
                 self.bitmask[i].zero_()
                 for e in self.eos:
                     self.bitmask[i, e // 32] |= 1 << (e % 32)
-            else:
-                fill_next_token_bitmask(m, self.bitmask, i)
         allowed = ((self.bitmask.unsqueeze(-1) >> self.shifts) & 1).view(
             self.bitmask.shape[0], -1)[:, :scores.shape[1]].bool()
         if allowed.shape[1] < scores.shape[1]:  # logits wider than the tokenizer
@@ -359,3 +397,138 @@ class GrammarProcessor:
         self.seconds += time.perf_counter() - t0
         self.steps += 1
         return scores
+
+    def failure(self, row: int) -> str | None:
+        """Why row `row` could not keep the constraint, or None when it did."""
+        if (gave_up := self.gave_up[row]) is None:
+            return None
+        return not_kept(self.constraint, gave_up[0], gave_up[1])
+
+
+class ReplyCheck:
+    """Follows a reply's tokens with a matcher of its constraint, where the matcher that
+    masked them cannot be seen: llama.cpp's server, whose llguidance sampler, when it gives up
+    on a reply, logs a warning and samples the rest *unconstrained* (a tiny model's reply to
+    a schema llguidance gave up on at its first key ran on to max_tokens as `{"{"{"…`).
+    `feed` the tokens as they come, then `finish`. `ends`: the tokens that end a reply
+    (llama.cpp ends the bundled model's on `<|endoftext|>` as well as its `<|im_end|>`):
+    they are not text, and the reply must be complete where one comes."""
+
+    def __init__(self, constraint: Constraint, tokenizer: Any, vocab_size: int,
+                 eos_ids: Iterable[int], ends: Iterable[int] = ()):
+        ll = _llguidance()
+        self.constraint = constraint
+        self.matcher = ll.LLMatcher(ll_tokenizer(tokenizer, vocab_size, eos_ids),
+                                    constraint.grammar(), log_level=0)
+        self.ends = {*eos_ids, *ends}
+        self.ended = False  # an end token came
+        self.fed = self.tokens = 0  # tokens fed; those of them that are text
+        self.problem: str | None = None if not self.matcher.is_error() else \
+            not_kept(constraint, self.matcher.get_error())
+
+    def feed(self, tokens: Iterable[int]) -> str | None:
+        """The problem once a token breaks the constraint (or llguidance gives up on it)."""
+        for t in tokens:
+            if self.problem is not None:
+                break
+            self.fed += 1
+            if t in self.ends:
+                self.ended = True
+                continue
+            self.tokens += 1
+            if self.ended:
+                self.problem = not_kept(self.constraint, "the reply goes on after its end",
+                                        self.tokens)
+            elif not self.matcher.consume_token(t):  # llguidance's reason: a parser limit,
+                # or (where the engine gave up before it) a token it would not have allowed
+                self.problem = not_kept(self.constraint, self.matcher.get_error() or
+                                        "a token the constraint does not allow", self.tokens)
+        return self.problem
+
+    @classmethod
+    def of(cls, constraint: Constraint | None, tokenizer: Any, eos_ids: Iterable[int],
+           ends: Iterable[int] = ()) -> ReplyCheck | None:
+        """A check of `constraint` (None when there is none) for a Hugging Face tokenizer."""
+        return None if constraint is None else cls(constraint, tokenizer, len(tokenizer),
+                                                   eos_ids, ends)
+
+    def take(self, tokens: Iterable[int], ended: bool) -> str | None:
+        """`feed`, then `finish` (`ended`: the reply ended by itself)."""
+        return self.feed(tokens) or self.finish(ended)
+
+    def finish(self, complete: bool) -> str | None:
+        """The problem, if any; with `complete` (the reply ended by itself: not cut by
+        max_tokens or a stop string), a reply the constraint would take further is one."""
+        complete = complete or self.ended
+        if self.problem is None and complete and not (self.matcher.is_accepting()
+                                                      or self.matcher.is_stopped()):
+            self.problem = not_kept(self.constraint, f"the reply ended after {self.tokens} "
+                                    f"token{'s' * (self.tokens != 1)}, before the constraint "
+                                    "was complete")
+        return self.problem
+
+
+def check_text(constraint: Constraint, text: str) -> str | None:
+    """Why a finished reply's text breaks `constraint`, or None: the check where neither the
+    matcher nor the tokens can be seen (an OpenAI-compatible server). JSON is parsed and
+    validated against the schema (as the server may space it: no grammar of ours), choices
+    looked up, a regex fully matched by the `regex` module under a timeout; a pattern it
+    cannot take, a match out of time, and Lark grammars are not judged here."""
+    kind = constraint.kind
+    if kind == "choice":
+        return None if text in json.loads(constraint.value) else \
+            not_kept(constraint, f"the reply {_shown(text)} is not one of the choices")
+    if kind == "regex":
+        import regex
+
+        try:
+            ok = regex.fullmatch(constraint.value, text, timeout=PATTERN_TIMEOUT_S)
+        except (regex.error, TimeoutError, ValueError, OverflowError, RecursionError):
+            return None
+        return None if ok else not_kept(constraint, f"the reply {_shown(text)} does not "
+                                        "match the regex")
+    if kind not in ("json_object", "json_schema"):
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        return not_kept(constraint, f"the reply {_shown(text)} is not JSON ({e})")
+    if kind == "json_object":
+        return None if isinstance(value, dict) else \
+            not_kept(constraint, f"the reply {_shown(text)} is not a JSON object")
+    return _schema_problem(constraint, value)
+
+
+PATTERN_TIMEOUT_S = 0.5  # one schema `pattern` or regex match in `check_text`
+
+
+def _schema_problem(constraint: Constraint, value: Any) -> str | None:
+    from jsonschema import Draft202012Validator, validators
+    from jsonschema.exceptions import ValidationError
+
+    def pattern(validator, patrn, instance, schema):  # `regex`, under a timeout: the
+        import regex  # caller's pattern, never Python's backtracking `re` without bound
+
+        if not validator.is_type(instance, "string"):
+            return
+        try:
+            found = regex.search(patrn, instance, timeout=PATTERN_TIMEOUT_S)
+        except (regex.error, TimeoutError, ValueError, OverflowError, RecursionError):
+            return
+        if found is None:
+            yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+    # (`patternProperties` stays jsonschema's, with `re`: a caller's own schema, in process)
+    checker = validators.extend(Draft202012Validator, {"pattern": pattern})
+    try:
+        error = next(checker(json.loads(constraint.value)).iter_errors(value), None)
+    except Exception:  # noqa: BLE001 - a schema jsonschema cannot read or resolve: the
+        return None  # server judged it, not us
+    if error is None:
+        return None
+    where = "".join(f"[{p!r}]" for p in error.absolute_path) or "the reply"
+    return not_kept(constraint, f"{where}: {error.message[:200]}")
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")

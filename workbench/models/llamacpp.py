@@ -18,9 +18,9 @@ by a random key that never leaves the process, and talks to it through its nativ
   (`gguf_file.f16_copy`): against quantised weights llama.cpp quantises activations to 8
   bits, which changed most greedy answers of the 135M model; the f16 copy gives transformers'
   answers at about 0.7x the quantised speed (the `weights` option);
-- constraints (forced tool calls, JSON schemas, regexes, choices, Lark grammars) go to
-  llama.cpp's llguidance sampler as Lark text, the same grammars the transformers backend
-  masks with;
+- constraints (tool calls, schemas, regexes, choices, grammars) go to llama.cpp's llguidance
+  as Lark text, the transformers backend's grammars; the tokens are followed by a matcher of
+  ours, since where llguidance gives up llama.cpp samples on unconstrained (`ReplyCheck`);
 - a PEFT LoRA adapter is converted once to a GGUF LoRA adapter (`gguf_lora`) and applied
   at run time, unmerged;
 - replies stream, and a request whose caller has gone (a cancel event, a closed stream) is
@@ -61,6 +61,7 @@ from workbench.models.base import (
     Tools,
     cancel_event,
 )
+from workbench.models.constrain import CONSTRAINT_ERROR, ConstraintNotKept, ReplyCheck
 from workbench.models.ct2_watch import held_back
 from workbench.models.gguf_header import context_length
 from workbench.models.hf_chat import TokenizerChatModel
@@ -309,12 +310,37 @@ class LlamaCppChatModel(TokenizerChatModel):
             body["grammar"] = params.constraint.llama_grammar()
         return body
 
-    def _tokens(self, ids: list[int], params: GenerationParams,
-                cancel: threading.Event | None) -> tuple[list[int], str | None, str | None]:
+    def _tokens(self, ids: list[int], params: GenerationParams, cancel: threading.Event | None
+                ) -> tuple[list[int], str | None, str | ConstraintNotKept | None]:
         """(generated token ids, how the server ended: "eos" | "word" | "limit" | None, an
-        error or None) of one request. Without a cancel event it is one reply with every
-        token; with one, it streams, so that setting the event ends it within a token
-        (closing the stream drops the request from its slot)."""
+        error or None) of one request. Without a cancel event it is one reply; with one, it
+        streams, so that setting the event ends it within a token (closing the stream drops
+        it from its slot). A constraint's tokens are followed by a matcher of ours
+        (`ReplyCheck`: llama.cpp goes on unconstrained where its llguidance gives up)."""
+        check = ReplyCheck.of(params.constraint, self.tokenizer, self.eos_ids,
+                              self.tokenizer.all_special_ids)  # what llama.cpp may end on
+        toks, ended, error = self._request_tokens(ids, params, cancel, check)
+        if error is not None or check is None:
+            return toks, ended, error
+        hit_stop = bool(params.stop) and cut_at_stop(self.tokenizer.decode(
+            toks, skip_special_tokens=True), params.stop)[1]  # then a valid beginning will do
+        problem = check.take(toks[check.fed:], ended == "eos" and not hit_stop)
+        return toks, ended, None if problem is None else ConstraintNotKept(problem)
+
+    def _chunk_ids(self, chunk: dict[str, Any]) -> list[int]:
+        """A streamed chunk's token ids: llama.cpp streams no token ending inside a UTF-8
+        character, and the chunk completing it has its text but only its own token (the ids
+        decoded to " \ufffd"): then the ids are this tokenizer's for that text."""
+        ids = list(chunk.get("tokens") or ())
+        content = chunk.get("content") or ""
+        if content and self.tokenizer.decode(ids, skip_special_tokens=True) != content:
+            ids = self.tokenizer(content, add_special_tokens=False)["input_ids"] + [
+                t for t in ids if t in self.tokenizer.all_special_ids]
+        return ids
+
+    def _request_tokens(self, ids: list[int], params: GenerationParams,
+                        cancel: threading.Event | None, check: ReplyCheck | None
+                        ) -> tuple[list[int], str | None, str | None]:
         import httpx
 
         if cancel is None:
@@ -343,13 +369,13 @@ class LlamaCppChatModel(TokenizerChatModel):
                     chunk = json.loads(line[6:])
                     if "error" in chunk:
                         return out, None, _error_text(json.dumps(chunk).encode(), 500)
-                    out.extend(chunk.get("tokens") or ())
+                    out.extend(self._chunk_ids(chunk))
                     if chunk.get("stop"):
                         # a last token that ends inside a character is never streamed
                         ended = chunk.get("stop_type")
                         break
-                    if cancel.is_set():
-                        break
+                    if cancel.is_set() or (check and check.feed(out[check.fed:])):
+                        break  # left, or the reply broke its constraint
                     if longest:
                         text = (text + chunk.get("content", ""))[-(4 * longest + 64):]
                         if any(s in text for s in params.stop):
@@ -388,9 +414,11 @@ class LlamaCppChatModel(TokenizerChatModel):
         gens = []
         tok = self.tokenizer
         for (toks, ended, error), ids in zip(results, rows, strict=True):
-            if error is not None:
-                gens.append(Generation(text="", finish_reason="error", error=error,
-                                       prompt_tokens=len(ids)))
+            if error is not None:  # a row whose constraint was not kept fails alone
+                kind = CONSTRAINT_ERROR if isinstance(error, ConstraintNotKept) else None
+                gens.append(Generation(text="", finish_reason="error", error=str(error),
+                                       prompt_tokens=len(ids), completion_tokens=len(toks),
+                                       error_type=kind))
                 continue
             n = len(toks)
             ended_eos = bool(toks) and toks[-1] in self.eos_ids
@@ -485,6 +513,8 @@ class LlamaCppChatModel(TokenizerChatModel):
         cancel = cancel_event()
         out: list[int] = []
         emitted = ""
+        check = ReplyCheck.of(params.constraint, self.tokenizer, self.eos_ids,
+                              self.tokenizer.all_special_ids)  # as in `_tokens`
         try:
             with self.server.http.stream("POST", "/completion",
                                          json=self._body(ids, params, stream=True)) as r:
@@ -498,7 +528,10 @@ class LlamaCppChatModel(TokenizerChatModel):
                     chunk = json.loads(line[6:])
                     if "error" in chunk:
                         raise BackendError(_error_text(json.dumps(chunk).encode(), 500))
-                    out.extend(t for t in chunk.get("tokens") or () if t not in self.eos_ids)
+                    got = self._chunk_ids(chunk)
+                    if check and check.take(got, chunk.get("stop_type") == "eos"):
+                        raise ConstraintNotKept(check.problem or "")
+                    out.extend(t for t in got if t not in self.eos_ids)
                     text = self.tokenizer.decode(out, skip_special_tokens=True)
                     if text.endswith("\ufffd") and not chunk.get("stop"):
                         continue  # half of a multi-byte character

@@ -37,6 +37,7 @@ from workbench.models.base import (
     Tools,
     cancel_event,
 )
+from workbench.models.constrain import ConstraintNotKept
 from workbench.models.hf_chat import TokenizerChatModel
 from workbench.models.local_scoring import CachedScoring
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
@@ -379,11 +380,11 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
         enc = tok(prompts, return_tensors="pt", padding=True,
                   add_special_tokens=add_special_tokens)
         enc = {k: v.to(self.device) for k, v in enc.items()}
+        kw = self._gen_kwargs(params, cancel_event(), len(prompts), tokens)
         with self._lock, torch.inference_mode():
             if params.seed is not None:
                 torch.manual_seed(params.seed)
-            seqs = self.model.generate(**enc, **self._gen_kwargs(params, cancel_event(),
-                                                                 len(prompts), tokens))
+            seqs = self.model.generate(**enc, **kw)
         new = seqs[:, enc["input_ids"].shape[1]:]
         eos_ids = _eos_ids(self.model, tok)
         gens = []
@@ -403,6 +404,9 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
                 finish = "stop"
             gens.append(Generation(text=text, finish_reason=finish,
                                    prompt_tokens=int(sum(mask)), completion_tokens=n))
+        if (grammar := _grammar(kw)) is not None:  # rows llguidance gave up on fail alone
+            gens = [g if (why := grammar.failure(i)) is None else g.not_kept(why)
+                    for i, g in enumerate(gens)]
         return gens
 
     def stream(self, conversation: Conversation,
@@ -438,14 +442,14 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
         cancel = cancel_event()  # read here: the thread below does not share this context
         left = threading.Event()  # the consumer is done: a stop string, or it closed us
         ended = _AnyEvent(cancel, left)
+        kw = self._gen_kwargs(params, ended)
 
         def run():
             try:
                 with self._lock, torch.inference_mode():
                     if params.seed is not None:
                         torch.manual_seed(params.seed)
-                    self.model.generate(**enc, streamer=streamer,
-                                        **self._gen_kwargs(params, ended))
+                    self.model.generate(**enc, streamer=streamer, **kw)
             except BaseException as e:  # noqa: BLE001 - surfaced to the consumer below
                 errors.append(e)
                 streamer.end()
@@ -469,6 +473,8 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
             if isinstance(errors[0], WorkbenchError):
                 raise errors[0]
             raise BackendError(f"generation failed: {errors[0]}")
+        if (grammar := _grammar(kw)) is not None and (why := grammar.failure(0)):
+            raise ConstraintNotKept(why)  # the row ended where llguidance gave up
 
     # --- scoring (`score` is CachedScoring's) ----------------------------------------------
 
@@ -566,6 +572,14 @@ def _stop_criterion(tokenizer, stops: Sequence[str]):
     except ValueError:
         log.info("stop strings %r not mappable to tokens; cutting the text afterwards", stops)
         return None
+
+
+def _grammar(kw: dict[str, Any]):
+    """The GrammarProcessor among a generate call's keyword arguments, if any."""
+    from workbench.models.constrain import GrammarProcessor
+
+    return next((p for p in kw.get("logits_processor") or ()
+                 if isinstance(p, GrammarProcessor)), None)
 
 
 def _eos_ids(model, tok) -> set[int]:

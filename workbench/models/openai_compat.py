@@ -43,7 +43,7 @@ from workbench.models.base import (
     TokenLogprobs,
     Tools,
 )
-from workbench.models.constrain import wire_fields
+from workbench.models.constrain import ConstraintNotKept, check_text, wire_fields
 from workbench.models.messages import (
     ToolCall,
     ToolChoice,
@@ -145,8 +145,10 @@ class OpenAIChatModel(ChatModel):
                     raise _Retryable(f"HTTP {resp.status_code}",
                                      float(ra) if ra and ra.replace(".", "").isdigit() else None)
                 if resp.status_code >= 400:
-                    raise BackendError(f"{resp.request.url}: HTTP {resp.status_code}: "
-                                       f"{_error_text(resp)}")
+                    kind = ConstraintNotKept if _error_code(resp) == "constraint_not_kept" \
+                        else BackendError  # `workbench serve`'s 400 for a constraint
+                    raise kind(f"{resp.request.url}: HTTP {resp.status_code}: "
+                               f"{_error_text(resp)}")
                 if text_reply:
                     try:
                         data = resp.json()
@@ -249,6 +251,8 @@ class OpenAIChatModel(ChatModel):
             data = self._request("POST", "/chat/completions", json=body)
         except _GaveUp as e:
             return Generation(text="", finish_reason="error", error=str(e))
+        except ConstraintNotKept as e:
+            return Generation(text="").not_kept(str(e))
         except BackendError as e:
             if "cannot reach" in str(e):
                 raise
@@ -261,11 +265,17 @@ class OpenAIChatModel(ChatModel):
         except ValueError as e:
             return Generation(text=message.get("content") or "", finish_reason="error",
                               error=f"{self.base_url}: malformed tool_calls in the reply: {e}")
-        return Generation(text=message.get("content") or "",
-                          finish_reason=choice.get("finish_reason") or "stop",
-                          prompt_tokens=usage.get("prompt_tokens", 0),
-                          completion_tokens=usage.get("completion_tokens", 0),
-                          tool_calls=calls)
+        gen = Generation(text=message.get("content") or "",
+                         finish_reason=choice.get("finish_reason") or "stop",
+                         prompt_tokens=usage.get("prompt_tokens", 0),
+                         completion_tokens=usage.get("completion_tokens", 0),
+                         tool_calls=calls)
+        # the server's reply checked against the constraint it was asked to keep (its
+        # engine may have given up on it and answered anyway); one cut by max_tokens may be
+        # unfinished
+        problem = check_text(params.constraint, gen.text) \
+            if params.constraint is not None and gen.finish_reason == "stop" else None
+        return gen if problem is None else gen.not_kept(f"{self.base_url}: {problem}")
 
     def check_constraint(self, constraint) -> None:
         """The server checks it (and answers 400 when it cannot honour it)."""
@@ -301,19 +311,33 @@ class OpenAIChatModel(ChatModel):
         if params.stop:
             body["stop"] = list(params.stop)
         body.update(wire_fields(params.constraint))
+        text, finish = "", None
         with self._client.stream("POST", "/chat/completions", json=body) as resp:
             if resp.status_code >= 400:
                 resp.read()
-                raise BackendError(f"HTTP {resp.status_code}: {_error_text(resp)}")
+                kind = ConstraintNotKept if _error_code(resp) == "constraint_not_kept" \
+                    else BackendError
+                raise kind(f"HTTP {resp.status_code}: {_error_text(resp)}")
             for line in resp.iter_lines():
                 if not line.startswith("data:"):
                     continue
                 payload = line[5:].strip()
                 if payload == "[DONE]":
                     break
-                delta = json.loads(payload)["choices"][0].get("delta", {})
+                event = json.loads(payload)
+                if isinstance(err := event.get("error"), dict):  # an error event mid-stream
+                    kind = ConstraintNotKept if err.get("code") == "constraint_not_kept" \
+                        else BackendError
+                    raise kind(f"{self.base_url}: {err.get('message')}")
+                choice = (event.get("choices") or [{}])[0]
+                finish = choice.get("finish_reason") or finish
+                delta = choice.get("delta") or {}
                 if delta.get("content"):
+                    text += delta["content"]
                     yield delta["content"]
+        if params.constraint is not None and finish == "stop" and \
+                (problem := check_text(params.constraint, text)):
+            raise ConstraintNotKept(f"{self.base_url}: {problem}")
 
     # --- scoring ---------------------------------------------------------------------------
 
@@ -491,6 +515,15 @@ class _ServerRenderer(_Renderer):
         added = self._post("/tokenize", {"prompt": text})["tokens"]
         return _strip_doubled_specials(
             text, plain, added, lambda ids: self._post("/detokenize", {"tokens": ids})["prompt"])
+
+
+def _error_code(resp) -> Any:
+    """The `code` of an OpenAI-shaped error reply, if any."""
+    try:
+        err = resp.json().get("error")
+        return err.get("code") if isinstance(err, dict) else None
+    except Exception:  # noqa: BLE001 - any body that is not the usual JSON
+        return None
 
 
 def _error_text(resp) -> str:
