@@ -14,9 +14,10 @@ from starlette.requests import Request  # at module level: FastAPI resolves the 
 
 from workbench.errors import WorkbenchError
 from workbench.models.base import ChatModel, Generation, GenerationParams
+from workbench.models.constrain import ConstraintNotKept
 from workbench.models.messages import as_tool_choice, new_call_id
 from workbench.serve.limits import Ticket
-from workbench.serve.replies import ApiError, error_body, sse, usage
+from workbench.serve.replies import ApiError, constraint_error, error_body, sse, usage
 from workbench.serve.schemas import ChatCompletionRequest, conversation, generation_params
 from workbench.serve.state import ServerState
 from workbench.serve.work import Work, admit, streamed
@@ -43,15 +44,17 @@ async def chat_completion(s: ServerState, req: ChatCompletionRequest, request: R
     ticket: Ticket | None = admitted  # None once a stream holds it (the stream releases it)
     try:
         params = await Work(s, request).run(chat_params, s, req, conv, tools)
+        field = constraint_field(req, tools)
         if req.stream and not tools:
             response, ticket = streamed(s, request, admitted,
-                                        _text_events(model, chunk, conv, params)), None
+                                        _text_events(model, chunk, conv, params, field)), None
             return response
-        if req.stream and tools.get("tool_choice") not in (None, "auto", "none"):
+        if req.stream and field == "tools":
             response, ticket = streamed(s, request, admitted,
                                         _call_events(model, chunk, conv, params, tools)), None
             return response
-        gen = (await Work(s, request).run(s.generate, [conv], params, model, **tools))[0]
+        gen = (await Work(s, request).run(s.generate, [conv], params, model, field=field,
+                                          **tools))[0]
     finally:
         if ticket is not None:
             ticket.release()
@@ -110,6 +113,18 @@ def chat_params(s: ServerState, req: ChatCompletionRequest, conv, tools: dict[st
     return params
 
 
+def constraint_field(req: ChatCompletionRequest, tools: dict[str, Any]) -> str:
+    """The request field whose constraint the reply is made under ("" when none): a forced
+    tool call's grammar is its tools' schemas, else the one field `req.constraint` names."""
+    if tools.get("tool_choice") not in (None, "auto", "none"):
+        return "tools"
+    for field in ("guided_regex", "guided_choice", "guided_grammar"):  # as `req.constraint`
+        if getattr(req, field) is not None:
+            return field
+    rf = req.response_format
+    return "response_format" if rf is not None and rf.type != "text" else ""
+
+
 def assistant_message(gen: Generation, parallel: bool | None) -> dict[str, Any]:
     calls = gen.tool_calls if parallel is not False else gen.tool_calls[:1]
     msg: dict[str, Any] = {"role": "assistant",
@@ -125,14 +140,16 @@ def _chunk(rid: str, served_name: str, delta: dict, finish: str | None = None) -
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
 
-def _text_events(model: ChatModel, chunk: Chunk, conv, params: GenerationParams
-                 ) -> Iterator[str]:
+def _text_events(model: ChatModel, chunk: Chunk, conv, params: GenerationParams,
+                 field: str) -> Iterator[str]:
     yield chunk({"role": "assistant", "content": ""})
     try:
         for piece in model.stream(conv, params):
             if piece:
                 yield chunk({"content": piece})
         yield chunk({}, "stop")
+    except ConstraintNotKept as e:  # the 400 of a reply whole, as the stream's error event
+        yield sse(constraint_error(field, str(e)))
     except WorkbenchError as e:
         yield sse(error_body(str(e), "server_error", None, 500))
     yield "data: [DONE]\n\n"
@@ -155,6 +172,8 @@ def _call_events(model: ChatModel, chunk: Chunk, conv, params: GenerationParams,
             else:
                 finish = value
         yield chunk({}, finish)
+    except ConstraintNotKept as e:
+        yield sse(constraint_error("tools", str(e)))
     except WorkbenchError as e:
         yield sse(error_body(str(e), "server_error", None, 500))
     yield "data: [DONE]\n\n"

@@ -15,9 +15,25 @@ from workbench.models.base import Cancelled
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None,
-                 kind: str = "invalid_request_error"):
+                 kind: str = "invalid_request_error", code: str | None = None):
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
+        self.code = code  # OpenAI's `code` when it says more than the status
+
+
+# The code of a reply whose output constraint could not be kept: llguidance gave up on it
+# mid-generation (a limit of its parser or lexer that the request's bounds did not foresee),
+# or a reply made where its matcher cannot be seen breaks it. The constraint is the caller's,
+# so it is a 400 (`invalid_request_error`, naming the field that asked for it), never a 200
+# with a reply that breaks it (a user of structured outputs relies on a matching reply or an
+# error), nor a 500; streamed, the error event comes in the stream, in the same shape.
+CONSTRAINT_NOT_KEPT = "constraint_not_kept"
+
+
+def constraint_error(field: str, message: str) -> dict[str, Any]:
+    """The error body of a constraint that could not be kept (`CONSTRAINT_NOT_KEPT`)."""
+    return error_body(f"{field}: {message}", "invalid_request_error", field,
+                      CONSTRAINT_NOT_KEPT)
 
 
 class WithinField(ValueError):
@@ -66,8 +82,8 @@ def add_error_handlers(app) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError):
-        return JSONResponse(error_body(exc.message, exc.kind, exc.param, exc.status),
-                            status_code=exc.status)
+        return JSONResponse(error_body(exc.message, exc.kind, exc.param,
+                                       exc.code or exc.status), status_code=exc.status)
 
     @app.exception_handler(Cancelled)
     async def _cancelled(_: Request, exc: Cancelled):  # the client has gone: nobody reads it

@@ -12,10 +12,11 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.models.base import Capabilities, ChatModel, Generation
+from workbench.models.constrain import CONSTRAINT_ERROR
 from workbench.serve.batching import ApiGone, Batcher
 from workbench.serve.limits import Gate, ServerLimits
 from workbench.serve.loras import LoraSet, unsupported
-from workbench.serve.replies import ApiError
+from workbench.serve.replies import CONSTRAINT_NOT_KEPT, ApiError
 
 
 @dataclass
@@ -109,8 +110,11 @@ class ServerState:
         except WorkbenchError as e:
             raise ApiError(400, str(e)) from None
 
-    def generate(self, convs, params, model: ChatModel | None = None,
+    def generate(self, convs, params, model: ChatModel | None = None, *, field: str = "",
                  **tools: Any) -> list[Generation]:
+        """Generations of `convs`; a failed one is an ApiError: 400 naming `field` (the
+        request field that asked for the constraint) when its constraint could not be kept
+        (`replies.CONSTRAINT_NOT_KEPT`), else 500."""
         from jinja2 import TemplateError
 
         batcher, model = self.batcher, model or self.model
@@ -130,6 +134,9 @@ class ServerState:
         except WorkbenchError as e:
             raise ApiError(400, str(e)) from None
         for g in gens:
+            if g.error and g.error_type == CONSTRAINT_ERROR:
+                raise ApiError(400, f"{field}: {g.error}" if field else g.error,
+                               field or None, code=CONSTRAINT_NOT_KEPT)
             if g.error:
                 raise ApiError(500, g.error, kind="server_error")
         return gens
