@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from workbench.models.constrain import CONSTRAINT_ERROR, Constraint
+from workbench.models.constrain import CONSTRAINT_ERROR, Constraint, ConstraintNotKept
 from workbench.models.messages import ToolCall, ToolChoice, ToolSpec
 
 Conversation = list[dict[str, Any]]
@@ -313,7 +313,6 @@ def gen_error(gen: Generation) -> Exception:
     """The exception a failed generation raises where a stream cannot return it:
     `ConstraintNotKept` for a constraint that could not be kept, else BackendError."""
     from workbench.errors import BackendError
-    from workbench.models.constrain import ConstraintNotKept
 
     if gen.error_type == CONSTRAINT_ERROR:
         return ConstraintNotKept(gen.error or "")

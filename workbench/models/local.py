@@ -37,7 +37,7 @@ from workbench.models.base import (
     Tools,
     cancel_event,
 )
-from workbench.models.constrain import ConstraintNotKept
+from workbench.models.constrain import ConstraintNotKept, GrammarProcessor
 from workbench.models.hf_chat import TokenizerChatModel
 from workbench.models.local_scoring import CachedScoring
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
@@ -322,8 +322,6 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
 
     def grammar_processor(self, constraint, batch: int):
         """The logits processor that holds `batch` rows to `constraint`."""
-        from workbench.models.constrain import GrammarProcessor
-
         return GrammarProcessor(constraint, self.tokenizer, self._vocab_size(),
                                 _eos_ids(self.model, self.tokenizer), batch)
 
@@ -576,8 +574,6 @@ def _stop_criterion(tokenizer, stops: Sequence[str]):
 
 def _grammar(kw: dict[str, Any]):
     """The GrammarProcessor among a generate call's keyword arguments, if any."""
-    from workbench.models.constrain import GrammarProcessor
-
     return next((p for p in kw.get("logits_processor") or ()
                  if isinstance(p, GrammarProcessor)), None)
 
