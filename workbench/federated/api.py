@@ -12,10 +12,15 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
+from workbench.federated.flower_app import client_app
+from workbench.federated.report import write_report
+from workbench.federated.server import FedServer
 from workbench.federated.sites import SiteData, load_site, site_folders, split_sites
+from workbench.federated.task import evaluate, local_train
 from workbench.federated.weights import GlobalStore, State, state_hash
 from workbench.federated.wire import WireAudit
 from workbench.io import atomic_path, atomic_write_json, write_jsonl
+from workbench.registry import PipelineResult
 from workbench.runs import outputs_at
 
 
@@ -43,9 +48,7 @@ def pooled(sites: list[SiteData]) -> SiteData:
 def run_federated(fc: FederatedConfig, folders: list[Path], out: Path, *, log=print,
                   on_round=None) -> dict[str, Any]:
     """The rounds, in process (resumes from `out/global` when it holds saved rounds)."""
-    from workbench.federated.flower_app import client_app
     from workbench.federated.inprocess import InProcessGrid, site_node_configs
-    from workbench.federated.server import FedServer
 
     files = outputs_at("fed", out, under="federation")
     if files.path("summary").exists():
@@ -70,8 +73,6 @@ def train_baselines(fc: FederatedConfig, sites: list[SiteData], initial: State, 
     """Local-only (each site alone, rounds x steps) and centralised (all rows pooled,
     rounds x steps x sites): the same optimizer steps in total as the federation. Each
     adapter file is written once; a rerun skips it."""
-    from workbench.federated.task import local_train
-
     steps = fc.rounds * fc.local.steps
     paths = {}
     for s in sites:
@@ -100,8 +101,6 @@ def evaluate_all(fc: FederatedConfig, sites: list[SiteData], adapters: dict[str,
                  out: Path, *, log=print) -> list[dict]:
     """Every condition on every site's held-out rows and benchmark items (rows cached in
     `out/eval.jsonl` by condition and adapter hash)."""
-    from workbench.federated.task import evaluate
-
     cache_path = outputs_at("fed", out).path("eval")
     cache = {}
     if cache_path.exists():
@@ -132,14 +131,10 @@ def evaluate_all(fc: FederatedConfig, sites: list[SiteData], adapters: dict[str,
 
 def run(cfg, ctx):
     """The registered pipeline (`workbench fed sim -c CONFIG`)."""
-    from workbench.federated.report import write_report
-    from workbench.registry import PipelineResult
-
     fc: FederatedConfig = cfg.federated
     out = ctx.layout.folder("fed")
     files = outputs_at("fed", out)
     if fc.track == "knowledge":
-        from workbench.federated.flower_app import client_app
         from workbench.federated.knowledge.api import run_knowledge
 
         return run_knowledge(fc, ctx, out, client_app())

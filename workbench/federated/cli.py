@@ -11,6 +11,13 @@ from typing import Annotated
 import typer
 
 from workbench.cli_options import ConfigArg, ConfigOpt, SetOpt, load
+from workbench.federated.certs import make_node_key, make_tls
+from workbench.federated.deploy import Deployment, shell
+from workbench.federated.operate import bring_up, check_outcome, deployment, run_rounds
+from workbench.federated.sites import load_site, split_sites
+from workbench.io import pid_alive
+from workbench.jobs import run_in_process
+from workbench.progress import quiet_libraries
 
 HomeOpt = Annotated[Path | None, typer.Option(
     "--home", help="Deployment folder (FLWR_HOME, pids, logs); default federated.deploy.home.")]
@@ -23,8 +30,6 @@ def _cfg(config, config_opt, set_):
 
 
 def _deployment(fc, home: Path | None, certs: Path | None, auth: bool, insecure: bool):
-    from workbench.federated.operate import deployment
-
     return deployment(fc, home, certs, auth=auth, insecure=insecure)
 
 
@@ -38,8 +43,6 @@ def register(group: typer.Typer) -> None:
               canaries: Annotated[int, typer.Option(help="Secret strings planted per site "
                                                          "(leak checks).")] = 2):
         """Split QTSA rows into site folders (train/eval/benchmark + site.json)."""
-        from workbench.federated.sites import load_site, split_sites
-
         for d in split_sites(source, out, sites=sites, by=by, canaries=canaries):
             s = load_site(d)
             typer.echo(f"{d}: {len(s.train)} train, {len(s.eval)} eval, "
@@ -51,9 +54,6 @@ def register(group: typer.Typer) -> None:
         """Run the federated experiment in this process: sites from federated.sites_dir (or
         a split of federated.split.source), FedAvg rounds through the same Flower apps a
         deployment runs, local-only and centralised baselines, report."""
-        from workbench.jobs import run_in_process
-        from workbench.progress import quiet_libraries
-
         quiet_libraries()
         result = run_in_process("fed", _cfg(config, config_opt, set_),
                                 log=lambda m: typer.echo(m, err=True), fresh=fresh)
@@ -72,8 +72,6 @@ def register(group: typer.Typer) -> None:
                help="Run without TLS (loopback tests only).")] = False):
         """Start a SuperLink and one SuperNode per site on 127.0.0.1; wait until all are
         online. Refuses to run without --certs unless --insecure is given."""
-        from workbench.federated.operate import bring_up
-
         fc = _cfg(config, config_opt, set_).federated
         d = _deployment(fc, home, certs, auth, insecure)
         pids = bring_up(fc, d, sites)
@@ -95,8 +93,6 @@ def register(group: typer.Typer) -> None:
         """Submit the federated rounds to the deployment `up` started, wait for the final
         status (read from the SuperLink, not from `flwr run`'s exit code), print the round
         summary. Exits non-zero when the run failed or aborted (the server's exit code)."""
-        from workbench.federated.operate import check_outcome, run_rounds
-
         fc = _cfg(config, config_opt, set_).federated
         d = _deployment(fc, home, certs, False, insecure)
         run = run_rounds(fc, d, out, timeout=timeout, log=lambda m: typer.echo(m, err=True))
@@ -110,8 +106,6 @@ def register(group: typer.Typer) -> None:
     def status(config: ConfigArg = None, config_opt: ConfigOpt = None, set_: SetOpt = None,
                home: HomeOpt = None):
         """The processes `up` started and the SuperLink's view of its SuperNodes."""
-        from workbench.io import pid_alive
-
         fc = _cfg(config, config_opt, set_).federated
         d = _deployment(fc, home, None, False, True)
         for name, pid in sorted(d.pids().items()):
@@ -136,8 +130,6 @@ def register(group: typer.Typer) -> None:
                   nodes: Annotated[int, typer.Option(help="Site key pairs to make under "
                                                          "FOLDER/nodes.")] = 0):
         """Make a CA, a SuperLink certificate and (with --nodes) site key pairs."""
-        from workbench.federated.certs import make_node_key, make_tls
-
         files = make_tls(folder, hosts=tuple(host or ("127.0.0.1", "localhost")))
         for i in range(nodes):
             (folder / "nodes").mkdir(parents=True, exist_ok=True)
@@ -156,9 +148,6 @@ def register(group: typer.Typer) -> None:
                                                     "runtime API.")] = 9094):
         """Print the `flower-supernode` command a real site runs to join (its data path goes
         in the node config and never leaves the machine)."""
-        from workbench.federated.deploy import Deployment, shell
-        from workbench.federated.sites import load_site
-
         load_site(data)  # refuse a broken folder before anyone starts a node on it
         d = Deployment(Path("."), port=port - 1, insecure=ca is None)
         typer.echo(shell(d.supernode_command(0, data, superlink=superlink, private_key=key,

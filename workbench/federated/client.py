@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from workbench.federated.config import LocalTrain
 from workbench.federated.server import METRIC_KEYS
 from workbench.federated.sites import load_site
+from workbench.federated.task import evaluate, local_train
 from workbench.federated.weights import from_record, to_record
 
 if TYPE_CHECKING:
@@ -63,8 +64,6 @@ def _reply(msg: Message, site_name: str, metrics: dict, state=None) -> Message:
 
 @site_errors
 def handle_train(msg: Message, context: Context) -> Message:
-    from workbench.federated.task import local_train
-
     cfg, site, model, local = _job(msg, context)
     state = from_record(msg.content.array_records["arrays"])
     res = local_train(site, state, model=model, local=local,
@@ -75,8 +74,6 @@ def handle_train(msg: Message, context: Context) -> Message:
 
 @site_errors
 def handle_evaluate(msg: Message, context: Context) -> Message:
-    from workbench.federated.task import evaluate
-
     cfg, site, model, local = _job(msg, context)
     state = from_record(msg.content.array_records["arrays"])
     out = evaluate(site, state, model=model, local=local, mc=bool(cfg["mc"]))

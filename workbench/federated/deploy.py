@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
+from workbench.federated.certs import make_node_key
 from workbench.io import atomic_write_json, atomic_write_text, pid_alive
 
 APP_DIR = Path(__file__).parent / "flower_app"
@@ -277,8 +278,6 @@ class Deployment:
 
     # -- node authentication -----------------------------------------------------------------
     def make_node_keys(self, n: int) -> None:
-        from workbench.federated.certs import make_node_key
-
         d = self.security.node_keys
         if d is None:
             raise WorkbenchError("node keys are made for a deployment with node authentication")

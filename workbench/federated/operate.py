@@ -15,6 +15,8 @@ from typing import Any
 from workbench.errors import WorkbenchError
 from workbench.federated.config import FederatedConfig
 from workbench.federated.deploy import DeployError, Deployment, Security
+from workbench.federated.sites import site_folders, split_sites
+from workbench.io import atomic_write_text
 from workbench.runs import outputs_at
 
 
@@ -42,8 +44,6 @@ def bring_up(fc: FederatedConfig, d: Deployment, sites: Path | None = None) -> d
     """Start the SuperLink and one SuperNode per site folder under `sites` (default
     `federated.sites_dir`, else a split of `federated.split.source` into HOME/sites); returns
     the pids by process name once every node is online."""
-    from workbench.federated.sites import site_folders, split_sites
-
     d.security_check()  # before any folder is written
     src = sites or (Path(fc.sites_dir) if fc.sites_dir else None)
     if src is None:
@@ -72,7 +72,6 @@ def run_rounds(fc: FederatedConfig, d: Deployment, out: Path | None = None, *,
     `RunFailed` when the server aborted (its message and exit code) or the run did not
     finish."""
     from workbench.federated.server import read_rounds
-    from workbench.io import atomic_write_text
 
     d.security_check()
     if "superlink" not in d.pids():

@@ -11,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TypeVar
 
+from workbench.evaluate.stats import mcnemar_exact, prediction_counts, wilson_interval
 from workbench.federated.config import FederatedConfig
 from workbench.federated.results import (
     FedReport,
@@ -21,7 +22,7 @@ from workbench.federated.results import (
     read_report,
 )
 from workbench.federated.server import read_rounds
-from workbench.io import atomic_write_json, atomic_write_text
+from workbench.io import atomic_savefig, atomic_write_json, atomic_write_text
 from workbench.runs import Outputs, outputs_at
 from workbench.text import MISSING, markdown_table, number, p_value, percent_interval, points
 
@@ -49,8 +50,6 @@ def _mean_loss(rows: list[dict]) -> float | None:
 
 
 def condition_table(rows: list[dict]) -> list[LoraCondition]:
-    from workbench.evaluate.stats import mcnemar_exact, prediction_counts, wilson_interval
-
     by_cond: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_cond[r["condition"]].append(r)
@@ -207,8 +206,6 @@ def _plot(path: Path, train_rounds: list[dict], by: dict[str, LoraCondition],
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from workbench.io import atomic_savefig
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, n in enumerate(names):

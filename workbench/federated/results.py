@@ -13,7 +13,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import DataError
+from workbench.io import read_json_object, read_regular_file, validate_versioned
 from workbench.records import ReportPart
+from workbench.runs import locate, outputs_at
 
 SCHEMA_VERSION: Literal[1] = 1
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; more is not a report
@@ -158,9 +160,6 @@ def read_report(run) -> tuple[LoraReport | KnowledgeReport, str]:
     (track B's count knowledge bytes). Anything but a report of this version (missing,
     a link or device, bad JSON, another schema_version, a field that does not fit) is a
     DataError of one line naming the file; a report without schema_version reads as 1."""
-    from workbench.io import read_json_object, read_regular_file, validate_versioned
-    from workbench.runs import locate, outputs_at
-
     path = locate("fed", "report", run)
     rerun = "re-run the experiment"
     data = read_json_object(path, cap=MAX_REPORT_BYTES, what="federated report", rerun=rerun,

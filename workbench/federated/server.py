@@ -31,6 +31,7 @@ from workbench.federated.guards import (
     run_rounds,
 )
 from workbench.federated.sites import SITE_NAME
+from workbench.federated.task import initial_state
 from workbench.federated.weights import (
     GlobalStore,
     State,
@@ -40,7 +41,7 @@ from workbench.federated.weights import (
     state_hash,
     to_record,
 )
-from workbench.io import append_line, atomic_write_json
+from workbench.io import append_line, atomic_path, atomic_write_json
 from workbench.runs import outputs_at
 
 if TYPE_CHECKING:
@@ -158,8 +159,6 @@ class FedServer:
         else:
             initial = self._initial
             if initial is None:
-                from workbench.federated.task import initial_state
-
                 initial = initial_state(cfg.model, cfg.local, cfg.seed)
             start, self.state, streak = 0, initial, 0
             self.store.save(0, self.state, {"status": "initial"})
@@ -241,8 +240,6 @@ class FedServer:
 
     def _keep(self, rnd: int, good) -> None:
         from safetensors.numpy import save_file
-
-        from workbench.io import atomic_path
 
         d = self.files.path("replies") / f"round-{rnd:04d}"
         d.mkdir(parents=True, exist_ok=True)

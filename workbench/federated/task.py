@@ -9,9 +9,21 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.evaluate.mc import evaluate_mc
 from workbench.federated.config import LocalTrain
 from workbench.federated.sites import SiteData
 from workbench.federated.weights import State, from_torch, to_torch
+from workbench.models.local import LocalChatModel
+from workbench.train.config import TrainConfig
+from workbench.train.data import tokenize_all
+from workbench.train.session import (
+    adapter_state,
+    eval_loss,
+    init_adapter_state,
+    load_adapter_state,
+    setup,
+    train_steps,
+)
 
 
 def site_seed(seed: int, rnd: int, site: str) -> int:
@@ -20,8 +32,6 @@ def site_seed(seed: int, rnd: int, site: str) -> int:
 
 
 def train_config(local: LocalTrain, *, aggregation: str = "fedavg", steps: int | None = None):
-    from workbench.train.config import TrainConfig
-
     lora = local.lora.model_copy(update={"freeze_a": aggregation == "ffa"})
     return TrainConfig(max_steps=steps or local.steps, learning_rate=local.learning_rate,
                        batch_size=local.batch_size, max_length=local.max_length,
@@ -36,8 +46,6 @@ def _no_cuda() -> bool:
 
 
 def initial_state(model: str, local: LocalTrain, seed: int) -> State:
-    from workbench.train.session import init_adapter_state
-
     return from_torch(init_adapter_state(local.lora, model_spec=model, seed=seed))
 
 
@@ -52,14 +60,6 @@ def local_train(site: SiteData, start: State | None, *, model: str, local: Local
                 steps: int | None = None, eval_before: bool = True) -> LocalResult:
     """Start from `start` (None: the fresh adapter of `seed`), train `steps` (default
     local.steps) on the site's rows, return the new adapter and numbers only."""
-    from workbench.train.session import (
-        adapter_state,
-        eval_loss,
-        load_adapter_state,
-        setup,
-        train_steps,
-    )
-
     t0 = time.perf_counter()
     cfg = train_config(local, aggregation=aggregation, steps=steps)
     s = setup(cfg, model_spec=model, examples=site.train, seed=site_seed(seed, rnd, site.name))
@@ -81,17 +81,12 @@ def evaluate(site: SiteData, state: State, *, model: str, local: LocalTrain,
     """Held-out loss and (with `mc`) cloze accuracy on the site's benchmark items.
     Returns numbers plus `mc_correct`, the per-item outcomes (kept on the site in a
     deployment; the experiment uses them for paired tests)."""
-    from workbench.train.session import eval_loss, load_adapter_state, setup
-
     cfg = train_config(local)
     s = setup(cfg, model_spec=model, examples=site.train, seed=0)
     load_adapter_state(s, to_torch(state))
     _set_eval(s, site)
     out: dict[str, Any] = {"eval-loss": eval_loss(s)} if s.eval_set else {}
     if mc and site.benchmark:
-        from workbench.evaluate.mc import evaluate_mc
-        from workbench.models.local import LocalChatModel
-
         s.model.eval()
         scorer = LocalChatModel.wrap(s.model, s.tokenizer, device=s.device,
                                      identity=f"fed:{site.name}")
@@ -106,8 +101,6 @@ def evaluate(site: SiteData, state: State, *, model: str, local: LocalTrain,
 
 
 def _set_eval(session, site: SiteData) -> None:
-    from workbench.train.data import tokenize_all
-
     if site.eval:
         session.eval_set = tokenize_all(session.tokenizer, site.eval,
                                         max_length=session.cfg.max_length, max_positions=None,

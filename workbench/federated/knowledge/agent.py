@@ -36,10 +36,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.agents.runner import (
+    AgentSetup,
+    AgentTask,
+    Budget,
+    ErrorPolicy,
+    GuidedPolicy,
+    run_reflexion,
+)
+from workbench.agents.runner import scaffold as make_scaffold
+from workbench.agents.tools import Tool, Toolbox, ToolError
+from workbench.datatasks.exploreconfig import ExploreConfig
+from workbench.datatasks.generators import GrammarGenerator
 from workbench.datatasks.grammar import Move
+from workbench.datatasks.normalise import normalise_program
+from workbench.datatasks.priors import UniformPrior
+from workbench.datatasks.search import Search
+from workbench.datatasks.trie import PrefixTrie
+from workbench.errors import WorkbenchError
 from workbench.federated.config import AgentSettings
 from workbench.federated.knowledge.workflows import Outcome, step_text, workflow_of
 from workbench.io import append_line
+from workbench.records import ToolCall
 
 # bump when sampling, scaffolds or prompts change: cached outcomes of older code are not reused
 CACHE_VERSION = "data-agent-2"
@@ -96,8 +114,6 @@ class DataAgent:
         if scaffold not in LOOP_SCAFFOLD:
             raise ValueError(f"scaffold {scaffold!r}: use {', '.join(LOOP_SCAFFOLD)}")
         if not model.capabilities.score:
-            from workbench.errors import WorkbenchError
-
             raise WorkbenchError(f"knowledge.prompted.model: {model.identity} cannot score "
                                  "continuations, which the guided agent needs (use a local "
                                  "model or a server that returns prompt logprobs)")
@@ -126,13 +142,6 @@ class DataAgent:
     def candidates(self, task) -> list[Candidate]:
         """Distinct complete plans sampled from the grammar under a uniform prior (no units,
         no verifier), in the order found; deterministic per (seed, task)."""
-        from workbench.datatasks.exploreconfig import ExploreConfig
-        from workbench.datatasks.generators import GrammarGenerator
-        from workbench.datatasks.normalise import normalise_program
-        from workbench.datatasks.priors import UniformPrior
-        from workbench.datatasks.search import Search
-        from workbench.datatasks.trie import PrefixTrie
-
         if task.id in self._cands:
             return self._cands[task.id]
         cfg = ExploreConfig(prior="uniform", iterations=1, stop_after=1, seed=self.seed,
@@ -183,10 +192,6 @@ class DataAgent:
 
     # -- the loop ---------------------------------------------------------------------------
     def _setup(self):
-        from workbench.agents.runner import AgentSetup, Budget, ErrorPolicy, GuidedPolicy
-        from workbench.agents.runner import scaffold as make_scaffold
-        from workbench.agents.tools import Tool, Toolbox, ToolError
-
         def run_sql(sql: str) -> str:
             return self.run_sql(sql).to_observation(max_rows=self.cfg.rows, max_chars=800)
 
@@ -240,8 +245,6 @@ class DataAgent:
 
     def attempt(self, tasks: Sequence, units: Sequence[dict]) -> list[Outcome]:
         """Each task's outcome with these units in the prompt (cached per prompt)."""
-        from workbench.agents.runner import AgentTask, run_reflexion
-
         todo: list[AgentTask] = []
         keys: dict[str, str] = {}
         for t in tasks:
@@ -316,8 +319,6 @@ class DataAgent:
 
 
 def _call(name: str, sql: str):
-    from workbench.records import ToolCall
-
     return ToolCall.make(name, {"sql": sql})
 
 

@@ -18,8 +18,11 @@ from workbench.federated.knowledge.report import write_knowledge_report
 from workbench.federated.knowledge.server import KnowledgeServer
 from workbench.federated.knowledge.site import DataAgentSite, make_data_sites
 from workbench.federated.knowledge.units import load_latest_kb
+from workbench.federated.task import initial_state
+from workbench.federated.weights import state_bytes
 from workbench.federated.wire import WireAudit
 from workbench.io import atomic_write_json, write_jsonl
+from workbench.registry import PipelineResult
 from workbench.runs import outputs_at
 
 
@@ -83,8 +86,6 @@ def evaluate_knowledge(fc: FederatedConfig, folders: list[Path], views: dict[str
 def run_knowledge(fc: FederatedConfig, ctx, out: Path, client_app):
     """Track B experiment: federated rounds, each site alone (local-only, k_min=1), final
     evaluation of no units / local-only / federated units on every site's eval slice."""
-    from workbench.registry import PipelineResult
-
     t0 = time.perf_counter()
     files = outputs_at("fed", out)
     folders = knowledge_sites(fc, out)
@@ -103,9 +104,6 @@ def run_knowledge(fc: FederatedConfig, ctx, out: Path, client_app):
     adapter_bytes = None
     if fc.model:
         try:
-            from workbench.federated.task import initial_state
-            from workbench.federated.weights import state_bytes
-
             adapter_bytes = state_bytes(initial_state(fc.model, fc.local, fc.seed))
         except WorkbenchError:
             adapter_bytes = None

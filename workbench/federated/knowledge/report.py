@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.evaluate.stats import mcnemar_exact, wilson_interval
 from workbench.federated.config import FederatedConfig, parse_agent_settings
 from workbench.federated.knowledge.site import POISON
 from workbench.federated.knowledge.units import Unit, votes
@@ -24,6 +25,7 @@ from workbench.federated.results import (
     Transfer,
 )
 from workbench.federated.server import read_rounds
+from workbench.io import atomic_savefig
 from workbench.runs import outputs_at
 from workbench.text import MISSING, markdown_table, number, p_value, percent, percent_interval
 
@@ -101,8 +103,6 @@ def _read_knowledge_run(out: Path, fc: FederatedConfig, rows: list[dict],
 
 def _knowledge_table(run: _KnowledgeRun) -> list[KnowledgeCondition]:
     """Per condition: tasks verified with its interval, per site, and the paired test."""
-    from workbench.evaluate.stats import mcnemar_exact, wilson_interval
-
     by, sites = run.by, run.sites
     table = []
     for cond in [c for c in KCONDS if c in by]:
@@ -123,8 +123,6 @@ def _knowledge_table(run: _KnowledgeRun) -> list[KnowledgeCondition]:
 
 def _transfer(run: _KnowledgeRun) -> Transfer | None:
     """The listener (a site that contributes nothing) with and without the federated units."""
-    from workbench.evaluate.stats import mcnemar_exact
-
     listener = next((s for s in run.sites if not run.meta[s]["contributes"]), None)
     if not (listener and "none" in run.by and "federated" in run.by):
         return None
@@ -273,8 +271,6 @@ def _plot_knowledge(path: Path, fr, lr, sites) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from workbench.io import atomic_savefig
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for s in sites:

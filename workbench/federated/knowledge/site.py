@@ -26,7 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from workbench.dataenv.env import open_env, sample_environment
+from workbench.datatasks.exploreconfig import ExploreConfig
+from workbench.datatasks.generators import GrammarGenerator
 from workbench.datatasks.grammar import Move
+from workbench.datatasks.poolfiles import load_pool, save_pool
+from workbench.datatasks.priors import UniformPrior
+from workbench.datatasks.tasks import build_pool
 from workbench.errors import WorkbenchError
 from workbench.federated.config import parse_agent_settings
 from workbench.federated.knowledge.agent import DataAgent
@@ -38,6 +44,7 @@ from workbench.federated.knowledge.workflows import (
     workflow_text,
 )
 from workbench.io import atomic_write_json
+from workbench.models.backends import load_model
 from workbench.records import KnowledgeOp
 
 # a site's scaffold (site.json's "scaffold") -> its search strategy over the same grammar, prior
@@ -106,10 +113,6 @@ class DataAgentSite:
 
     def __init__(self, folder: str | Path, *, iterations: int = 8, seed: int = 0,
                  agent: str = "grammar", agent_settings: dict | None = None):
-        from workbench.dataenv.env import open_env
-        from workbench.datatasks.poolfiles import load_pool, save_pool
-        from workbench.datatasks.tasks import build_pool
-
         self.folder = Path(folder)
         try:
             self.meta = json.loads((self.folder / "site.json").read_text())
@@ -168,9 +171,6 @@ class DataAgentSite:
         if self.agent == "prompted":
             return self.prompted(scaffold or self.scaffold).attempt(tasks, units)
         from workbench.datatasks.explore import explore_task
-        from workbench.datatasks.exploreconfig import ExploreConfig
-        from workbench.datatasks.generators import GrammarGenerator
-        from workbench.datatasks.priors import UniformPrior
 
         cfg = ExploreConfig(prior="uniform", iterations=iterations or self.iterations,
                             stop_after=1, seed=self.seed,
@@ -254,8 +254,6 @@ _MODELS: dict[str, Any] = {}
 
 def chat_model(spec: str):
     """One model per spec per process (a site's rounds and scaffolds share it)."""
-    from workbench.models.backends import load_model
-
     if spec not in _MODELS:
         _MODELS[spec] = load_model(spec)
     return _MODELS[spec]
@@ -271,8 +269,6 @@ def make_data_sites(out: str | Path, *, chinook_parts: int = 2, extra: Sequence[
     schemas. Canary strings (fixed by `seed`) are planted in each Chinook part's customer
     data."""
     import hashlib
-
-    from workbench.dataenv.env import sample_environment
 
     out = Path(out)
     folders = []

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.io import append_line, atomic_write_json
+from workbench.models.embed import load_embedder
 from workbench.records import KnowledgeOp
 from workbench.runs import outputs_at
 
@@ -327,6 +328,4 @@ def now() -> float:
 def minilm():
     """The bundled MiniLM, loaded once per process (the in-process runner serves every site
     from one process; the server embeds insights with it)."""
-    from workbench.models.embed import load_embedder
-
     return load_embedder("minilm")
