@@ -24,14 +24,13 @@ from typing import Any
 from workbench import registry
 from workbench.agent_packs.pack import AgentPack, declaration
 from workbench.agent_packs.pack import names as registered_packs
-from workbench.errors import WorkbenchError
+from workbench.agent_packs.reports import agent_folder
+from workbench.errors import ConfigError, WorkbenchError
 from workbench.plugins import load
 
 
 def conditions(ac, known: tuple[str, ...]) -> list[str]:
     """The configured conditions, checked against what the pack knows (default: all)."""
-    from workbench.errors import ConfigError
-
     wanted = list(ac.conditions or known)
     bad = [c for c in wanted if c not in known]
     if bad:
@@ -68,8 +67,6 @@ def pack_module(name: str) -> Any:
 def _check_pack_options(ac) -> None:
     """Options that only some packs read (their declarations' `reads`), refused for the
     others in one line."""
-    from workbench.errors import ConfigError
-
     reads = declaration(ac.pack).reads
     if ac.adapters and "adapters" not in reads:
         raise ConfigError([f"agent.adapters: pack {ac.pack!r} has no adapter "
@@ -116,8 +113,6 @@ def report_record(pack: str) -> Any:
 
 def report_path(run, pack: str) -> Path:
     """Where a pack's report JSON lies in a run (a run folder or its `RunLayout`)."""
-    from workbench.agent_packs.reports import agent_folder
-
     return agent_folder(run) / report_module(pack).REPORT_JSON
 
 
@@ -133,8 +128,6 @@ def report_packs(run) -> list[str]:
     broken one is listed, and its reader says what is wrong); every registered pack that
     declares its report, by name."""
     import os
-
-    from workbench.agent_packs.reports import agent_folder
 
     folder = agent_folder(run)
     out = []

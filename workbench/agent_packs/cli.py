@@ -11,7 +11,12 @@ from typing import Annotated
 
 import typer
 
+from workbench.agent_packs.api import run_inputs
+from workbench.agent_packs.rf.generate import write_generated
 from workbench.cli_options import ConfigArg, SetOpt, load
+from workbench.io import write_jsonl
+from workbench.jobs import run_in_process
+from workbench.progress import quiet_libraries
 
 PackArg = Annotated[str, typer.Argument(help="The agent pack: kgv, rf or litsearch.")]
 IndexOpt = Annotated[Path | None, typer.Option(
@@ -70,10 +75,6 @@ def register(group: typer.Typer) -> None:
             index: IndexOpt = None):
         """Run the agent on a few inputs and print every step (calls, observations, the
         verdict and, for kgv, the passages it cites and the evidence searched)."""
-        from workbench.agent_packs.api import run_inputs
-        from workbench.io import write_jsonl
-        from workbench.progress import quiet_libraries
-
         quiet_libraries()
         if not inputs:
             raise typer.BadParameter("give at least one --input", param_hint="--input")
@@ -96,9 +97,6 @@ def register(group: typer.Typer) -> None:
         """Evaluate the pack's agent against its baselines (closed book, single-turn RAG),
         distil teacher trajectories into a LoRA student and report all side by side with
         intervals. Resumable: finished stages and claims are kept."""
-        from workbench.jobs import run_in_process
-        from workbench.progress import quiet_libraries
-
         quiet_libraries()
         result = run_in_process("agent", _cfg(pack, config, set_, index),
                                 log=lambda m: typer.echo(m, err=True), fresh=fresh)
@@ -121,8 +119,6 @@ def _register_generate_design(group: typer.Typer) -> None:
         """rf: write seeded design items generated from the calculators (ids
         rfg-sSEED-FAMILY-NNN, none repeating a shipped item), for `agent.data` of the rf
         pack: `workbench agent eval rf CONFIG -s agent.data=OUT`."""
-        from workbench.agent_packs.rf.generate import write_generated
-
         info = write_generated(out, per_family, seed)
         typer.echo(f"wrote {info['file']}: {info['items']} items ({per_family} per family, "
                    f"seed {seed}); evaluate with: workbench agent eval rf CONFIG "

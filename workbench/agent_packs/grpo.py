@@ -24,7 +24,13 @@ from typing import Any
 
 from workbench.agents.rollout import RewardFn
 from workbench.agents.runner import AgentSetup, AgentTask
+from workbench.io import atomic_write_text
+from workbench.models.factory import open_chat_model
 from workbench.records import ReportPart
+from workbench.runs import hash_inputs
+from workbench.text import number, percent
+from workbench.train.config import TrainConfig
+from workbench.train.grpo_recipe import train_grpo
 
 
 class TrainedAdapter(ReportPart):
@@ -47,8 +53,6 @@ class TrainedAdapter(ReportPart):
 
 def train_config(g, *, init_adapter: str | None = None) -> Any:
     """The training library's config for an `agent.grpo` section (`GrpoTraining`)."""
-    from workbench.train.config import TrainConfig
-
     return TrainConfig(method="grpo", max_steps=g.max_steps, learning_rate=g.learning_rate,
                        batch_size=g.batch_size, max_length=g.max_length, warmup_ratio=0.0,
                        scheduler="constant", save_every=1, lora=g.lora, grpo=g.settings,
@@ -69,8 +73,6 @@ def train(cfg, ctx, stage: str, folder: Path, *, train_tasks: Sequence[AgentTask
     test item counts. A killed training resumes from its checkpoints only under the same
     inputs: the stage's hash is kept beside them (`.<stage>.key`), and other inputs (or
     `--fresh`) start over."""
-    from workbench.runs import hash_inputs
-
     tc = train_config(cfg.agent.grpo, init_adapter=init_adapter)
     key = (*items_key, cfg.models.chat.model_dump(mode="json"), cfg.agent.policy,
            cfg.agent.errors.model_dump(mode="json"), tc.model_dump(mode="json"), cfg.seed,
@@ -78,9 +80,6 @@ def train(cfg, ctx, stage: str, folder: Path, *, train_tasks: Sequence[AgentTask
     marker = folder.parent / f".{folder.name}.key"
 
     def go() -> dict[str, Any]:
-        from workbench.io import atomic_write_text
-        from workbench.train.grpo_recipe import train_grpo
-
         h = hash_inputs(key)
         same = marker.is_file() and marker.read_text(encoding="utf-8") == h
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -127,8 +126,6 @@ def training_info(metrics: list[dict], outputs: dict[str, Any], counts: dict[str
 
 def adapted_model(cfg, folder: Path):
     """The chat model with the adapter in `folder` merged (a guided policy scores with it)."""
-    from workbench.models.factory import open_chat_model
-
     mc = cfg.models.chat.model_copy(update={"options": {
         **cfg.models.chat.options, "adapter": str(folder), "merge_adapter": True}})
     return open_chat_model(mc, cfg)
@@ -137,8 +134,6 @@ def adapted_model(cfg, folder: Path):
 def summary_line(name: str, t: TrainedAdapter, *, scored: str = "test items") -> str:
     """The report's paragraph on how the condition's adapter was made (`scored`: what the
     pack calls the items every condition is scored on)."""
-    from workbench.text import number, percent
-
     kept = f"the adapter of step {t.adapter_step} is kept (best mean reward on " \
            f"{t.dev_items} dev items: {number(t.dev_reward_start)} at the start, " \
            f"{number(t.dev_reward_best)} kept)" if t.dev_items and \

@@ -16,7 +16,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel, RootModel
 
+from workbench import registry
+from workbench.io import read_json_object, validate_versioned
 from workbench.records import ReportPart
+from workbench.runs import RunLayout
 
 SCHEMA_VERSION = 1
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; more is not a report
@@ -44,16 +47,12 @@ def report_json(report: BaseModel) -> str:
 
 def agent_folder(run) -> Path:
     """The agent pipeline's folder of a run (a run folder or a `RunLayout`)."""
-    from workbench.runs import RunLayout
-
     lay = run if isinstance(run, RunLayout) else RunLayout.at(run)
     return lay.folder("agent")
 
 
 def report_file(run, name: str) -> Path:
     """The report file `name` of a run folder, `RunLayout` or the report's own path."""
-    from workbench.runs import RunLayout
-
     if isinstance(run, RunLayout) or Path(run).is_dir():
         return agent_folder(run) / name
     return Path(run)
@@ -62,8 +61,6 @@ def report_file(run, name: str) -> Path:
 def condition_file(run, artifact: str, condition: str) -> Path:
     """The layout's path of a per-condition output of the agent pipeline (artifact "rf" and
     condition "tools": `<run>/agent/rf_tools.jsonl`)."""
-    from workbench import registry
-
     path = registry.get("agent").artifact(artifact).path
     return agent_folder(run) / path.replace("{value}", condition)
 
@@ -73,8 +70,6 @@ def read_report_file(path: str | os.PathLike, model: type[R], what: str) -> R:
     JSON, another schema_version, a field that does not fit) is a DataError of one line
     naming the file. A report without schema_version (written before it existed) reads as
     version 1."""
-    from workbench.io import read_json_object, validate_versioned
-
     data = read_json_object(path, cap=MAX_REPORT_BYTES, what=what, rerun="re-run the evaluation",
                             missing="no report here: run `workbench agent eval PACK CONFIG` "
                                     "first")

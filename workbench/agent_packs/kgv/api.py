@@ -13,9 +13,19 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from workbench.agent_packs.kgv.evidence import Evidence
+from workbench.agent_packs import grpo
+from workbench.agent_packs.api import conditions
+from workbench.agent_packs.kgv import graph as G
+from workbench.agent_packs.kgv.evidence import (
+    Evidence,
+    folder_evidence,
+    index_evidence,
+    index_key,
+    searcher,
+)
 from workbench.agent_packs.kgv.metrics import prediction, route
-from workbench.agent_packs.kgv.pack import KGClaim, KgvAgent, load_claims
+from workbench.agent_packs.kgv.pack import KGClaim, KgvAgent, load_claims, settings
+from workbench.agent_packs.kgv.report import REPORT_JSON, REPORT_MD, write_report
 from workbench.agent_packs.kgv.reward import FORMAT_PENALTY, SEARCH_COST, reward
 from workbench.agents.export import sft_examples
 from workbench.agents.runner import (
@@ -27,11 +37,17 @@ from workbench.agents.runner import (
     scaffold,
 )
 from workbench.agents.steps import AgentTrajectory
-from workbench.errors import WorkbenchError
+from workbench.corpus import corpus_hash
+from workbench.domain_packs import load_pack
+from workbench.errors import ConfigError, WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
-from workbench.runs import Outputs, outputs_at
+from workbench.models.factory import open_chat_model
+from workbench.registry import PipelineResult
+from workbench.runs import Outputs, RunLayout, file_hash, hash_inputs, outputs_at
 from workbench.text import percent
+from workbench.train.config import TrainConfig
+from workbench.train.recipe import train as train_lora
 
 if TYPE_CHECKING:
     from workbench.agent_packs.kgv.report import KgvReport
@@ -68,11 +84,6 @@ class KG:
 def read_kg(folder: str | Path, pack: str = "kgv", index: str | Path | None = None) -> KG:
     """The claims of a KGV data folder, and its evidence: the built index `index` when
     given, else what the folder holds (`evidence.py`)."""
-    from workbench.agent_packs.kgv import graph as G
-    from workbench.agent_packs.kgv.evidence import folder_evidence, index_evidence
-    from workbench.agent_packs.kgv.pack import settings
-    from workbench.domain_packs import load_pack
-
     folder = Path(folder)
     if not folder.is_dir():
         raise WorkbenchError(f"{folder}: not a folder (agent.data for kgv: a folder with "
@@ -121,9 +132,6 @@ def select(claims: list[KGClaim], part: str, limit: int | None, seed: int) -> li
 
 def make_agent(cfg, folder: Path, log=print, kg: KG | None = None) -> KgvAgent:
     """The agent over the configured evidence (`kg`: the data folder already read)."""
-    from workbench.agent_packs.kgv.evidence import searcher
-    from workbench.domain_packs import load_pack
-
     ac = cfg.agent
     kg = kg or read_kg(ac.data, ac.pack, ac.index)
     ev = kg.evidence
@@ -167,8 +175,6 @@ def run_condition(model, claims: list[KGClaim], agent: KgvAgent, setup: AgentSet
     chunk: a killed run re-run finishes the rest. `key` names what produced the file (the
     stage's inputs): a file made under another key is started over; runs that a backend
     failure stopped are run again."""
-    from workbench.runs import hash_inputs
-
     stamp = path.with_suffix(".key")
     want = hash_inputs(key)
     if path.exists() and (not stamp.exists() or stamp.read_text().strip() != want):
@@ -226,8 +232,6 @@ def choose_teacher(trajs: list[AgentTrajectory], max_route_share: float
 
 
 def _open(cfg, spec_model=None, adapter: Path | None = None):
-    from workbench.models.factory import open_chat_model
-
     mc = spec_model or cfg.models.chat
     if adapter is not None:
         mc = mc.model_copy(update={"options": {**mc.options, "adapter": str(adapter)}})
@@ -277,9 +281,6 @@ class _Evaluation:
 
 
 def evaluate(cfg, ctx):
-    from workbench.agent_packs.api import conditions
-    from workbench.agent_packs.kgv.report import write_report
-
     wanted = conditions(cfg.agent, (*CONDITIONS, GRPO)) if cfg.agent.conditions \
         else list(CONDITIONS)
     ev = _start(cfg, ctx)
@@ -302,9 +303,6 @@ def evaluate(cfg, ctx):
 def _start(cfg, ctx) -> _Evaluation:
     """The agent folder (emptied with --fresh), the labelled dev and train claims, the agent,
     and the parts of the stage keys that every condition shares."""
-    from workbench.agent_packs.kgv.evidence import index_key
-    from workbench.corpus import corpus_hash
-
     ac = cfg.agent
     out = ctx.layout.folder("agent")
     trajectories = ctx.layout.artifact("agent", "agent").parent  # every condition's runs
@@ -354,8 +352,6 @@ def _run_baselines(ev: _Evaluation, wanted) -> dict[str, list[AgentTrajectory]]:
 def _run_agent_sft(ev: _Evaluation) -> tuple[dict[str, Any], list[AgentTrajectory]]:
     """The teacher's runs on the train claims, the LoRA student trained on the kept ones, and
     the student as the agent on the dev claims: (teacher and student info, its runs)."""
-    from workbench.runs import file_hash
-
     ac = ev.ac
     files = ev.files
     spath, adapter = files.path("sft"), files.path("adapter").parent
@@ -403,9 +399,6 @@ def _teach(ev: _Evaluation, teach_key: tuple, spath: Path) -> dict[str, Any]:
 
 
 def _train_student(ev: _Evaluation, spath: Path, adapter: Path) -> dict[str, Any]:
-    from workbench.train.config import TrainConfig
-    from workbench.train.recipe import train as train_lora
-
     s = ev.ac.student
     tc = TrainConfig(data=str(spath), max_steps=s.max_steps, batch_size=s.batch_size,
                      learning_rate=s.learning_rate, max_length=s.max_length,
@@ -422,10 +415,6 @@ def _run_agent_grpo(ev: _Evaluation) -> tuple[dict[str, Any], list[AgentTrajecto
     reward (a right verdict, less `SEARCH_COST` a search and `FORMAT_PENALTY` a mistake),
     the adapter chosen by the greedy reward on `agent.grpo.dev_share` of the training claims,
     then the agent with it on the dev claims: (the training's record, its runs)."""
-    from workbench.agent_packs import grpo
-    from workbench.errors import ConfigError
-    from workbench.runs import file_hash
-
     ac = ev.ac
     folder = ev.ctx.layout.artifact("agent", "kgv_grpo").parent
     claims = list(ev.train)
@@ -469,9 +458,6 @@ def _run_agent_grpo(ev: _Evaluation) -> tuple[dict[str, Any], list[AgentTrajecto
 
 
 def _pipeline_result(ev: _Evaluation, report: KgvReport, results: dict[str, Any]):
-    from workbench.agent_packs.kgv.report import REPORT_JSON, REPORT_MD
-    from workbench.registry import PipelineResult
-
     out = ev.out
     best = report.macro_f1()
     line = ", ".join(f"{c} {percent(v)}" for c, v in best.items())
@@ -528,10 +514,6 @@ def parse_input(text: str, claims: dict[str, KGClaim],
 
 def run_inputs(cfg, inputs: list[str], log=print) -> list[AgentTrajectory]:
     """Run the agent on a few claims (ids or triples) and return the trajectories."""
-    from workbench.agent_packs.kgv.pack import settings
-    from workbench.domain_packs import load_pack
-    from workbench.runs import RunLayout
-
     kg = read_kg(cfg.agent.data, cfg.agent.pack, cfg.agent.index)
     by_id = {c.id: c for c in kg.claims}
     # every input is read before the index is built: a bad one writes nothing

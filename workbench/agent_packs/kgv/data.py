@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.errors import DataError, WorkbenchError
+from workbench.io import atomic_write_text, write_jsonl
+from workbench.records import Section
 
 # pointer symbol -> (predicate id, split, part of speech of both ends)
 PREDICATES: dict[str, tuple[str, str, str]] = {
@@ -232,8 +234,6 @@ def _documents(synsets: dict[str, Synset], claims: list[dict],
                ) -> tuple[list, dict[tuple[str, str, str], str]]:
     """(one Section per entity of a claim, fact -> the entity whose entry states it): each
     fact stated from one side, the subject under a random one of its names."""
-    from workbench.records import Section
-
     entities = sorted({c["s"] for c in claims} | {c["o"] for c in claims} |
                       {t for c in claims if (t := c.get("true_object"))})
     sentences: dict[str, list[str]] = defaultdict(list)
@@ -291,8 +291,6 @@ def _assign_parts(records: list[dict], rng: random.Random) -> dict[str, list[dic
 def _write(out: Path, docs: list, records: list[dict], by_pred: dict[str, list[dict]],
            seed: int) -> dict:
     """documents.jsonl, claims.jsonl and summary.json; returns the summary."""
-    from workbench.io import atomic_write_text, write_jsonl
-
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "documents.jsonl", docs)
     atomic_write_text(out / "claims.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n"

@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from workbench.agent_packs.kgv import graph as G
+from workbench.corpus import ingest
 from workbench.errors import WorkbenchError
+from workbench.io import read_jsonl
+from workbench.records import Section
+from workbench.runs import file_hash
 
 Kind = Literal["index", "documents.jsonl", "documents", "graph"]
 # what breaks when an index folder's files are damaged (the rag reader names the file)
@@ -67,11 +72,6 @@ def index_evidence(path: str | Path) -> Evidence:
 def folder_evidence(folder: Path, graph: Any, wordings: dict[str, Any]) -> Evidence:
     """The evidence a KG data folder holds: documents.jsonl, documents/, else the graph's own
     facts; none of them is one line naming the folder."""
-    from workbench.agent_packs.kgv import graph as G
-    from workbench.corpus import ingest
-    from workbench.io import read_jsonl
-    from workbench.records import Section
-
     if (folder / "documents.jsonl").is_file():
         return Evidence("documents.jsonl", folder / "documents.jsonl",
                         read_jsonl(folder / "documents.jsonl", Section.model_validate))
@@ -142,6 +142,4 @@ def searcher(evidence: Evidence, folder: Path, retriever: str, log=print):
 def index_key(evidence: Evidence) -> str | None:
     """What identifies an index for the stage keys (its manifest lists every file's hash):
     None for entries, which the data folder's hash covers."""
-    from workbench.runs import file_hash
-
     return file_hash(evidence.path / "manifest.json") if evidence.kind == "index" else None

@@ -39,8 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.agent_packs.kgv.pack import KGClaim, Wording
 from workbench.errors import DataError, WorkbenchError
-from workbench.io import iter_jsonl_raw
+from workbench.io import describe_validation_error, iter_jsonl_raw
+from workbench.records import Section
 
 GRAPH_SUFFIXES = {".nt": "nt", ".ttl": "turtle", ".tsv": "tsv"}
 LABEL_PREDICATES = {"label", "rdfs:label", "skos:preflabel", "name",
@@ -226,8 +228,6 @@ def _tsv_rows(path: Path):
 def entity_documents(g: Graph, wordings: dict[str, Any]) -> list[Any]:
     """One entry per subject entity: its name, aliases and facts said in words (the evidence
     when no documents are given)."""
-    from workbench.records import Section
-
     by_subject: dict[str, list[str]] = {}
     for s, p, o in g.facts:
         by_subject.setdefault(s, []).append(say(g, s, p, o, wordings))
@@ -259,8 +259,6 @@ def say(g: Graph, s: str, p: str, o: str, wordings: dict[str, Any]) -> str:
 
 def graph_wordings(g: Graph, pack_wordings: dict[str, Any]) -> dict[str, Any]:
     """Wordings for the graph's predicates the pack does not word: "{s} <label> {o}"."""
-    from workbench.agent_packs.kgv.pack import Wording
-
     return {p: Wording(verbal="{s} " + _literal(g.predicate_labels.get(p, local_name(p)))
                        + " {o}")
             for p in {p for _, p, _ in g.facts} if p not in pack_wordings}
@@ -276,7 +274,6 @@ def read_claims(path: Path, g: Graph | None, read_sentence,
     predicate is matched to one of them as users write it (`subClassOf` for rdfs:subClassOf,
     `part of` for part_of)."""
     known = set(predicates)
-    from workbench.agent_packs.kgv.pack import KGClaim
 
     rows = _claim_rows(path)
     out = []
@@ -289,8 +286,6 @@ def read_claims(path: Path, g: Graph | None, read_sentence,
                     claim["label"] = claim_label(claim["label"], where)
                 out.append(KGClaim.model_validate(claim))
             except ValueError as e:
-                from workbench.io import describe_validation_error
-
                 raise DataError(f"not a claim ({describe_validation_error(e)})", **where,
                                 code="bad_record") from None
             continue
@@ -319,8 +314,6 @@ def read_claims(path: Path, g: Graph | None, read_sentence,
         try:
             out.append(KGClaim.model_validate(fields))
         except ValueError as e:
-            from workbench.io import describe_validation_error
-
             raise DataError(f"not a claim ({describe_validation_error(e)})", **where,
                             code="bad_record") from None
     return out

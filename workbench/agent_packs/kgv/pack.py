@@ -21,6 +21,7 @@ from workbench.agents.runner import AgentState, AgentTask
 from workbench.agents.tools import Tool, Toolbox, ToolError
 from workbench.domain_packs import DomainPack
 from workbench.errors import ConfigError
+from workbench.io import read_jsonl
 from workbench.records import Record, ToolCall
 
 LABELS = ("SUPPORTED", "REFUTED")
@@ -100,8 +101,6 @@ def settings(pack: DomainPack) -> KgvSettings:
 
 
 def load_claims(path: str | Path) -> list[KGClaim]:
-    from workbench.io import read_jsonl
-
     return read_jsonl(path, KGClaim.model_validate)
 
 

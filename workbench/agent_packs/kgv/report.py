@@ -27,7 +27,7 @@ from workbench.agent_packs.spec import PIPELINE
 from workbench.agents.steps import AgentTrajectory
 from workbench.evaluate.stats import bootstrap_interval, holm, mcnemar_exact, sign_flip_p
 from workbench.io import atomic_write_text
-from workbench.runs import outputs_at
+from workbench.runs import RunLayout, outputs_at
 from workbench.text import (
     markdown_table,
     number,
@@ -185,8 +185,6 @@ def read_report(run) -> KgvReport:
 def trajectory_files(run) -> list[Path]:
     """The dev-claim trajectories of each condition the run holds, by name (the layout's
     outputs of the closed_book, rag, agent and agent_sft stages)."""
-    from workbench.runs import RunLayout
-
     lay = run if isinstance(run, RunLayout) else RunLayout.at(run)
     return sorted((lay.artifact("agent", c) for c in NAMES if lay.has("agent", c)),
                   key=lambda p: p.stem)

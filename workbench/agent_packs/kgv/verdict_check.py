@@ -23,6 +23,7 @@ from typing import ClassVar
 from pydantic import BaseModel, Field
 
 from workbench.agent_packs.spec import PIPELINE
+from workbench.agents.steps import AgentTrajectory
 from workbench.errors import WorkbenchError
 from workbench.evaluate.agreement import (
     Check,
@@ -33,6 +34,8 @@ from workbench.evaluate.agreement import (
     agreement_lines,
     reading,
 )
+from workbench.io import read_jsonl
+from workbench.runs import RunLayout
 from workbench.text import percent_interval
 
 RATINGS = PIPELINE.artifact("verdict_ratings").path  # verdict_ratings.jsonl
@@ -84,18 +87,12 @@ def run_root(run: str | Path) -> Path:
 
 def conditions_in(run: str | Path) -> list[str]:
     """The conditions whose verdicts the run holds, in CONDITIONS' order."""
-    from workbench.runs import RunLayout
-
     lay = RunLayout.at(run_root(run))
     return [c for c in CONDITIONS if lay.has("agent", c)]
 
 
 def verdict_decisions(run: str | Path, condition: str = "agent") -> VerdictDecisions:
     """Every verdict of `condition` in the run, as a decision a person can be shown."""
-    from workbench.agents.steps import AgentTrajectory
-    from workbench.io import read_jsonl
-    from workbench.runs import RunLayout
-
     if condition not in CONDITIONS:
         raise WorkbenchError(f"condition {condition!r}: one of {', '.join(CONDITIONS)}")
     root = run_root(run)

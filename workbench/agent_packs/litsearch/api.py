@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.agent_packs.api import conditions
 from workbench.agent_packs.litsearch.corrupt import (
     FEEDBACK,
     STRUCTURAL,
@@ -28,18 +29,36 @@ from workbench.agent_packs.litsearch.dialogue import (
     rule_turns,
     start,
 )
+from workbench.agent_packs.litsearch.library import library_hash
 from workbench.agent_packs.litsearch.pack import (
     Library,
+    edits,
     load_corpus,
     sections,
+    templates,
     toolbox,
     workflow_call,
 )
+from workbench.agent_packs.litsearch.paired import paired, paired_lines
 from workbench.agent_packs.litsearch.report import REPORT_JSON, REPORT_MD, LitsearchReport
+from workbench.agent_packs.litsearch.tuned import (
+    TRAINED,
+    adapter_folder,
+    check_names,
+    train_adapters,
+)
 from workbench.agent_packs.reports import Interval, report_json
-from workbench.errors import WorkbenchError
+from workbench.agents.steps import AgentStep, AgentTrajectory
+from workbench.domain_packs import load_pack
+from workbench.errors import ConfigError, WorkbenchError
+from workbench.evaluate.stats import bootstrap_interval, wilson_interval
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
-from workbench.runs import outputs_at
+from workbench.models.factory import open_chat_model
+from workbench.models.local import check_adapter_dir
+from workbench.records import ChatExample, Message
+from workbench.registry import PipelineResult
+from workbench.retrieval.search import Searcher
+from workbench.runs import RunLayout, file_hash, outputs_at
 from workbench.text import markdown_table, number, number_interval, percent
 
 CONDITIONS = ("query_only", "fixed", "agent", "oracle")
@@ -47,16 +66,12 @@ CONDITIONS = ("query_only", "fixed", "agent", "oracle")
 
 def prompts() -> tuple[str, str]:
     """(system prompt, request template) from the litsearch domain pack."""
-    from workbench.domain_packs import load_pack
-
     pack = load_pack("litsearch")
     return pack.agent.system, pack.agent.settings.get("request", "Find papers related to: "
                                                                  "{query}")
 
 
 def make_library(cfg, folder: Path, model=None, log=print) -> Library:
-    from workbench.retrieval.search import Searcher
-
     papers, _ = load_corpus(cfg.agent.data)
     secs = sections(papers)
     kw = Searcher(secs, folder / "index", "keyword", log=log)
@@ -93,8 +108,6 @@ def run_condition(cond: str, intents, lib: Library, model, turns: int, ac) -> li
 
 
 def summarise(rows: list[dict]) -> dict[str, Any]:
-    from workbench.evaluate.stats import bootstrap_interval, wilson_interval
-
     out: dict[str, Any] = {"dialogues": len(rows)}
     for key in ("hit5", "mrr", "ndcg10"):
         final = [r["turns"][-1][key] for r in rows]
@@ -120,9 +133,6 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
 
 def export_training(out: Path, dialogues: list[dict], lib: Library) -> dict[str, int]:
     """Gold SFT (the teacher's dialogues) and chosen/rejected pairs per turn."""
-    from workbench.agent_packs.litsearch.pack import edits, templates
-    from workbench.records import ChatExample
-
     sft, pairs = [], []
     tools = [t.model_dump(mode="json") for t in toolbox().specs()]
     for d in dialogues:
@@ -165,17 +175,10 @@ def _call_msg(wf: dict[str, Any]) -> dict[str, Any]:
 def _wanted(ac) -> list[str]:
     """The configured conditions: the pack's four by default; agent+sft and agent+sft_dpo
     (trained here, `tuned.py`) only when `agent.conditions` names them."""
-    from workbench.agent_packs.api import conditions
-    from workbench.agent_packs.litsearch.tuned import TRAINED
-
     return conditions(ac, (*CONDITIONS, *TRAINED)) if ac.conditions else list(CONDITIONS)
 
 
 def evaluate(cfg, ctx):
-    from workbench.agent_packs.litsearch.tuned import TRAINED, check_names, train_adapters
-    from workbench.models.factory import open_chat_model
-    from workbench.runs import file_hash
-
     ac = cfg.agent
     wanted = _wanted(ac)
     trained = [c for c in TRAINED if c in wanted]
@@ -200,8 +203,6 @@ def evaluate(cfg, ctx):
         key = (file_hash(Path(ac.data) / "papers.jsonl"), file_hash(Path(ac.data) /
                                                                     "anchors.jsonl"), ac.turns)
     else:  # a library file or folder: an edited export is new input
-        from workbench.agent_packs.litsearch.library import library_hash
-
         key = (library_hash(ac.data), None, ac.turns)
     # the teacher's training data first: the trained conditions learn from it
     exports = _training_data(ctx, out, key, train, lib, ac)
@@ -222,9 +223,6 @@ def _condition(cfg, ctx, out: Path, cond: str, mc, model, lib: Library, dev, key
                ) -> dict[str, Any]:
     """One condition's dialogues on the dev intents (its stage: skipped when done), summed
     up; `mc` is the model config of an adapter condition (None: a plain condition)."""
-    from workbench.models.factory import open_chat_model
-    from workbench.runs import file_hash
-
     ac = cfg.agent
     path = outputs_at("agent", out).path("litsearch", cond)
 
@@ -266,9 +264,6 @@ def _training_data(ctx, out: Path, key, train, lib: Library, ac) -> dict[str, An
 
 
 def _result(ctx, out: Path, report: LitsearchReport, dev: int):
-    from workbench.agent_packs.litsearch.tuned import adapter_folder
-    from workbench.registry import PipelineResult
-
     ndcg = report.ndcg10()
     line = ", ".join(f"{c} {v:.2f}" for c, v in ndcg.items())
     files = outputs_at("agent", out)
@@ -286,9 +281,6 @@ def _result(ctx, out: Path, report: LitsearchReport, dev: int):
 
 def _with_adapter(cfg, adapter: str):
     """models.chat with an adapter attached (an agent+NAME condition)."""
-    from workbench.errors import ConfigError
-    from workbench.models.local import check_adapter_dir
-
     try:
         check_adapter_dir(adapter)
     except WorkbenchError as e:
@@ -303,8 +295,6 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
     """`litsearch_report.json` (a `LitsearchReport`) and `litsearch_report.md` in `out`, from
     the conditions' summaries (the paired comparisons read from their dialogue files) and
     the adapters trained here; returns the record."""
-    from workbench.agent_packs.litsearch.paired import paired, paired_lines
-
     report = LitsearchReport(intents=dev, turns=turns, model=model, citations=citations,
                              conditions=s, exports=exports, paired=paired(out, list(s)),
                              trained=trained)
@@ -342,12 +332,6 @@ def write_report(out: Path, s: dict[str, dict], exports: dict, *, dev: int, turn
 def run_inputs(cfg, inputs: list[str], log=print):
     """Run the agent's dialogue on a few intents (ids from anchors.jsonl); each comes back
     as an `AgentTrajectory` whose steps are the submitted workflows and their results."""
-    from workbench.agent_packs.litsearch.dialogue import model_turns
-    from workbench.agents.steps import AgentStep, AgentTrajectory
-    from workbench.models.factory import open_chat_model
-    from workbench.records import Message
-    from workbench.runs import RunLayout
-
     _, intents = load_corpus(cfg.agent.data)
     by_id = {i.id: i for i in intents}
     bad = [x for x in inputs if x not in by_id]

@@ -9,6 +9,7 @@ import copy
 from typing import Any
 
 from workbench.agent_packs.litsearch import dag as D
+from workbench.agent_packs.litsearch.pack import edits
 
 STRUCTURAL = ("drop_required_node", "filter_before_search", "wrong_operator",
               "invalid_parameter", "dangling_input", "cycle")
@@ -64,8 +65,6 @@ def feedback_corruption(cands: dict[str, dict[str, Any]], gold: str, kind: str,
                         accepted: list[str], rejected: list[str], papers) -> dict | None:
     """ignore: the previous workflow unchanged; invert: expand from the rejected papers and
     drop the accepted ones."""
-    from workbench.agent_packs.litsearch.pack import edits
-
     if kind == "ignore_feedback":
         return cands.get("keep") if gold != "keep" else None
     if kind == "invert_feedback" and rejected:

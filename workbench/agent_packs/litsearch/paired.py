@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from workbench.agent_packs.litsearch.tuned import SFT, SFT_DPO
+from workbench.evaluate.stats import bootstrap_interval, clustered_sign_flip_p
 from workbench.io import read_jsonl
 from workbench.runs import outputs_at
 from workbench.text import markdown_table, number_interval, p_value
@@ -48,8 +49,6 @@ def sign_flip_p(diffs: list[float], *, exact_up_to: int = 16, resamples: int = 2
 
 
 def _compare(a: list[dict], b: list[dict], cond: str, against: str) -> dict[str, Any]:
-    from workbench.evaluate.stats import bootstrap_interval, clustered_sign_flip_p
-
     by_id = {r["id"]: r for r in a}
     both = [(by_id[r["id"]], r) for r in b if r["id"] in by_id]
     diff = [x["turns"][-1]["ndcg10"] - y["turns"][-1]["ndcg10"] for x, y in both]

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ConfigError, DataError, WorkbenchError
-from workbench.runs import outputs_at
+from workbench.runs import file_hash, outputs_at
+from workbench.train import recipe  # by module: tests count its trainings
+from workbench.train.config import TrainConfig
 
 SFT, SFT_DPO = "agent+sft", "agent+sft_dpo"
 TRAINED = (SFT, SFT_DPO)
@@ -44,8 +46,6 @@ def check_names(ac, trained: list[str]) -> None:
 def train_adapters(cfg, ctx, out: Path, trained: list[str]) -> tuple[dict[str, Path], dict]:
     """Train what the trained conditions need (SFT always; DPO for agent+sft_dpo), each as
     its stage; returns ({condition: adapter folder}, {condition: training info})."""
-    from workbench.runs import file_hash
-
     if not trained:
         return {}, {}
     s = cfg.agent.student
@@ -76,9 +76,6 @@ def _count(path: Path) -> int:
 def _train(cfg, ctx, method: str, data: Path, output: Path, init: Path | None = None
            ) -> dict[str, Any]:
     """One adapter through the training recipe; the stage's info (the report's record)."""
-    from workbench.train.config import TrainConfig
-    from workbench.train.recipe import train as train_lora
-
     s = cfg.agent.student
     n = _count(data)
     if n == 0:
@@ -94,8 +91,8 @@ def _train(cfg, ctx, method: str, data: Path, output: Path, init: Path | None = 
                      learning_rate=s.learning_rate, max_length=s.max_length, lora=s.lora,
                      eval_fraction=0.0)
     try:
-        r = train_lora(tc, model_spec=cfg.models.chat.spec, output=output, seed=cfg.seed,
-                       log=ctx.log)
+        r = recipe.train(tc, model_spec=cfg.models.chat.spec, output=output, seed=cfg.seed,
+                         log=ctx.log)
     except DataError as e:
         if e.code != "too_long":
             raise

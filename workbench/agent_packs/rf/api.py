@@ -19,7 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.agent_packs import grpo as shared
+from workbench.agent_packs.api import conditions
 from workbench.agent_packs.reports import report_json
+from workbench.agent_packs.rf import grpo
 from workbench.agent_packs.rf import tools as T
 from workbench.agent_packs.rf.bench import DesignItem, correct
 from workbench.agent_packs.rf.report import REPORT_JSON, REPORT_MD, RfReport, report_markdown
@@ -34,11 +37,15 @@ from workbench.agents.runner import (
 )
 from workbench.agents.steps import AgentTrajectory
 from workbench.agents.tools import Toolbox, ToolError
+from workbench.corpus import load_sections
+from workbench.domain_packs import load_pack
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
+from workbench.models.factory import open_chat_model
 from workbench.records import ToolCall
-from workbench.runs import outputs_at
+from workbench.registry import PipelineResult
+from workbench.runs import file_hash, outputs_at
 from workbench.text import percent
 
 CONDITIONS = ("alone", "rag", "tools")  # the default set; tools+grpo on request (rf.grpo)
@@ -47,8 +54,6 @@ CONDITIONS = ("alone", "rag", "tools")  # the default set; tools+grpo on request
 def prompts() -> tuple[str, str]:
     """(system prompt alone or with RAG, system prompt with the calculators) from the rf
     domain pack."""
-    from workbench.domain_packs import load_pack
-
     s = load_pack("rf").agent.settings
     return (s.get("design_system", "Answer with the number only."),
             s.get("design_tools_system", "Use a calculator, then answer."))
@@ -220,12 +225,6 @@ def _with_tools(model, items: list[DesignItem], ac) -> list[dict]:
 
 
 def evaluate(cfg, ctx):
-    from workbench.agent_packs.api import conditions
-    from workbench.agent_packs.rf import grpo
-    from workbench.models.factory import open_chat_model
-    from workbench.registry import PipelineResult
-    from workbench.runs import file_hash
-
     ac = cfg.agent
     wanted = conditions(ac, (*CONDITIONS, grpo.CONDITION)) if ac.conditions \
         else list(CONDITIONS)
@@ -280,8 +279,6 @@ def _items_and_training(cfg, ctx, wanted: list[str], folder: Path
                         ) -> tuple[list[DesignItem], dict[str, Any]]:
     """The items every condition is scored on, and (with tools+grpo) the training of its
     adapter in `folder`: {condition: the stage's record}."""
-    from workbench.agent_packs.rf import grpo
-
     ac = cfg.agent
     items = load_items(ac.data)
     if not items:
@@ -304,9 +301,6 @@ def _condition_rows(cond: str, cfg, ctx, items: list[DesignItem], out: Path, fol
                     base_model: Callable[[], Any]) -> list[dict]:
     """One condition's rows: the tools agent (on the base model, or with the tools+grpo
     adapter in `folder` merged), or the model alone / with RAG."""
-    from workbench.agent_packs import grpo as shared
-    from workbench.agent_packs.rf import grpo
-    from workbench.corpus import load_sections
     from workbench.retrieval.search import Searcher
 
     ac = cfg.agent
@@ -369,8 +363,6 @@ def rf_report(out: Path, items: list[DesignItem], results: dict[str, list[dict]]
 
 def run_inputs(cfg, inputs: list[str], log=print) -> list[AgentTrajectory]:
     """Run the tools agent on a few questions (benchmark ids or free text)."""
-    from workbench.models.factory import open_chat_model
-
     by_id = {i.id: i for i in load_items(cfg.agent.data)}
     items = [by_id[x] if x in by_id else DesignItem(id=f"input-{k}", question=x, answer=0.0,
                                                      quantity="", tool="", family="input")

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import Field, StrictStr
 
 from workbench.agent_packs.rf import tools as T
+from workbench.io import write_jsonl
 from workbench.records import Record
 
 TOLERANCE = 0.02
@@ -155,8 +156,6 @@ def _items() -> list[dict[str, Any]]:
 
 
 def build(out: str | Path) -> int:
-    from workbench.io import write_jsonl
-
     rows = [DesignItem(id=f"rfd-{i:03d}", **r) for i, r in enumerate(_items())]
     Path(out).mkdir(parents=True, exist_ok=True)
     write_jsonl(Path(out) / "design.jsonl", rows)

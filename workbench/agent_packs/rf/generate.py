@@ -41,6 +41,7 @@ from workbench.agent_packs.rf.bench import (
 )
 from workbench.agents.tools import ToolError
 from workbench.errors import WorkbenchError
+from workbench.io import atomic_write_json, check_made_here, write_jsonl
 
 MARKER = "design_generated.json"  # written last into a folder of generated items
 
@@ -236,8 +237,6 @@ def write_generated(out: str | Path, per_family: int, seed: int) -> dict[str, An
     name), then `OUT/design_generated.json` saying how. Refuses a folder the workbench did
     not make (one that is not empty and holds no `design_generated.json`), such as the
     shipped `datasets/rf_design`. Returns what the marker says."""
-    from workbench.io import atomic_write_json, check_made_here, write_jsonl
-
     folder = Path(out)
     check_made_here(folder, (MARKER,))  # before any work: never a user's folder
     items = generate(per_family, seed)

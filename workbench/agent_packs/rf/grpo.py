@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workbench.agent_packs import grpo
 from workbench.agent_packs.rf.bench import DesignItem
 from workbench.agents.rollout import RewardFn
 from workbench.agents.runner import AgentTask
@@ -71,8 +72,6 @@ def adapter(cfg, ctx, split: Split, folder: Path, *, tools_setup: Callable[..., 
     temperature=, seed=, max_tokens=)`), tasks and reward (`code`: what of the pack's code
     they depend on, its prompts and penalties, so a change retrains); the stage's record of
     the training: items, steps, the kept step and the dev rewards."""
-    from workbench.agent_packs import grpo
-
     def setup(**sampling: Any):
         return tools_setup(cfg.agent, **sampling)
 
