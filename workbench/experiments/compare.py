@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.distill.report import DistillReport
+from workbench.domain_packs import load_pack
 from workbench.evaluate.benchmark import load_benchmark
+from workbench.evaluate.contexts import OracleContexts
 from workbench.evaluate.report import (
     plot_conditions,
     read_eval_results,
@@ -37,12 +40,16 @@ from workbench.experiments.compare_report import (  # noqa: F401  (read by the a
     BenchmarkInfo,
     CompareReport,
     CompareRow,
+    acc_text,
     read_report,
     report_markdown,
 )
-from workbench.io import atomic_write_text
-from workbench.records import MCItem
+from workbench.io import atomic_write_json, atomic_write_text
+from workbench.models.factory import open_chat_model
+from workbench.rag.evaluate import benchmark_retrieval_metrics
+from workbench.records import MCItem, Section, read_records
 from workbench.registry import PipelineResult
+from workbench.retrieval.search import context_providers
 from workbench.runs import RunContext, file_hash, run_pipeline
 from workbench.text import percent
 
@@ -75,8 +82,6 @@ class _Job:
     def model(self, which: str, mc) -> Any:
         """The base or SFT model, opened once for every benchmark that has to be scored (a
         load, and for SFT an adapter merge, each time was ~10 s of the main job)."""
-        from workbench.models.factory import open_chat_model
-
         if which not in self.models:
             self.models[which] = open_chat_model(mc, self.cfg)
         return self.models[which]
@@ -89,14 +94,9 @@ class _Job:
 
     def contexts(self, conditions, items: list[MCItem]) -> dict[str, Any]:
         if self.providers is None:
-            from workbench.retrieval.search import context_providers
-
             self.providers = context_providers(self.index_dir, RAG)
         out = {c: self.providers[c] for c in conditions if c in RAG}
         if "oracle" in conditions:
-            from workbench.evaluate.contexts import OracleContexts
-            from workbench.records import Section, read_records
-
             out["oracle"] = OracleContexts(
                 items, read_records(self.lay.artifact("distill", "sections"), Section),
                 max_words=self.cfg.eval.oracle_tokens)
@@ -162,7 +162,6 @@ def _evaluate_base(job: _Job, bench: str) -> tuple:
         results, summary = evaluate_conditions(
             model, items, ec, contexts=job.contexts(ec.conditions, items),
             model_name=f"base ({cfg.models.chat.spec})", log=job.ctx.log)
-        from workbench.rag.evaluate import benchmark_retrieval_metrics
 
         retrieval = benchmark_retrieval_metrics(
             job.providers["hybrid"].index if job.providers else job.index_dir, items)
@@ -229,8 +228,6 @@ def _evaluate_sft(job: _Job, bench: str, best: str | None, base_inputs: tuple) -
 
 def _pipeline_result(lay, report: CompareReport) -> PipelineResult:
     """The headline accuracies, one line per configuration."""
-    from workbench.experiments.compare_report import acc_text
-
     lines = [f"{r.benchmark:<7} {r.name:<28} " + "  ".join(
         f"{k} {acc_text(r.scorings[k])}" for k in ("letter", "cloze_norm", "generate")
         if k in r.scorings) for r in report.rows]
@@ -318,10 +315,6 @@ def build_report(cfg, job: _Job, base: dict[str, EvalSummary | None],
                  sft: dict[str, EvalSummary | None], best: str | None,
                  seconds: float) -> CompareReport:
     import json
-
-    from workbench.distill.report import DistillReport
-    from workbench.domain_packs import load_pack
-    from workbench.io import atomic_write_json
 
     lay = job.lay
     first = next(iter(job.benches), None)

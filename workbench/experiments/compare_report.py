@@ -20,10 +20,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbench.errors import DataError
 from workbench.evaluate.report import SCORING_LABELS, comparisons_markdown
 from workbench.evaluate.shortcuts import ShortcutRow
 from workbench.evaluate.stats import SIGNIFICANCE, mcnemar_items_for_power
 from workbench.evaluate.summary import Accuracy, PairedComparison
+from workbench.runs import locate
 from workbench.text import accuracy, markdown_table, number, percent, points
 
 REPORT_SCHEMA = 3  # 3: rows carry their benchmark; benchmarks (seen/unseen), shortcuts, oracle
@@ -127,9 +129,6 @@ class CompareReport(BaseModel):
 
 def read_report(run) -> CompareReport:
     """The report of a compare run folder (or report.json path)."""
-    from workbench.errors import DataError
-    from workbench.runs import locate
-
     p = locate("compare", "report", run) if Path(run).is_dir() else Path(run)
     if not p.exists():
         raise DataError("no report.json: run `workbench compare run` first", path=str(p),
