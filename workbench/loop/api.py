@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.config import experiment_config_model
 from workbench.errors import WorkbenchError
 from workbench.loop.decide import decide_round
 from workbench.loop.evaluator import Evaluator
@@ -68,8 +69,6 @@ class Loop:
     @classmethod
     def at(cls, run_dir: str | Path, *, log: Callable[[str], None] = print) -> Loop:
         """The loop of a run folder, with the config its plans were made with."""
-        from workbench.config import experiment_config_model
-
         p = RunLayout.at(run_dir).artifact("loop", "config")
         if not p.exists():
             raise WorkbenchError(f"{run_dir}: no improvement loop here (no loop/config.yaml)")

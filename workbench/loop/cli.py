@@ -10,7 +10,10 @@ from typing import Annotated
 import typer
 
 from workbench.cli_options import ConfigArg, SetOpt
+from workbench.config import load_config
+from workbench.jobs import run_in_process, run_lock
 from workbench.loop.records import round_name
+from workbench.progress import quiet_libraries
 
 RoundOpt = Annotated[int | None, typer.Option("--round", "-r",
                                               help="The round (default: the latest).")]
@@ -18,9 +21,7 @@ ByOpt = Annotated[str, typer.Option("--by", help="Who approves or decides (recor
 
 
 def _loop(config, set_, log=None):
-    from workbench.config import load_config
     from workbench.loop.api import Loop
-    from workbench.progress import quiet_libraries
 
     quiet_libraries()
     return Loop(load_config(config, list(set_ or [])),
@@ -31,8 +32,6 @@ def _locked(loop, what: str):
     """The run folder's lock while a command changes the loop (a job, the app or another
     command holding it makes this one refuse, in one line)."""
     import os
-
-    from workbench.jobs import run_lock
 
     return run_lock(loop.ctx.layout.root, f"`workbench loop {what}` (pid {os.getpid()})")
 
@@ -106,10 +105,6 @@ def register(group: typer.Typer) -> None:
         LoRA, evaluation and guards; then wait for `decide` (or decide by the guards with
         --auto). A killed run re-run continues at the first unfinished step."""
         if auto:
-            from workbench.config import load_config
-            from workbench.jobs import run_in_process
-            from workbench.progress import quiet_libraries
-
             quiet_libraries()
             result = run_in_process("loop", load_config(config, [*(set_ or []),
                                                                   "loop.mode=auto"]),

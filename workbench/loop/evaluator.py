@@ -10,9 +10,11 @@ from pathlib import Path
 from workbench.io import read_jsonl, write_jsonl
 from workbench.loop.pack import loop_pack
 from workbench.loop.records import KeptAdapter
+from workbench.loop.rubric import KeywordJudge, ModelJudge
 from workbench.loop.suites import Suites, evaluate_suites, load_suites
 from workbench.loop.synth import LoopPack
 from workbench.loop.train import adapter_hash
+from workbench.models.factory import open_chat_model
 from workbench.records import EvalResult
 from workbench.runs import Outputs, hash_inputs
 
@@ -52,21 +54,15 @@ class Evaluator:
                                                  "merge_adapter": True}})
 
     def open_model(self, adapter: KeptAdapter | Path | None):
-        from workbench.models.factory import open_chat_model
-
         return open_chat_model(self._model_config(adapter), self.cfg)
 
     def judge(self):
         """The rubric judge: the same for every adapter (a model judge is `judge_model`, or
         the base model without any adapter), so a delta measures the answers only."""
-        from workbench.loop.rubric import KeywordJudge, ModelJudge
-
         s = self.lc.suites
         if s.judge == "keyword":
             return KeywordJudge()
         if self._judge is None:
-            from workbench.models.factory import open_chat_model
-
             self._judge = ModelJudge(open_chat_model(s.judge_model or self.cfg.models.chat,
                                                      self.cfg))
         return self._judge

@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from workbench.loop.suites import Suites
+from workbench.loop.synth import names_gold
 from workbench.records import ChatExample, MCItem
 
 PII = [
@@ -123,8 +124,6 @@ class Gates:
         return None
 
     def _unverified(self, ex: ChatExample, answer: str) -> str | None:
-        from workbench.loop.synth import names_gold
-
         meta = ex.metadata or {}
         item: MCItem | None = self.dev.get(meta.get("source", ""))
         if meta.get("job") in ("reasoning", "calibration", "anchors") and item is not None:

@@ -3,13 +3,12 @@ templates), read and checked field by field."""
 
 from __future__ import annotations
 
+from workbench.domain_packs import load_pack, placeholders
 from workbench.errors import WorkbenchError
 from workbench.loop.synth import LoopPack
 
 
 def loop_pack(name: str) -> LoopPack:
-    from workbench.domain_packs import load_pack
-
     pack = load_pack(name)
     raw = pack.pipelines.get("loop")
     if raw is None:
@@ -19,7 +18,6 @@ def loop_pack(name: str) -> LoopPack:
         lp = LoopPack.model_validate(raw)
     except ValueError as e:
         raise WorkbenchError(f"domain pack {name!r}, pipelines.loop: {e}") from None
-    from workbench.domain_packs import placeholders
 
     known = {"term", "branch", "text", "definition", *lp.fields}
     problems = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from workbench.config import dump_config
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_write_json, atomic_write_text
 from workbench.loop.records import LoopState, Round, round_name
@@ -24,8 +25,6 @@ class RoundStore:
     def save_config(self, cfg) -> None:
         """The config the loop's plans are made with (`Loop.at` reads it back)."""
         import yaml
-
-        from workbench.config import dump_config
 
         atomic_write_text(self.files.path("config"),
                           yaml.safe_dump(dump_config(cfg), sort_keys=False))

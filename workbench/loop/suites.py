@@ -20,12 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.errors import WorkbenchError
+import workbench
+from workbench.corpus import load_sections
+from workbench.errors import DataError, WorkbenchError
+from workbench.evaluate.benchmark import load_benchmark
 from workbench.evaluate.mc import evaluate_mc
-from workbench.io import read_jsonl, sha256_file
+from workbench.io import describe_validation_error, read_jsonl, sha256_file
 from workbench.loop.rubric import OpenQuestion, judge_all, rubric_score
 from workbench.models.base import ChatModel, GenerationParams
-from workbench.records import EvalResult, MCItem, Section
+from workbench.records import EvalResult, MCItem, Provenance, Section
 
 OPEN_SYSTEM = "Answer the medical question accurately and briefly."
 
@@ -103,8 +106,6 @@ def _balanced(items: list[MCItem], per_subset: int | None, seed: int) -> list[MC
 def _mc(path: Path, subset: str | None = None) -> list[MCItem]:
     items = read_jsonl(path, MCItem.model_validate)
     if subset is not None:  # a retention suite is one subset, whatever its provenance says
-        from workbench.records import Provenance
-
         items = [it.model_copy(update={"provenance": (it.provenance or Provenance(
             section_id=it.id, span_hash="")).model_copy(update={"doc_id": subset})})
                  for it in items]
@@ -118,7 +119,6 @@ def shipped(path: str | Path) -> Path:
     p = Path(path)
     if p.is_absolute() or p.exists():
         return p
-    import workbench
 
     alt = Path(workbench.__file__).resolve().parents[1] / p
     return alt if alt.exists() else p
@@ -135,8 +135,6 @@ def _find(data: Path, stem: str, suffixes=MC_SUFFIXES) -> Path | None:
 def _items(path: Path) -> list[MCItem]:
     """MC items in any layout `workbench eval` reads (ours, MMLU/ARC JSONL or CSV); a
     `subset` (or `subject`) field names each item's subset."""
-    from workbench.evaluate.benchmark import load_benchmark
-
     return load_benchmark(path)
 
 
@@ -145,8 +143,6 @@ def load_suites(settings, *, seed: int = 0) -> Suites:
     test.* (dev: mined and trained on; test: judged only), or as one items.* split in half
     per subset by a seeded draw; optionally open questions (open.jsonl or open.csv); and the
     corpus/ synthesis draws on (any format the corpus reader takes)."""
-    from workbench.corpus import load_sections
-
     data = shipped(settings.data)
     dev_f, test_f, items_f = _find(data, "dev"), _find(data, "test"), _find(data, "items")
     open_f = _find(data, "open", (".jsonl", ".csv"))
@@ -217,11 +213,8 @@ def read_open(path: Path) -> list[OpenQuestion]:
     import io
     import json
 
-    from workbench.errors import DataError
-
     if path.suffix.lower() == ".jsonl":
         return read_jsonl(path, OpenQuestion.model_validate)
-    from workbench.io import describe_validation_error
 
     try:
         text = path.read_text(encoding="utf-8-sig")

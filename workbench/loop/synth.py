@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbench.domain_packs import placeholders
 from workbench.evaluate.mc import format_options
 from workbench.io import read_jsonl
 from workbench.loop.records import MODES, FailureRow
@@ -150,7 +151,6 @@ class Synthesiser:
                 for t in self.pack.knowledge:
                     if made >= self.s.knowledge_per_failure:
                         break
-                    from workbench.domain_packs import placeholders
 
                     used = placeholders(t.question) | placeholders(t.answer) | set(t.needs)
                     if any(not fields.get(n) for n in used):  # the section lacks a field

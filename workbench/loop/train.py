@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench.errors import DataError
+from workbench.io import sha256_file
+from workbench.train.config import TrainConfig
+from workbench.train.recipe import train
+
 
 def lora(data: Path, output: Path, settings, *, steps: int, model_spec: str, seed: int,
          log=print) -> dict:
-    from workbench.train.config import TrainConfig
-    from workbench.train.recipe import train
-
     tc = TrainConfig(data=str(data), max_steps=steps, batch_size=settings.batch_size,
                      learning_rate=settings.learning_rate, max_length=settings.max_length,
                      lora=settings.lora, eval_fraction=0.0, warmup_ratio=0.0,
@@ -31,9 +33,6 @@ def adapter_hash(folder: str | Path) -> str:
     """sha256 of an adapter: its weights and, when there is one, its config (rank, alpha,
     target modules change what the weights do). What a revert must restore exactly."""
     import hashlib
-
-    from workbench.errors import DataError
-    from workbench.io import sha256_file
 
     p = Path(folder) / WEIGHTS
     if not p.is_file():
