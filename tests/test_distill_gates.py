@@ -56,6 +56,17 @@ def test_echoed_prefixes_are_stripped_or_refused():
     assert gates.echo_prefix("What does the Source field name?")[1].action == "pass"
 
 
+def test_echoed_preambles_are_stripped():
+    for pre in ("The correct question is: ", "My question is: ", "The question is - ",
+                "Question would be: ", "Sure! Here is the question: "):
+        q, v = gates.echo_prefix(pre + "Why are only a few packages part of the base system?")
+        assert (q, v.action) == ("Why are only a few packages part of the base system?",
+                                 "strip"), pre
+    # a question that merely mentions a question is no preamble
+    q, v = gates.echo_prefix("What question is the Maintainer field an answer to?")
+    assert v.action == "pass"
+
+
 @pytest.mark.parametrize("question,asks", [
     ("What is a hunk?", True), ("Is the Maintainer field required?", True),
     ("Explain why diff prints context?", True), ("In which format is context shown?", True),
@@ -73,6 +84,10 @@ def test_echoed_prefixes_are_stripped_or_refused():
     ("What is the origin of Heaven and...?", False),  # cut off, a "?" appended
     ("When two people have made changes to a file, they can report changes, and can,?", False),
     ("What does the unified format show around each?", True),
+    ("What is the output line after the first line is incomplete, if the second line is?",
+     False),  # a clause cut before its complement
+    ("What does diff print when a line is?", False),
+    ("What does diff print when a line is missing?", True),
 ])
 def test_statements_with_a_question_mark_are_refused(question, asks):
     v = gates.interrogative(question)
@@ -83,8 +98,39 @@ def test_questions_that_point_at_what_the_reader_cannot_see_are_refused():
     for q in ("What does some of these options take?", "Is this a chapter or appendix?",
               "What does the output of the above answer change to?"):
         assert gates.self_contained(q).reason == "points_at_unseen_context", q
-    for q in ("What does 'this' mean in C?", "Which option shows three lines of context?"):
+    for q in ("Which one should I use for a new package?", "Which ones are required?",
+              "What does the following option do?", "Why is the latter preferred?"):
+        assert gates.self_contained(q).reason == "points_at_unseen_context", q
+    for q in ("What does 'this' mean in C?", "Which option shows three lines of context?",
+              "Which one of the two output formats shows context?"):
         assert gates.self_contained(q).action == "pass", q
+
+
+@pytest.mark.parametrize("question,detail", [
+    ("What's the significance of patch patch?", "patch patch"),
+    ("What is the package package name?", "package package"),
+    ("How does the file name the file name?", "the file name the file name"),
+    ("What is the default after the i n s t a l l a t i o n of mpich2?", "i n s t a l l a t i o n"),
+    ("What is the difference between two lines of a file with the first line and the last "
+     "line?", "'line' 3 times"),
+    ("What is the reason for a version number in the Version. field?", "Version. field"),
+])
+def test_repeated_or_broken_phrases_are_refused(question, detail):
+    v = gates.broken_phrases(question)
+    assert v.action == "reject" and detail in v.detail, v
+
+
+@pytest.mark.parametrize("question", [
+    "What command compares two files character by character?",
+    "What is the base system on a Debian system?",  # a word twice is fine
+    "Why does diff convert a carriage return and newline to a plain newline?",
+    "Is it true that that option is deprecated?",
+    "What does 'diff diff' print?",  # quoted
+    "Which tools, e.g. cmp, sdiff etc. also compare files?",  # abbreviations
+    "What does the -u option of GNU diff 3.8 print?",
+])
+def test_sound_wording_passes_the_broken_phrases_gate(question):
+    assert gates.broken_phrases(question).action == "pass", gates.broken_phrases(question)
 
 
 def test_names_a_question_uses():
@@ -135,7 +181,8 @@ def test_gates_remove_exactly_the_bad_questions_and_the_report_lists_them(gated)
     assert removed == bad
     by_gate = {x.name: x.removed for x in g.gates}
     assert by_gate == {"echo_prefix": 1, "interrogative": 2, "self_contained": 0,
-                       "named_entities": 2, "content_words": 1, "foreign_words": 1}
+                       "broken_phrases": 0, "named_entities": 2, "content_words": 1,
+                       "foreign_words": 1, "likelihood": 0}
     ids = {s.id for s in sections()}
     assert all(e.section_id in ids and e.reason and e.detail for x in g.gates
                for e in x.examples)
@@ -156,7 +203,11 @@ def test_gates_remove_exactly_the_bad_questions_and_the_report_lists_them(gated)
     # gates.jsonl: every question, every gate's verdict, what became of it
     rows = [json.loads(x) for x in (gated.run_dir / "gates.jsonl").read_text().splitlines()]
     assert len(rows) == len(fake_teacher.GATED)
-    assert all(set(r["verdicts"]) == set(gates.GATES) for r in rows)
+    # every rule judges every question; the likelihood gate scores the ones the rules kept
+    assert all(set(r["verdicts"]) == set(gates.RULE_GATES) | ({"likelihood"} if r["removed_by"]
+                                                               is None else set())
+               for r in rows)
+    assert all(("likelihood" in r) == ("likelihood" in r["verdicts"]) for r in rows)
     assert sum(r["final"] == "accepted" for r in rows) == len(good)
     nginx = next(r for r in rows if "Nginx" in r["question"])
     assert nginx["removed_by"] == "named_entities" and nginx["final"] == "absent_name"
@@ -180,6 +231,70 @@ def test_gates_off_keep_everything_and_a_gate_can_be_turned_off(tmp_path):
     kept = {s.question for s in some.samples}
     assert "How does Nginx compare two files line by line?" in kept
     assert "What is the biological basis of a bipolar transistor?" in kept
+
+
+def test_the_likelihood_gate_removes_the_questions_its_model_finds_unlikely(tmp_path):
+    """The fake model scores a continuation by the share of its words its prompt holds
+    (mean log-probability = share - 1): with the floor at -0.4 the questions that reuse
+    less than 60% of their section's words go, and gates.jsonl holds every score."""
+    res = run_distill(cfg(gates={"min_likelihood": -0.4}), tmp_path / "run",
+                      default_model=TEACHER, sections=sections(), cache=False)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "gates.jsonl").read_text().splitlines()]
+    scored = [r for r in rows if "likelihood" in r]
+    ruled_out = {q for _, _, q, gate in fake_teacher.GATED if gate not in (None, "strip")}
+    assert {r.get("stripped_to", r["question"]) for r in scored} == {
+        gates.echo_prefix(q)[0] for _, _, q, _ in fake_teacher.GATED if q not in ruled_out}
+    low = [r for r in scored if r["likelihood"]["mean_logprob"] < -0.4]
+    assert 0 < len(low) < len(scored)
+    assert all(r["removed_by"] == "likelihood" and r["final"] == "unlikely_question"
+               and r["verdicts"]["likelihood"]["reason"] == "unlikely_question" for r in low)
+    assert {s.question for s in res.samples} == {r.get("stripped_to", r["question"])
+                                                 for r in scored if r not in low}
+    g = {x.name: x for x in res.report.gates.gates}["likelihood"]
+    assert g.removed == len(low) and g.checked == len(scored) and "-0.4" in g.rule
+    assert res.report.rejects["unlikely_question"] == len(low)
+    # off: nothing scored
+    off = run_distill(cfg(gates={"likelihood": False, "min_likelihood": -0.4}),
+                      tmp_path / "off", default_model=TEACHER, sections=sections(),
+                      cache=False)
+    assert len(off.samples) == len(scored)
+    assert not any("likelihood" in json.loads(x) for x in
+                   (tmp_path / "off" / "gates.jsonl").read_text().splitlines())
+
+
+def test_questions_of_one_span_share_one_score_request():
+    from workbench.distill import likelihood
+    from workbench.models.base import ContinuationScore
+
+    class Recorder:
+        def __init__(self):
+            self.requests: list = []
+
+        def score(self, requests):
+            self.requests.extend(requests)
+            return [[ContinuationScore(-2.0 * len(c.split()), len(c.split()), len(c))
+                     for c in r.continuations] for r in requests]
+
+    rec = Recorder()
+    got = likelihood.question_likelihoods(rec, [("Text one.", "What is one?"),
+                                                ("Text two.", "What is two?"),
+                                                ("Text one.", "Why is one so?")])
+    assert [r.prompt for r in rec.requests] == ["Text one.\n\nQuestion:",
+                                                "Text two.\n\nQuestion:"]
+    assert rec.requests[0].continuations == [" What is one?", " Why is one so?"]
+    assert [x.mean for x in got] == [-2.0, -2.0, -2.0] and got[2].n_tokens == 4
+    assert likelihood.question_likelihoods(rec, []) == []
+
+
+def test_a_model_that_cannot_score_passes_every_question_and_says_so():
+    from workbench.distill.pipeline import _likelihood_gate
+    from workbench.distill.write import Stats
+
+    row: dict = {"verdicts": {}}
+    _likelihood_gate([(object(), row)], None, cfg(), Stats())  # type: ignore[list-item]
+    assert row["verdicts"]["likelihood"] == {
+        "action": "pass", "reason": "not_scored",
+        "detail": "the verifier's model cannot score continuations"}
 
 
 SEEN: list[str] = []
@@ -262,3 +377,10 @@ def test_on_a_real_manual_no_accepted_question_names_what_its_section_lacks(tmp_
                                                 for r in rows if r["final"] == "accepted"}
     md = (run / "report.md").read_text()
     assert all(f"### Removed by {x.name}" in md for x in g.gates if x.removed)
+    # the likelihood gate scored every question the rules kept, and removed those below
+    # the floor (gates.jsonl holds the scores)
+    floor = base.gates.min_likelihood
+    ruled = [r for r in rows if r["removed_by"] not in (None, "likelihood")]
+    assert all("likelihood" not in r for r in ruled)
+    assert all((r["removed_by"] == "likelihood") == (r["likelihood"]["mean_logprob"] < floor)
+               for r in rows if r not in ruled)

@@ -55,6 +55,10 @@ class GatesConfig(ConfigSection):
     named_entities: bool = Field(True, description="Refuse a question naming something "
                                                    "(a name, acronym, option, number) its "
                                                    "section never mentions.")
+    broken_phrases: bool = Field(True, description="Refuse a word or phrase written twice "
+                                                   "in a row, a word spelt letter by letter, "
+                                                   "a content word used three times, a full "
+                                                   "stop inside the question.")
     content_words: bool = Field(True, description="Refuse a question most of whose content "
                                                   "words are not in its section or answer.")
     foreign_words: bool = Field(True, description="Refuse a question using words its whole "
@@ -67,6 +71,15 @@ class GatesConfig(ConfigSection):
     foreign_min_letters: int = Field(6, ge=1, description="foreign_words: only words this "
                                                           "long count (shorter ones are "
                                                           "mostly everyday English).")
+    likelihood: bool = Field(True, description="Refuse a question the verifier's model "
+                                               "finds unlikely after its text (garbled "
+                                               "wording): one scoring pass per span, for the "
+                                               "questions the rules kept.")
+    min_likelihood: float = Field(-2.2, le=0, description="likelihood: the least mean token "
+                                                          "log-probability of a question after "
+                                                          "its text (tuned on the GNU Diffutils"
+                                                          " manual with the bundled 135M "
+                                                          "model; BENCHMARKS.md).")
     examples: int = Field(50, ge=0, description="Removed questions listed per gate in the "
                                                 "report (every verdict is in gates.jsonl).")
 

@@ -6,8 +6,10 @@ about a program its section never mentions, a term from another field, an echoed
 a statement with a question mark added. Each gate has a name, a one-sentence rule (the report
 prints it) and, per question, a verdict: pass, strip (echoed prefixes removed, the question
 kept) or reject with a reason and the words that decided it. A question is removed by the
-first gate it fails; every gate still judges every question, so `gates.jsonl` holds each
-question's verdict from each gate.
+first gate it fails; every rule gate still judges every question, so `gates.jsonl` holds each
+question's verdict from each rule gate. The last gate, `likelihood`, is no rule: the teacher
+scores the questions the rules kept (`workbench.distill.likelihood`; its score is in
+`gates.jsonl` too).
 
 What a question is checked against (its "section"): the text of the section it was written
 from and the section's heading path. Names must occur there: an answer the teacher wrote
@@ -24,12 +26,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-GATES = ("echo_prefix", "interrogative", "self_contained", "named_entities", "content_words",
-         "foreign_words")
+GATES = ("echo_prefix", "interrogative", "self_contained", "broken_phrases", "named_entities",
+         "content_words", "foreign_words", "likelihood")
+RULE_GATES = GATES[:-1]  # `check` runs these; likelihood scores with a model (pipeline)
 
 RULES = {
-    "echo_prefix": "Leading 'Q:' / 'Question:' / 'Question 2:' / 'Here is a question:' "
-                   "markers (repeated or not) are stripped; a question that still holds a "
+    "echo_prefix": "Leading 'Q:' / 'Question:' / 'Question 2:' / 'Here is a question:' / "
+                   "'The correct question is:' / 'My question is:' markers (repeated or not) "
+                   "are stripped; a question that still holds a "
                    "marker ('Q:', 'A:', 'Answer:', 'Fact:', 'Text:', 'Options:') or an echo of "
                    "the prompt is refused.",
     "interrogative": "The question must ask: it starts with a question word (what, which, who, "
@@ -38,9 +42,17 @@ RULES = {
                      "preposition ('In which') or an opening clause ending in a comma "
                      "('For a 50-ohm line, what ...'), or ends with a tag ('..., isn't it?'). "
                      "Otherwise it is a statement with a question mark. A sentence cut off "
-                     "before its '?' (ending in ',', '...', 'and', 'the', ...) is refused too.",
+                     "before its '?' (ending in ',', '...', 'and', 'the', ..., or a clause "
+                     "without its complement: '... if the second line is?') is refused too.",
     "self_contained": "The question points at nothing the reader cannot see: no 'this', "
-                      "'these', 'those', 'the above' or 'aforementioned' outside quotes.",
+                      "'these', 'those', 'the above', 'aforementioned', 'the following', "
+                      "'the given', 'the former/latter' or 'which one' (without 'of ...') "
+                      "outside quotes.",
+    "broken_phrases": "No broken wording: a word or a phrase of up to three words written "
+                      "twice in a row ('patch patch'), a word spelt out letter by letter "
+                      "('i n s t a l l'), a content word used three times or more, or a full "
+                      "stop inside the question followed by a lower-case word ('the "
+                      "Version. field').",
     "named_entities": "Every name in the question occurs in its section text or headings "
                       "(case-insensitive): capitalised words after the first word (each word "
                       "of a multi-word name), acronyms, CamelCase names, code-like tokens "
@@ -53,15 +65,21 @@ RULES = {
                      "the question's whole document, its reference answer and its "
                      "perspective's name never use (by stem): a question in another field's "
                      "terms (shorter words are mostly everyday English).",
+    "likelihood": "The teacher reads the question as likely after the text it was written "
+                  "from: its mean token log-probability after '<text>\\n\\nQuestion:' is at "
+                  "least {min_likelihood:g} (garbled wording scores lower). Scored only for "
+                  "the questions every rule kept.",
 }
 
 REASONS = {  # the reject reason a gate gives a task (the report's `rejects` counts them)
     "echo_prefix": "echoed_marker",
     "interrogative": "statement_with_question_mark",
     "self_contained": "points_at_unseen_context",
+    "broken_phrases": "broken_phrase",
     "named_entities": "absent_name",
     "content_words": "few_content_words_in_section",
     "foreign_words": "foreign_words",
+    "likelihood": "unlikely_question",
 }
 
 # function words, and words any question uses whatever its subject
@@ -129,7 +147,9 @@ SUBORDINATORS = frozenset("when where if while since because although though aft
 _LEAD = re.compile(
     r"^\s*(?:[-*•]\s*|\d+[.)]\s*)?(?:\*\*)?(?:q|question(?:\s*\d+)?|ask|query|exam question|"
     r"new question|generated question|here(?:'s| is) (?:a|one|the|my|your) question|"
-    r"(?:a|one) question)(?:\*\*)?\s*[:.)\-–]\s*(?:\*\*)?\s*", re.I)
+    r"(?:a|one) question|(?:the |my |your )?(?:correct |right |final |new |revised |rewritten )?"
+    r"question (?:is|would be|could be)|(?:sure|okay|ok)[!,.]? here(?:'s| is) (?:a|the|my) "
+    r"question)(?:\*\*)?\s*[:.)\-–]\s*(?:\*\*)?\s*", re.I)
 _MARKER = re.compile(r"(?:^|(?<=[\s(\"'“]))(?:q|a|answer|question|fact|text|options?|correct"
                      r"(?: answer| option)?|solution|explanation)\s*:", re.I)
 _PROMPT_ECHO = re.compile(r"\b(?:write (?:one|a) (?:multiple-choice |open-ended )?question|"
@@ -348,8 +368,11 @@ OPENERS = frozenset("regarding considering concerning so then now also finally h
                     "hence besides apart other instead for".split())
 
 
-_CUT = re.compile(r"(?:[,;:\-–]|\.\.\.|…|\b(?:and|or|nor|but|the|a|an|than|whose))\s*\?$",
-                  re.I)
+_CUT = re.compile(r"(?:[,;:\-–]|\.\.\.|…|\b(?:and|or|nor|but|the|a|an|than|whose)|"
+                  # a clause cut before its complement: "..., if the second line is?"
+                  r"\b(?:if|when|whether|unless|while|because|although)\s+(?:[\w'’-]+\s+)"
+                  r"{0,4}?(?:is|are|was|were|be|been)"
+                  r")\s*\?$", re.I)
 
 
 def interrogative(question: str) -> Verdict:
@@ -370,8 +393,9 @@ def interrogative(question: str) -> Verdict:
     return Verdict("interrogative", "reject", "statement_with_question_mark", first)
 
 
-_DEICTIC = re.compile(r"\b(?:this|these|those|the above|above-mentioned|aforementioned)\b",
-                      re.I)
+_DEICTIC = re.compile(r"\b(?:this|these|those|the above|above-mentioned|aforementioned|"
+                      r"the following|the given|the former|the latter|"
+                      r"which ones?\b(?!\s+of\b))\b", re.I)
 
 
 def self_contained(question: str) -> Verdict:
@@ -379,6 +403,40 @@ def self_contained(question: str) -> Verdict:
     if m := _DEICTIC.search(bare):
         return Verdict("self_contained", "reject", "points_at_unseen_context", m.group(0))
     return Verdict("self_contained", "pass")
+
+
+_ABBREVIATIONS = frozenset("etc vs cf al approx fig figs eq no nos resp incl esp ca viz "
+                           "ed eds vol pp sec ch".split())
+_LETTER_SPACED = re.compile(r"(?<![\w-])(?:[A-Za-z] ){3,}[A-Za-z](?![\w-])")
+_INNER_STOP = re.compile(r"\b([A-Za-z]{2,})\.\s+([a-z])")
+# words a sentence writes twice in a row with reason ("that that", "had had")
+_DOUBLES = frozenset("that had is do".split())
+
+
+def broken_phrases(question: str) -> Verdict:
+    """Wording no careful writer leaves: a repeated word or phrase, a word spelt out letter
+    by letter, a content word three times, a full stop that ends nothing."""
+    bare = _QUOTED.sub(" ", question)
+    if m := _LETTER_SPACED.search(bare):
+        return Verdict("broken_phrases", "reject", "letter_spaced", m.group(0))
+    toks = [w.lower() for w in re.findall(r"[A-Za-z][A-Za-z'’-]*", bare)]
+    for n in (1, 2, 3):
+        for i in range(len(toks) - 2 * n + 1):
+            a, b = toks[i:i + n], toks[i + n:i + 2 * n]
+            if a == b and not (n == 1 and a[0] in _DOUBLES):
+                return Verdict("broken_phrases", "reject", "repeated_words", " ".join(a + b))
+    counts: dict[str, int] = {}
+    for w in words(bare):
+        if len(w) >= 3 and w not in STOPWORDS:
+            counts[stem(w)] = counts.get(stem(w), 0) + 1
+    if thrice := [w for w, n in counts.items() if n >= 3]:
+        return Verdict("broken_phrases", "reject", "repeated_words",
+                       f"'{thrice[0]}' {counts[thrice[0]]} times")
+    for m in _INNER_STOP.finditer(bare):
+        if m.group(1).lower() not in _ABBREVIATIONS:
+            return Verdict("broken_phrases", "reject", "broken_sentence",
+                           bare[max(0, m.start() - 10):m.end() + 10].strip())
+    return Verdict("broken_phrases", "pass")
 
 
 def entities_gate(question: str, ctx: Context) -> Verdict:
@@ -423,10 +481,10 @@ class Result:
         return next((v for v in self.verdicts if v.action == "reject"), None)
 
 
-def check(question: str, ctx: Context, *, enabled: Iterable[str] = GATES,
+def check(question: str, ctx: Context, *, enabled: Iterable[str] = RULE_GATES,
           min_share: float = 0.5, max_foreign: int = 0, min_letters: int = 6) -> Result:
-    """Every enabled gate's verdict on one question (the later gates judge the stripped
-    question)."""
+    """Every enabled rule gate's verdict on one question (the later gates judge the stripped
+    question); the likelihood gate is the pipeline's (it needs a model)."""
     on = set(enabled)
     verdicts = []
     q = question
@@ -437,6 +495,8 @@ def check(question: str, ctx: Context, *, enabled: Iterable[str] = GATES,
         verdicts.append(interrogative(q))
     if "self_contained" in on:
         verdicts.append(self_contained(q))
+    if "broken_phrases" in on:
+        verdicts.append(broken_phrases(q))
     if "named_entities" in on:
         verdicts.append(entities_gate(q, ctx))
     if "content_words" in on:
@@ -447,6 +507,6 @@ def check(question: str, ctx: Context, *, enabled: Iterable[str] = GATES,
 
 
 def rule_text(name: str, *, min_share: float = 0.5, max_foreign: int = 0,
-              min_letters: int = 6) -> str:
+              min_letters: int = 6, min_likelihood: float = -2.2) -> str:
     return RULES[name].format(min_share=min_share, max_foreign=max_foreign,
-                              min_letters=min_letters)
+                              min_letters=min_letters, min_likelihood=min_likelihood)

@@ -26,6 +26,7 @@ from typing import Any
 
 from workbench.distill import gates, parse, shapes
 from workbench.distill.config import AgentModel, DistillConfig
+from workbench.distill.likelihood import question_likelihoods
 from workbench.distill.parse import Reject, format_options
 from workbench.distill.quality import (
     difficulty,
@@ -51,7 +52,7 @@ from workbench.distill.write import (
 from workbench.domain_packs import DomainPack, load_pack
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_text
-from workbench.models.base import GenerationParams, ScoreRequest
+from workbench.models.base import ChatModel, GenerationParams, ScoreRequest
 from workbench.records import MCItem, Provenance, QTSASample, RunManifest, Section, library_versions
 from workbench.runs import outputs_at
 
@@ -135,7 +136,8 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
         rationale calls (none is spent on a question they remove), in single mode (one call
         writes everything) after writing."""
         _recheck_questions(ts, stats)
-        gate_rows.extend(apply_gates(ts, corpus_sections, pack, cfg, stats))
+        gate_rows.extend(apply_gates(ts, corpus_sections, pack, cfg, stats, agents.verifier,
+                                     progress))
         if gate_rows:
             progress(f"quality gates: {stats.stages['gates_removed']} of "
                      f"{stats.stages['gates_checked']} questions removed")
@@ -333,10 +335,12 @@ def _answer_text(t: Task) -> str:
 
 
 def apply_gates(tasks: list[Task], corpus: list[Section], pack: DomainPack, cfg: DistillConfig,
-                stats: Stats) -> list[dict]:
+                stats: Stats, scorer: ChatModel | None = None, progress=lambda msg: None
+                ) -> list[dict]:
     """Every live question through the enabled gates (`workbench.distill.gates`): stripped
-    in place, or failed with the first failing gate's reason. Returns one row per question
-    with every gate's verdict (gates.jsonl)."""
+    in place, or failed with the first failing gate's reason; then the questions every rule
+    kept through the likelihood gate, scored by `scorer`. Returns one row per question with
+    every gate's verdict and its likelihood score (gates.jsonl)."""
     active = cfg.gates.active()
     live = [t for t in tasks if t.reject is None]
     stats.stages["gates_checked"] = len(live) if active else 0
@@ -369,7 +373,43 @@ def apply_gates(tasks: list[Task], corpus: list[Section], pack: DomainPack, cfg:
         row["removed_by"] = first.gate if first else None
         row["verdicts"] = {v.gate: v.to_json() for v in res.verdicts}
         rows.append(row)
+    if "likelihood" in active:
+        _likelihood_gate([(t, r) for t, r in zip(live, rows, strict=True) if t.reject is None],
+                         scorer, cfg, stats, progress)
     return rows
+
+
+def _likelihood_gate(kept: list[tuple[Task, dict]], scorer: ChatModel | None,
+                     cfg: DistillConfig, stats: Stats, progress=lambda msg: None) -> None:
+    """The questions the rules kept, scored after their span's text in one batch
+    (`workbench.distill.likelihood`); the unlikely ones fail. A model that cannot score
+    passes every question, each verdict saying it was not scored."""
+    if not kept:
+        return
+    if scorer is None or not scorer.capabilities.score:
+        for _, row in kept:
+            row["verdicts"]["likelihood"] = gates.Verdict(
+                "likelihood", "pass", "not_scored", "the verifier's model cannot score "
+                "continuations").to_json()
+        return
+    floor = cfg.gates.min_likelihood
+    t0 = time.perf_counter()
+    scores = question_likelihoods(scorer, [(t.span.text, known(t.question, "question"))
+                                           for t, _ in kept])
+    stats.stages["gates_scored"] = len(kept)
+    progress(f"likelihood gate: {len(kept)} questions from {len({t.span.id for t, _ in kept})}"
+             f" spans scored in {time.perf_counter() - t0:.1f} s")
+    for (t, row), sc in zip(kept, scores, strict=True):
+        row["likelihood"] = sc.to_json()
+        if sc.mean < floor:
+            v = gates.Verdict("likelihood", "reject", "unlikely_question",
+                              f"{sc.mean:.2f} < {floor:g} per token")
+            t.fail(v.reason)
+            stats.stages["gates_removed"] += 1
+            row["removed_by"] = "likelihood"
+        else:
+            v = gates.Verdict("likelihood", "pass")
+        row["verdicts"]["likelihood"] = v.to_json()
 
 
 def gates_summary(cfg: DistillConfig, rows: list[dict]) -> dict:
@@ -385,7 +425,8 @@ def gates_summary(cfg: DistillConfig, rows: list[dict]) -> dict:
             "name": name, "enabled": on,
             "rule": gates.rule_text(name, min_share=gc.min_content_share,
                                     max_foreign=gc.max_foreign_words,
-                                    min_letters=gc.foreign_min_letters),
+                                    min_letters=gc.foreign_min_letters,
+                                    min_likelihood=gc.min_likelihood),
             "checked": len(verdicts),
             "failed": sum(v["action"] == "reject" for v in verdicts),
             "removed": len(removed),
