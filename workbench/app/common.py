@@ -16,9 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from workbench import registry
+from workbench.app import grpo_curves as gc
 from workbench.errors import WorkbenchError
+from workbench.io import iter_jsonl_raw
+from workbench.jobs import job_row, list_jobs, run_again, stop_job
+from workbench.records import Section, read_records
+from workbench.runs import RunLayout
 from workbench.text import interval, percent
-from workbench.workspace import MAX_CORPUS_MB, RunInfo, list_runs, workspace_in
+from workbench.workspace import MAX_CORPUS_MB, RunInfo, corpus_files, list_runs, workspace_in
 
 if TYPE_CHECKING:
     from workbench.app.grpo_curves import GrpoTraining
@@ -37,8 +43,6 @@ LETTERS = "ABCDEFGHIJ"
 def navigation_pages() -> list[tuple[Path, str, str, bool]]:
     """(file, title, icon, default) of every page: the core ones, each registered pipeline's
     page in registry order (a relative page is a file in workbench/app/views), then Chat."""
-    from workbench import registry
-
     out = [(PAGES / f, t, i, n == 0) for n, (f, t, i) in enumerate(CORE_PAGES)]
     for p in registry.pipelines():
         if p.page:
@@ -170,8 +174,6 @@ def read_or_none(what: str, read: Callable[[], Any]) -> Any:
 def jsonl_rows(path: Path) -> list[dict]:
     """The JSON object rows of a JSONL file a job may be appending to: a torn last line is
     skipped; an unreadable file gives [] and a "not ready yet" note."""
-    from workbench.io import iter_jsonl_raw
-
     def read() -> list[dict]:
         return [obj for _, obj in iter_jsonl_raw(path, torn_tail=lambda _e: None)
                 if isinstance(obj, dict)]
@@ -249,8 +251,6 @@ def distill_settings(mode: str = "composed", answer_source: str = "text") -> dic
 def require_corpus(ws: Path) -> None:
     """Refuse to start work on the corpus when it holds no document (the job failed later,
     in a collapsed panel, and left a stale lock)."""
-    from workbench.workspace import corpus_files
-
     folder = ws / "corpus"
     if not folder.is_dir() or not corpus_files(ws):
         raise WorkbenchError("the corpus is empty: upload documents on the Corpus page first")
@@ -304,8 +304,6 @@ def job_progress_bar(row) -> bool:
 def run_again_button(job, key: str) -> None:
     """The "Run again" button of a stopped or failed job (as the Task centre's): a new job
     of its kind and config that finishes its run; the page then shows the new job."""
-    from workbench.jobs import run_again
-
     if st.button("Run again", key=f"{key}-again", help=RUN_AGAIN_HELP):
         try:
             new = run_again(job)
@@ -324,8 +322,6 @@ def job_panel(kind: str, key: str) -> None:
     Stop while it runs, Run again once it stopped or failed. While the job runs the panel
     redraws itself every PANEL_REFRESH_S (its progress bar moves on), and the whole page
     reruns once it ends (its results show). Every job of every kind: the Task centre page."""
-    from workbench.jobs import list_jobs
-
     if said := st.session_state.pop(f"{key}-said", None):
         st.success(said)
     jobs = read_or_none(f"{kind} jobs", lambda: list_jobs(workspace(), kind=kind))
@@ -338,8 +334,6 @@ def job_panel(kind: str, key: str) -> None:
 
 
 def _job_panel_body(kind: str, key: str, was_running: str | None) -> None:
-    from workbench.jobs import job_row, list_jobs, stop_job
-
     jobs = read_or_none(f"{kind} jobs", lambda: list_jobs(workspace(), kind=kind))
     if not jobs:
         return
@@ -394,9 +388,6 @@ def options_html(options: list[str], gold: str | None, marks: dict[str, list[str
 
 def sections_of(run: Path) -> dict:
     """The distilled sections of a run by id ({} when it has none)."""
-    from workbench.records import Section, read_records
-    from workbench.runs import RunLayout
-
     lay = RunLayout.at(run)
     if not lay.has("distill", "sections"):
         return {}
@@ -499,8 +490,6 @@ def _grpo_chart(data: list[dict], spec: dict, key: str) -> None:
 
 
 def _grpo_body(t: GrpoTraining, key: str) -> None:
-    from workbench.app import grpo_curves as gc
-
     rows = read_or_none(t.live.name, lambda: gc.read_rows(t.live))
     if rows is None:
         return

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.io import iter_jsonl_raw
+from workbench.text import number, percent
+
 LIVE_SUFFIX = ".live.jsonl"
 PACK_NAMES = {"rf": "RF design", "kgv": "KGV", "litsearch": "literature search"}
 # the agent condition a stage's training stands for, where the stage's name does not say it
@@ -100,8 +103,6 @@ def is_grpo_row(row: Any) -> bool:
 def read_rows(path: Path) -> list[dict]:
     """The JSON object rows of a live file a training may be appending to (a torn last line
     skipped; a bad line elsewhere raises the DataError naming it)."""
-    from workbench.io import iter_jsonl_raw
-
     return [obj for _, obj in iter_jsonl_raw(path, torn_tail=lambda _e: None)
             if isinstance(obj, dict)]
 
@@ -264,8 +265,6 @@ def shape(rows: list[dict], outputs: dict[str, Any] | None = None) -> GrpoCurves
 def summary(c: GrpoCurves) -> str:
     """One line: steps, the last step's mean reward, the kept (or best so far) held-out
     reward and its step, the start's."""
-    from workbench.text import number, percent
-
     planned = _num(c.final.get("steps_planned"))
     of = f" of {int(planned)}" if planned is not None and planned > c.steps else ""
     parts = [f"{c.steps}{of} step{'s' if (planned or c.steps) != 1 else ''}"]

@@ -3,6 +3,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from workbench.agent_packs.kgv.verdict_check import QUESTION, WHAT, conditions_in, verdict_check
 from workbench.app.common import (
     base_config,
     job_panel,
@@ -11,11 +12,14 @@ from workbench.app.common import (
     rate_decisions,
     read_or_none,
     show_error,
+    show_grpo_training,
     show_image,
     workspace,
 )
 from workbench.app.glossary import show_glossary
-from workbench.jobs import start_job
+from workbench.chat import workspace_choices
+from workbench.errors import DataError, WorkbenchError
+from workbench.jobs import list_jobs, start_job
 from workbench.text import number_interval, percent, percent_interval
 
 st.title("Domain agents")
@@ -42,7 +46,6 @@ def evidence_fields(key: str) -> dict:
     retriever; the other packs search their own entries."""
     if pack != "kgv":
         return {}
-    from workbench.chat import workspace_choices
 
     found = read_or_none("the indexes of this workspace", lambda: workspace_choices(ws))
     indexes = found.indexes if found else {}
@@ -150,14 +153,6 @@ def show_steps(t: dict) -> None:
 def check_verdicts(run) -> None:
     """A person checks a KGV evaluation's verdicts: the claim and the passages a verdict
     cites, its verdict hidden; kappa, the confusion table and the reading so far."""
-    from workbench.agent_packs.kgv.verdict_check import (
-        QUESTION,
-        WHAT,
-        conditions_in,
-        verdict_check,
-    )
-    from workbench.errors import DataError, WorkbenchError
-
     st.subheader("Check the verdicts")
     st.caption("Each SUPPORTED or REFUTED verdict rests on the claim and the passages it "
                "cites. Rate a seeded sample of one condition's verdicts (half SUPPORTED where "
@@ -193,9 +188,6 @@ def check_verdicts(run) -> None:
 def grpo_section(trainings: list) -> None:
     """The live curves of the run's GRPO trainings (the RF pack's tools+grpo: rf_grpo), one
     at a time; they redraw themselves while an agent job runs."""
-    from workbench.app.common import show_grpo_training
-    from workbench.jobs import list_jobs
-
     if not trainings:
         return
     st.subheader("GRPO training")

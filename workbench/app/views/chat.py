@@ -21,6 +21,7 @@ from workbench.chat import (
     rate,
     workspace_choices,
 )
+from workbench.models import load_model as load
 
 st.title("Chat")
 st.caption("Ask once; every setup answers in its own column, as it writes. Rate an answer to "
@@ -45,8 +46,6 @@ def base_model() -> tuple[str, dict]:
 @st.cache_resource(show_spinner="Loading the model", max_entries=4)
 def load_model(spec: str, adapter: str | None, options: tuple):
     """One instance per model + adapter for the whole app (generation is locked inside)."""
-    from workbench.models import load_model as load
-
     opts = dict(options)
     if adapter:
         opts["adapter"] = adapter

@@ -16,6 +16,7 @@ from workbench.app.common import (
     workspace,
 )
 from workbench.app.glossary import show_glossary
+from workbench.distill.verifier_check import verifier_check
 from workbench.domain_packs import available_packs, load_pack
 from workbench.errors import WorkbenchError
 from workbench.jobs import start_job
@@ -32,8 +33,6 @@ VERDICT_FLAGS = {"verifier_disagrees"}  # the verifier's verdict, which a rater 
 
 def verifier_check_of(run):
     """(the run's verifier check, None) or (None, the error that says why there is none)."""
-    from workbench.distill.verifier_check import verifier_check
-
     try:
         return verifier_check(run), None
     except Exception as e:  # noqa: BLE001 - said in the page, never a traceback

@@ -19,9 +19,11 @@ from workbench.app.common import (
     workspace,
 )
 from workbench.app.glossary import show_glossary
+from workbench.evaluate.benchmark import load_benchmark
 from workbench.evaluate.report import SCORING_LABELS, read_eval_results, read_eval_summary
 from workbench.jobs import start_job
 from workbench.text import accuracy, p_value, percent, points, points_interval
+from workbench.workspace import save_benchmark
 
 SCORINGS = ("letter", "cloze", "cloze_norm", "generate")
 
@@ -80,9 +82,6 @@ with st.expander("Evaluate a benchmark of your own (MMLU/ARC-style JSONL, CSV, o
     if st.button("Check and start", key="b-start", disabled=up is None,
                  help="Reads the whole file first (a bad line is named here), then scores "
                       "the chat model on it as a background job."):
-        from workbench.evaluate.benchmark import load_benchmark
-        from workbench.workspace import save_benchmark
-
         assert up is not None  # the button is disabled without a file
         try:
             mapping = {k: v for k, v in (("question", qf), ("choices", cf), ("answer", af))
@@ -271,8 +270,6 @@ def benchmark_view(rep, bench: str, b, run_name: str, lay=None) -> None:
 
 def drill_down(info) -> None:
     """One item of one condition: question, options with gold and predictions, context."""
-    from workbench.evaluate.benchmark import load_benchmark
-
     lay = info.layout
     which = [w for w, have in info.has_eval.items() if have]
     if not which:

@@ -16,7 +16,10 @@ from workbench.app.common import (
     workspace,
 )
 from workbench.app.glossary import show_glossary
-from workbench.jobs import start_job
+from workbench.config import dump_config
+from workbench.domain_packs import available_packs, load_pack
+from workbench.jobs import run_lock, start_job
+from workbench.loop.api import Loop
 from workbench.loop.records import round_name
 from workbench.text import p_value, percent_interval, points, points_interval
 
@@ -31,8 +34,6 @@ ws = workspace()
 
 def loop_packs() -> list[str]:
     """The domain packs that declare the loop's synthesis settings (`pipelines.loop`)."""
-    from workbench.domain_packs import available_packs, load_pack
-
     return [p for p in available_packs() if "loop" in (load_pack(p).pipelines or {})]
 
 
@@ -81,21 +82,15 @@ run = st.selectbox("Run", found, format_func=lambda p: p.name, key="lp-run")
 
 def locked(what: str):
     """The run folder's lock while the page changes the loop (a running job refuses it)."""
-    from workbench.jobs import run_lock
-
     return run_lock(Path(run), f"the app ({what})")
 
 
 def open_loop(run: Path):
-    from workbench.loop.api import Loop
-
     return Loop.at(run, log=lambda m: None)
 
 
 def start_mode(mode: str):
     """A loop job on this run's config: plan the next round, or run the approved one."""
-    from workbench.config import dump_config
-
     d = dump_config(loop.cfg)
     return start_job(ws, "loop", {**d, "loop": {**d["loop"], "mode": mode}})
 

@@ -16,7 +16,7 @@ from workbench.app.common import (
     workspace,
 )
 from workbench.app.glossary import show_glossary
-from workbench.app.grpo_curves import GrpoTraining, is_grpo_row
+from workbench.app.grpo_curves import GrpoTraining, find_trainings, is_grpo_row
 from workbench.jobs import list_jobs, start_job
 from workbench.records import RunManifest
 
@@ -126,8 +126,6 @@ def grpo_trainings() -> None:
     """The GRPO trainings of the workspace's runs (the agent conditions' live files, such as
     `agent/rf_grpo.live.jsonl`), one at a time with its live curves; they redraw themselves
     while an agent job runs."""
-    from workbench.app.grpo_curves import find_trainings
-
     found = {f"{r.name}: {t.label}": t for r in infos
              for t in find_trainings(r.layout.folder("agent"))}
     st.subheader("GRPO trainings")
