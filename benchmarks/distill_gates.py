@@ -2,6 +2,7 @@
 
     python benchmarks/distill_gates.py                  # distil (3 documents x 2), then score
     python benchmarks/distill_gates.py --score-only     # re-score after editing judgements
+    python benchmarks/distill_gates.py --rescore        # today's gates on the judged questions
 
 For each of three real documents of different kinds (`benchmarks/realdocs.py`: a manual, a
 standard, lecture notes; found or fetched at run time, nothing committed), the first N
@@ -21,12 +22,23 @@ Written:
 - `benchmarks/results/distill_gates.json`: per document and in all, the accepted samples,
   how many the reader would reject, off and on, as shares with Wilson 95% intervals; what
   each gate removed; of the removed questions, how many the reader would have rejected too.
+
+`--rescore` (issue 46, item 3) needs no distillation: it puts every judged question of the
+results files through the gates as they are now (the rules, then the likelihood gate, scored
+by the bundled model after the question's span as `realdocs.prepare` makes it), tunes the
+likelihood floor on the manual alone (the midpoint between the lowest-scoring question the
+reader keeps and the highest-scoring one below it that the reader rejects), and reports the
+standard and the lecture notes as held out: accepted, reader-rejected share of accepted
+(Wilson 95%), good rows lost against the gates before, rejects by gate, the curve of floor vs
+precision vs good rows kept, and how well each model score separates good from bad (AUC).
+Written: `benchmarks/results/distill_gates_rescore.json` (every question with its scores).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -114,6 +126,8 @@ def collect(doc: str, off: Path, on: Path) -> dict:
         if g.get("stripped_to"):
             r["stripped_from"] = g["question"]
         r["task"] = g["task"]
+        if "likelihood" in g:
+            r["likelihood"] = g["likelihood"]["mean_logprob"]
         if g["removed_by"]:
             v = g["verdicts"][g["removed_by"]]
             r["removed_by"] = g["removed_by"]
@@ -209,6 +223,200 @@ def markdown(table: dict) -> str:
     return "\n".join(lines)
 
 
+# --- --rescore: today's gates on the judged questions (no distillation) --------------------
+
+TUNED_ON = "manual"
+GRID = [round(-3.0 + 0.1 * i, 1) for i in range(23)]  # likelihood floors for the curve
+
+
+def _rows_with_spans(doc: str, folder: Path) -> list[dict]:
+    """The judged questions of a document, each with its section and span as the corpus
+    reader makes them today (matched by id, else by heading path: the HTML reader no longer
+    keeps the headings' '¶', which changed the standard's section ids)."""
+    from workbench.corpus import load_sections
+    from workbench.distill.config import DistillConfig
+    from workbench.distill.write import Stats, make_spans
+
+    secs, _ = load_sections(str(folder))
+    by_id = {s.id: s for s in secs}
+    by_head = {" > ".join(s.heading_path): s for s in secs}
+    spans = make_spans(secs, DistillConfig(corpus=str(folder), domain="generic"), Stats())
+    doc_stems: dict[str, set[str]] = {}
+    from workbench.distill import gates
+
+    for s in secs:
+        doc_stems.setdefault(s.doc_id, set()).update(gates.stems(f"{s.title}\n{s.text}"))
+    out = []
+    d = json.loads((RESULTS / "distill_gates" / f"{doc}.json").read_text(encoding="utf-8"))
+    for r in d["samples"]:
+        sec = by_id.get(r["section_id"]) or by_head[r["section"].replace("¶", "")]
+        mine = [sp for sp in spans if sp.section.id == sec.id]
+        span = next((sp for sp in mine if r["answer"][:60] in sp.text), mine[0])
+        out.append(dict(r, doc=doc, _sec=sec, _span=span.text,
+                        _doc_stems=doc_stems[sec.doc_id]))
+    return out
+
+
+def _rule_verdicts(rows: list[dict]) -> None:
+    """Each question (as the teacher wrote it) through today's rule gates."""
+    from workbench.distill import gates
+    from workbench.domain_packs import load_pack
+
+    pack = load_pack("generic")
+    for r in rows:
+        sec = r["_sec"]
+        persp = r["task"].split(":")[1] if r.get("task") else ""
+        ctx = gates.Context(section_text=sec.text, headings=sec.title, answer=r["answer"],
+                            perspective=pack.perspective(persp).name if persp else "",
+                            document_stems=r["_doc_stems"])
+        res = gates.check(r.get("stripped_from") or r["question"], ctx)
+        first = res.removed_by
+        r["now_question"] = res.question
+        r["rules_removed_by"] = first.gate if first else None
+        r["rules_reason"] = f"{first.reason}: {first.detail}" if first else ""
+
+
+def _scores(rows: list[dict], spec: str, calls: Path) -> None:
+    """Each question's likelihood after its span, and the answer's PMI (the scores kept in a
+    call cache under the documents' cache folder: a re-run scores nothing again)."""
+    from workbench.distill.likelihood import answer_pmi, question_likelihoods
+    from workbench.models.backends import load_model
+    from workbench.models.cache import CachedModel, CallCache
+
+    model = CachedModel(load_model(spec), CallCache(calls))
+    try:
+        t0 = time.perf_counter()
+        lik = question_likelihoods(model, [(r["_span"], r["now_question"]) for r in rows])
+        t1 = time.perf_counter()
+        pmi = answer_pmi(model, [(r["now_question"], " ".join(r["answer"].split()))
+                                 for r in rows])
+        print(f"scored {len(rows)} questions: likelihood {t1 - t0:.0f} s, pmi "
+              f"{time.perf_counter() - t1:.0f} s", flush=True)
+    finally:
+        model.close()
+    for r, lk, pm in zip(rows, lik, pmi, strict=True):
+        r["likelihood"] = round(lk.mean, 4)
+        r["answer_pmi"] = round(pm, 4)
+
+
+def _verdict(r: dict, judgements: dict) -> str:
+    j = judgements.get(r["doc"], {}).get(r["now_question"])
+    if j is None and r["now_question"] == r["question"]:
+        j = r["reader"]
+    if isinstance(j, list):
+        return j[0]
+    return j["verdict"] if j else "unjudged"
+
+
+def _tally(rows: list[dict], floor: float) -> dict:
+    """Accepted now (the rules pass and the likelihood is at least `floor`) vs the gates
+    before (accepted_on), with the reader's verdicts."""
+    now = [r for r in rows if r["rules_removed_by"] is None and r["likelihood"] >= floor]
+    before = [r for r in rows if r["accepted_on"]]
+    bad = [r for r in now if r["verdict"] == "reject"]
+    judged = [r for r in now if r["verdict"] != "unjudged"]
+    good_before = [r for r in before if r["reader"]["verdict"] == "accept"]
+    lost = [r for r in good_before if r not in now]
+    by_gate: dict[str, int] = {}
+    for r in rows:
+        gate = r["rules_removed_by"] or ("likelihood" if r["likelihood"] < floor else None)
+        if gate:
+            by_gate[gate] = by_gate.get(gate, 0) + 1
+    return {"accepted": len(now), "judged": len(judged), "reader_rejects": len(bad),
+            "sensible": len(judged) - len(bad),
+            "reject_share": round(len(bad) / len(judged), 3) if judged else None,
+            "wilson95": _wilson(len(bad), len(judged)),
+            "good_before": len(good_before), "good_kept": len(good_before) - len(lost),
+            "good_lost": [r["now_question"] for r in lost],
+            "good_gained": [r["now_question"] for r in now if r["verdict"] == "accept"
+                            and r not in good_before],
+            "rejects_by_gate": by_gate}
+
+
+def _auc(rows: list[dict], key: str) -> float | None:
+    good = [r[key] for r in rows if r["verdict"] == "accept"]
+    bad = [r[key] for r in rows if r["verdict"] == "reject"]
+    if not good or not bad:
+        return None
+    wins = sum((g > b) + 0.5 * (g == b) for g in good for b in bad)
+    return round(wins / (len(good) * len(bad)), 3)
+
+
+def tune_floor(rows: list[dict]) -> float:
+    """The likelihood floor from one document's judgements: the midpoint between the lowest
+    score of a question the reader keeps (and the rules pass) and the highest score below it
+    of one the reader rejects, to 0.1; keeps every good row."""
+    live = [r for r in rows if r["rules_removed_by"] is None]
+    low = min(r["likelihood"] for r in live if r["verdict"] == "accept")
+    below = [r["likelihood"] for r in live if r["verdict"] == "reject" and r["likelihood"] < low]
+    mid = (low + max(below)) / 2 if below else low
+    return round(mid, 1)
+
+
+def rescore(folders: dict[str, Path], docs: list[str], spec: str, calls: Path) -> dict:
+    judgements = json.loads(JUDGEMENTS.read_text()) if JUDGEMENTS.exists() else {}
+    rows = [r for doc in docs for r in _rows_with_spans(doc, folders[doc])]
+    _rule_verdicts(rows)
+    _scores(rows, spec, calls)
+    for r in rows:
+        r["verdict"] = _verdict(r, judgements)
+    floor = tune_floor([r for r in rows if r["doc"] == TUNED_ON])
+    held = [d for d in docs if d != TUNED_ON]
+    groups = {d: [r for r in rows if r["doc"] == d] for d in docs}
+    groups["held_out"] = [r for r in rows if r["doc"] in held]
+    groups["all"] = rows
+    live = {k: [r for r in v if r["rules_removed_by"] is None] for k, v in groups.items()}
+    tasks = {d: json.loads((RESULTS / "distill_gates" / f"{d}.json").read_text(
+        encoding="utf-8"))["runs"]["on"]["tasks"] for d in docs}
+    tasks["held_out"] = sum(tasks[d] for d in held)
+    tasks["all"] = sum(tasks[d] for d in docs)
+    out = {"tuned_on": TUNED_ON, "held_out": held, "floor": floor, "scorer": spec,
+           "documents": {k: {"tasks": tasks[k], "rules_only": _tally(v, -math.inf),
+                             "with_likelihood":
+                             _tally(v, floor),
+                             "auc_after_rules": {"likelihood": _auc(live[k], "likelihood"),
+                                                 "answer_pmi": _auc(live[k], "answer_pmi")},
+                             "auc_all": {"likelihood": _auc(v, "likelihood"),
+                                         "answer_pmi": _auc(v, "answer_pmi")}}
+                         for k, v in groups.items()},
+           "curve": {k: [{"floor": f, **{x: _tally(v, f)[x] for x in (
+               "accepted", "sensible", "reader_rejects", "wilson95", "good_kept")}}
+                         for f in GRID] for k, v in groups.items()},
+           "questions": [{k: r.get(k) for k in (
+               "doc", "question", "now_question", "kind", "section", "answer", "accepted_on",
+               "removed_by", "rules_removed_by", "rules_reason", "likelihood", "answer_pmi",
+               "verdict")} | {"verdict_before": r["reader"]["verdict"],
+                              "accepted_now": r["rules_removed_by"] is None
+                             and r["likelihood"] >= floor} for r in rows]}
+    (RESULTS / "distill_gates_rescore.json").write_text(
+        json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return out
+
+
+def rescore_markdown(out: dict) -> str:
+    def share(t: dict) -> str:
+        if not t["judged"]:
+            return "n/a"
+        lo, hi = t["wilson95"]
+        return f"{t['reader_rejects']}/{t['judged']} = {t['reject_share']:.0%} [{lo:.0%}, {hi:.0%}]"
+
+    lines = [f"likelihood floor {out['floor']} (tuned on {out['tuned_on']})", "",
+             "| document | tasks | accepted before | rejects before | accepted: rules | rejects: "
+             "rules | accepted: rules + likelihood | rejects: rules + likelihood | good kept | "
+             "AUC likelihood / pmi (after rules) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for k, d in out["documents"].items():
+        before = out["questions"]
+        b = [q for q in before if (k in ("all",) or q["doc"] == k or (
+            k == "held_out" and q["doc"] in out["held_out"])) and q["accepted_on"]]
+        bb = sum(q["verdict_before"] == "reject" for q in b)
+        r, w = d["rules_only"], d["with_likelihood"]
+        a = d["auc_after_rules"]
+        lines.append(f"| {k} | {d['tasks']} | {len(b)} | {bb} | {r['accepted']} | {share(r)} | "
+                     f"{w['accepted']} | {share(w)} | {w['good_kept']}/{w['good_before']} | "
+                     f"{a['likelihood']} / {a['answer_pmi']} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sections", type=int, default=24)
@@ -217,8 +425,15 @@ def main() -> None:
     ap.add_argument("--cache", help="where the documents are prepared (realdocs.py)")
     ap.add_argument("--config", default="configs/rf_demo.yaml")
     ap.add_argument("--score-only", action="store_true")
+    ap.add_argument("--rescore", action="store_true", help="today's gates on the judged "
+                    "questions, the likelihood floor tuned on the manual (no distillation)")
+    ap.add_argument("--model", default="default", help="--rescore: the scoring model")
     a = ap.parse_args()
     folders = prepare(a.cache)
+    if a.rescore:
+        print(rescore_markdown(rescore(folders, a.docs.split(","), a.model,
+                                       cache_dir(a.cache) / "rescore_calls.sqlite")))
+        return
     work = a.work or cache_dir(a.cache) / "runs"
     docs = a.docs.split(",")
     out_dir = RESULTS / "distill_gates"
