@@ -10,6 +10,10 @@ from typing import Annotated
 
 import typer
 
+from workbench.chat import DEFAULT_SYSTEM, ChatSession, ChatSetup, chat_folder, rate, valid_text
+from workbench.errors import ConfigError, DataError, WorkbenchError
+from workbench.progress import quiet_libraries
+
 HELP = """Commands (anything else is a question for every setup):
   /good [N]              the last answer of setup N (default 1) was good
   /bad [N] [text]        it was bad; text (or the next line you type) is what it should
@@ -25,8 +29,6 @@ SETUP_KEYS = ("name", "model", "adapter", "index", "retriever", "k", "system", "
 
 def parse_setup(text: str, defaults: dict) -> dict:
     """`model=default;index=runs/x/index;k=5` (`;` or `,` between pairs) as a setup dict."""
-    from workbench.errors import ConfigError
-
     out = dict(defaults)
     for part in (p for p in text.replace(",", ";").split(";") if p.strip()):
         key, sep, value = part.partition("=")
@@ -75,9 +77,6 @@ def chat_cmd(
     WORKSPACE/chat/sft.jsonl (messages rows) and WORKSPACE/chat/pairs.jsonl (preference
     pairs: `workbench train run ... -s train.method=dpo -s train.data=...`). /help lists the
     commands. With --question, or with questions piped on stdin, it answers and exits."""
-    from workbench.chat import DEFAULT_SYSTEM, ChatSession
-    from workbench.progress import quiet_libraries
-
     quiet_libraries()
     defaults = {"model": model, "adapter": str(adapter) if adapter else None,
                 "index": str(index) if index else None, "k": k, "retriever": retriever,
@@ -103,9 +102,6 @@ def chat_cmd(
 
 def _setup(raw: dict, n: int, of: int):
     from pydantic import ValidationError
-
-    from workbench.chat import ChatSetup
-    from workbench.errors import ConfigError
 
     try:
         return ChatSetup.model_validate(raw)
@@ -137,9 +133,6 @@ def _turn(session, q: str, out, stop: threading.Event | None = None) -> list:
 
 
 def _repl(session, workspace: Path, out, *, interactive: bool) -> None:
-    from workbench.chat import chat_folder, rate
-    from workbench.errors import WorkbenchError
-
     history = None
     if interactive:
         try:
@@ -210,9 +203,6 @@ def _read_line(prompt: str, interactive: bool) -> str:
     else from stdin at most `MAX_LINE` characters at a time, bytes that are not UTF-8 read
     as U+FFFD (piped binary is text with replacement marks, never a crash at the rating
     that stores it); a longer line (binary input, /dev/zero) stops the REPL with one line."""
-    from workbench.chat import valid_text
-    from workbench.errors import DataError
-
     if interactive:
         return valid_text(input(prompt))
     raw = getattr(sys.stdin, "buffer", None)
@@ -243,8 +233,6 @@ def _answer_interruptibly(session, q: str, out) -> list:
 
 
 def _rate(line: str, last: list, workspace: Path, rate, interactive: bool, out) -> None:
-    from workbench.errors import WorkbenchError
-
     cmd, *rest = line.split(maxsplit=2)
     n = 1
     if rest and rest[0].isdigit():

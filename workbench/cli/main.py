@@ -13,8 +13,41 @@ from typing import Annotated
 
 import typer
 
+import workbench.app as app_package
+import workbench.io  # by module: tests replace run_child there
+from workbench import plugins, registry
 from workbench.cli.chat import chat_cmd
 from workbench.cli_options import ConfigArg, SetOpt
+from workbench.config import config_schema as experiment_config_schema
+from workbench.config import dump_config, load_config
+from workbench.corpus import ingest
+from workbench.errors import DataError, WorkbenchError
+from workbench.formats import (
+    is_preference_row,
+    read_dataset,
+    validate_dataset,
+    validate_preferences,
+    write_dataset,
+)
+from workbench.io import write_jsonl
+from workbench.jobs import (
+    job_folder,
+    job_row,
+    job_rows,
+    load_job,
+    run_again,
+    run_in_process,
+    start_job,
+    stop_job,
+)
+from workbench.models import load_model
+from workbench.models.backends import backend_uses
+from workbench.models.inventory import bundled_inventory
+from workbench.models.resolve import resolve_chat_model
+from workbench.models.templates import fingerprint_warning
+from workbench.progress import quiet_libraries
+from workbench.smoke import run_smoke
+from workbench.workspace import streamlit_command, workspace_in
 
 app = typer.Typer(
     name="workbench",
@@ -45,10 +78,6 @@ def smoke(config: ConfigArg = None, set_: SetOpt = None,
           json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False):
     """Load the default chat model and embedder, answer one question about a dataset file,
     print the answer and the timings."""
-    from workbench.config import load_config
-    from workbench.progress import quiet_libraries
-    from workbench.smoke import run_smoke
-
     quiet_libraries()
     cfg = load_config(config, set_)
     res = run_smoke(cfg)
@@ -70,10 +99,6 @@ def models_list(config: Annotated[Path | None, typer.Option(
     """Show the bundled default models and where they resolve on this machine, then which
     backend serves the configured chat model for each use (generation, scoring); force one
     with -s models.chat.backend=transformers|ctranslate2."""
-    from workbench.config import load_config
-    from workbench.models.backends import backend_uses
-    from workbench.models.inventory import bundled_inventory
-
     for row in bundled_inventory():
         typer.echo(f"{row['name']:<24} {row['role']:<9} {row['status']:<14} {row['where']}")
     chat = load_config(config, set_).models.chat
@@ -85,8 +110,6 @@ def models_list(config: Annotated[Path | None, typer.Option(
 @models_app.command("resolve")
 def models_resolve(spec: Annotated[str, typer.Argument(help="Model spec to resolve.")]):
     """Say what a model spec points at (nothing is loaded or downloaded)."""
-    from workbench.models.resolve import resolve_chat_model
-
     typer.echo(resolve_chat_model(spec).describe())
 
 
@@ -135,8 +158,6 @@ def serve(
     in OpenAI's error shape; generation stops when the client disconnects; SIGTERM or
     Ctrl-C stops running requests (503) and the server within 10 s. Bind beyond 127.0.0.1
     only with --api-key."""
-    from workbench.models import load_model
-    from workbench.progress import quiet_libraries
     from workbench.serve import ServerLimits
     from workbench.serve import serve as run_server
 
@@ -146,8 +167,6 @@ def serve(
         opts["adapter"] = str(adapter)
     m = load_model(model, backend=backend, **opts)
     if adapter:
-        from workbench.models.templates import fingerprint_warning
-
         # a backend without a transformers tokenizer (ctranslate2, llama.cpp) has none to compare
         tok = getattr(m, "tokenizer", None)
         if tok is not None and (w := fingerprint_warning(adapter, tok)):
@@ -183,8 +202,6 @@ def data_validate(file: Annotated[Path, typer.Argument(help="JSONL dataset file.
     rejected); list problems with their line numbers (exit 3 if any)."""
     from collections import Counter
 
-    from workbench.formats import validate_dataset, validate_preferences
-
     if fmt == "preference" or fmt == "auto" and _first_row_is_pair(file):
         good, problems = validate_preferences(file)
     else:
@@ -208,8 +225,6 @@ def _first_row_is_pair(file: Path) -> bool:
     """Whether the first parseable line of `file` is a preference pair (read at most 8 MB)."""
     import json
 
-    from workbench.formats import is_preference_row
-
     if not file.is_file():  # a folder, a device, a FIFO, absent: the validator names it
         return False
     with open(file, encoding="utf-8", errors="replace") as fh:
@@ -232,9 +247,6 @@ def data_convert(src: Annotated[Path, typer.Argument(help="Input JSONL.")],
                  to: Annotated[str, typer.Option("--to", help="messages, sharegpt or alpaca.")]
                  = "messages"):
     """Convert a dataset between formats; nothing is written unless every line is valid."""
-    from workbench.errors import DataError
-    from workbench.formats import read_dataset, write_dataset
-
     if dst.is_dir():
         raise DataError("is a folder; name the file to write", path=str(dst))
     examples = read_dataset(src, from_)
@@ -252,10 +264,6 @@ def data_ingest(corpus: Annotated[Path, typer.Argument(help="Folder or file: mar
                 on_error: Annotated[str, typer.Option(help="skip bad files (reported) or "
                                                            "fail.")] = "skip"):
     """Read a corpus into Section records that keep each heading path."""
-    from workbench.corpus import ingest
-    from workbench.errors import DataError
-    from workbench.io import write_jsonl
-
     report = ingest(corpus, on_error=on_error)
     for f, why in report.skipped:
         echo_err(f"skipped {f}: {why}")
@@ -272,17 +280,13 @@ def data_ingest(corpus: Annotated[Path, typer.Argument(help="Folder or file: mar
 def config_schema():
     """Print the JSON schema of the experiment config (every registered pipeline's section,
     with each field's description)."""
-    from workbench.config import config_schema as schema
-
-    typer.echo(json.dumps(schema(), indent=2))
+    typer.echo(json.dumps(experiment_config_schema(), indent=2))
 
 
 @config_app.command("show")
 def config_show(config: ConfigArg = None, set_: SetOpt = None):
     """Print a config with every default filled in and every override applied."""
     import yaml
-
-    from workbench.config import dump_config, load_config
 
     typer.echo(yaml.safe_dump(dump_config(load_config(config, set_)), sort_keys=False))
 
@@ -293,10 +297,6 @@ def _run_command(name: str, help_text: str):
     def run(config: ConfigArg = None, set_: SetOpt = None,
             fresh: Annotated[bool, typer.Option(help="Ignore finished stages and checkpoints; "
                                                      "start over.")] = False):
-        from workbench.config import load_config
-        from workbench.jobs import run_in_process
-        from workbench.progress import quiet_libraries
-
         quiet_libraries()
         cfg = load_config(config, set_)
         result = run_in_process(name, cfg, log=echo_err, fresh=fresh)
@@ -309,8 +309,6 @@ def _run_command(name: str, help_text: str):
 
 
 def add_pipeline_groups(root: typer.Typer) -> None:
-    from workbench import plugins, registry
-
     for p in registry.pipelines():
         group = typer.Typer(help=p.help, no_args_is_help=True)
         if p.cli:
@@ -340,11 +338,6 @@ def app_cmd(workspace: Annotated[Path | None, typer.Option(
     workspaces confined to --root)."""
     import os
 
-    import workbench.app as app_package  # the app ships in the package (no Streamlit import)
-    from workbench.errors import WorkbenchError
-    from workbench.io import run_child
-    from workbench.workspace import streamlit_command, workspace_in
-
     script = Path(app_package.__file__).resolve().parent / "app.py"
     if not script.is_file():
         raise WorkbenchError(f"the app is missing from this installation ({script}); "
@@ -370,7 +363,7 @@ def app_cmd(workspace: Annotated[Path | None, typer.Option(
     # 127.0.0.1 it asks about "the internet" (browser.serverAddress in the app's config)
     shown = "localhost" if host in ("127.0.0.1", "localhost") else host
     echo_err(f"workbench app on http://{shown}:{port} (workspace {ws}, root {base})")
-    raise typer.Exit(run_child(cmd, env=env, cwd=script.parent))
+    raise typer.Exit(workbench.io.run_child(cmd, env=env, cwd=script.parent))
 
 
 jobs_app = typer.Typer(help="Background jobs of a workspace (shared with the app): start "
@@ -383,8 +376,6 @@ JobsWorkspace = Annotated[Path, typer.Option(help="Workspace folder.")]
 
 
 def _kinds_help() -> str:
-    from workbench import registry
-
     return "What to run: " + ", ".join(registry.names()) + "."
 
 
@@ -392,9 +383,6 @@ def jobs_start(kind: Annotated[str, typer.Argument(help="A registered pipeline o
                                                         "experiment (see above).")],
                config: ConfigArg = None, set_: SetOpt = None,
                workspace: JobsWorkspace = Path("workspace")):
-    from workbench.config import dump_config, load_config
-    from workbench.jobs import start_job
-
     job = start_job(workspace, kind, dump_config(load_config(config, set_)))
     typer.echo(f"{job.id} started (pid {job.pid}); `workbench jobs show {job.id}`")
 
@@ -460,8 +448,6 @@ def jobs_list(workspace: JobsWorkspace = Path("workspace"),
     it, `jobs again ID` finishes a stopped or failed one."""
     import time
 
-    from workbench.jobs import job_rows
-
     def rows():
         return job_rows(workspace, kinds=kind, states=state, log_lines=0)
 
@@ -513,8 +499,6 @@ def jobs_list(workspace: JobsWorkspace = Path("workspace"),
 @jobs_app.command("show")
 def jobs_show(job_id: str, workspace: JobsWorkspace = Path("workspace")):
     """A job's state, its progress while it runs, and the end of its log."""
-    from workbench.jobs import job_folder, job_row, load_job
-
     j = load_job(job_folder(workspace, job_id))
     typer.echo(f"{j.id}: {j.kind} {j.status}" + (f" - {j.error}" if j.error else ""))
     r = job_row(j, log_lines=0)
@@ -529,8 +513,6 @@ def jobs_show(job_id: str, workspace: JobsWorkspace = Path("workspace")):
 @jobs_app.command("stop")
 def jobs_stop(job_id: str, workspace: JobsWorkspace = Path("workspace")):
     """Stop a running job (`workbench jobs again ID` finishes it later)."""
-    from workbench.jobs import job_folder, load_job, stop_job
-
     job = load_job(job_folder(workspace, job_id))
     if stop_job(job):
         typer.echo(f"stop requested for {job_id}")
@@ -544,8 +526,6 @@ def jobs_again(job_id: str, workspace: JobsWorkspace = Path("workspace")):
     finishes the rest of its run (finished stages and cached model calls are skipped, as
     when the same work is started again). Refused while the job, or another job writing
     the same run, is still running."""
-    from workbench.jobs import job_folder, load_job, run_again
-
     new = run_again(load_job(job_folder(workspace, job_id)))
     typer.echo(f"{new.id} started (pid {new.pid}), running {job_id} again; "
                f"`workbench jobs show {new.id}`")
@@ -563,8 +543,6 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     import click
-
-    from workbench.errors import WorkbenchError
 
     try:
         rc = app(args=argv, standalone_mode=False)
