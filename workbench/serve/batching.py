@@ -9,7 +9,13 @@ import threading
 import time
 from typing import Any
 
-from workbench.models.base import ChatModel, Generation, GenerationParams, cancel_context
+from workbench.models.base import (
+    ChatModel,
+    Generation,
+    GenerationParams,
+    cancel_context,
+    cancel_event,
+)
 
 
 class _AllSet:
@@ -47,8 +53,6 @@ class Batcher:
                  model: ChatModel | None = None) -> Generation:
         """Blocks until this conversation's reply is ready; call it in a worker thread."""
         from concurrent.futures import Future
-
-        from workbench.models.base import cancel_event
 
         with self._start:
             if self._thread is None:

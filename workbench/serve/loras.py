@@ -31,6 +31,7 @@ from typing import Any, TypeVar, cast
 from pydantic import BaseModel, ConfigDict
 
 from workbench.errors import WorkbenchError
+from workbench.io import sha256_file
 from workbench.models.base import (
     ChatModel,
     ContinuationScore,
@@ -41,6 +42,7 @@ from workbench.models.base import (
     TokenLogprobs,
     Tools,
 )
+from workbench.models.local import LocalChatModel, check_adapter_dir
 from workbench.models.messages import ToolChoice
 from workbench.serve.replies import ApiError
 
@@ -63,8 +65,6 @@ class UnloadLoraRequest(BaseModel):
 
 def unsupported(model: ChatModel) -> str | None:
     """Why runtime adapters cannot be put on `model` (None: they can)."""
-    from workbench.models.local import LocalChatModel
-
     if not isinstance(model, LocalChatModel):
         return (f"runtime LoRA adapters need the transformers backend; this server runs "
                 f"{model.backend_name!r}, whose adapters are fixed when it starts (restart "
@@ -111,8 +111,6 @@ class LoraSet:
                            kind="permission_error")
         if not real.is_dir():
             raise ApiError(400, f"lora_path {lora_path!r} is not a folder", "lora_path")
-        from workbench.models.local import check_adapter_dir
-
         try:
             check_adapter_dir(real)
             _check_config(real)
@@ -130,8 +128,6 @@ class LoraSet:
             raise ApiError(400, f"{len(self.views)} LoRA adapters are loaded, this server's "
                                 f"limit (--max-loras); unload one first", "lora_name")
         folder = self.folder(lora_path)
-        from workbench.io import sha256_file
-
         digest = sha256_file(folder / "adapter_model.safetensors")
         with self.lock, warnings.catch_warnings():
             # PEFT asks transformers a deprecated question while it wraps the model
