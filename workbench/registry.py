@@ -23,10 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from workbench import plugins, records
 from workbench.errors import WorkbenchError
+from workbench.records import StrictModel
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
 CORE_KEYS = {"name", "seed", "output_dir", "domain", "corpus", "models", "generation",
@@ -248,11 +249,10 @@ def names() -> list[str]:
     return [p.name for p in pipelines()]
 
 
-class PipelineResult(BaseModel):
+class PipelineResult(StrictModel):
     """What every pipeline run returns: where its outputs are, its key figures and one line
     for people. Jobs store it; the CLI prints `message`."""
 
-    model_config = ConfigDict(extra="forbid")
     schema_version: int = 1
     pipeline: str
     run_dir: str

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from workbench import registry
 from workbench.errors import DataError, WorkbenchError
@@ -45,6 +45,7 @@ from workbench.io import (
     write_jsonl,
 )
 from workbench.progress import stage as in_progress
+from workbench.records import StrictModel
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -308,16 +309,14 @@ def _check(model: type[BaseModel], obj: Any, where: str, path: Path) -> None:
 STAGES_SCHEMA = 1
 
 
-class StageRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class StageRecord(StrictModel):
     hash: str
     seconds: float
     finished: float = Field(default_factory=time.time)
     info: dict[str, Any] = Field(default_factory=dict)
 
 
-class StagesState(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class StagesState(StrictModel):
     schema_version: int = STAGES_SCHEMA
     stages: dict[str, StageRecord] = Field(default_factory=dict)
 
