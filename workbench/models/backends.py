@@ -12,6 +12,7 @@ from typing import Any
 from workbench import plugins
 from workbench.models.base import ChatModel
 from workbench.models.llamacpp_server import fallback_reason
+from workbench.models.resolve import resolve_chat_model
 
 # registered from code, or the group's entries loaded on first use; the aliases are other
 # names a config may use: `-s models.chat.backend=transformers|ctranslate2|llama.cpp`
@@ -69,8 +70,6 @@ def backend_uses(spec: str = "default", backend: str | None = None,
                  options: dict[str, Any] | None = None) -> dict[str, str]:
     """Which backend serves each use of a spec ({"generate": ..., "score": ...}), without
     loading it; the transformers backend is called "transformers" here."""
-    from workbench.models.resolve import resolve_chat_model
-
     if backend == "fake" or spec.startswith("fake"):
         name = "fake"
     else:
@@ -92,8 +91,6 @@ def load_model(spec: str = "default", *, backend: str | None = None,
     `backend` overrides the choice (e.g. "fake" for tests). `options` go to the backend,
     which rejects unknown ones.
     """
-    from workbench.models.resolve import resolve_chat_model
-
     if backend == "fake" or spec.startswith("fake"):  # scripted backends (tests) take a spec
         return _backend(backend or "fake")(spec=spec, **options)
     source = resolve_chat_model(spec)

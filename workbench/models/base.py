@@ -19,8 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from workbench.errors import BackendError
 from workbench.models.constrain import CONSTRAINT_ERROR, Constraint, ConstraintNotKept
-from workbench.models.messages import ToolCall, ToolChoice, ToolSpec
+from workbench.models.messages import ToolCall, ToolChoice, ToolSpec, as_tool_choice, as_tool_specs
 
 Conversation = list[dict[str, Any]]
 Tools = Sequence[ToolSpec | dict[str, Any]]
@@ -267,16 +268,12 @@ class ChatModel(abc.ABC):
     def _tool_request(self, tools: Tools | None, tool_choice: ToolChoice | None
                       ) -> tuple[list[ToolSpec] | None, ToolChoice]:
         """Validated (tools or None, tool_choice); raises when this backend has no tool calls."""
-        from workbench.models.messages import as_tool_choice, as_tool_specs
-
         specs = as_tool_specs(tools)
         if specs and not self.capabilities.tool_calls:
             raise self._unsupported("call tools")
         return specs, as_tool_choice(tool_choice, specs)
 
     def _unsupported(self, what: str):
-        from workbench.errors import BackendError
-
         return BackendError(f"backend {self.backend_name!r} cannot {what}")
 
     def stream(self, conversation: Conversation,
@@ -312,8 +309,6 @@ class ChatModel(abc.ABC):
 def gen_error(gen: Generation) -> Exception:
     """The exception a failed generation raises where a stream cannot return it:
     `ConstraintNotKept` for a constraint that could not be kept, else BackendError."""
-    from workbench.errors import BackendError
-
     if gen.error_type == CONSTRAINT_ERROR:
         return ConstraintNotKept(gen.error or "")
     return BackendError(gen.error or "generation failed")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import BackendError, WorkbenchError
+from workbench.io import sha256_file
 from workbench.models.local import check_adapter_dir
 from workbench.models.publish import publish_once
 from workbench.models.resolve import workbench_home
@@ -50,8 +51,6 @@ def source_fingerprint(folder: Path) -> str:
 
 def adapter_fingerprint(adapter: Path) -> str:
     """sha256 of the adapter's weights and config (the merge depends on both)."""
-    from workbench.io import sha256_file
-
     h = hashlib.sha256()
     h.update(sha256_file(adapter / "adapter_model.safetensors").encode())
     h.update((adapter / "adapter_config.json").read_bytes())

@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench import progress  # count through its module: tests replace progress.count
+from workbench.errors import WorkbenchError
+from workbench.io import atomic_write_json, recover_dir, replace_dir, sha256_file
+from workbench.models.local import pick_device
 from workbench.models.resolve import resolve_embedder, workbench_home
 
 log = logging.getLogger(__name__)
@@ -57,11 +61,9 @@ class Embedder:
                                      normalize_embeddings=True, convert_to_numpy=True,
                                      show_progress_bar=False)
             return np.ascontiguousarray(vecs, dtype=np.float32)
-        from workbench.progress import count
-
         step = self.batch_size * PROGRESS_BATCHES
         parts = []
-        with count("embedding", len(texts), "text") as done:
+        with progress.count("embedding", len(texts), "text") as done:
             for i in range(0, len(texts), step):
                 part = texts[i:i + step]
                 parts.append(self.model.encode(part, batch_size=self.batch_size,
@@ -95,15 +97,13 @@ class OnnxEmbedder:
         """float32 array (n, dim), L2-normalised; batches of similar length."""
         import numpy as np
 
-        from workbench.progress import count
-
         texts = list(texts)
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
         if show_progress is None:  # a bar on a terminal, else counted in a log's lines
             show_progress = len(texts) > self.batch_size
-        with count("embedding", len(texts), "text") if show_progress else \
+        with progress.count("embedding", len(texts), "text") if show_progress else \
                 contextlib.nullcontext() as done:
             self._embed_into(out, texts, done)
         return out
@@ -149,9 +149,6 @@ def load_embedder(spec: str = "minilm", *, device: str = "auto", batch_size: int
     """An embedder for `spec`. `backend`: "auto" (ONNX on CPU when it is installed and its
     export matched PyTorch; else PyTorch), "onnx" or "torch"; default from
     `WB_EMBED_BACKEND`, else "auto"."""
-    from workbench.errors import WorkbenchError
-    from workbench.models.local import pick_device
-
     backend = backend or os.environ.get("WB_EMBED_BACKEND") or "auto"
     if backend not in ("auto", "onnx", "torch"):
         raise WorkbenchError(f"embedder backend {backend!r}: use auto, onnx or torch")
@@ -198,8 +195,6 @@ def _st_layout(folder: Path) -> tuple[int, int]:
 
 
 def _source_key(folder: Path) -> str:
-    from workbench.io import sha256_file
-
     weights = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
     if not weights:
         raise _OnnxUnavailable(f"{folder}: no weights file")
@@ -253,8 +248,6 @@ def _session(ort, path: Path):
 def _read_meta(target: Path) -> dict[str, Any] | None:
     """The export's record, or None when there is no finished export (a folder without its
     record, written last, is a killed export and is redone)."""
-    from workbench.io import recover_dir
-
     recover_dir(target)
     try:
         meta = json.loads((target / "export.json").read_text())
@@ -278,8 +271,6 @@ def export_onnx(folder: Path, target: Path, max_seq_length: int) -> dict[str, An
         raise _OnnxUnavailable(f"{e.name} is not installed") from None
     import torch
     from transformers import AutoModel, AutoTokenizer
-
-    from workbench.io import atomic_write_json, replace_dir
 
     log.info("exporting %s to ONNX (once)", folder)
     target.parent.mkdir(parents=True, exist_ok=True)

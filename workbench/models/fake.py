@@ -36,6 +36,7 @@ from workbench.models.base import (
 from workbench.models.messages import NamedToolChoice, ToolCall, ToolChoice, plain_conversation
 from workbench.models.tools import FAMILIES, parse_tool_calls
 from workbench.plugins import load
+from workbench.progress import progress, tally
 
 Reply = str | dict[str, Any]
 
@@ -96,8 +97,6 @@ class FakeChatModel(ChatModel):
         convs = list(map(plain_conversation, conversations))
         if self.opts.seconds_per_token <= 0:
             return [self._one(conv, params, offered, choice) for conv in convs]
-        from workbench.progress import progress, tally
-
         out = []
         with tally("tokens", "token") as tokens:
             for conv in progress(convs, desc="generating", unit="reply", delay=2):

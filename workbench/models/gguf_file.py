@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import DataError
+from workbench.models.publish import publish_once
 
 FLOAT_FILE_TYPES = {0: "f32", 1: "f16", 32: "bf16"}  # general.file_type of unquantised files
 
@@ -106,8 +107,6 @@ _DONE = "workbench-f16.json"  # written last: a folder without it is unfinished
 def f16_copy(gguf_path: Path, folder: Path) -> Path:
     """`gguf_path` with every quantised matrix dequantised to f16 (vectors f32), written once
     into `folder` (atomically, under the model cache's conversion lock) and reused."""
-    from workbench.models.publish import publish_once
-
     def write(tmp: Path) -> None:
         import gguf
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.models.publish import publish_once
 
 DONE = "workbench-lora.json"  # written last: a cache folder without it is unfinished
 
@@ -163,8 +164,6 @@ def adapter_fingerprint(adapter: Path) -> str:
 def cached_lora_gguf(adapter: str | Path, base_gguf: Path, cache_dir: Path) -> Path:
     """The GGUF form of `adapter` for `base_gguf`, converted once into `cache_dir` (keyed by
     the adapter's bytes and the base file)."""
-    from workbench.models.publish import publish_once
-
     adapter = Path(adapter)
     st = base_gguf.stat()
     base_tag = hashlib.sha256(f"{base_gguf.resolve()}|{st.st_size}|{int(st.st_mtime)}"

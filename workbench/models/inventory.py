@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from workbench.errors import ModelNotFoundError
+from workbench.models.local import gguf_cache_dir
 from workbench.models.resolve import bundled_chat_source, bundled_embedder_path
 
 
@@ -10,8 +11,6 @@ def bundled_inventory() -> list[dict[str, str]]:
     rows = []
     try:
         src = bundled_chat_source()
-        from workbench.models.local import gguf_cache_dir
-
         converted = (gguf_cache_dir(src) / "model.safetensors").exists()
         rows.append({"name": "smollm2-135m-instruct (default)", "role": "chat",
                      "status": "converted" if converted else "gguf-only",

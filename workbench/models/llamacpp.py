@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workbench import openmp
 from workbench.errors import BackendError, WorkbenchError
+from workbench.io import sha256_file
 from workbench.models.backends import register_backend
 from workbench.models.base import (
     Capabilities,
@@ -61,13 +62,24 @@ from workbench.models.base import (
     Tools,
     cancel_event,
 )
-from workbench.models.constrain import CONSTRAINT_ERROR, ConstraintNotKept, ReplyCheck
+from workbench.models.constrain import (
+    CONSTRAINT_ERROR,
+    CallSplitter,
+    ConstraintNotKept,
+    ReplyCheck,
+    check_constraint,
+    tool_call_constraint,
+)
 from workbench.models.ct2_watch import held_back
-from workbench.models.gguf_header import context_length
+from workbench.models.gguf_file import FLOAT_FILE_TYPES, f16_copy
+from workbench.models.gguf_header import context_length, file_type
+from workbench.models.gguf_lora import adapter_fingerprint, cached_lora_gguf
 from workbench.models.hf_chat import TokenizerChatModel
 from workbench.models.llamacpp_server import PIP, Server, available, gpu_build
+from workbench.models.local import LocalChatModel, check_adapter_dir, gguf_cache_dir
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
+from workbench.models.publish import publish_once
 from workbench.models.resolve import ModelSource, workbench_home
 from workbench.models.tools import strip_special_tokens
 from workbench.progress import progress, tally
@@ -146,10 +158,6 @@ def _gguf_file(source: ModelSource) -> Path:
 
 def _weights_file(source: ModelSource, gguf: Path, weights: str) -> Path:
     """The GGUF file llama.cpp decodes for `weights` (see `LlamaCppOptions.weights`)."""
-    from workbench.models.gguf_file import FLOAT_FILE_TYPES, f16_copy
-    from workbench.models.gguf_header import file_type
-    from workbench.models.local import gguf_cache_dir
-
     if weights == "file":
         return gguf
     kind = file_type(gguf)
@@ -174,9 +182,6 @@ def tokenizer_folder(source: ModelSource) -> Path:
     """A folder holding the GGUF's tokenizer (and chat template) in Hugging Face form: the
     transformers backend's conversion when there is one, else a tokenizer-only copy made
     once (reading it from the GGUF takes seconds, from the copy a tenth of one)."""
-    from workbench.models.local import gguf_cache_dir
-    from workbench.models.publish import publish_once
-
     converted = gguf_cache_dir(source)
     if (converted / "workbench-source.json").is_file():
         return converted
@@ -206,8 +211,6 @@ class LlamaCppChatModel(TokenizerChatModel):
             raise WorkbenchError(f"the llamacpp backend needs the llama.cpp engine: `{PIP}`")
         from transformers import AutoTokenizer
 
-        from workbench.models.gguf_lora import adapter_fingerprint, cached_lora_gguf
-
         self.source = source
         gguf = _gguf_file(source)
         # the options checked before anything is converted or loaded
@@ -226,8 +229,6 @@ class LlamaCppChatModel(TokenizerChatModel):
         self._tool_notice = False
         lora, self._adapter_id = None, ""
         if self.opts.adapter:
-            from workbench.models.local import check_adapter_dir
-
             folder = check_adapter_dir(self.opts.adapter)
             lora = cached_lora_gguf(folder, gguf, workbench_home() / "models")
             # the transformers backend's adapter id (the safetensors' hash) would do, but
@@ -237,8 +238,6 @@ class LlamaCppChatModel(TokenizerChatModel):
             lora = Path(self.opts.lora)
             if not lora.is_file():
                 raise WorkbenchError(f"{lora}: no such GGUF LoRA adapter file")
-            from workbench.io import sha256_file
-
             self._adapter_id = "+lora:" + sha256_file(lora)[:16]
         if lora is not None and self.opts.lora_scale != 1.0:
             self._adapter_id += f"x{self.opts.lora_scale:g}"
@@ -276,8 +275,6 @@ class LlamaCppChatModel(TokenizerChatModel):
         """The transformers model's identity: scores come from it, so they are its."""
         adapter = ""
         if self.opts.adapter:
-            from workbench.io import sha256_file
-
             adapter = "+adapter:" + sha256_file(
                 Path(self.opts.adapter) / "adapter_model.safetensors")[:16]
         elif self.opts.lora:
@@ -472,16 +469,12 @@ class LlamaCppChatModel(TokenizerChatModel):
         """`params` with the grammar of a forced call (the tool's schema), so it parses."""
         if params.constraint is not None:
             return params
-        from workbench.models.constrain import tool_call_constraint
-
         name = choice.function.name if isinstance(choice, NamedToolChoice) else None
         return params.model_copy(update={"constraint": tool_call_constraint(
             self.template_tools.family, self.chat_template, specs, name)})
 
     def check_constraint(self, constraint) -> None:
         """Raise WorkbenchError naming the problem when `constraint` cannot be built."""
-        from workbench.models.constrain import check_constraint
-
         check_constraint(constraint, self.tokenizer, len(self.tokenizer), self.eos_ids)
 
     def stream(self, conversation: Conversation,
@@ -491,8 +484,6 @@ class LlamaCppChatModel(TokenizerChatModel):
     def stream_tool_call(self, conversation: Conversation, params: GenerationParams | None,
                          tools: Tools, tool_choice: ToolChoice) -> Iterator[tuple[str, str]]:
         """A forced call streamed as it is generated (under the tools' schemas)."""
-        from workbench.models.constrain import CallSplitter
-
         specs, choice = self._tool_request(tools, tool_choice)
         if not specs or choice in ("auto", "none"):
             raise WorkbenchError("stream_tool_call needs tools and a forced tool_choice")
@@ -556,8 +547,6 @@ class LlamaCppChatModel(TokenizerChatModel):
                         "scoring with a GGUF LoRA file (`lora`) is not supported: pass the "
                         "PEFT adapter folder as `adapter` instead (it is scored on "
                         "transformers and generated on llama.cpp)")
-                from workbench.models.local import LocalChatModel
-
                 self._scorer = LocalChatModel(self.source, batch_size=self.slots,
                                               chat_template=self.opts.chat_template,
                                               adapter=self.opts.adapter,

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.errors import BackendError, WorkbenchError
+from workbench.io import sha256_file
 from workbench.models.backends import register_backend
 from workbench.models.base import (
     Cancelled,
@@ -37,7 +38,13 @@ from workbench.models.base import (
     Tools,
     cancel_event,
 )
-from workbench.models.constrain import ConstraintNotKept, GrammarProcessor
+from workbench.models.constrain import (
+    CallSplitter,
+    ConstraintNotKept,
+    GrammarProcessor,
+    check_constraint,
+    tool_call_constraint,
+)
 from workbench.models.hf_chat import TokenizerChatModel
 from workbench.models.local_scoring import CachedScoring
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
@@ -223,8 +230,6 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
                 model = PeftModel.from_pretrained(model, adapter)
             if self.opts.merge_adapter:
                 model = model.merge_and_unload()
-            from workbench.io import sha256_file
-
             self._adapter_id = "+adapter:" + sha256_file(
                 adapter / "adapter_model.safetensors")[:16]
         self.model = model.to(self.device).eval()
@@ -311,8 +316,6 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
         """`params` with the grammar of a forced call (the tool's schema), so it parses."""
         if params.constraint is not None:
             return params
-        from workbench.models.constrain import tool_call_constraint
-
         name = choice.function.name if isinstance(choice, NamedToolChoice) else None
         return params.model_copy(update={"constraint": tool_call_constraint(
             self.template_tools.family, self.chat_template, specs, name)})
@@ -327,8 +330,6 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
 
     def check_constraint(self, constraint) -> None:
         """Raise WorkbenchError naming the problem when `constraint` cannot be built."""
-        from workbench.models.constrain import check_constraint
-
         check_constraint(constraint, self.tokenizer, self._vocab_size(),
                          _eos_ids(self.model, self.tokenizer))
 
@@ -415,8 +416,6 @@ class LocalChatModel(CachedScoring, TokenizerChatModel):
                          tools: Tools, tool_choice: ToolChoice) -> Iterator[tuple[str, str]]:
         """A forced call streamed as it is generated (under the tools' schemas, so the
         pieces always add up to a valid call, unless max_tokens cuts it)."""
-        from workbench.models.constrain import CallSplitter
-
         specs, choice = self._tool_request(tools, tool_choice)
         if not specs or choice in ("auto", "none"):
             raise WorkbenchError("stream_tool_call needs tools and a forced tool_choice")

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.errors import BackendError, WorkbenchError
+from workbench.errors import BackendError, ModelNotFoundError, WorkbenchError
 from workbench.models.backends import register_backend
 from workbench.models.base import (
     Capabilities,
@@ -44,13 +44,15 @@ from workbench.models.base import (
     Tools,
 )
 from workbench.models.constrain import ConstraintNotKept, check_text, wire_fields
+from workbench.models.local import model_folder
 from workbench.models.messages import (
     ToolCall,
     ToolChoice,
     ToolSpec,
     plain_conversation,
 )
-from workbench.models.resolve import ModelSource
+from workbench.models.resolve import ModelSource, resolve_chat_model
+from workbench.models.tools import TemplateTools, template_messages
 
 log = logging.getLogger(__name__)
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
@@ -95,8 +97,6 @@ class OpenAIChatModel(ChatModel):
         self.opts = OpenAIOptions(**options)
         self._template_source: ModelSource | None = None
         if self.opts.tokenizer not in (None, "server"):
-            from workbench.models.resolve import resolve_chat_model
-
             self._template_source = resolve_chat_model(self.opts.tokenizer)
             if self._template_source.kind == "openai":
                 raise WorkbenchError(f"tokenizer option {self.opts.tokenizer!r}: pass a local "
@@ -367,9 +367,6 @@ class OpenAIChatModel(ChatModel):
         return self._rendered[key]
 
     def _make_renderer(self) -> _Renderer:
-        from workbench.errors import ModelNotFoundError
-        from workbench.models.resolve import resolve_chat_model
-
         source = self._template_source
         if source is None and self.opts.tokenizer is None:
             try:
@@ -468,8 +465,6 @@ class _LocalRenderer(_Renderer):
     def __init__(self, source: ModelSource):
         from transformers import AutoTokenizer
 
-        from workbench.models.local import model_folder
-
         self.source = source
         self.tokenizer = AutoTokenizer.from_pretrained(model_folder(source))
         if not getattr(self.tokenizer, "chat_template", None):
@@ -477,8 +472,6 @@ class _LocalRenderer(_Renderer):
                                  "render chat prompts with")
 
     def render(self, conversation: Conversation) -> str:
-        from workbench.models.tools import TemplateTools, template_messages
-
         tok = self.tokenizer
         msgs = template_messages(conversation, TemplateTools.of(tok.chat_template), None)
         text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from workbench.models.base import Generation
 from workbench.models.tools import parse_tool_calls
+from workbench.records import ToolCall
 
 
 def with_tool_calls(gen: Generation, prefix: str, family: str,
@@ -31,8 +32,6 @@ def _partial_call(text: str, names: list[str]):
     """The call a forced tool call cut short was writing: its name and the arguments text so
     far (every family writes the name first, then the arguments)."""
     import re
-
-    from workbench.records import ToolCall
 
     m = re.search(r'"name":\s*"([^"]+)",\s*"(?:arguments|parameters)":\s*', text) or \
         re.search(r"\[TOOL_CALLS\]([A-Za-z0-9_.\-]+)\[ARGS\]", text)
