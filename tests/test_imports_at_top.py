@@ -64,10 +64,6 @@ STARTUP_GROUPS = ("workbench.pipelines", "workbench.agent_packs")
 ALLOWED: dict[tuple[str, str], str] = {
 }
 
-# Owned by concurrent work this session (their files are being edited elsewhere); hoist next.
-# Their function-level project imports are not checked yet.
-PENDING = {"workbench.distill"}
-
 
 @dataclass
 class Module:
@@ -192,13 +188,9 @@ def project_base(mod: Module, node: ast.Import | ast.ImportFrom) -> str | None:
     return next((n for n in names if is_project(n)), None)
 
 
-def is_pending(name: str) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in PENDING)
-
-
 def classify():
     """Every function-level project import: (module, node, base, verdict) with verdict one
-    of 'heavy', 'allowed', 'pending', 'error'."""
+    of 'heavy', 'allowed', 'error'."""
     rows = []
     for mod in modules().values():
         for node in mod.lazy:
@@ -209,8 +201,6 @@ def classify():
                 verdict = "heavy"
             elif (mod.name, base) in ALLOWED:
                 verdict = "allowed"
-            elif is_pending(mod.name):
-                verdict = "pending"
             else:
                 verdict = "error"
             rows.append((mod, node, base, verdict))

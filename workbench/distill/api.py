@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from workbench.corpus import corpus_hash
 from workbench.distill.config import AgentModel, DistillConfig
 from workbench.distill.export import export_sft
 from workbench.distill.pipeline import DistillResult, report_markdown, run_distill
 from workbench.distill.report import DistillReport
-from workbench.errors import WorkbenchError
+from workbench.domain_packs import pack_path
+from workbench.errors import DataError, WorkbenchError
 from workbench.formats import STYLES
-from workbench.io import append_line
+from workbench.io import append_line, iter_jsonl_raw
 from workbench.records import QTSASample
 from workbench.registry import PipelineResult
-from workbench.runs import locate, outputs_at
+from workbench.runs import RunLayout, file_hash, locate, outputs_at
 
 
 def resolved_config(cfg) -> DistillConfig:
@@ -26,8 +28,6 @@ def resolved_config(cfg) -> DistillConfig:
 
 def distill_from_config(cfg, progress=print, *, out: Path | None = None) -> DistillResult:
     """Run distillation for an ExperimentConfig into its run's distill folder."""
-    from workbench.runs import RunLayout
-
     chat = cfg.models.chat
     default = AgentModel(spec=chat.spec, backend=chat.backend, options=chat.options)
     return run_distill(resolved_config(cfg), out or RunLayout.of(cfg).folder("distill"),
@@ -38,10 +38,6 @@ def distill_from_config(cfg, progress=print, *, out: Path | None = None) -> Dist
 def run(cfg, ctx) -> PipelineResult:
     """The registered pipeline: distil unless the corpus, pack, models and settings are the
     same as the last finished run (the call cache makes a changed re-run cheap too)."""
-    from workbench.corpus import corpus_hash
-    from workbench.domain_packs import pack_path
-    from workbench.runs import file_hash
-
     dc = resolved_config(cfg)
     assert dc.corpus is not None and dc.domain is not None  # the experiment's fill them in
     out = ctx.layout.folder("distill")
@@ -85,8 +81,6 @@ EDITABLE = ("question", "options", "thinking", "solution", "answer")
 def read_review(run: str | Path) -> dict[str, dict]:
     """The latest review decision per sample id (review.jsonl is an append-only log)."""
     import warnings
-
-    from workbench.io import iter_jsonl_raw
 
     f = outputs_at("distill", run).path("review")
     out: dict[str, dict] = {}
@@ -146,8 +140,6 @@ def export_run(run: str | Path, out: str | Path, *, fmt: str = "messages",
 def read_report(run: str | Path) -> tuple[DistillReport, str]:
     """A finished distillation's typed report and its markdown."""
     from pydantic import ValidationError
-
-    from workbench.errors import DataError
 
     run = _run_dir(run)
     f = outputs_at("distill", run).path("report")

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from workbench.config import ConfigSection
+from workbench.distill.gates import GATES
 
 
 class AgentModel(ConfigSection):
@@ -84,8 +85,6 @@ class GatesConfig(ConfigSection):
                                                 "report (every verdict is in gates.jsonl).")
 
     def active(self) -> list[str]:
-        from workbench.distill.gates import GATES
-
         return [g for g in GATES if self.enabled and getattr(self, g)]
 
 

@@ -24,17 +24,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.distill import gates, parse, shapes
+from workbench.corpus import load_sections
+from workbench.distill import gates, parse, shapes, statements
 from workbench.distill.config import AgentModel, DistillConfig
+from workbench.distill.export import export_sft
 from workbench.distill.likelihood import question_likelihoods
 from workbench.distill.parse import Reject, format_options
 from workbench.distill.quality import (
     difficulty,
+    jaccard,
     letter_distribution,
     near_duplicates,
+    shingles,
     split_sections,
 )
 from workbench.distill.report import DistillReport, report_markdown
+from workbench.distill.statements import recall_samples
 from workbench.distill.tasks import check_breadth, make_tasks
 from workbench.distill.write import (
     LETTERS,
@@ -53,6 +58,7 @@ from workbench.domain_packs import DomainPack, load_pack
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_text
 from workbench.models.base import ChatModel, GenerationParams, ScoreRequest
+from workbench.models.embed import load_embedder
 from workbench.records import MCItem, Provenance, QTSASample, RunManifest, Section, library_versions
 from workbench.runs import outputs_at
 
@@ -156,8 +162,6 @@ def run_distill(cfg: DistillConfig, run_dir: str | Path, *, seed: int = 0,
     _check_seen(tasks, cfg, stats)
     accepted = _tally(tasks, stats)
     if cfg.recall_samples:
-        from workbench.distill.statements import recall_samples
-
         recall = recall_samples(spans, accepted, seed)
         stats.stages["recall_samples"] = len(recall)
         accepted += recall
@@ -190,8 +194,6 @@ def _statement_items(spans: list[Span], corpus: list[Section], accepted: list[Ta
                      cfg: DistillConfig, seed: int, stats: Stats) -> list[Task]:
     """The held-out items of `benchmark_items: statement` (`workbench.distill.statements`),
     made from the text and the accepted training samples, no model call."""
-    from workbench.distill import statements
-
     unseen = statements.unseen_items(spans, corpus, seed)
     seen, shared = statements.seen_items(accepted, corpus, cfg.seen_fraction, seed) \
         if cfg.seen_fraction else ([], 0)
@@ -205,8 +207,6 @@ def _check_seen(tasks: list[Task], cfg: DistillConfig, stats: Stats) -> None:
     the training data) and its question is not a near-duplicate of any accepted training
     question (word 3-gram Jaccard at the dedup threshold): it must test the fact, not
     recall a trained question."""
-    from workbench.distill.quality import jaccard, shingles
-
     seen = [t for t in tasks if t.heldout == "seen" and t.reject is None]
     if not seen:
         return
@@ -238,8 +238,6 @@ def _pack(cfg: DistillConfig) -> tuple[DomainPack, list[str]]:
 
 def _sections(cfg: DistillConfig, sections: list[Section] | None, stats: Stats):
     """(the sections to distil, the whole corpus's sections, the ingest report or None)."""
-    from workbench.corpus import load_sections
-
     ingest_report = None
     if sections is None:
         assert cfg.corpus  # _pack checked it
@@ -444,8 +442,6 @@ def gates_summary(cfg: DistillConfig, rows: list[dict]) -> dict:
 
 
 def _embedder(cfg: DistillConfig):
-    from workbench.models.embed import load_embedder
-
     return load_embedder("minilm")
 
 
@@ -509,8 +505,6 @@ def _report(cfg, pack, stats: Stats, samples, bench, agents, ingest_report, remo
 
 def _write_outputs(run_dir: Path, cfg, samples, bench, report, seed, sections, seen=()
                    ) -> None:
-    from workbench.distill.export import export_sft
-
     files = outputs_at("distill", run_dir)
     files.write("samples_mc", [s for s in samples if s.kind == "mc"])
     files.write("samples_nd", [s for s in samples if s.kind == "nd"])

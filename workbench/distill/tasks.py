@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+from workbench.distill import perturb
 from workbench.distill.config import DistillConfig
 from workbench.distill.write import Span, Task
 from workbench.domain_packs import DomainPack
@@ -76,8 +77,6 @@ def make_tasks(spans: list[Span], perspectives: list[str], cfg: DistillConfig,
 def _perturbable(spans: list[Span]):
     """`can_perturb(span, sentence)`: whether the sentence has two changes that read false
     against its section (the question, not written yet, may still rule one out)."""
-    from workbench.distill import perturb
-
     docs: dict[str, list[str]] = {}
     for sp in spans:
         texts = docs.setdefault(sp.section.doc_id, [])

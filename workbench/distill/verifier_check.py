@@ -31,7 +31,11 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
+from workbench.distill.api import load_samples, read_report
+from workbench.distill.config import DistillConfig
+from workbench.distill.parse import format_options
 from workbench.distill.spec import PIPELINE as DISTILL
+from workbench.distill.write import Stats, make_spans
 from workbench.errors import WorkbenchError
 from workbench.evaluate.agreement import (
     Check,
@@ -42,6 +46,8 @@ from workbench.evaluate.agreement import (
     agreement_lines,
     reading,
 )
+from workbench.io import read_jsonl
+from workbench.records import Section, read_records
 from workbench.runs import RunLayout, outputs_at
 from workbench.text import percent_interval
 
@@ -91,10 +97,6 @@ def distill_folder(run: str | Path) -> Path:
 
 def verifier_decisions(run: str | Path) -> VerifierDecisions:
     """Every decision of the verifier in the run that a person can be shown."""
-    from workbench.distill.api import load_samples, read_report
-    from workbench.distill.parse import format_options
-    from workbench.records import Section, read_records
-
     folder = distill_folder(run)
     report, _ = read_report(folder)
     v = report.verifier
@@ -142,9 +144,6 @@ def _rejected(folder: Path) -> list[Decision]:
     written have none: their check rates the kept samples only)."""
     import hashlib
 
-    from workbench.distill.parse import format_options
-    from workbench.io import read_jsonl
-
     path = outputs_at("distill", folder).path("verifier")
     if not path.is_file():
         return []
@@ -168,9 +167,6 @@ def _rejected(folder: Path) -> list[Decision]:
 def _span_texts(folder: Path, sections: list) -> dict[tuple[str, str], str]:
     """(section id, span hash) -> the text the verifier read: the section, or the part of a
     long one, cut again as the run cut it (its settings are in manifest.json)."""
-    from workbench.distill.config import DistillConfig
-    from workbench.distill.write import Stats, make_spans
-
     try:
         manifest = json.loads(outputs_at("distill", folder).path("manifest").read_text(
             encoding="utf-8"))

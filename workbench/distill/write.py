@@ -16,14 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from workbench.distill import parse, shapes
+from workbench.distill import parse, perturb, shapes
 from workbench.distill.config import AgentModel, DistillConfig
 from workbench.distill.parse import Reject, format_options
-from workbench.distill.quality import balance_letters
+from workbench.distill.quality import balance_letters, jaccard, shingles
 from workbench.domain_packs import DomainPack
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_text
+from workbench.models.backends import load_model
 from workbench.models.base import ChatModel, GenerationParams
+from workbench.models.cache import CachedModel, CallCache
+from workbench.progress import progress
 from workbench.records import Section
 
 LETTERS = "ABCD"
@@ -122,9 +125,6 @@ class Agents:
     postprocess: ChatModel
 
     def __init__(self, cfg: DistillConfig, default: AgentModel, cache_path: Path | None):
-        from workbench.models.backends import load_model
-        from workbench.models.cache import CachedModel, CallCache
-
         self._loaded: dict[str, ChatModel] = {}
         cache = CallCache(cache_path) if cache_path else None
         for agent in ("writer", "answerer", "verifier", "postprocess"):
@@ -207,8 +207,6 @@ def make_spans(sections: list[Section], cfg: DistillConfig, stats: Stats) -> lis
 def _generate(model: ChatModel, convs, params, stats: Stats):
     """The model's generations for `convs`, a few batches at a time under a progress bar
     (chunks are whole batches, so the batches and their seeds are the same as in one call)."""
-    from workbench.progress import progress
-
     step = max(1, getattr(model, "batch_size", 16)) * 4
     chunks = [convs[i:i + step] for i in range(0, len(convs), step)]
     gens = []
@@ -438,8 +436,6 @@ def _assemble_options(tasks: list[Task], seed: int) -> None:
     """Composed mode: an MC item's distractors are reference answers to sibling questions
     (same section first, then same document, then the rest of the corpus): on topic, from
     the same text where possible, and wrong for this question (the verifier checks)."""
-    from workbench.distill.quality import jaccard, shingles
-
     by_span: dict[str, list[Task]] = {}
     by_doc: dict[str, list[Task]] = {}
     everyone = list(tasks)
@@ -483,8 +479,6 @@ def _perturbed_options(tasks: list[Task], seed: int) -> None:
     contradicts (`workbench.distill.perturb`); an item whose sentence has fewer than two
     changes that read false fails (no_distractors), and is never padded with a true
     sentence."""
-    from workbench.distill import perturb
-
     docs: dict[str, list[str]] = {}
     for t in tasks:
         texts = docs.setdefault(t.span.section.doc_id, [])
