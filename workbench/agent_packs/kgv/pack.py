@@ -15,20 +15,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
+from pydantic import Field, StrictStr, model_validator
 
 from workbench.agents.runner import AgentState, AgentTask
 from workbench.agents.tools import Tool, Toolbox, ToolError
 from workbench.domain_packs import DomainPack
 from workbench.errors import ConfigError
 from workbench.io import read_jsonl
-from workbench.records import Record, ToolCall
+from workbench.records import Record, StrictModel, ToolCall
 
 LABELS = ("SUPPORTED", "REFUTED")
 
 
-class Entity(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Entity(StrictModel):
     id: StrictStr
     label: StrictStr
     aliases: list[StrictStr] = Field(default_factory=list)
@@ -80,14 +79,12 @@ class KGClaim(Record):
         return self.text
 
 
-class Wording(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Wording(StrictModel):
     verbal: str
     paraphrases: list[str] = Field(default_factory=list)
 
 
-class KgvSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class KgvSettings(StrictModel):
     claim_prompt: str = "Is this statement true? {claim}"
     predicates: dict[str, Wording]
 

@@ -24,7 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
+
+from workbench.records import StrictModel
 
 Ranked = list[tuple[str, float]]  # (pmid, score), best first
 
@@ -88,16 +90,14 @@ OPS: dict[str, OpSpec] = {o.name: o for o in [
 SOURCES = {n for n, o in OPS.items() if o.inputs == (0, 0)}
 
 
-class Node(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Node(StrictModel):
     id: str = Field(min_length=1, max_length=40)
     op: str
     params: dict[str, Any] = Field(default_factory=dict)
     inputs: list[str] = Field(default_factory=list)
 
 
-class Workflow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Workflow(StrictModel):
     nodes: list[Node] = Field(min_length=1, max_length=30)
     output: str
 

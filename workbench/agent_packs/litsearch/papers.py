@@ -4,13 +4,12 @@ relevance). A leaf that `pack` and `library` share."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import Field, StrictStr
 
-from workbench.records import Record
+from workbench.records import Record, StrictModel
 
 
-class Paper(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Paper(StrictModel):
     pmid: StrictStr
     title: StrictStr
     abstract: StrictStr = ""
