@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench.agents.steps import AgentStep, AgentTrajectory
 from workbench.agents.tools import Toolbox
@@ -30,21 +30,17 @@ from workbench.models.base import ChatModel, Generation, GenerationParams, Score
 from workbench.models.tools import TemplateTools, template_messages, tool_call_text
 from workbench.plugins import Registry
 from workbench.progress import progress
-from workbench.records import Message, ToolCall
+from workbench.records import Message, StrictModel, ToolCall
 
 
-class Budget(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Budget(StrictModel):
     max_steps: int = Field(6, ge=1, description="Model turns per run (a plan counts).")
     max_tool_calls: int = Field(4, ge=0, description="Calls to non-final tools per run; after "
                                                      "that only the final tool is offered.")
     max_tokens: int = Field(2048, ge=1, description="Completion tokens per run.")
 
 
-class ErrorPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ErrorPolicy(StrictModel):
     on_error: Literal["continue", "stop"] = Field(
         "continue", description="After a model mistake: show it the error and go on, or stop.")
     max_errors: int = Field(2, ge=0, description="Mistakes allowed before the run stops.")
