@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_write_text, describe_validation_error, iter_jsonl_raw, write_jsonl
 from workbench.models import load_model
 from workbench.models.base import GenerationParams, cancel_on
-from workbench.records import ChatExample, PreferencePair
+from workbench.records import ChatExample, PreferencePair, StrictModel
 from workbench.retrieval.context import cite, format_context, token_counter, with_context
 from workbench.train.merge import adapter_base
 from workbench.workspace import list_runs
@@ -49,10 +49,9 @@ RATINGS, SFT, PAIRS = "ratings.jsonl", "sft.jsonl", "pairs.jsonl"
 MAX_RATINGS_BYTES = 64 * 1024 * 1024
 
 
-class ChatSetup(BaseModel):
+class ChatSetup(StrictModel):
     """One column of the chat: a model, an optional adapter and an optional index."""
 
-    model_config = ConfigDict(extra="forbid")
     name: str = Field("", description="A label; default: made from the model, adapter, index.")
     model: str | None = Field(None, description="Model spec: bundled name, local folder, "
                                                 ".gguf, or an OpenAI-compatible URL "
@@ -313,10 +312,9 @@ class ChatSession:
 
 # --- ratings ---------------------------------------------------------------------------------
 
-class Rating(BaseModel):
+class Rating(StrictModel):
     """A person's verdict on one answer (the row of `ratings.jsonl`)."""
 
-    model_config = ConfigDict(extra="forbid")
     turn: str
     setup: int
     label: str
