@@ -20,7 +20,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from workbench.dataenv.profile import (
     DATA_SUFFIXES,
@@ -38,6 +38,7 @@ from workbench.dataenv.sqlsandbox import SqlResult, run_sql
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_path, describe_validation_error
 from workbench.models.resolve import workbench_home
+from workbench.records import StrictModel
 
 # shipped with the package (a wheel too): rebuilt by `python scripts/build_envs.py`
 SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
@@ -45,19 +46,19 @@ SAMPLES = {"chinook": "chinook.sqlite", "sklearn_classic": "sklearn_classic"}
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-class Action(BaseModel):
+class Action(StrictModel):
     """One step of an agent: SQL or Python code to run in the sandbox."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     kind: Literal["sql", "python"]
     code: str
 
 
-class Observation(BaseModel):
+class Observation(StrictModel):
     """What the agent sees after an action, with the full typed result behind it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     ok: bool
     text: str
@@ -66,10 +67,10 @@ class Observation(BaseModel):
     python: PythonResult | None = None
 
 
-class EnvStep(BaseModel):
+class EnvStep(StrictModel):
     """One action taken in the environment and what it observed (its history)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     action: Action
     observation: Observation
@@ -148,10 +149,8 @@ def materialise_folder(folder: str | Path, target: str | Path) -> Path:
     return target
 
 
-class DataEnvironment(BaseModel):
+class DataEnvironment(StrictModel):
     """A data environment and the agent's actions so far. Plain data only."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     kind: Literal["sqlite", "folder"]

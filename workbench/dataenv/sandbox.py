@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from workbench.dataenv.sandboxlimits import TRUNCATION_MARKER, SandboxLimits
 from workbench.dataenv.sqlsandbox import (  # noqa: F401  (importable from here: tests, callers)
@@ -42,14 +42,15 @@ from workbench.dataenv.sqlsandbox import (  # noqa: F401  (importable from here:
     quote_ident,
     run_sql,
 )
+from workbench.records import StrictModel
 
 CHILD = Path(__file__).parent / "child" / "sandbox_main.py"  # imports nothing of the workbench
 
 
-class TableSource(BaseModel):
+class TableSource(StrictModel):
     """Where the child reads one table from: a SQLite table or a CSV/TSV/Parquet file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     name: str
     format: Literal["sqlite", "csv", "tsv", "parquet"]
@@ -61,10 +62,10 @@ ErrorKind = Literal["timeout", "cpu_limit", "memory", "blocked", "exception", "n
                     "no_result", "killed", "crashed", "setup", "protocol", "disk_limit"]
 
 
-class PythonResult(BaseModel):
+class PythonResult(StrictModel):
     """What a piece of Python returned: `result` (JSON), captured output, or the error."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     result: Any = None
     result_truncated: bool = False

@@ -3,15 +3,17 @@ cut output is marked."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from workbench.records import StrictModel
 
 TRUNCATION_MARKER = "...[truncated: {n} more characters]"
 
 
-class SandboxLimits(BaseModel):
+class SandboxLimits(StrictModel):
     """Limits for one execution. The defaults suit an agent exploring a small database."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     sql_timeout_s: float = Field(5.0, gt=0, description="SQL deadline (progress handler).")
     sql_max_value_bytes: int = Field(1_000_000, ge=1000, description=(

@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from workbench.dataenv.sandboxlimits import TRUNCATION_MARKER, SandboxLimits
+from workbench.records import StrictModel
 
 _A = sqlite3
 _ALLOWED_ACTIONS = {_A.SQLITE_SELECT, _A.SQLITE_READ, _A.SQLITE_RECURSIVE}
@@ -150,10 +151,10 @@ def _guard_printf(con: sqlite3.Connection, max_value_bytes: int, denied: list[st
         con.create_function(name, -1, checked, deterministic=True)
 
 
-class SqlResult(BaseModel):
+class SqlResult(StrictModel):
     """What one SQL statement returned, or why it failed (`error`, for the agent to read)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     sql: str
     columns: list[str] = Field(default_factory=list)
