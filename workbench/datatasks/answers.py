@@ -24,7 +24,9 @@ import math
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from workbench.records import StrictModel
 
 AnswerKind = Literal["scalar", "set", "table"]
 Comparison = Literal["exact", "tolerance", "set"]
@@ -36,10 +38,10 @@ _ZERO_TIME = re.compile(r"[ t]00:00:00(\.0+)?$")
 _MAX_PERMUTED_COLUMNS = 6
 
 
-class AnswerSpec(BaseModel):
+class AnswerSpec(StrictModel):
     """How a task's answer is shaped and compared."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     kind: AnswerKind
     comparison: Comparison = "exact"

@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from workbench.records import StrictModel
 
 
-class ExploreConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ExploreConfig(StrictModel):
+    model_config = ConfigDict(frozen=True)
 
     generator: Literal["grammar", "model"] = Field(
         "grammar", description="Where moves come from: the schema grammar (prior from the "

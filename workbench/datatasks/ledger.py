@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from workbench.records import StrictModel
 
 
-class Ledger(BaseModel):
+class Ledger(StrictModel):
     """What a task's search cost and what the caches saved."""
-
-    model_config = ConfigDict(extra="forbid")
 
     iterations: int = 0
     terminals: int = 0

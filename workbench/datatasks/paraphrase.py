@@ -6,12 +6,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from workbench.datatasks.answers import as_number, values_equal
 from workbench.datatasks.normalise import normalise_question
 from workbench.datatasks.pool import Task
 from workbench.models.base import GenerationParams
+from workbench.records import StrictModel
 
 PARAPHRASE_SYSTEM = (
     "You rewrite database questions in natural English. Keep every quoted value, every number "
@@ -40,8 +41,8 @@ def missing_entities(text: str, ents: Sequence[str]) -> list[str]:
     return out
 
 
-class ParaphraseResult(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ParaphraseResult(StrictModel):
+    model_config = ConfigDict(frozen=True)
 
     task_id: str
     accepted: bool

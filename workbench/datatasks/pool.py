@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from workbench.datatasks.answers import AnswerSpec, check_answer
 from workbench.datatasks.queries import Query
+from workbench.records import StrictModel
 
 Category = Literal["lookup", "filter", "aggregation", "join", "group_rank", "time_series",
                    "comparison", "composed"]
@@ -33,18 +34,18 @@ DROP_REASONS = {
 }
 
 
-class Program(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Program(StrictModel):
+    model_config = ConfigDict(frozen=True)
 
     kind: Literal["sql", "python"]
     code: str
     shape: str = Field("", description="How it is built: direct, subquery, pandas.")
 
 
-class Task(BaseModel):
+class Task(StrictModel):
     """One verified task of a pool."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     id: str = Field(description="sha256 of environment hash, template and program (16 hex).")
     env_name: str
@@ -78,8 +79,8 @@ class Task(BaseModel):
         return check_answer(self.answer_spec, self.gold, predicted)
 
 
-class PoolConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class PoolConfig(StrictModel):
+    model_config = ConfigDict(frozen=True)
 
     seed: int = 0
     variants: int = Field(4, ge=1, description="Queries each seed template tries.")
@@ -95,9 +96,7 @@ class PoolConfig(BaseModel):
     sql_timeout_s: float = Field(5.0, gt=0)
 
 
-class PoolSummary(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class PoolSummary(StrictModel):
     version: int = POOL_VERSION
     env_name: str
     env_hash: str
@@ -127,9 +126,7 @@ class PoolSummary(BaseModel):
     python_check: str = "off"
 
 
-class TaskPool(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TaskPool(StrictModel):
     tasks: list[Task]
     summary: PoolSummary
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from workbench.dataenv.sqlsandbox import quote_ident
+from workbench.records import StrictModel
 
 Scalar = str | int | float | None
 Op = Literal["count", "agg", "count_distinct", "lookup", "select", "top", "group", "compare",
@@ -34,7 +35,7 @@ AGG_WORD = {"sum": "total", "avg": "average", "min": "minimum", "max": "maximum"
             "count": "number of"}
 
 
-class Cond(BaseModel):
+class Cond(StrictModel):
     """A condition on a scope's table.
 
     `eq`/`gt`/`lt`: `column` compared with `value`; `year`: the year of the date `column` is
@@ -43,7 +44,7 @@ class Cond(BaseModel):
     key `column` meets `inner`.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     op: Literal["eq", "gt", "lt", "year", "via", "ref"]
     column: str
@@ -53,10 +54,10 @@ class Cond(BaseModel):
     inner: list[Cond] = Field(default_factory=list)
 
 
-class Group(BaseModel):
+class Group(StrictModel):
     """What rows are grouped by: a column, the label of a joined parent, a year or a month."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     kind: Literal["column", "via", "year", "month"]
     column: str
@@ -65,8 +66,8 @@ class Group(BaseModel):
     label: str | None = None  # via: the parent's label column
 
 
-class Query(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Query(StrictModel):
+    model_config = ConfigDict(frozen=True)
 
     op: Op
     table: str

@@ -7,19 +7,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench.datatasks.exploreconfig import ExploreConfig
 from workbench.datatasks.ledger import Ledger
 from workbench.errors import DataError
 from workbench.io import atomic_write_bytes, describe_validation_error
+from workbench.records import StrictModel
 
 TREE_VERSION = 1
 
 
-class TreeNode(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TreeNode(StrictModel):
     id: int
     parent: int | None
     action: int | None
@@ -36,10 +35,8 @@ class TreeNode(BaseModel):
     reason: str | None = None
 
 
-class TaskTree(BaseModel):
+class TaskTree(StrictModel):
     """One task's tree, saved as JSON (never pickle)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     version: int = TREE_VERSION
     task_id: str
