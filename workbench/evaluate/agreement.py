@@ -39,18 +39,16 @@ PRECISION_MIN = 0.8  # the lower end of precision's interval: at most 1 in 5 "ye
 MIN_RATED = 20  # ratings before either is read as trust or distrust
 
 
-class Shown(BaseModel):
+class Shown(StrictModel):
     """One labelled text the person sees (the question, the options, the source text...)."""
 
-    model_config = ConfigDict(extra="forbid")
     label: str
     text: str
 
 
-class Decision(BaseModel):
+class Decision(StrictModel):
     """One yes/no decision a machine made that a person can check."""
 
-    model_config = ConfigDict(extra="forbid")
     key: str = Field(min_length=1, description="Stable id: the same item has the same key "
                                                "in every reload.")
     shown: list[Shown] = Field(description="What the person sees to judge the item (never "
@@ -59,10 +57,9 @@ class Decision(BaseModel):
     decider: str = Field("", description="Who or what decided (a model identity).")
 
 
-class Rating(BaseModel):
+class Rating(StrictModel):
     """A person's verdict on one decision's item."""
 
-    model_config = ConfigDict(extra="forbid")
     key: str = Field(min_length=1)
     # `met`: the rubric judge's ratings file (workbench/loop) names it so
     verdict: bool | None = Field(validation_alias=AliasChoices("verdict", "met"), description=(
@@ -71,10 +68,9 @@ class Rating(BaseModel):
     at: str
 
 
-class Precision(BaseModel):
+class Precision(StrictModel):
     """Of the machine's rated "yes"s, the share the person also said yes to."""
 
-    model_config = ConfigDict(extra="forbid")
     n: int
     agreed: int
     share: float
@@ -82,11 +78,10 @@ class Precision(BaseModel):
     ci_high: float
 
 
-class Reading(BaseModel):
+class Reading(StrictModel):
     """What the ratings so far say, in one line: trusted (True), not (False), or not yet
     measured (None), and about how many more ratings a firmer reading needs."""
 
-    model_config = ConfigDict(extra="forbid")
     trusted: bool | None
     more: int = 0
     text: str

@@ -16,12 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from workbench.evaluate.stats import prediction_counts
 from workbench.evaluate.summary import Accuracy
 from workbench.io import sha256_text
-from workbench.records import MCItem
+from workbench.records import MCItem, StrictModel
 
 LETTERS = "ABCDEFGHIJ"
 _STOP = frozenset("a an the of to in on and or is are was be by for with as at it its this "
@@ -35,8 +33,7 @@ RULES = {
 }
 
 
-class ShortcutRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ShortcutRow(StrictModel):
     rule: str
     description: str
     accuracy: Accuracy
