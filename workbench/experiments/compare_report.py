@@ -18,13 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench.errors import DataError
 from workbench.evaluate.report import SCORING_LABELS, comparisons_markdown
 from workbench.evaluate.shortcuts import ShortcutRow
 from workbench.evaluate.stats import SIGNIFICANCE, mcnemar_items_for_power
 from workbench.evaluate.summary import Accuracy, PairedComparison
+from workbench.records import StrictModel
 from workbench.runs import locate
 from workbench.text import accuracy, markdown_table, number, percent, points
 
@@ -51,8 +52,7 @@ CONTEXTS = {"none": "none: the question alone",
 POWER = 0.8
 
 
-class CompareRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class CompareRow(StrictModel):
     model: str  # "Base" or "SFT"
     condition: str
     name: str
@@ -73,10 +73,9 @@ class CompareRow(BaseModel):
         return self.scorings.get(self.headline) if self.headline else None
 
 
-class BenchmarkInfo(BaseModel):
+class BenchmarkInfo(StrictModel):
     """One benchmark of the run: what it measures, its shortcut floor and its paired tests."""
 
-    model_config = ConfigDict(extra="forbid")
     items: int
     measures: str
     shortcuts: list[ShortcutRow] = Field(default_factory=list)
@@ -87,10 +86,9 @@ class BenchmarkInfo(BaseModel):
     retrieval: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
-class CompareReport(BaseModel):
+class CompareReport(StrictModel):
     """report.json of a compare run."""
 
-    model_config = ConfigDict(extra="forbid")
     schema_version: int = REPORT_SCHEMA
     name: str
     seed: int
