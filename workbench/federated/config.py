@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from workbench.config import ConfigSection
 from workbench.errors import WorkbenchError
+from workbench.records import StrictModel
 from workbench.train.config import LoraSettings
 
 
@@ -65,11 +66,9 @@ class DeploySettings(ConfigSection):
     home: str = Field(".fed", description="Deployment folder: FLWR_HOME, pids, logs, certs.")
 
 
-class AgentSettings(BaseModel):
+class AgentSettings(StrictModel):
     """How a prompted data agent works a task (`knowledge.prompted`; the agent is
     `knowledge.agent.DataAgent`)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str = Field("default", description="Chat model that chooses the calls.")
     candidates: int = Field(8, ge=2, le=32, description="Grammar plans offered per task.")

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench.errors import DataError
 from workbench.io import read_json_object, read_regular_file, validate_versioned
-from workbench.records import ReportPart
+from workbench.records import ReportPart, StrictModel
 from workbench.runs import locate, outputs_at
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -23,12 +23,11 @@ MAX_REPORT_BYTES = 64 * 1024 * 1024  # a report is kilobytes; more is not a repo
 
 # --- the round log ------------------------------------------------------------------------------
 
-class RoundRow(BaseModel):
+class RoundRow(StrictModel):
     """One line of a federation's round log (`rounds.jsonl`) as the servers write it: a
     `federated.server.RoundLog` (track A: train and evaluate rounds) or a
     `federated.knowledge.server.KnowledgeRound` (track B). The app reads these, not keys."""
 
-    model_config = ConfigDict(extra="forbid")
     round: int
     kind: str  # train | evaluate | knowledge
     status: str = "ok"  # ok | failed

@@ -25,20 +25,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench.io import append_line, atomic_write_json
 from workbench.models.embed import load_embedder
-from workbench.records import KnowledgeOp
+from workbench.records import KnowledgeOp, StrictModel
 from workbench.runs import outputs_at
 
 OP_KINDS = ("ADD", "AGREE", "EDIT", "REMOVE")  # KnowledgeOp.op
 
 
-class Unit(BaseModel):
+class Unit(StrictModel):
     """A unit of shared know-how: a workflow (abstract steps with slots) or an insight."""
 
-    model_config = ConfigDict(extra="forbid")
     id: str
     kind: Literal["workflow", "insight"] = "workflow"
     family: str
@@ -170,8 +169,7 @@ def ab_gate(candidates: Sequence[KnowledgeOp], view: Sequence[dict],
 
 # --- the server side -------------------------------------------------------------------------
 
-class KnowledgeBase(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class KnowledgeBase(StrictModel):
     round: int = 0
     units: dict[str, Unit] = Field(default_factory=dict)
     families: dict[str, list[str]] = Field(default_factory=dict)  # node -> task families
