@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from workbench import registry
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import atomic_write_json, pid_alive, read_regular_file
+from workbench.records import StrictModel
 from workbench.runs import RunLayout, check_run_name
 
 JOB_SCHEMA = 1
@@ -37,10 +38,9 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
-class Job(BaseModel):
+class Job(StrictModel):
     """A job's state, as `job.json` holds it."""
 
-    model_config = ConfigDict(extra="forbid")
     schema_version: int = JOB_SCHEMA
     id: str
     kind: str
