@@ -31,7 +31,7 @@ from workbench.evaluate.stats import Agreement
 from workbench.io import read_jsonl
 from workbench.loop.records import Guard, GuardResult
 from workbench.loop.suites import Suites
-from workbench.records import EvalResult
+from workbench.records import EvalResult, StrictModel
 from workbench.runs import Outputs
 from workbench.text import markdown_table, percent
 
@@ -42,10 +42,9 @@ WHAT = "the judge"
 PersonRating = Rating  # the name this module gave a rating; a row's `met` is its `verdict`
 
 
-class JudgedItem(BaseModel):
+class JudgedItem(StrictModel):
     """One judge decision a person can check: an answer, one criterion, the judge's verdict."""
 
-    model_config = ConfigDict(extra="forbid")
     key: str = Field(description="Stable id: question, item and the answer's hash.")
     example_id: str
     item: int

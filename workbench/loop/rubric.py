@@ -12,15 +12,15 @@ import re
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from workbench.models.base import ChatModel, ScoreRequest
+from workbench.records import StrictModel
 
 SAFETY_WORDS = re.compile(r"\b(dose|dosage|treatment|prescri|harm|unsafe)", re.IGNORECASE)
 
 
-class RubricItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RubricItem(StrictModel):
     criterion: str = Field(min_length=1)
     points: float = Field(description="Positive for what a good answer does, negative for "
                                       "a mistake or a harm.")
@@ -40,8 +40,7 @@ class RubricItem(BaseModel):
         return self
 
 
-class OpenQuestion(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class OpenQuestion(StrictModel):
     id: str
     question: str
     subset: str

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench.domain_packs import placeholders
 from workbench.evaluate.mc import format_options
@@ -28,21 +28,27 @@ from workbench.io import read_jsonl
 from workbench.loop.records import MODES, FailureRow
 from workbench.loop.suites import OPEN_SYSTEM, Suites, subset_of
 from workbench.models.base import ChatModel, GenerationParams
-from workbench.records import LETTERS, ChatExample, MCItem, Message, QTSASample, Section
+from workbench.records import (
+    LETTERS,
+    ChatExample,
+    MCItem,
+    Message,
+    QTSASample,
+    Section,
+    StrictModel,
+)
 
 
-class KnowledgeTemplate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class KnowledgeTemplate(StrictModel):
     question: str
     answer: str
     needs: list[str] = Field(default_factory=list, description="Fields that must be "
                                                                "non-empty.")
 
 
-class LoopPack(BaseModel):
+class LoopPack(StrictModel):
     """`pipelines.loop` of a domain pack: the texts the loop's synthesis uses."""
 
-    model_config = ConfigDict(extra="forbid")
     fields: dict[str, str] = Field(default_factory=dict, description=(
         "Regular expressions (one group) that take a field out of a section's text."))
     knowledge: list[KnowledgeTemplate] = Field(min_length=1)
