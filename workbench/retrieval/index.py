@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench.errors import DataError, WorkbenchError
 from workbench.io import (
@@ -38,7 +38,7 @@ from workbench.io import (
 )
 from workbench.models.embed import load_embedder
 from workbench.progress import progress, stage
-from workbench.records import Chunk, Section, library_versions
+from workbench.records import Chunk, Section, StrictModel, library_versions
 from workbench.retrieval.analysis import Analyzer
 from workbench.retrieval.base import BaseRetriever, ChunkStore
 from workbench.retrieval.chunking import chunk_sections, embedder_token_counter
@@ -53,18 +53,16 @@ INDEX_FILES = ("bm25_data.npy", "bm25_indices.npy", "bm25_indptr.npy", "bm25_par
 RETRIEVERS = ("keyword", "semantic", "hybrid")
 
 
-class AnalyzerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class AnalyzerConfig(StrictModel):
     lowercase: bool = True
     stopwords: str = Field("none", description="none or english")
     stemmer: str = Field("none", description="none or english (needs snowballstemmer)")
 
 
-class RagConfig(BaseModel):
+class RagConfig(StrictModel):
     """Retrieval settings. The defaults are RF-Agent's: top-3 per configuration; hybrid takes
     the top-15 of each retriever, fuses them and keeps the top-3."""
 
-    model_config = ConfigDict(extra="forbid")
     embedder: str = Field("minilm", description="Embedder spec (bundled 'minilm' or a folder).")
     chunk_size: int = Field(224, ge=16, description="Chunk size in embedder tokens.")
     chunk_overlap: int = Field(32, ge=0, description="Overlap between chunks, in tokens.")
