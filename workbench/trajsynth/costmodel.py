@@ -15,16 +15,16 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from workbench.records import StrictModel
 
 CATEGORIES = ("lookup", "filter", "aggregation", "join", "group_rank", "time_series",
               "comparison", "composed")
 
 
-class Attempt(BaseModel):
+class Attempt(StrictModel):
     """One task searched by one arm (a row of `attempts.jsonl`)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     task_id: str
     env_name: str

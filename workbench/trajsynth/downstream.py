@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 import workbench.models  # by module: tests count its loads and sessions
 import workbench.train.session
@@ -44,7 +44,7 @@ from workbench.formats import read_preferences
 from workbench.io import atomic_write_text, read_jsonl, write_jsonl
 from workbench.models.base import GenerationParams
 from workbench.progress import progress
-from workbench.records import ChatExample
+from workbench.records import ChatExample, StrictModel
 from workbench.runs import RunLayout, StageRunner, file_hash, outputs_at
 from workbench.text import p_value, percent_interval
 from workbench.train.config import TrainConfig
@@ -56,8 +56,8 @@ from workbench.trajsynth.export import RUN_SQL_TOOL, SYSTEM
 CONDITIONS = ("zero_shot", "icl", "sft", "sft_dpo")
 
 
-class DownstreamConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class DownstreamConfig(StrictModel):
+    model_config = ConfigDict(frozen=True)
 
     conditions: list[str] = Field(
         default_factory=lambda: ["zero_shot", "icl", "sft"], description=(

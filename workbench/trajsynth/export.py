@@ -25,13 +25,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from workbench.agents.steps import AgentStep, AgentTrajectory
 from workbench.datatasks.pool import Task
 from workbench.datatasks.trees import TaskTree, TreeNode
 from workbench.io import sha256_text
-from workbench.records import Section
+from workbench.records import Section, StrictModel
 from workbench.runs import outputs_at
 
 RUN_SQL_TOOL: dict[str, Any] = {
@@ -49,11 +49,11 @@ SYSTEM = ("You are a data analyst. Query the SQLite database with the run_sql to
           "give the answer in one line.")
 
 
-class PathFacts(BaseModel):
+class PathFacts(StrictModel):
     """What a search tree's path adds to the agent trajectory it is (kept in the
     trajectory's `metadata["path"]`): where it was searched, and how it ended."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     env_name: str
     env_hash: str

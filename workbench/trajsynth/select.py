@@ -20,14 +20,15 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from workbench.datatasks.exploreconfig import ExploreConfig
+from workbench.records import StrictModel
 from workbench.trajsynth.costmodel import Attempt, CostModel
 
 
-class Arm(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Arm(StrictModel):
+    model_config = ConfigDict(frozen=True)
 
     name: str
     explore: ExploreConfig = Field(default_factory=ExploreConfig)
@@ -35,8 +36,8 @@ class Arm(BaseModel):
     rank: int = Field(0, description="Cheap (low) to strong (high): the escalation order.")
 
 
-class SelectionConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class SelectionConfig(StrictModel):
+    model_config = ConfigDict(frozen=True)
 
     policy: Literal["escalate", "bandit"] = "escalate"
     max_attempts: int = Field(2, ge=1, description="Arms tried per task at most.")
