@@ -22,7 +22,7 @@ from workbench.errors import WorkbenchError
 from workbench.io import iter_jsonl_raw
 from workbench.jobs import job_row, list_jobs, run_again, stop_job
 from workbench.records import Section, read_records
-from workbench.runs import RunLayout
+from workbench.runs import Outputs, RunLayout
 from workbench.text import interval, percent
 from workbench.workspace import MAX_CORPUS_MB, RunInfo, corpus_files, list_runs, workspace_in
 
@@ -179,6 +179,14 @@ def jsonl_rows(path: Path) -> list[dict]:
                 if isinstance(obj, dict)]
 
     return read_or_none(path.name, read) or []
+
+
+def declared_rows(files: Outputs, name: str, value: str | None = None) -> list:
+    """A declared JSONL file's rows as its record type (`Outputs.read`) while a job may be
+    appending to it: a torn last line is skipped; a missing or unreadable file, or a row
+    that does not fit the record, gives [] and a "not ready yet" note."""
+    return read_or_none(files.path(name, value).name,
+                        lambda: files.read(name, value, appending=True)) or []
 
 
 def show_image(path: Path, caption: str | None = None) -> None:

@@ -18,7 +18,8 @@ PIPELINE = Pipeline(
                        Artifact("trie", "trie.json"),
                        Artifact("trees", "trees", help="one search tree per task "
                                                        "(trees/<task id>.json)"),
-                       Artifact("attempts", "attempts.jsonl", required=False,
+                       Artifact("attempts", "attempts.jsonl",
+                                "workbench.trajsynth.costmodel:Attempt", required=False,
                                 help="one row per task searched by one arm (none when no "
                                      "task needed a search)"),
                        Artifact("icl_bank", "icl_bank.jsonl", required=False,

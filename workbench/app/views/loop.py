@@ -1,4 +1,3 @@
-import json
 from pathlib import Path
 from typing import Any
 
@@ -7,8 +6,8 @@ import streamlit as st
 
 from workbench.app.common import (
     base_config,
+    declared_rows,
     job_panel,
-    jsonl_rows,
     rate_decisions,
     read_or_none,
     show_error,
@@ -154,10 +153,10 @@ elif r.approved_by:
     st.caption(f"Plan approved by {r.approved_by} at {r.approved_at}.")
 
 # --- failures by mode
-failures = jsonl_rows(files.path("failures"))
+failures = declared_rows(files, "failures")  # FailureRow records
 if failures:
     st.subheader("Failures of the current model, by mode")
-    df = pd.DataFrame(failures)
+    df = pd.DataFrame([f.model_dump() for f in failures])
     st.dataframe(df.groupby(["mode", "subset"]).size().rename("rows").reset_index(),
                  hide_index=True)
     st.caption("mode: why an answer failed. missing_knowledge: right once its corpus section "
@@ -173,7 +172,7 @@ if failures:
                                             "detail"]).head(8), hide_index=True)
 
 # --- the synthesised data, reviewable while the round waits for it
-accepted = jsonl_rows(files.path("accepted"))
+accepted = declared_rows(files, "accepted")  # ChatExample records
 if accepted:
     st.subheader("Synthesised data (after the quality gates)")
     gates = r.steps.get("gates", {})
@@ -181,15 +180,15 @@ if accepted:
                + (", ".join(f"{k} {v}" for k, v in gates.get("dropped", {}).items())
                   or "none"))
     review_file = files.path("review")
-    review = (read_or_none(review_file.name, lambda: json.loads(review_file.read_text()))
+    review = (read_or_none(review_file.name, lambda: files.read("review"))
               if review_file.exists() else None) or {}
     table = pd.DataFrame([{
-        "id": e["id"], "job": e["metadata"].get("job"), "mode": e["metadata"].get("mode"),
-        "question": e["messages"][-2]["content"][:300],
-        "answer": (review.get(e["id"]) or {}).get("answer", e["messages"][-1]["content"])
-        if isinstance(review.get(e["id"]), dict) else e["messages"][-1]["content"],
-        "decision": "reject" if review.get(e["id"]) == "reject" else
-        ("edit" if isinstance(review.get(e["id"]), dict) else "accept")} for e in accepted])
+        "id": e.id, "job": (e.metadata or {}).get("job"), "mode": (e.metadata or {}).get("mode"),
+        "question": (e.messages[-2].content or "")[:300],
+        "answer": (review.get(e.id) or {}).get("answer", e.messages[-1].content)
+        if isinstance(review.get(e.id), dict) else e.messages[-1].content,
+        "decision": "reject" if review.get(e.id) == "reject" else
+        ("edit" if isinstance(review.get(e.id), dict) else "accept")} for e in accepted])
     waiting = r.status == "running" and r.plan.review_data and not r.reviewed_by \
         and "mixture" not in r.steps
     edited = st.data_editor(
@@ -204,7 +203,7 @@ if accepted:
             ok = st.form_submit_button("Approve the data and continue")
         if ok:
             try:
-                orig = {e["id"]: e["messages"][-1]["content"] for e in accepted}
+                orig = {e.id: e.messages[-1].content for e in accepted}
                 rev: dict[str, Any] = {}  # {id: "reject"} or {id: {"answer": text}}
                 for row in edited.to_dict("records"):
                     if row["decision"] == "reject":

@@ -5,8 +5,8 @@ import streamlit as st
 
 from workbench.app.common import (
     base_config,
+    declared_rows,
     job_panel,
-    jsonl_rows,
     read_or_none,
     show_error,
     workspace,
@@ -89,7 +89,7 @@ m4.metric("Model calls", led["model_calls"], help=f"{led['scored_tokens']} token
 st.caption(f"95% interval of the yield: {interval(lo, hi)}")
 
 tab_pool, tab_tree, tab_cost = st.tabs(["Task pool", "Tree browser", "Cost ledger"])
-tasks = {t["id"]: t for t in jsonl_rows(files.path("tasks"))}
+tasks = {t.id: t for t in declared_rows(files, "tasks")}  # Task records
 
 
 def tree_of(task_id: str) -> dict | None:
@@ -100,12 +100,12 @@ def tree_of(task_id: str) -> dict | None:
 with tab_pool:
     rows = []
     for t in tasks.values():
-        tree = tree_of(t["id"])
-        rows.append({"task": t["id"], "category": t["category"],
-                     "difficulty": t["difficulty"], "split": t["split"],
+        tree = tree_of(t.id)
+        rows.append({"task": t.id, "category": t.category,
+                     "difficulty": t.difficulty, "split": t.split,
                      "searched": tree is not None,
                      "verified": bool(tree and tree.get("verified_paths")),
-                     "question": t["question"]})
+                     "question": t.question})
     st.dataframe(rows, hide_index=True, width="stretch")
     st.caption("By category: " + ", ".join(f"{k} {v['verified']}/{v['tasks']}"
                                            for k, v in summary["by_category"].items()))
@@ -116,10 +116,10 @@ with tab_tree:
         st.caption("No tree yet.")
     else:
         tid = st.selectbox("Task", searched, key="ts-task",
-                           format_func=lambda i: f"{i}: {tasks[i]['question'][:90]}")
+                           format_func=lambda i: f"{i}: {tasks[i].question[:90]}")
         tree = tree_of(tid)
         if tree:
-            st.markdown(f"**{tasks[tid]['question']}**")
+            st.markdown(f"**{tasks[tid].question}**")
             nodes = {n["id"]: n for n in tree["nodes"]}
             on_path = {i for p in tree.get("verified_paths", []) for i in p}
             min_visits = st.slider("Show nodes visited at least", 1, 20, 1, key="ts-minv")
@@ -188,7 +188,7 @@ with tab_cost:
     if cm.get("brier") is not None:
         st.caption(f"Cost model: Brier {cm['brier']} on {cm['held_out']} held-out attempts "
                    f"(base rate {cm['base_brier']})")
-    attempts = jsonl_rows(files.path("attempts"))
+    attempts = [a.model_dump() for a in declared_rows(files, "attempts")]  # Attempt
     if attempts:
         st.markdown("**Attempts** (which arm searched each task, and why)")
         st.dataframe(attempts, hide_index=True, width="stretch")
