@@ -17,11 +17,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from workbench.errors import BackendError
 from workbench.models.constrain import CONSTRAINT_ERROR, Constraint, ConstraintNotKept
 from workbench.models.messages import ToolCall, ToolChoice, ToolSpec, as_tool_choice, as_tool_specs
+from workbench.records import StrictModel
 
 Conversation = list[dict[str, Any]]
 Tools = Sequence[ToolSpec | dict[str, Any]]
@@ -77,10 +78,10 @@ class Capabilities:
     # (continuous batching): callers need not gather them into one call
 
 
-class GenerationParams(BaseModel):
+class GenerationParams(StrictModel):
     """Sampling settings. Part of the call-cache key (batch size and concurrency are not)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     max_tokens: int = Field(256, ge=1, description="Most new tokens to generate.")
     temperature: float = Field(0.0, ge=0.0, description="0 means greedy decoding.")

@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from workbench.errors import BackendError, WorkbenchError
 from workbench.models.bounds import (
@@ -44,6 +44,7 @@ from workbench.models.bounds import (
     bounded_pattern,
     bounded_schema,
 )
+from workbench.records import StrictModel
 
 # one space after ":" and ",", no free whitespace: small models otherwise fill objects with
 # blank lines until max_tokens (a schema's own "x-guidance" options still win)
@@ -73,11 +74,11 @@ def _within_bounds(what: str, problem: str | None) -> None:
         raise WorkbenchError(f"the {what} constraint is refused: {problem}")
 
 
-class Constraint(BaseModel):
+class Constraint(StrictModel):
     """What the output must match. `value`: the JSON schema (as JSON text), the regex, the
     choices (a JSON list) or the Lark grammar; empty for `json_object`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     kind: ConstraintKind
     value: str = ""

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from workbench.errors import BackendError, WorkbenchError
 from workbench.models.backends import register_backend
@@ -57,13 +57,12 @@ from workbench.models.local import LocalChatModel, model_folder
 from workbench.models.messages import ToolChoice
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
 from workbench.models.resolve import ModelSource
+from workbench.records import StrictModel
 
 SCORE_BYTES = 256 * 2**20  # log-probabilities held at once while scoring (rows x len x vocab)
 
 
-class CT2Options(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class CT2Options(StrictModel):
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N.")
     quantization: str = Field("auto", description="Weights of the conversion: auto (int8 on "
                                                   "CPU, bfloat16 or float16 on CUDA), "

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from workbench.errors import WorkbenchError
 from workbench.models.backends import register_backend
@@ -37,12 +37,13 @@ from workbench.models.messages import NamedToolChoice, ToolCall, ToolChoice, pla
 from workbench.models.tools import FAMILIES, parse_tool_calls
 from workbench.plugins import load
 from workbench.progress import progress, tally
+from workbench.records import StrictModel
 
 Reply = str | dict[str, Any]
 
 
-class FakeOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+class FakeOptions(StrictModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     responses: list[Reply] | None = None
     script: str | Callable[[Conversation], Reply] | None = None

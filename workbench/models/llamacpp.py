@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench import openmp
 from workbench.errors import BackendError, WorkbenchError
@@ -83,6 +83,7 @@ from workbench.models.publish import publish_once
 from workbench.models.resolve import ModelSource, workbench_home
 from workbench.models.tools import strip_special_tokens
 from workbench.progress import progress, tally
+from workbench.records import StrictModel
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +92,7 @@ F16_AUTO_MAX_MB = 512  # `weights: auto` decodes an f16 copy of quantised files 
 SAMPLERS = ["penalties", "temperature", "top_k", "top_p"]  # transformers' order
 
 
-class LlamaCppOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class LlamaCppOptions(StrictModel):
     device: str = Field("auto", description="auto, cpu, gpu or cuda[:N] (GPU layers need a GPU "
                                             "build of xllamacpp; auto offloads when it has "
                                             "one).")

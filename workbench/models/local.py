@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench.errors import BackendError, WorkbenchError
 from workbench.io import sha256_file
@@ -53,13 +53,12 @@ from workbench.models.publish import publish_once
 from workbench.models.resolve import ModelSource, workbench_home
 from workbench.models.tools import strip_special_tokens
 from workbench.progress import Tally, progress, tally
+from workbench.records import StrictModel
 
 log = logging.getLogger(__name__)
 
 
-class LocalOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class LocalOptions(StrictModel):
     device: str = Field("auto", description="auto, cpu, cuda, cuda:N or mps.")
     dtype: str = Field("auto", description="auto (fp32 on CPU, bf16 on GPU), float32, "
                                            "bfloat16 or float16.")

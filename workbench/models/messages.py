@@ -15,10 +15,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
+from pydantic import BaseModel, StrictStr, ValidationError
 
 from workbench.errors import WorkbenchError
-from workbench.records import FunctionCall, FunctionSpec, ToolCall, ToolSpec, new_call_id
+from workbench.records import (
+    FunctionCall,
+    FunctionSpec,
+    StrictModel,
+    ToolCall,
+    ToolSpec,
+    new_call_id,
+)
 
 __all__ = ["FunctionCall", "FunctionSpec", "NamedToolChoice", "ToolCall", "ToolChoice",
            "ToolSpec", "as_tool_choice", "as_tool_specs", "new_call_id", "plain_conversation",
@@ -27,15 +34,13 @@ __all__ = ["FunctionCall", "FunctionSpec", "NamedToolChoice", "ToolCall", "ToolC
 MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
 
 
-class _FunctionName(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _FunctionName(StrictModel):
     name: StrictStr
 
 
-class NamedToolChoice(BaseModel):
+class NamedToolChoice(StrictModel):
     """`{"type": "function", "function": {"name": ...}}`: the model must call that tool."""
 
-    model_config = ConfigDict(extra="forbid")
     type: Literal["function"] = "function"
     function: _FunctionName
 

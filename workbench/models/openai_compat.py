@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workbench.errors import BackendError, ModelNotFoundError, WorkbenchError
 from workbench.models.backends import register_backend
@@ -53,14 +53,13 @@ from workbench.models.messages import (
 )
 from workbench.models.resolve import ModelSource, resolve_chat_model
 from workbench.models.tools import TemplateTools, template_messages
+from workbench.records import StrictModel
 
 log = logging.getLogger(__name__)
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
-class OpenAIOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class OpenAIOptions(StrictModel):
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the "
                                                            "API key (may be unset for local "
                                                            "servers).")

@@ -11,7 +11,7 @@ import re
 import threading
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 # the bounds on caller-supplied schemas, regexes and grammars live with constrained decoding,
 # which holds every caller to them (the server, an agent's forced tool call)
@@ -20,12 +20,11 @@ from workbench.models.bounds import (  # noqa: F401
     MAX_SCHEMA_CHARS,
     MAX_SCHEMA_DEPTH,
 )
+from workbench.records import StrictModel
 
 
-class ServerLimits(BaseModel):
+class ServerLimits(StrictModel):
     """What `workbench serve` accepts and from whom (the CLI's options)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     api_key: str | None = Field(None, description="Required as `Authorization: Bearer <key>` "
                                                    "on every route when set.")

@@ -28,8 +28,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict
-
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file
 from workbench.models.base import (
@@ -44,22 +42,19 @@ from workbench.models.base import (
 )
 from workbench.models.local import LocalChatModel, check_adapter_dir
 from workbench.models.messages import ToolChoice
+from workbench.records import StrictModel
 from workbench.serve.replies import ApiError
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 T = TypeVar("T")
 
 
-class LoadLoraRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class LoadLoraRequest(StrictModel):
     lora_name: str
     lora_path: str
 
 
-class UnloadLoraRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class UnloadLoraRequest(StrictModel):
     lora_name: str
 
 
