@@ -193,26 +193,30 @@ def test_distillation_runs_on_a_mixed_corpus_with_the_bundled_model(tmp_path, cl
     import json
 
     corpus = mixed_corpus(tmp_path / "corpus")
-    r = cli("distill", "run", "-s", f"corpus={corpus}", "-s", f"output_dir={tmp_path / 'runs'}",
-            "-s", "name=docs", "-s", "domain=rf", "-s", "distill.mode=composed",
-            "-s", "distill.answer_source=text", "-s", "distill.verifier.enabled=false",
-            "-s", "distill.answer_max_tokens=64",
-            "-s", "distill.perspectives=[concepts,analysis]", "-s", "distill.kinds=[mc]",
-            "-s", "distill.benchmark_fraction=0", "-s", "distill.constrained=auto",
-            "-s", "distill.min_section_chars=40", "-s", "distill.write_attempts=3",
-            env={"TQDM_DISABLE": "1"})
-    assert r.returncode == 0, r.stderr
-    run = tmp_path / "runs" / "docs" / "distill"
+    # a 135M writer gets few questions through the checks on sections this short (0-5 of ~14
+    # tasks reach the quality gates, by seed and engine; a CI run saw 0 at seed 0): the first
+    # of three seeds whose questions reach the gates is checked, kept or not
+    for seed in (0, 1, 2):
+        out = tmp_path / f"runs{seed}"
+        r = cli("distill", "run", "-s", f"corpus={corpus}", "-s", f"output_dir={out}",
+                "-s", "name=docs", "-s", "domain=rf", "-s", "distill.mode=composed",
+                "-s", "distill.answer_source=text", "-s", "distill.verifier.enabled=false",
+                "-s", "distill.answer_max_tokens=64", "-s", f"seed={seed}",
+                "-s", "distill.perspectives=[concepts,analysis]", "-s", "distill.kinds=[mc]",
+                "-s", "distill.benchmark_fraction=0", "-s", "distill.constrained=auto",
+                "-s", "distill.min_section_chars=40", "-s", "distill.write_attempts=3",
+                env={"TQDM_DISABLE": "1"})
+        assert r.returncode == 0, r.stderr
+        run = out / "docs" / "distill"
+        gated = [json.loads(x) for x in (run / "gates.jsonl").read_text().splitlines()]
+        if gated:
+            break
     report = json.loads((run / "report.json").read_text())
     sections = {x["id"]: x for x in map(json.loads,
                                         (run / "sections.jsonl").read_text().splitlines())}
     assert {x["source"] for x in sections.values()} == {
         "lna.docx", "mixers.pptx", "antennas.epub", "bands.xlsx", "lna7.pdf"}
     assert report["sections"] == len(sections) and report["stages"]["tasks"] > 0
-    # a 135M writer gets few questions through the checks on sections this short (0-2
-    # samples kept of ~10 tasks, by seed and engine): the questions that reached the quality
-    # gates are what is sure to exist, kept or not
-    gated = [json.loads(x) for x in (run / "gates.jsonl").read_text().splitlines()]
     assert gated and all(g["section_id"] in sections for g in gated)
     rows = [json.loads(x) for f in ("mcQTSA.jsonl", "ndQTSA.jsonl")
             for x in (run / f).read_text().splitlines()]
