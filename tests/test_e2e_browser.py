@@ -257,7 +257,14 @@ def test_approve_a_loop_plan_in_a_browser(running_app, tmp_path):
             page.locator(".st-key-lp-keep button").click()
             page.get_by_text("Decision: keep").wait_for(timeout=30000)
             # Check the judge: rate the next sampled decision, its verdict hidden
-            page.locator(".st-key-lp-judge-by input").fill("Dr. Ana")
+            # the rerun after "keep" can show the judge's field twice for a moment (the stale
+            # element and its replacement; a loaded CI-like run failed Playwright's strict
+            # mode on it): wait until one is left, then fill it
+            judge = page.locator(".st-key-lp-judge-by input")
+            page.wait_for_function(
+                "() => document.querySelectorAll('.st-key-lp-judge-by input').length === 1",
+                timeout=30000)
+            judge.fill("Dr. Ana")
             page.locator(".st-key-lp-judge-yes button").click()
             page.get_by_text("rated items; observed agreement").wait_for(timeout=30000)
             page.screenshot(path=str(ARTIFACTS / "loop-decided.png"), full_page=True)
