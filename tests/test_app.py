@@ -226,6 +226,28 @@ def test_evaluation_drill_down_renders_the_item(finished):
     assert not at.exception and frame(at, "scoring", "prediction").shape[0] > 0
 
 
+def test_the_evaluate_page_says_how_many_predictions_the_adapter_changed(finished):
+    """Before, an adapter that moved no prediction left SFT's rows equal to the base
+    model's with nothing to say why; now the page counts the changed items by condition."""
+    from workbench.evaluate.report import read_eval_results
+    from workbench.runs import RunLayout
+
+    lay = RunLayout.at(finished / "runs" / "tiny")
+
+    def preds(name):
+        return {(r.condition, r.example_id): r.extra.get("predictions")
+                for r in read_eval_results(lay.artifact("compare", name).parent)}
+
+    base, sft = preds("eval_base"), preds("eval_sft")
+    changed = sum(p != base[k] for k, p in sft.items() if k in base)
+    at = page("evaluate").run()
+    assert not at.exception
+    said = [m.value for m in [*at.info, *at.caption]
+            if "the adapter changed" in m.value.lower()]
+    assert len(said) == 1, said
+    assert ("changed no prediction" in said[0]) == (changed == 0), said
+
+
 def test_train_page_shows_an_adapter_made_outside_the_app(finished):
     at = page("train").run()
     assert at.selectbox(key="t-run").value == "tiny"
