@@ -12,6 +12,7 @@ A fast-tier test that loads the bundled chat model or starts the CLI as a subpro
 with a message saying which fixture would move it to the full tier.
 """
 
+import functools
 import os
 import shutil
 import socket
@@ -236,6 +237,25 @@ def _guard_bundled_model():
     yield
     local.convert_gguf = real
     llamacpp._gguf_file = real_file
+
+
+def shared_build(tmp_path_factory, name: str, build) -> Path:
+    """`build(folder)` once per test run instead of once per xdist worker: the workers of a
+    run share the parent of their temp folders, so the first worker to ask builds there under
+    a lock and the others wait for it and reuse the folder (which they must only read).
+    Without workers, the session's own temp folder. Returns the folder."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    out, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with FileLock(str(root / f"shared-{name}.lock")):
+        if not done.is_file():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            build(out)
+            done.touch()
+    return out
 
 
 def require(ok: bool, why: str) -> None:
@@ -488,10 +508,11 @@ def rf_sections():
 def rf_index(tmp_path_factory, rf_sections, embedder):
     from workbench.retrieval.index import RagConfig, RagIndex
 
-    out = tmp_path_factory.mktemp("idx") / "rf"
-    RagIndex.build(rf_sections, out, config=RagConfig(chunk_size=96, chunk_overlap=16),
-                   embedder=embedder)
-    return out
+    def build(folder: Path) -> None:
+        RagIndex.build(rf_sections, folder / "rf",
+                       config=RagConfig(chunk_size=96, chunk_overlap=16), embedder=embedder)
+
+    return shared_build(tmp_path_factory, "idx", build) / "rf"  # built once, read by all
 
 
 @pytest.fixture(scope="session")
@@ -501,10 +522,14 @@ def tiny_model(tmp_path_factory):
 
     from workbench.models.resolve import resolve_chat_model
 
-    # the bundled model's tokenizer and chat template, read from the GGUF's metadata (no
-    # weights are loaded or converted)
-    src = resolve_chat_model("default")
-    tok = AutoTokenizer.from_pretrained(src.path, gguf_file=src.gguf_file)
+    def bundled_tokenizer(folder: Path) -> None:
+        # the bundled model's tokenizer and chat template, read from the GGUF's metadata (no
+        # weights are loaded or converted): seconds, so once per run, then from its copy
+        src = resolve_chat_model("default")
+        AutoTokenizer.from_pretrained(src.path, gguf_file=src.gguf_file).save_pretrained(folder)
+
+    tok = AutoTokenizer.from_pretrained(shared_build(tmp_path_factory, "tokenizer",
+                                                     bundled_tokenizer))
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -517,6 +542,25 @@ def tiny_model(tmp_path_factory):
     return str(out)
 
 
+@functools.cache
+def _bundled_tokenizer_fields() -> tuple:
+    """(name, value, type, item type) of the bundled GGUF's tokenizer.* fields, read once
+    per process (opening the file and reading its 49k tokens takes seconds)."""
+    import gguf
+
+    from workbench.models.resolve import resolve_chat_model
+
+    src = resolve_chat_model("default")
+    reader = gguf.GGUFReader(str(src.path / src.gguf_file))
+    fields = []
+    for field in reader.fields.values():
+        if field.name.startswith("tokenizer."):
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            fields.append((field.name, field.contents(), vtype, sub))
+    return tuple(fields)
+
+
 def write_tiny_gguf(folder: str | Path, out: Path) -> Path:
     """A GGUF file (f32) of a tiny llama-layout HF folder made by these tests: its weights in
     llama.cpp's names and layout, its hyper-parameters from its config, and the tokenizer
@@ -527,22 +571,16 @@ def write_tiny_gguf(folder: str | Path, out: Path) -> Path:
     from safetensors.numpy import load_file
     from transformers import AutoConfig
 
-    from workbench.models.resolve import resolve_chat_model
     from workbench.train.gguf_export import gguf_tensors
 
-    src = resolve_chat_model("default")
-    reader = gguf.GGUFReader(str(src.path / src.gguf_file))
     cfg = AutoConfig.from_pretrained(folder)
     state = load_file(str(Path(folder) / "model.safetensors"))
     tensors = gguf_tensors(state, n_blocks=cfg.num_hidden_layers,
                            n_head=cfg.num_attention_heads, n_head_kv=cfg.num_key_value_heads,
                            tied=cfg.tie_word_embeddings)
     w = gguf.GGUFWriter(str(out), "llama")
-    for field in reader.fields.values():
-        if field.name.startswith("tokenizer."):
-            vtype = field.types[0]
-            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            w.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    for name, value, vtype, sub in _bundled_tokenizer_fields():
+        w.add_key_value(name, value, vtype, sub_type=sub)
     w.add_string("general.name", "tiny-llama")
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
