@@ -728,23 +728,36 @@ def _fed_run(tmp_path_factory, name: str, settings: list[str]) -> FedRun:
     return FedRun(ws, cfg, Path(res.outputs["report"]).parent)
 
 
+def half_of(source: Path, out: Path) -> Path:
+    """Every other row of a distilled sample's QTSA rows and benchmark items, in `out`."""
+    out.mkdir(parents=True)
+    for name in ("mcQTSA.jsonl", "ndQTSA.jsonl", "benchmark.jsonl"):
+        rows = (source / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        (out / name).write_text("".join(rows[::2]), encoding="utf-8")
+    return out
+
+
 @pytest.fixture(scope="session")
 def federated_run(tmp_path_factory, tiny_model) -> FedRun:
-    """A finished federated LoRA experiment (2 rounds, 3 sites of the shipped distilled RF
-    rows, the tiny model), in a workspace's runs/: the federated tests and the app share it."""
+    """A finished federated LoRA experiment (2 rounds, 3 sites of half the shipped distilled
+    RF rows, the tiny model, batches of one row), in a workspace's runs/: the federated
+    tests and the app share it."""
+    half = half_of(REPO / "datasets" / "rf_distilled", tmp_path_factory.mktemp("fed-rows") / "rf")
     return _fed_run(tmp_path_factory, "fedrun", [
         f"federated.model={tiny_model}", "federated.rounds=2", "federated.local.steps=1",
-        "federated.local.batch_size=2", "federated.local.lora.r=4",
+        "federated.local.batch_size=1", "federated.local.lora.r=4",
         "federated.local.lora.alpha=8", "federated.guards.min_nodes=3",
-        f"federated.split.source={REPO / 'datasets' / 'rf_distilled'}"])
+        f"federated.split.source={half}"])
 
 
 @pytest.fixture(scope="session")
 def knowledge_run(tmp_path_factory) -> FedRun:
-    """A finished knowledge-track run (3 rounds, 4 sites with search agents), shared."""
+    """A finished knowledge-track run (3 rounds, 4 sites with search agents, 4 tasks in
+    each slice of a site), shared."""
     return _fed_run(tmp_path_factory, "krun", [
         "federated.track=knowledge", "federated.rounds=3", "federated.model=",
-        "federated.guards.min_nodes=4", "federated.knowledge.learn_iterations=12"])
+        "federated.guards.min_nodes=4", "federated.knowledge.learn_iterations=12",
+        "federated.knowledge.slice=4"])
 
 
 def tiny_litsearch_data(folder: Path, parts: tuple[str, ...] = ("dev", "train")) -> Path:
