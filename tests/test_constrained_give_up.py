@@ -231,4 +231,15 @@ def test_the_server_answers_a_400_naming_the_field_never_a_200_that_breaks_it(
         with pytest.raises(ConstraintNotKept, match="could not be kept"):
             list(remote.stream(ASK, GenerationParams(
                 max_tokens=24, constraint=Constraint.json_schema(GIVES_UP))))
+        # a stop string's cut is a valid beginning, reported "stop" as OpenAI does: a reply,
+        # not a constraint broken (the 40 letters come whole only where no n was drawn)
+        cut = remote.generate([ASK] * 4, GenerationParams(
+            max_tokens=30, temperature=1.0, seed=1, stop=("n",),
+            constraint=Constraint.regex("[a-z]{40}")))
+        assert all(g.ok and len(g.text) <= 40 and "n" not in g.text for g in cut), \
+            [(g.text, g.error) for g in cut]
+        streamed = "".join(remote.stream(ASK, GenerationParams(
+            max_tokens=30, temperature=1.0, seed=1, stop=("n",),
+            constraint=Constraint.regex("[a-z]{40}"))))  # before: raised ConstraintNotKept
+        assert len(streamed) <= 40 and "n" not in streamed
         remote.close()

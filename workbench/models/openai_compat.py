@@ -144,8 +144,7 @@ class OpenAIChatModel(ChatModel):
                     raise _Retryable(f"HTTP {resp.status_code}",
                                      float(ra) if ra and ra.replace(".", "").isdigit() else None)
                 if resp.status_code >= 400:
-                    kind = ConstraintNotKept if _error_code(resp) == "constraint_not_kept" \
-                        else BackendError  # `workbench serve`'s 400 for a constraint
+                    kind = _error_kind(_error_code(resp))  # serve's 400 for a constraint
                     raise kind(f"{resp.request.url}: HTTP {resp.status_code}: "
                                f"{_error_text(resp)}")
                 if text_reply:
@@ -270,10 +269,9 @@ class OpenAIChatModel(ChatModel):
                          completion_tokens=usage.get("completion_tokens", 0),
                          tool_calls=calls)
         # the server's reply checked against the constraint it was asked to keep (its
-        # engine may have given up on it and answered anyway); one cut by max_tokens may be
-        # unfinished
+        # engine may have given up on it and answered anyway)
         problem = check_text(params.constraint, gen.text) \
-            if params.constraint is not None and gen.finish_reason == "stop" else None
+            if _finished(params, gen.finish_reason) else None
         return gen if problem is None else gen.not_kept(f"{self.base_url}: {problem}")
 
     def check_constraint(self, constraint) -> None:
@@ -314,8 +312,7 @@ class OpenAIChatModel(ChatModel):
         with self._client.stream("POST", "/chat/completions", json=body) as resp:
             if resp.status_code >= 400:
                 resp.read()
-                kind = ConstraintNotKept if _error_code(resp) == "constraint_not_kept" \
-                    else BackendError
+                kind = _error_kind(_error_code(resp))
                 raise kind(f"HTTP {resp.status_code}: {_error_text(resp)}")
             for line in resp.iter_lines():
                 if not line.startswith("data:"):
@@ -325,8 +322,7 @@ class OpenAIChatModel(ChatModel):
                     break
                 event = json.loads(payload)
                 if isinstance(err := event.get("error"), dict):  # an error event mid-stream
-                    kind = ConstraintNotKept if err.get("code") == "constraint_not_kept" \
-                        else BackendError
+                    kind = _error_kind(err.get("code"))
                     raise kind(f"{self.base_url}: {err.get('message')}")
                 choice = (event.get("choices") or [{}])[0]
                 finish = choice.get("finish_reason") or finish
@@ -334,8 +330,7 @@ class OpenAIChatModel(ChatModel):
                 if delta.get("content"):
                     text += delta["content"]
                     yield delta["content"]
-        if params.constraint is not None and finish == "stop" and \
-                (problem := check_text(params.constraint, text)):
+        if _finished(params, finish) and (problem := check_text(params.constraint, text)):
             raise ConstraintNotKept(f"{self.base_url}: {problem}")
 
     # --- scoring ---------------------------------------------------------------------------
@@ -507,6 +502,19 @@ class _ServerRenderer(_Renderer):
         added = self._post("/tokenize", {"prompt": text})["tokens"]
         return _strip_doubled_specials(
             text, plain, added, lambda ids: self._post("/detokenize", {"tokens": ids})["prompt"])
+
+
+def _finished(params: GenerationParams, finish: str | None) -> bool:
+    """Whether a constrained reply must be whole: it ended by itself. One cut by max_tokens
+    ("length") or by a stop string need only be a valid beginning, which the text alone cannot
+    judge; OpenAI reports a stop string's cut as "stop" too, so with stop strings it is not
+    judged either."""
+    return params.constraint is not None and finish == "stop" and not params.stop
+
+
+def _error_kind(code: Any) -> type[BackendError]:
+    """The exception for a server's error code: a constraint it could not keep, or another."""
+    return ConstraintNotKept if code == "constraint_not_kept" else BackendError
 
 
 def _error_code(resp) -> Any:
