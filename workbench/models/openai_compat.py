@@ -43,7 +43,7 @@ from workbench.models.base import (
     TokenLogprobs,
     Tools,
 )
-from workbench.models.constrain import ConstraintNotKept, check_text, wire_fields
+from workbench.models.constrain import Constraint, ConstraintNotKept, check_text, wire_fields
 from workbench.models.local import model_folder
 from workbench.models.messages import (
     ToolCall,
@@ -270,8 +270,8 @@ class OpenAIChatModel(ChatModel):
                          tool_calls=calls)
         # the server's reply checked against the constraint it was asked to keep (its
         # engine may have given up on it and answered anyway)
-        problem = check_text(params.constraint, gen.text) \
-            if _finished(params, gen.finish_reason) else None
+        whole = _whole(params, gen.finish_reason)
+        problem = check_text(whole, gen.text) if whole is not None else None
         return gen if problem is None else gen.not_kept(f"{self.base_url}: {problem}")
 
     def check_constraint(self, constraint) -> None:
@@ -330,7 +330,7 @@ class OpenAIChatModel(ChatModel):
                 if delta.get("content"):
                     text += delta["content"]
                     yield delta["content"]
-        if _finished(params, finish) and (problem := check_text(params.constraint, text)):
+        if (whole := _whole(params, finish)) is not None and (problem := check_text(whole, text)):
             raise ConstraintNotKept(f"{self.base_url}: {problem}")
 
     # --- scoring ---------------------------------------------------------------------------
@@ -504,12 +504,12 @@ class _ServerRenderer(_Renderer):
             text, plain, added, lambda ids: self._post("/detokenize", {"tokens": ids})["prompt"])
 
 
-def _finished(params: GenerationParams, finish: str | None) -> bool:
-    """Whether a constrained reply must be whole: it ended by itself. One cut by max_tokens
-    ("length") or by a stop string need only be a valid beginning, which the text alone cannot
-    judge; OpenAI reports a stop string's cut as "stop" too, so with stop strings it is not
-    judged either."""
-    return params.constraint is not None and finish == "stop" and not params.stop
+def _whole(params: GenerationParams, finish: str | None) -> Constraint | None:
+    """The constraint a reply must keep whole, if any: one that ended by itself. One cut by
+    max_tokens ("length") or by a stop string need only be a valid beginning, which the text
+    alone cannot judge; OpenAI reports a stop string's cut as "stop" too, so with stop strings
+    it is not judged either."""
+    return params.constraint if finish == "stop" and not params.stop else None
 
 
 def _error_kind(code: Any) -> type[BackendError]:
