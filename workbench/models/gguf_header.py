@@ -32,6 +32,40 @@ def header_values(gguf: Path, suffixes: tuple[str, ...]) -> dict[str, object]:
     return found
 
 
+def tokenizer_fingerprint(gguf: Path) -> str | None:
+    """A digest of what a GGUF's tokenizer is made of: the raw bytes of every `tokenizer.*`
+    value and of `general.architecture` (which picks transformers' converter), read without
+    building the arrays (a tenth of a second for a 49k vocabulary, where parsing it takes
+    seconds). Two files with the same digest give the same Hugging Face tokenizer: a model, its
+    f16 copy and the merged exports of its adapters share one. None for a file that is not
+    GGUF or whose header cannot be read."""
+    import hashlib
+    import struct
+
+    digest = hashlib.sha256()
+    try:
+        with open(gguf, "rb") as fh:
+            if fh.read(4) != b"GGUF":
+                return None
+            version, _, n_kv = struct.unpack("<IQQ", fh.read(20))
+            if version < 2:
+                return None
+            digest.update(struct.pack("<I", version))
+            for _ in range(min(n_kv, 4096)):
+                start = fh.tell()
+                (klen,) = struct.unpack("<Q", fh.read(8))
+                key = fh.read(klen).decode("utf-8", "replace")
+                (vtype,) = struct.unpack("<I", fh.read(4))
+                _skip_value(fh, vtype)
+                if key.startswith("tokenizer.") or key == "general.architecture":
+                    end = fh.tell()
+                    fh.seek(start)
+                    digest.update(fh.read(end - start))
+    except (OSError, struct.error, ValueError):
+        return None
+    return digest.hexdigest()
+
+
 def context_length(gguf: Path) -> int | None:
     """`<arch>.context_length` from the GGUF header, read without the vocabulary arrays."""
     value = next(iter(header_values(gguf, (".context_length",)).values()), None)
@@ -64,6 +98,10 @@ def _skip_value(fh, vtype: int):
         etype, count = struct.unpack("<IQ", fh.read(12))
         if etype in _SCALARS:
             fh.seek(struct.calcsize(_SCALARS[etype]) * count, os.SEEK_CUR)
+        elif etype == 8:  # strings, skipped by their lengths (a vocabulary: ~50k of them)
+            for _ in range(count):
+                (n,) = struct.unpack("<Q", fh.read(8))
+                fh.seek(n, os.SEEK_CUR)
         else:
             for _ in range(count):
                 _skip_value(fh, etype)

@@ -76,10 +76,14 @@ from workbench.models.gguf_header import context_length, file_type
 from workbench.models.gguf_lora import adapter_fingerprint, cached_lora_gguf
 from workbench.models.hf_chat import TokenizerChatModel
 from workbench.models.llamacpp_server import PIP, Server, available, gpu_build
-from workbench.models.local import LocalChatModel, check_adapter_dir, gguf_cache_dir
+from workbench.models.local import (
+    LocalChatModel,
+    check_adapter_dir,
+    gguf_cache_dir,
+    gguf_tokenizer_folder,
+)
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
-from workbench.models.publish import publish_once
 from workbench.models.resolve import ModelSource, workbench_home
 from workbench.models.tools import strip_special_tokens
 from workbench.progress import progress, tally
@@ -179,23 +183,12 @@ def _weights_file(source: ModelSource, gguf: Path, weights: str) -> Path:
 
 def tokenizer_folder(source: ModelSource) -> Path:
     """A folder holding the GGUF's tokenizer (and chat template) in Hugging Face form: the
-    transformers backend's conversion when there is one, else a tokenizer-only copy made
-    once (reading it from the GGUF takes seconds, from the copy a tenth of one)."""
+    transformers backend's conversion when there is one, else the tokenizer folder made once
+    per tokenizer (`local.gguf_tokenizer_folder`)."""
     converted = gguf_cache_dir(source)
     if (converted / "workbench-source.json").is_file():
         return converted
-    target = converted.with_name(converted.name + "-tokenizer")
-    done = "workbench-tokenizer.json"
-
-    def write(tmp: Path) -> None:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
-        tok.save_pretrained(tmp)
-        (tmp / done).write_text(json.dumps({"gguf": str(_gguf_file(source))}))
-
-    publish_once(target, write, complete=lambda f: (f / done).is_file())
-    return target
+    return gguf_tokenizer_folder(source)
 
 
 @register_backend("llamacpp")

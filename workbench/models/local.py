@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 import warnings
@@ -45,6 +46,7 @@ from workbench.models.constrain import (
     check_constraint,
     tool_call_constraint,
 )
+from workbench.models.gguf_header import tokenizer_fingerprint
 from workbench.models.hf_chat import TokenizerChatModel
 from workbench.models.local_scoring import CachedScoring
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
@@ -101,6 +103,40 @@ def gguf_cache_dir(source: ModelSource) -> Path:
     return workbench_home() / "models" / f"{gguf.stem}-{tag[:12]}"
 
 
+_TOKENIZER_DONE = "workbench-tokenizer.json"  # the tokenizer folder's marker, written last
+
+
+def gguf_tokenizer_folder(source: ModelSource) -> Path:
+    """A folder holding a GGUF's tokenizer (and chat template) in Hugging Face form, made once
+    per tokenizer, not per file: keyed by the digest of the file's tokenizer values
+    (`gguf_header.tokenizer_fingerprint`) and the transformers version that converts them, so
+    a model, its f16 copy and every merged export of it share one. Reading a tokenizer from a
+    GGUF parses its whole vocabulary (2-4 s for a 49k one); from this folder, a tenth of that.
+    A file whose header cannot be digested gets a folder of its own, as before."""
+    from importlib.metadata import version
+
+    fingerprint = tokenizer_fingerprint(source.gguf_path)
+    if fingerprint is None:
+        converted = gguf_cache_dir(source)
+        target = converted.with_name(converted.name + "-tokenizer")
+    else:
+        import hashlib
+
+        key = hashlib.sha256(f"{fingerprint}|{version('transformers')}".encode()).hexdigest()
+        target = workbench_home() / "models" / f"tokenizer-{key[:16]}"
+
+    def write(tmp: Path) -> None:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(source.folder, gguf_file=source.gguf_file)
+        tok.save_pretrained(tmp)
+        (tmp / _TOKENIZER_DONE).write_text(json.dumps(
+            {"gguf": str(source.gguf_path), "tokenizer_fingerprint": fingerprint}))
+
+    publish_once(target, write, complete=lambda f: (f / _TOKENIZER_DONE).is_file())
+    return target
+
+
 LOGPROB_CHUNK = 256  # positions scored per forward pass in `token_logprobs`
 _DONE = "workbench-source.json"  # written last: a conversion folder without it is unfinished
 
@@ -133,9 +169,9 @@ def convert_gguf(source: ModelSource, *, force: bool = False) -> Path:
 def _write_conversion(source: ModelSource, folder: Path) -> None:
     """Dequantise the GGUF and save it (config, safetensors weights, tokenizer) into `folder`."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    tok = AutoTokenizer.from_pretrained(source.folder, gguf_file=source.gguf_file)
+    tokenizer = gguf_tokenizer_folder(source)  # read from the GGUF once per tokenizer
     quantised = AutoModelForCausalLM.from_pretrained(source.folder, gguf_file=source.gguf_file,
                                                      dtype=torch.float32)
     config = quantised.config
@@ -149,7 +185,9 @@ def _write_conversion(source: ModelSource, folder: Path) -> None:
                            f"(missing {real_missing[:3]}, unexpected {unexpected[:3]})")
     fresh.tie_weights()
     fresh.save_pretrained(folder, safe_serialization=True)
-    tok.save_pretrained(folder)
+    for f in tokenizer.iterdir():  # what `save_pretrained` of that tokenizer wrote
+        if f.is_file() and f.name != _TOKENIZER_DONE:
+            shutil.copyfile(f, folder / f.name)
 
 
 def model_folder(source: ModelSource) -> Path:

@@ -23,6 +23,7 @@ from workbench.io import check_replaceable
 from workbench.models import load_model
 from workbench.models.base import GenerationParams
 from workbench.models.gguf_file import write_gguf
+from workbench.models.gguf_header import header_values
 from workbench.models.gguf_lora import permute_rotary, write_lora_gguf
 from workbench.models.local import check_adapter_dir, gguf_cache_dir, model_folder
 from workbench.models.resolve import resolve_chat_model
@@ -79,7 +80,10 @@ def export_gguf(adapter: str | Path, out: str | Path, *, base: str | None = None
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     adapter = check_adapter_dir(adapter)
-    base, source, reader, arch = _gguf_base(adapter, base)
+    base, source, arch = _gguf_base(adapter, base)
+    import gguf
+
+    reader = gguf.GGUFReader(str(source.gguf_path))  # its tokenizer and metadata are copied
     folder = model_folder(source)  # the base's weights as the workbench loads them
     cfg = AutoConfig.from_pretrained(folder)
     log(f"merging {adapter} into {base}")
@@ -117,16 +121,14 @@ def export_lora_gguf(adapter: str | Path, out: str | Path, *, base: str | None =
     check_replaceable(out)  # before anything heavy is imported or read
 
     adapter = check_adapter_dir(adapter)
-    base, source, _, _ = _gguf_base(adapter, base)
+    base, source, _ = _gguf_base(adapter, base)
     report = write_lora_gguf(adapter, source.path / source.gguf_file, out)
     return {**report, "base": base}
 
 
 def _gguf_base(adapter: Path, base: str | None):
-    """(the base model spec, its resolved source, a reader of its GGUF file, the file's
-    architecture); a base that is not a llama-layout GGUF file is refused."""
-    import gguf
-
+    """(the base model spec, its resolved source, the GGUF file's architecture, read from its
+    header without the vocabulary); a base that is not a llama-layout GGUF file is refused."""
     base = base or adapter_base(adapter) or "default"
     source = resolve_chat_model(base)
     if source.kind not in ("bundled-gguf", "gguf"):
@@ -134,12 +136,12 @@ def _gguf_base(adapter: Path, base: str | None):
             f"{base}: the base model is not a GGUF file, so there is no tokenizer and "
             "metadata to copy; merge with `workbench train merge ADAPTER -o DIR` and convert DIR "
             "with llama.cpp's convert_hf_to_gguf.py")
-    reader = gguf.GGUFReader(str(source.gguf_path))
-    arch = _field(reader, "general.architecture")
+    arch = header_values(source.gguf_path, ("general.architecture",)).get(
+        "general.architecture")
     if arch != "llama":
         raise WorkbenchError(f"{source.gguf_file}: architecture {arch!r}; GGUF export "
                              "writes llama-layout models only")
-    return base, source, reader, arch
+    return base, source, arch
 
 
 def _check(merged, tok, out: Path, prompts: list[str], max_tokens: int, log) -> dict:
