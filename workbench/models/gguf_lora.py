@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.models.gguf_header import header_values
 from workbench.models.publish import publish_once
 
 DONE = "workbench-lora.json"  # written last: a cache folder without it is unfinished
@@ -31,11 +32,6 @@ def permute_rotary(w, n_head: int):
     head); `w` is (out, ...) with out = n_head x head_dim."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
             .swapaxes(1, 2).reshape(w.shape))
-
-
-def _field(reader, key: str):
-    f = reader.get_field(key)
-    return f.contents() if f is not None else None
 
 
 def _module_of(key: str) -> tuple[str, str] | None:
@@ -119,16 +115,21 @@ def write_lora_gguf(adapter: str | Path, base_gguf: str | Path, out: str | Path)
     import gguf
 
     adapter, base_gguf, out = Path(adapter), Path(base_gguf), Path(out)
-    reader = gguf.GGUFReader(str(base_gguf))
-    arch = _field(reader, "general.architecture")
+    # the header's numbers only: gguf.GGUFReader would parse the whole vocabulary (seconds)
+    head = header_values(base_gguf, ("general.architecture", ".block_count",
+                                     ".attention.head_count", ".attention.head_count_kv"))
+    arch = head.get("general.architecture")
     if arch != "llama":
         raise WorkbenchError(f"{base_gguf.name}: architecture {arch!r}; GGUF LoRA adapters "
                              "are written for llama-layout models only")
-    n_head = int(_field(reader, f"{arch}.attention.head_count"))
-    tensors, alpha = lora_tensors(
-        adapter, arch=arch, n_blocks=int(_field(reader, f"{arch}.block_count")),
-        n_head=n_head, n_head_kv=int(_field(reader, f"{arch}.attention.head_count_kv")
-                                     or n_head))
+    n_head, n_blocks = head.get(f"{arch}.attention.head_count"), head.get(f"{arch}.block_count")
+    n_head_kv = head.get(f"{arch}.attention.head_count_kv") or n_head
+    if not (isinstance(n_head, int) and isinstance(n_blocks, int)
+            and isinstance(n_head_kv, int)):
+        raise WorkbenchError(f"{base_gguf.name}: the header gives no single head count and "
+                             "block count (a GGUF LoRA adapter needs both)")
+    tensors, alpha = lora_tensors(adapter, arch=arch, n_blocks=n_blocks, n_head=n_head,
+                                  n_head_kv=n_head_kv)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     os.close(fd)
