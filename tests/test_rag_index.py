@@ -55,6 +55,46 @@ def test_built_in_memory_equals_loaded(rf_sections, rf_index, embedder):
             assert np.allclose([h.score for h in x], [h.score for h in y], atol=1e-6)
 
 
+def test_a_keyword_searcher_embeds_nothing_and_ranks_as_the_full_index(
+        rf_sections, rf_index, embedder, tmp_path, monkeypatch):
+    """What a keyword search needs is built without the vectors, in memory: the same chunks
+    and keyword rankings as the saved index, no embedder loaded, nothing written. A hybrid
+    searcher still builds and saves both parts."""
+    from workbench.retrieval import index as index_module
+    from workbench.retrieval.search import Searcher
+
+    cfg = RagConfig(chunk_size=96, chunk_overlap=16)
+    keyword_only = RagIndex.build(rf_sections, None, config=cfg, semantic=False)
+    full = RagIndex.load(rf_index, embedder=embedder)
+    assert keyword_only.semantic is None and keyword_only.manifest["embedder"] is None
+    for q in QUERIES:
+        x, y = (i.retriever("keyword").retrieve(q, 5) for i in (keyword_only, full))
+        assert [(h.chunk_id, h.score) for h in x] == [(h.chunk_id, h.score) for h in y]
+    with pytest.raises(WorkbenchError, match="loaded without its semantic part"):
+        keyword_only.retriever("hybrid")
+    with pytest.raises(WorkbenchError, match="not saved"):
+        RagIndex.build(rf_sections, tmp_path / "x", config=cfg, semantic=False)
+
+    def no_embedder(*a, **k):
+        raise AssertionError("a keyword searcher loaded the embedder")
+
+    monkeypatch.setattr(index_module, "load_embedder", no_embedder)
+    searcher = Searcher(rf_sections[:20], None, "keyword", log=lambda m: None)
+    assert searcher(["characteristic impedance"], 3)[0]
+    folder = tmp_path / "kw"
+    Searcher(rf_sections[:20], folder, "keyword", log=lambda m: None)
+    assert not folder.exists()
+    monkeypatch.undo()
+    Searcher(rf_sections[:20], folder, "hybrid", log=lambda m: None)
+    assert (folder / "manifest.json").is_file() and (folder / "faiss.index").is_file()
+    # and the saved one serves a keyword searcher without its vectors
+    monkeypatch.setattr(index_module, "load_embedder", no_embedder)
+    assert Searcher(rf_sections[:20], folder, "keyword", log=lambda m: None).index.semantic \
+        is None
+    with pytest.raises(WorkbenchError, match="needs a folder"):
+        Searcher(rf_sections[:20], None, "hybrid", log=lambda m: None)
+
+
 def test_rankings_make_sense(rf_index, embedder):
     idx = RagIndex.load(rf_index, embedder=embedder)
     for name in ("keyword", "semantic", "hybrid"):

@@ -72,10 +72,9 @@ class Evaluator:
             # the test terms' sections are never searched: nothing is made from them
             from workbench.retrieval.search import Searcher
 
-            self._searcher = Searcher(
-                self.suites.training_sections(), self.files.path("index"),
-                retriever="keyword",
-                log=self.log)
+            # a keyword search: built in memory, nothing embedded or written
+            self._searcher = Searcher(self.suites.training_sections(), None,
+                                      retriever="keyword", log=self.log)
         return self._searcher(queries, k)
 
     # ------------------------------------------------------------------ evaluation (cached)

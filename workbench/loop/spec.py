@@ -18,8 +18,6 @@ PIPELINE = Pipeline(
         Stage("state", help="what the loop keeps across rounds",
               outputs=(Artifact("config", "config.yaml", help="the config its plans use"),
                        Artifact("state", "state.json", "workbench.loop.records:LoopState"),
-                       Artifact("index", "index", required=False,
-                                help="the training sections indexed for synthesis"),
                        Artifact("evals", "evals", required=False,
                                 help="evals/<adapter sha>-<key>/<suite>.jsonl (cached)"),
                        Artifact("adapters", "adapters", required=False,

@@ -103,16 +103,21 @@ class RagIndex:
 
     @classmethod
     def build(cls, sections: list[Section], out: str | Path | None = None, *,
-              config: RagConfig | None = None, embedder=None,
+              config: RagConfig | None = None, embedder=None, semantic: bool = True,
               log=lambda msg: None) -> RagIndex:
         """Chunk, analyse, embed and index `sections` (saved in `out` when given); the
-        progress lines name each step of the build with its count."""
+        progress lines name each step of the build with its count. Without `semantic` only
+        the keyword part is built (nothing is embedded: what a keyword search needs, in a
+        fraction of the time), in memory: an index on disk always has both parts."""
+        if out is not None and not semantic:
+            raise WorkbenchError("an index without its semantic part is not saved")
         with stage("building the index"):
-            return cls._build(sections, out, config=config, embedder=embedder, log=log)
+            return cls._build(sections, out, config=config, embedder=embedder,
+                              semantic=semantic, log=log)
 
     @classmethod
     def _build(cls, sections: list[Section], out: str | Path | None, *,
-               config: RagConfig | None, embedder, log) -> RagIndex:
+               config: RagConfig | None, embedder, semantic: bool, log) -> RagIndex:
         cfg = config or RagConfig()
         if not sections:
             raise WorkbenchError("the corpus has no sections to index")
@@ -131,26 +136,28 @@ class RagIndex:
             keyword = KeywordRetriever(store, analyzer, cfg.keyword_backend,
                                        scorer=KeywordRetriever.make_scorer(
                                            tokens, cfg.keyword_backend))
-        embedder = embedder or load_embedder(cfg.embedder)
-        t1 = time.perf_counter()
-        vectors = embedder.embed([c.text for c in chunks])
-        log(f"embedded {len(chunks)} chunks in {time.perf_counter() - t1:.1f}s")
-        with stage("vector index"):
-            semantic = SemanticRetriever(store, embedder, index_type=cfg.index_type,
-                                         vectors=vectors, ef_search=cfg.ef_search,
-                                         nprobe=cfg.nprobe)
+        vectors_of = None
+        if semantic:
+            embedder = embedder or load_embedder(cfg.embedder)
+            t1 = time.perf_counter()
+            vectors = embedder.embed([c.text for c in chunks])
+            log(f"embedded {len(chunks)} chunks in {time.perf_counter() - t1:.1f}s")
+            with stage("vector index"):
+                vectors_of = SemanticRetriever(store, embedder, index_type=cfg.index_type,
+                                               vectors=vectors, ef_search=cfg.ef_search,
+                                               nprobe=cfg.nprobe)
         manifest = {
             "format": FORMAT, "created": time.time(),
             "corpus_hash": corpus_hash(sections), "n_sections": len(sections),
             "n_documents": len({s.doc_id for s in sections}), "n_chunks": len(chunks),
             "embedder": {"spec": cfg.embedder, "identity": embedder.identity,
-                         "dim": embedder.dim},
+                         "dim": embedder.dim} if vectors_of is not None else None,
             "analyzer": analyzer.to_json(), "config": cfg.model_dump(mode="json"),
             "versions": library_versions("faiss-cpu", "faiss-gpu", "sentence-transformers",
                                          "numpy", "llama-index-core"),
             "build_seconds": None, "files": {},
         }
-        index = cls(None, manifest, store, keyword, semantic, cfg)
+        index = cls(None, manifest, store, keyword, vectors_of, cfg)
         if out is not None:
             index._tokens = tokens
             with stage("saving the index"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.corpus import IngestReport, load_sections
+from workbench.errors import WorkbenchError
 from workbench.records import RetrievalHit
 from workbench.retrieval.base import Filters
 from workbench.retrieval.context import format_context, token_counter
@@ -63,20 +64,27 @@ def open_index(index_dir: str | Path, retriever: str = "hybrid") -> IndexSearch:
 
 class Searcher:
     """Search an index of ready-made sections from another pipeline (an agent's `search`
-    tool). The index is built once in `folder` and reused
-    while the sections' corpus hash is unchanged; `searcher(queries, k)` runs a batch."""
+    tool). The index is built once in `folder` and reused while the sections' corpus hash is
+    unchanged; `searcher(queries, k)` runs a batch. A keyword searcher needs no vectors: it
+    loads an index already in `folder` without them, and otherwise builds only the keyword
+    part, in memory (no embedding; nothing is written, so `folder` may be None)."""
 
-    def __init__(self, sections, folder: str | Path, retriever: str = "hybrid", log=print):
+    def __init__(self, sections, folder: str | Path | None, retriever: str = "hybrid",
+                 log=print):
         sections = list(sections)
-        folder = Path(folder)
         index = None
-        if (folder / "manifest.json").exists():
+        if folder is not None and (Path(folder) / "manifest.json").exists():
+            folder = Path(folder)
             try:
                 index = RagIndex.load(folder, semantic=retriever != "keyword")
             except Exception as e:  # noqa: BLE001 - a broken cache is rebuilt, said once
                 log(f"{folder}: rebuilding the index ({str(e).splitlines()[0][:160]})")
             if index is not None and index.manifest.get("corpus_hash") != corpus_hash(sections):
                 index = None
+        if index is None and retriever == "keyword":
+            index = RagIndex.build(sections, None, config=RagConfig(), semantic=False, log=log)
+        if index is None and folder is None:
+            raise WorkbenchError(f"a {retriever} searcher needs a folder for its index")
         self.index = index or RagIndex.build(sections, folder, config=RagConfig(), log=log)
         self.name = retriever
         self.retriever = self.index.retriever(retriever)
