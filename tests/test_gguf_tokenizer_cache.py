@@ -1,6 +1,6 @@
 """A GGUF's tokenizer is read from the file once per tokenizer, not once per file: the
 digest of its tokenizer values (`gguf_header.tokenizer_fingerprint`) names the folder that
-`local.gguf_tokenizer_folder` fills, so a model, its f16 copy and every merged export share
+`gguf_cache.gguf_tokenizer_folder` fills, so a model, its f16 copy and every merged export share
 one (reading a 49k vocabulary out of a GGUF takes seconds; the digest, a tenth of one)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import gguf
 import numpy as np
 from conftest import write_tiny_gguf
 
+from workbench.models.gguf_cache import gguf_tokenizer_folder
 from workbench.models.gguf_header import header_values, tokenizer_fingerprint
-from workbench.models.local import gguf_tokenizer_folder
 from workbench.models.resolve import resolve_chat_model
 
 

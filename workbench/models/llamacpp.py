@@ -71,17 +71,13 @@ from workbench.models.constrain import (
     tool_call_constraint,
 )
 from workbench.models.ct2_watch import held_back
+from workbench.models.gguf_cache import gguf_cache_dir, gguf_tokenizer_folder
 from workbench.models.gguf_file import FLOAT_FILE_TYPES, f16_copy
 from workbench.models.gguf_header import context_length, file_type
 from workbench.models.gguf_lora import adapter_fingerprint, cached_lora_gguf
 from workbench.models.hf_chat import TokenizerChatModel
 from workbench.models.llamacpp_server import PIP, Server, available, gpu_build
-from workbench.models.local import (
-    LocalChatModel,
-    check_adapter_dir,
-    gguf_cache_dir,
-    gguf_tokenizer_folder,
-)
+from workbench.models.local import LocalChatModel, check_adapter_dir
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
 from workbench.models.resolve import ModelSource, workbench_home
@@ -184,7 +180,7 @@ def _weights_file(source: ModelSource, gguf: Path, weights: str) -> Path:
 def tokenizer_folder(source: ModelSource) -> Path:
     """A folder holding the GGUF's tokenizer (and chat template) in Hugging Face form: the
     transformers backend's conversion when there is one, else the tokenizer folder made once
-    per tokenizer (`local.gguf_tokenizer_folder`)."""
+    per tokenizer (`gguf_cache.gguf_tokenizer_folder`)."""
     converted = gguf_cache_dir(source)
     if (converted / "workbench-source.json").is_file():
         return converted

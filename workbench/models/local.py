@@ -46,13 +46,13 @@ from workbench.models.constrain import (
     check_constraint,
     tool_call_constraint,
 )
-from workbench.models.gguf_header import tokenizer_fingerprint
+from workbench.models.gguf_cache import TOKENIZER_DONE, gguf_cache_dir, gguf_tokenizer_folder
 from workbench.models.hf_chat import TokenizerChatModel
 from workbench.models.local_scoring import CachedScoring
 from workbench.models.messages import NamedToolChoice, ToolChoice, ToolSpec
 from workbench.models.postprocess import cut_at_stop, with_tool_calls
 from workbench.models.publish import publish_once
-from workbench.models.resolve import ModelSource, workbench_home
+from workbench.models.resolve import ModelSource
 from workbench.models.tools import strip_special_tokens
 from workbench.progress import Tally, progress, tally
 from workbench.records import StrictModel
@@ -90,51 +90,6 @@ def pick_dtype(device: str, dtype: str = "auto"):
     if device.startswith("cuda") and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return torch.float32  # bf16 on this kind of CPU runs at ~1 GFLOP/s: never use it here
-
-
-def gguf_cache_dir(source: ModelSource) -> Path:
-    """Where a GGUF's weights, converted once to safetensors, are kept (by path, size and
-    modification time: a rewritten file is converted afresh)."""
-    gguf = source.gguf_path
-    st = gguf.stat()
-    import hashlib
-
-    tag = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()
-    return workbench_home() / "models" / f"{gguf.stem}-{tag[:12]}"
-
-
-_TOKENIZER_DONE = "workbench-tokenizer.json"  # the tokenizer folder's marker, written last
-
-
-def gguf_tokenizer_folder(source: ModelSource) -> Path:
-    """A folder holding a GGUF's tokenizer (and chat template) in Hugging Face form, made once
-    per tokenizer, not per file: keyed by the digest of the file's tokenizer values
-    (`gguf_header.tokenizer_fingerprint`) and the transformers version that converts them, so
-    a model, its f16 copy and every merged export of it share one. Reading a tokenizer from a
-    GGUF parses its whole vocabulary (2-4 s for a 49k one); from this folder, a tenth of that.
-    A file whose header cannot be digested gets a folder of its own, as before."""
-    from importlib.metadata import version
-
-    fingerprint = tokenizer_fingerprint(source.gguf_path)
-    if fingerprint is None:
-        converted = gguf_cache_dir(source)
-        target = converted.with_name(converted.name + "-tokenizer")
-    else:
-        import hashlib
-
-        key = hashlib.sha256(f"{fingerprint}|{version('transformers')}".encode()).hexdigest()
-        target = workbench_home() / "models" / f"tokenizer-{key[:16]}"
-
-    def write(tmp: Path) -> None:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(source.folder, gguf_file=source.gguf_file)
-        tok.save_pretrained(tmp)
-        (tmp / _TOKENIZER_DONE).write_text(json.dumps(
-            {"gguf": str(source.gguf_path), "tokenizer_fingerprint": fingerprint}))
-
-    publish_once(target, write, complete=lambda f: (f / _TOKENIZER_DONE).is_file())
-    return target
 
 
 LOGPROB_CHUNK = 256  # positions scored per forward pass in `token_logprobs`
@@ -186,7 +141,7 @@ def _write_conversion(source: ModelSource, folder: Path) -> None:
     fresh.tie_weights()
     fresh.save_pretrained(folder, safe_serialization=True)
     for f in tokenizer.iterdir():  # what `save_pretrained` of that tokenizer wrote
-        if f.is_file() and f.name != _TOKENIZER_DONE:
+        if f.is_file() and f.name != TOKENIZER_DONE:
             shutil.copyfile(f, folder / f.name)
 
 
