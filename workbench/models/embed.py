@@ -242,6 +242,10 @@ def _session(ort, path: Path):
     # memory planned per input shape only adds a block per shape, and ours vary (512
     # passages: peak 1.6 GB instead of 2.2 GB, 1% slower; BENCHMARKS.md)
     opts.enable_mem_pattern = False
+    # intra-op threads that sleep when they wait, as the workbench's OpenMP teams do
+    # (`workbench.openmp`): a spinning one burns the core another process needs
+    spin = os.environ.get("OMP_WAIT_POLICY", "").lower() == "active"
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
