@@ -1,7 +1,7 @@
 """A GGUF's tokenizer is read from the file once per tokenizer, not once per file: the
 digest of its tokenizer values (`gguf_header.tokenizer_fingerprint`) names the folder that
-`gguf_cache.gguf_tokenizer_folder` fills, so a model, its f16 copy and every merged export share
-one (reading a 49k vocabulary out of a GGUF takes seconds; the digest, a tenth of one)."""
+`gguf_cache.gguf_tokenizer_folder` fills, so files written with one tokenizer share it
+(reading a 49k vocabulary out of a GGUF takes seconds; the digest, a tenth of one)."""
 
 from __future__ import annotations
 
@@ -36,10 +36,12 @@ def _gguf(path: Path, *, name: str = "a", arch: str = "llama",
 def test_the_digest_follows_the_tokenizer_values_and_nothing_else(tmp_path):
     base = tokenizer_fingerprint(_gguf(tmp_path / "base.gguf"))
     assert base is not None and len(base) == 64
-    # another name, another file: the same tokenizer
-    assert tokenizer_fingerprint(_gguf(tmp_path / "renamed.gguf", name="b")) == base
-    # what the converter reads: the vocabulary, the chat template, the architecture
+    # another file with the same values: the same tokenizer
+    assert tokenizer_fingerprint(_gguf(tmp_path / "again.gguf")) == base
+    # what the converter reads: the vocabulary, the chat template, the architecture, and the
+    # name (transformers reads "mistral" or "umt5" there as another model type)
     assert tokenizer_fingerprint(_gguf(tmp_path / "v.gguf", tokens=("<s>", "a", "c"))) != base
+    assert tokenizer_fingerprint(_gguf(tmp_path / "m.gguf", name="mistral")) != base
     assert tokenizer_fingerprint(_gguf(tmp_path / "t.gguf", template="{{ x }}")) != base
     assert tokenizer_fingerprint(_gguf(tmp_path / "q.gguf", arch="qwen2")) != base
     # the skip over the string arrays lands on the next value
@@ -60,6 +62,12 @@ def test_two_files_with_one_tokenizer_share_its_folder(tiny_model, tmp_path):
     made = (folder / "tokenizer.json").stat().st_mtime_ns
     assert gguf_tokenizer_folder(resolve_chat_model(str(second))) == folder
     assert (folder / "tokenizer.json").stat().st_mtime_ns == made  # not written again
+    # tokenizer files beside a GGUF come first in transformers: such a file gets its own
+    beside = tmp_path / "beside"
+    beside.mkdir()
+    third = write_tiny_gguf(tiny_model, beside / "third.gguf")
+    (beside / "tokenizer_config.json").write_text("{}")
+    assert gguf_tokenizer_folder(resolve_chat_model(str(third))) != folder
     want = AutoTokenizer.from_pretrained(tiny_model)
     got = AutoTokenizer.from_pretrained(folder)
     text = "Impedance matching, 50 Ω: a quarter-wave line."

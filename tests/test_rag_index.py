@@ -74,6 +74,8 @@ def test_a_keyword_searcher_embeds_nothing_and_ranks_as_the_full_index(
         keyword_only.retriever("hybrid")
     with pytest.raises(WorkbenchError, match="not saved"):
         RagIndex.build(rf_sections, tmp_path / "x", config=cfg, semantic=False)
+    with pytest.raises(WorkbenchError, match="not saved"):
+        keyword_only.save(tmp_path / "y")
 
     def no_embedder(*a, **k):
         raise AssertionError("a keyword searcher loaded the embedder")

@@ -24,16 +24,21 @@ def gguf_cache_dir(source: ModelSource) -> Path:
 
 
 TOKENIZER_DONE = "workbench-tokenizer.json"  # the tokenizer folder's marker, written last
+# files beside a GGUF that transformers reads before the GGUF's own tokenizer
+BESIDE = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "chat_template.jinja",
+          "special_tokens_map.json", "additional_chat_templates")
 
 
 def gguf_tokenizer_folder(source: ModelSource) -> Path:
     """A folder holding a GGUF's tokenizer (and chat template) in Hugging Face form, made once
     per tokenizer, not per file: keyed by the digest of the file's tokenizer values
     (`gguf_header.tokenizer_fingerprint`) and the transformers version that converts them, so
-    a model, its f16 copy and every merged export of it share one. Reading a tokenizer from a
+    files written with one tokenizer and name share one (test models, copies). Reading a tokenizer from a
     GGUF parses its whole vocabulary (2-4 s for a 49k one); from this folder, a tenth of that.
-    A file whose header cannot be digested gets a folder of its own, as before."""
-    fingerprint = tokenizer_fingerprint(source.gguf_path)
+    A file whose header cannot be digested, or with tokenizer files beside it (transformers
+    reads those first), gets a folder of its own, as before."""
+    beside = any((source.folder / name).exists() for name in BESIDE)
+    fingerprint = None if beside else tokenizer_fingerprint(source.gguf_path)
     if fingerprint is None:
         converted = gguf_cache_dir(source)
         target = converted.with_name(converted.name + "-tokenizer")

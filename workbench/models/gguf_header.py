@@ -34,11 +34,12 @@ def header_values(gguf: Path, suffixes: tuple[str, ...]) -> dict[str, object]:
 
 def tokenizer_fingerprint(gguf: Path) -> str | None:
     """A digest of what a GGUF's tokenizer is made of: the raw bytes of every `tokenizer.*`
-    value and of `general.architecture` (which picks transformers' converter), read without
-    building the arrays (a tenth of a second for a 49k vocabulary, where parsing it takes
-    seconds). Two files with the same digest give the same Hugging Face tokenizer: a model, its
-    f16 copy and the merged exports of its adapters share one. None for a file that is not
-    GGUF or whose header cannot be read."""
+    value, of `general.architecture` (which picks transformers' converter) and of
+    `general.name` (transformers reads a "mistral" or "umt5" there as another model type and
+    tokenizer class), read without building the arrays (a tenth of a second for a 49k
+    vocabulary, where parsing it takes seconds). Two files with the same digest give the same
+    Hugging Face tokenizer. None for a file that is not GGUF, whose header cannot be read, or
+    whose header has more keys than are read (4096)."""
     import hashlib
     import struct
 
@@ -48,16 +49,17 @@ def tokenizer_fingerprint(gguf: Path) -> str | None:
             if fh.read(4) != b"GGUF":
                 return None
             version, _, n_kv = struct.unpack("<IQQ", fh.read(20))
-            if version < 2:
+            if version < 2 or n_kv > 4096:
                 return None
             digest.update(struct.pack("<I", version))
-            for _ in range(min(n_kv, 4096)):
+            for _ in range(n_kv):
                 start = fh.tell()
                 (klen,) = struct.unpack("<Q", fh.read(8))
                 key = fh.read(klen).decode("utf-8", "replace")
                 (vtype,) = struct.unpack("<I", fh.read(4))
                 _skip_value(fh, vtype)
-                if key.startswith("tokenizer.") or key == "general.architecture":
+                if key.startswith("tokenizer.") or key in ("general.architecture",
+                                                           "general.name"):
                     end = fh.tell()
                     fh.seek(start)
                     digest.update(fh.read(end - start))

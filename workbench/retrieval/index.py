@@ -166,6 +166,8 @@ class RagIndex:
         return index
 
     def save(self, out: str | Path) -> None:
+        if self.semantic is None:
+            raise WorkbenchError("an index without its semantic part is not saved")
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_builds(out)
