@@ -15,16 +15,10 @@ def header_values(gguf: Path, suffixes: tuple[str, ...]) -> dict[str, object]:
     found: dict[str, object] = {}
     try:
         with open(gguf, "rb") as fh:
-            if fh.read(4) != b"GGUF":
+            head = _header(fh)
+            if head is None:
                 return found
-            version, _, n_kv = struct.unpack("<IQQ", fh.read(20))
-            if version < 2:
-                return found
-            for _ in range(min(n_kv, 4096)):
-                (klen,) = struct.unpack("<Q", fh.read(8))
-                key = fh.read(klen).decode("utf-8", "replace")
-                (vtype,) = struct.unpack("<I", fh.read(4))
-                value = _skip_value(fh, vtype)
+            for key, value, _ in _entries(fh, min(head[1], MAX_KEYS)):
                 if value is not None and key.endswith(suffixes):
                     found[key] = value
     except (OSError, struct.error, ValueError):
@@ -39,25 +33,18 @@ def tokenizer_fingerprint(gguf: Path) -> str | None:
     tokenizer class), read without building the arrays (a tenth of a second for a 49k
     vocabulary, where parsing it takes seconds). Two files with the same digest give the same
     Hugging Face tokenizer. None for a file that is not GGUF, whose header cannot be read, or
-    whose header has more keys than are read (4096)."""
+    whose header has more keys than are read (`MAX_KEYS`)."""
     import hashlib
     import struct
 
     digest = hashlib.sha256()
     try:
         with open(gguf, "rb") as fh:
-            if fh.read(4) != b"GGUF":
+            head = _header(fh)
+            if head is None or head[1] > MAX_KEYS:
                 return None
-            version, _, n_kv = struct.unpack("<IQQ", fh.read(20))
-            if version < 2 or n_kv > 4096:
-                return None
-            digest.update(struct.pack("<I", version))
-            for _ in range(n_kv):
-                start = fh.tell()
-                (klen,) = struct.unpack("<Q", fh.read(8))
-                key = fh.read(klen).decode("utf-8", "replace")
-                (vtype,) = struct.unpack("<I", fh.read(4))
-                _skip_value(fh, vtype)
+            digest.update(struct.pack("<I", head[0]))
+            for key, _, start in _entries(fh, head[1]):
                 if key.startswith("tokenizer.") or key in ("general.architecture",
                                                            "general.name"):
                     end = fh.tell()
@@ -79,6 +66,32 @@ def file_type(gguf: Path) -> int | None:
     quantisation), or None when the header does not say."""
     value = header_values(gguf, ("general.file_type",)).get("general.file_type")
     return value if isinstance(value, int) else None
+
+
+MAX_KEYS = 4096  # most metadata keys read from a header (llama.cpp's own files have ~40)
+
+
+def _header(fh) -> tuple[int, int] | None:
+    """(version, number of metadata keys) from the start of a GGUF file; None if not GGUF."""
+    import struct
+
+    if fh.read(4) != b"GGUF":
+        return None
+    version, _, n_kv = struct.unpack("<IQQ", fh.read(20))
+    return None if version < 2 else (version, n_kv)
+
+
+def _entries(fh, n: int):
+    """The next `n` metadata entries as (key, value, offset where the entry starts); arrays
+    are skipped (value None) and the file is left at the entry's end when one is yielded."""
+    import struct
+
+    for _ in range(n):
+        start = fh.tell()
+        (klen,) = struct.unpack("<Q", fh.read(8))
+        key = fh.read(klen).decode("utf-8", "replace")
+        (vtype,) = struct.unpack("<I", fh.read(4))
+        yield key, _skip_value(fh, vtype), start
 
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
