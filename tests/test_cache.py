@@ -72,6 +72,25 @@ def test_key_sensitivity_and_batch_independence(tmp_path):
     assert len(keys) == 100
 
 
+def test_a_continuously_batching_backend_is_handed_several_batches_at_once(tmp_path):
+    """llama.cpp's slots take the next conversation as one is done: cut into lockstep chunks
+    of its batch size, each chunk waited for its longest reply, and a lockstep agent turn of
+    more dialogues than slots evicted one chunk's dialogues from the slots' caches with the
+    next's. A lockstep backend still gets chunks of its batch size."""
+    from dataclasses import replace
+
+    from workbench.models.cache import CONCURRENT_CHUNKS
+
+    lockstep = load_model("fake", batch_size=4)
+    CachedModel(lockstep, CallCache(tmp_path / "a.sqlite")).generate(PROMPTS[:40])
+    assert lockstep.batches == [4] * 10
+    slots = load_model("fake", batch_size=4)
+    slots.capabilities = replace(slots.capabilities, concurrent=True)
+    gens = CachedModel(slots, CallCache(tmp_path / "b.sqlite")).generate(PROMPTS[:40])
+    assert CONCURRENT_CHUNKS == 4 and slots.batches == [16, 16, 8]
+    assert [g.text for g in gens] == [f"echo: prompt number {i}" for i in range(40)]
+
+
 def test_failures_are_stored_but_never_served(tmp_path):
     cache = CallCache(tmp_path / "c.sqlite")
     flaky = load_model("fake", fail_every=5)

@@ -25,7 +25,7 @@ from workbench.errors import WorkbenchError
 from workbench.io import sha256_text
 from workbench.models.backends import load_model
 from workbench.models.base import ChatModel, GenerationParams
-from workbench.models.cache import CachedModel, CallCache
+from workbench.models.cache import CONCURRENT_CHUNKS, CachedModel, CallCache
 from workbench.progress import progress
 from workbench.records import Section
 
@@ -206,8 +206,9 @@ def make_spans(sections: list[Section], cfg: DistillConfig, stats: Stats) -> lis
 
 def _generate(model: ChatModel, convs, params, stats: Stats):
     """The model's generations for `convs`, a few batches at a time under a progress bar
-    (chunks are whole batches, so the batches and their seeds are the same as in one call)."""
-    step = max(1, getattr(model, "batch_size", 16)) * 4
+    (chunks are whole batches, and as large as the call cache's chunks for a backend that
+    batches continuously, so the batches and their seeds are the same as in one call)."""
+    step = max(1, getattr(model, "batch_size", 16)) * CONCURRENT_CHUNKS
     chunks = [convs[i:i + step] for i in range(0, len(convs), step)]
     gens = []
     for chunk in progress(chunks, desc="model calls", unit="chunk"):

@@ -225,6 +225,9 @@ def _corrupt(e: sqlite3.DatabaseError) -> bool:
     return type(e) is sqlite3.DatabaseError
 
 
+CONCURRENT_CHUNKS = 4  # batches handed at once to a continuously batching backend
+
+
 class CachedModel(ChatModel):
     """Wraps any backend: answers from the cache, calls the backend only for misses, and
     stores each chunk of results as soon as it is back (a kill loses at most one chunk)."""
@@ -232,7 +235,14 @@ class CachedModel(ChatModel):
     def __init__(self, model: ChatModel, cache: CallCache, *, chunk_size: int | None = None):
         self.inner = model
         self.cache = cache
-        self.chunk_size = chunk_size or model.batch_size
+        # a backend that batches continuously (a freed slot takes the next conversation) is
+        # handed several batches at once: cut into lockstep chunks of its batch size, each
+        # chunk waited for its longest reply while freed slots idled, and in a lockstep
+        # agent turn of more dialogues than slots each chunk evicted the other's dialogues
+        # from the slots' caches (BENCHMARKS.md, "Litsearch's free policy on llama.cpp")
+        # (one slot, llama.cpp's deterministic mode, gains nothing and keeps chunks of one)
+        self.chunk_size = chunk_size or model.batch_size * (
+            CONCURRENT_CHUNKS if model.capabilities.concurrent and model.batch_size > 1 else 1)
         self.backend_name = model.backend_name
         self.calls_made = 0
 
