@@ -9,8 +9,9 @@ own process: transformers fp32 for everything, then CTranslate2 (int8 weights, t
 thread layout) for generation with scoring left where `scoring: auto` puts it (the
 verifier's log-likelihood stays on transformers: int8 scoring failed its parity check).
 llama.cpp (issue 42) generates from the f16 copy of the GGUF that it decodes by default
-(`llamacpp`; `llamacpp-promptcache` with llama.cpp's host-memory prompt cache, 1 GiB;
-`llamacpp-deterministic`: one slot, each prompt alone, replies the same run after run) or
+(`llamacpp`, with llama.cpp's host-memory prompt cache at its default size;
+`llamacpp-nopromptcache` without it; `llamacpp-promptcache` with 1 GiB of it, as measured
+before it was the default; `llamacpp-deterministic`: one slot, each prompt alone, replies the same run after run) or
 from the Q4_1 file as it ships (`llamacpp-file`), with scoring (the
 verifier's log-likelihood) on transformers. Reported: wall seconds, model calls made, calls per second,
 tokens generated, samples accepted (MC / open / benchmark items) with Wilson intervals over
@@ -35,6 +36,8 @@ BACKENDS = {"transformers": ["-s", "models.chat.backend=transformers"],
             "llamacpp": ["-s", "models.chat.backend=llamacpp"],
             "llamacpp-file": ["-s", "models.chat.backend=llamacpp",
                               "-s", "models.chat.options.weights=file"],
+            "llamacpp-nopromptcache": ["-s", "models.chat.backend=llamacpp",
+                                       "-s", "models.chat.options.prompt_cache_mib=0"],
             "llamacpp-promptcache": ["-s", "models.chat.backend=llamacpp",
                                      "-s", "models.chat.options.prompt_cache_mib=1024"],
             "llamacpp-deterministic": ["-s", "models.chat.backend=llamacpp",

@@ -128,19 +128,27 @@ def test_a_batch_logs_the_tokens_made_before_any_reply_is_back(engines, monkeypa
 
 
 def test_the_prompt_cache_gives_the_same_replies(peaked, engines):
-    """With llama.cpp's host-memory prompt cache a slot may start from another prompt's KV
-    (a shared section text read once): the replies are the ones each prompt gets without."""
+    """With llama.cpp's host-memory prompt cache (on by default: an eighth of the machine's
+    memory, at most 8 GiB) a slot may start from another prompt's KV (a shared section text
+    read once, an agent's dialogue taken up on another slot): the replies are the ones each
+    prompt gets without it."""
+    import os
+
     _, gguf = peaked
     _, cpp = engines
+    ram_mib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+    assert cpp.prompt_cache_mib == min(8192, ram_mib // 8) > 0
+    assert cpp.info().details["prompt_cache_mib"] == cpp.prompt_cache_mib
     text = "A quarter-wave line matches two impedances at one frequency. " * 6
     convs = [[{"role": "user", "content": text + f"Question {i}?"}] for i in range(8)]
-    want = [g.text for g in cpp.generate(convs, GREEDY)]
-    cached = load_model(str(gguf), batch_size=4, prompt_cache_mib=64)
+    plain = load_model(str(gguf), batch_size=4, prompt_cache_mib=0)
     try:
-        for _ in range(2):  # the second pass finds every prompt's prefix in the cache
-            assert [g.text for g in cached.generate(convs, GREEDY)] == want
+        assert plain.prompt_cache_mib == 0
+        want = [g.text for g in plain.generate(convs, GREEDY)]
     finally:
-        cached.close()
+        plain.close()
+    for _ in range(2):  # the second pass finds every prompt's prefix in the cache
+        assert [g.text for g in cpp.generate(convs, GREEDY)] == want
 
 
 def test_stops_streaming_and_seeds(engines):
