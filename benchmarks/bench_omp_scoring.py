@@ -1,9 +1,10 @@
 """What OpenMP's passive waiting (issue 42: `import workbench` sets OMP_WAIT_POLICY=passive)
 costs or buys torch's scoring on an idle machine: the main job's log-likelihood scoring of
-statement items with the bundled model, under OMP_WAIT_POLICY=passive and =active.
+statement items with the bundled model, under OMP_WAIT_POLICY=passive and =active, and
+`spinN` (GOMP_SPINCOUNT=N: a waiting thread spins N times, then sleeps).
 
     python benchmarks/bench_omp_scoring.py [--items 40] [--rounds 2]
-        [--json benchmarks/results/omp_scoring.json]
+        [--policies passive,active,spin1000] [--json benchmarks/results/omp_scoring.json]
 
 The items are the main job's (issue 43): "Which statement about <section> is correct?" over
 a sentence of the RF corpus and three perturbed copies, made by a distillation of
@@ -40,7 +41,8 @@ def child(items_file: str) -> None:
 
     items = load_benchmark(items_file)
     model = load_model("default")
-    out = {"policy": os.environ.get("OMP_WAIT_POLICY")}
+    spin = os.environ.get("GOMP_SPINCOUNT")
+    out = {"policy": f"spin{spin}" if spin else os.environ.get("OMP_WAIT_POLICY")}
     for name, letter in (("letter+cloze", ["none"]), ("cloze", [])):
         ec = EvalConfig(conditions=["none"], methods=["loglik"], letter_conditions=letter,
                         hit_vs_miss=False)
@@ -72,6 +74,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--policies", default="passive,active",
+                    help="passive, active, spinN (GOMP_SPINCOUNT=N), comma-separated")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -81,10 +85,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         items = statement_items(Path(tmp), a.items)
         rows = []
+        policies = a.policies.split(",")
         for r in range(a.rounds):
-            for policy in ("passive", "active"):
+            for policy in policies:
                 load = os.getloadavg()[0]
-                env = {**os.environ, "OMP_WAIT_POLICY": policy, "TQDM_DISABLE": "1"}
+                env = {k: v for k, v in os.environ.items()
+                       if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")} | {"TQDM_DISABLE": "1"}
+                env |= {"GOMP_SPINCOUNT": policy[4:]} if policy.startswith("spin") else \
+                    {"OMP_WAIT_POLICY": policy}
                 p = subprocess.run([sys.executable, __file__, "--child", str(items)], env=env,
                                    capture_output=True, text=True, check=True)
                 row = json.loads(p.stdout.strip().splitlines()[-1]) | {"round": r + 1,
@@ -92,11 +100,12 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     med = {f"{policy} {k}": statistics.median(x[k] for x in rows if x["policy"] == policy)
-           for policy in ("passive", "active") for k in ("letter+cloze", "cloze")}
+           for policy in policies for k in ("letter+cloze", "cloze")}
     for k in ("letter+cloze", "cloze"):
-        print(f"{k}: passive {med['passive ' + k]:.1f} s, active {med['active ' + k]:.1f} s, "
-              f"active / passive = {med['active ' + k] / med['passive ' + k]:.2f} "
-              f"({a.items} items, medians of {a.rounds})")
+        base = med[f"{policies[0]} {k}"]
+        print(f"{k}: " + ", ".join(f"{p} {med[f'{p} {k}']:.1f} s ({med[f'{p} {k}'] / base:.2f}x)"
+                                   for p in policies)
+              + f" ({a.items} items, medians of {a.rounds}; x: time against {policies[0]})")
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({"items": a.items, "rows": rows, "medians": med},

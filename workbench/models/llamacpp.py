@@ -101,7 +101,7 @@ class LlamaCppOptions(StrictModel):
     poll: int = Field(50, ge=0, le=100, description=(
         "llama.cpp's polling level (0-100: how long idle threads busy-wait for work; 50 is "
         "llama.cpp's own default). The xllamacpp wheel's ggml is built with OpenMP, whose "
-        "threads wait by OpenMP's policy instead (the workbench sets OMP_WAIT_POLICY=passive: "
+        "threads wait by OpenMP's policy instead (the workbench sets GOMP_SPINCOUNT=1000: "
         "`workbench.openmp`), so it has no measured effect there (BENCHMARKS.md, "
         "\"llama.cpp under load\")."))
     batch_size: int = Field(8, ge=1, le=64, description="Parallel slots: conversations "

@@ -57,13 +57,13 @@ _SPIN_SAID = False
 
 def _say_if_spinning(threads: int) -> None:
     """Warn once when llama.cpp's OpenMP threads in this process spin-wait at barriers
-    (libgomp was loaded before `import workbench` could make them sleep: `workbench.openmp`)."""
+    (libgomp was loaded before `import workbench` could bound their spinning: `workbench.openmp`)."""
     global _SPIN_SAID
     if threads > 1 and openmp.state() == "late" and not _SPIN_SAID:
         _SPIN_SAID = True
         log.warning("OpenMP was loaded before the workbench (torch imported first?), so "
                     "llama.cpp's threads spin-wait, and generation slows many-fold when "
-                    "another process uses the CPU; set OMP_WAIT_POLICY=passive in the "
+                    "another process uses the CPU; set GOMP_SPINCOUNT=1000 in the "
                     "environment, or import workbench first")
 
 
