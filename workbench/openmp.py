@@ -13,10 +13,10 @@ and 23 when threads slept at once (OMP_WAIT_POLICY=passive, the setting here unt
 2026-12-07). Sleeping at once costs on an idle machine, though: each barrier is then a
 futex wake-up, and llama.cpp's single stream fell from 61.5 to 27 tokens/s. A thousand spins
 (GOMP_SPINCOUNT=1000, microseconds) cover a barrier whose threads all run and give up soon
-on one whose thread was put off the CPU: idle 64 tokens/s single stream and 103 for 8 at
-once (passive 27 and 69), with one CPU hog 22 and 45 (passive 28 and 52), with two 18 and
-36 (passive 17 and 36), torch's scoring the same as passive (1.01x) (BENCHMARKS.md, "How
-OpenMP's threads wait").
+on one whose thread was put off the CPU: idle 68-74 tokens/s single stream and 105-114 for
+8 at once (passive 28-30 and 62-67), with one CPU hog 22 and 45 (passive 28 and 52), with
+two 32 and 46 (passive 21 and 44), torch's scoring 0.91x passive's time (BENCHMARKS.md,
+"How OpenMP's threads wait").
 
 libgomp reads its wait policy once, when it is loaded, so `import workbench` sets
 `GOMP_SPINCOUNT=1000` before any engine is imported, unless the environment already says
